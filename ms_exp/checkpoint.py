@@ -1,0 +1,74 @@
+"""Checkpoint callbacks of the ``checkpoint`` group.
+
+``ModelCheckpoint`` with ``CheckpointConfig(save_checkpoint_steps, keep_checkpoint_max,
+integrated_save)`` writes into one folder per rank, ``<run dir>/checkpoints/rank_<r>``, as
+the model-saving tutorial lays them out; ``BestCheckpoint`` keeps ``best.ckpt`` by eval
+accuracy next to them.
+"""
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import mindspore as ms
+from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
+
+BEST_NAME = "best.ckpt"
+BEST_METRIC = "accuracy"
+
+
+def rank_dir(run_dir: Path, rank_id: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"rank_{rank_id}"
+
+
+class BestCheckpoint(Callback):
+    """Save the network's weights whenever an evaluation beats the best accuracy so far.
+
+    Written to a temporary name and renamed, so ``best.ckpt`` is never half-written."""
+
+    def __init__(self, network, directory: Path):
+        super().__init__()
+        self.network = network
+        self.path = Path(directory) / BEST_NAME
+        self.best: Optional[float] = None
+        self.best_epoch: Optional[int] = None
+
+    def on_eval_end(self, run_context):
+        params = run_context.original_args()
+        accuracy = params.eval_results.get(BEST_METRIC)
+        if accuracy is None or (self.best is not None and accuracy <= self.best):
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name("best.partial.ckpt")
+        ms.save_checkpoint(self.network, str(partial))
+        os.replace(partial, self.path)
+        self.best, self.best_epoch = float(accuracy), params.cur_epoch_num
+        print(f"epoch: {params.cur_epoch_num} new best {BEST_METRIC}: {accuracy:.4f} "
+              f"saved to {self.path}", flush=True)
+
+
+def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
+                                parallel_mode: str) -> List[Callback]:
+    callbacks: List[Callback] = []
+    if cfg.save:
+        if not cfg.integrated_save and parallel_mode == "stand_alone":
+            print("checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
+                  "so its slice is the full set of weights", flush=True)
+        config = CheckpointConfig(
+            save_checkpoint_steps=cfg.save_checkpoint_steps or steps_per_epoch,
+            keep_checkpoint_max=cfg.keep_checkpoint_max,
+            integrated_save=cfg.integrated_save)
+        callbacks.append(ModelCheckpoint(prefix=cfg.prefix, directory=str(directory),
+                                         config=config))
+    if cfg.keep_best:
+        callbacks.append(BestCheckpoint(network, directory))
+    return callbacks
+
+
+def last_checkpoint(directory: Path, prefix: str) -> Optional[Path]:
+    """The newest ``<prefix>-<epoch>_<step>.ckpt`` ModelCheckpoint left in ``directory``."""
+    candidates = []
+    for path in Path(directory).glob(f"{prefix}-*_*.ckpt"):
+        epoch, _, step = path.stem[len(prefix) + 1:].partition("_")
+        if epoch.isdigit() and step.isdigit():
+            candidates.append(((int(epoch), int(step)), path))
+    return max(candidates)[1] if candidates else None

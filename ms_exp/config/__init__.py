@@ -1,0 +1,1 @@
+"""Config groups, their schemas, composition and validation."""

@@ -1,0 +1,256 @@
+"""Typed schemas for every config group, registered in Hydra's ConfigStore.
+
+Each YAML option in ``conf/<group>/<option>.yaml`` starts from the schema stored here as
+``schema/<group>/<option>`` (``defaults: [/schema/<group>/<option>@_here_, _self_]``), so
+Hydra itself refuses an unknown key or a value of the wrong type while composing, before
+anything runs. Closed choices are Enums so that the refusal lists the allowed values.
+Range and path checks that a type cannot express live in ``ms_exp.config.validate``.
+"""
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class ContextMode(Enum):
+    graph = "graph"
+    pynative = "pynative"
+
+
+class ProgressBar(Enum):
+    auto = "auto"  # only when stdout is a terminal, never in CI logs
+    always = "always"
+    never = "never"
+
+
+class OptimizerName(Enum):
+    sgd = "sgd"
+    momentum = "momentum"
+    adam = "adam"
+
+
+class LrSchedule(Enum):
+    constant = "constant"
+    linear = "linear"
+    cosine = "cosine"
+
+
+class LossName(Enum):
+    cross_entropy = "cross_entropy"  # nn.CrossEntropyLoss, as the model-saving tutorial
+    softmax_cross_entropy = "softmax_cross_entropy"  # sparse, as the training-flow tutorial
+
+
+class CheckpointArtifacts(Enum):
+    all = "all"
+    last = "last"  # the final and the best checkpoint
+    none = "none"
+
+
+# --- parallel --------------------------------------------------------------------------
+
+
+@dataclass
+class StandAloneParallel:
+    mode: str = "stand_alone"
+    device_num: int = 1
+
+
+# --- checkpoint ------------------------------------------------------------------------
+
+
+@dataclass
+class StrategyFile:
+    """``strategy_ckpt_config`` of ``mindspore.set_auto_parallel_context``."""
+
+    save_file: str = ""
+    load_file: str = ""
+    only_trainable_params: bool = True
+
+
+@dataclass
+class CheckpointSchema:
+    save: bool = True
+    integrated_save: bool = True
+    prefix: str = "checkpoint"
+    # None: once per epoch (the dataset's size in steps), as the training-flow tutorial.
+    save_checkpoint_steps: Optional[int] = None
+    keep_checkpoint_max: int = 5
+    keep_best: bool = True
+    strategy: StrategyFile = field(default_factory=StrategyFile)
+
+
+# --- boost -----------------------------------------------------------------------------
+
+
+@dataclass
+class BoostOff:
+    mode: str = "off"
+    level: str = "O0"  # Model(boost_level=...): O0 disables every boost algorithm
+
+
+# --- placement -------------------------------------------------------------------------
+
+
+@dataclass
+class DevicePlacement:
+    mode: str = "device"
+
+
+# --- dataset ---------------------------------------------------------------------------
+
+
+@dataclass
+class DatasetCommon:
+    batch_size: int = 32
+    shuffle: bool = True
+    num_parallel_workers: int = 1
+    drop_remainder: bool = True
+
+
+@dataclass
+class DigitsDataset(DatasetCommon):
+    name: str = "digits"
+    eval_fraction: float = 0.2
+    split_seed: int = 0  # fixed so the held-out split does not move with trainer.seed
+    mean: List[float] = field(default_factory=lambda: [0.3053])
+    std: List[float] = field(default_factory=lambda: [0.3760])
+
+
+@dataclass
+class MnistDataset(DatasetCommon):
+    name: str = "mnist"
+    # None: the DATA_PATH environment variable, as the model-saving tutorial.
+    path: Optional[str] = None
+    mean: List[float] = field(default_factory=lambda: [0.1307])
+    std: List[float] = field(default_factory=lambda: [0.3081])
+
+
+@dataclass
+class ImageNetDataset(DatasetCommon):
+    name: str = "imagenet"
+    path: Optional[str] = None  # None: DATA_PATH
+    train_dir: str = "train"
+    eval_dir: str = "val"
+    image_size: int = 224
+    # None: the number of class folders under train_dir.
+    num_classes: Optional[int] = None
+    mean: List[float] = field(default_factory=lambda: [0.485 * 255, 0.456 * 255, 0.406 * 255])
+    std: List[float] = field(default_factory=lambda: [0.229 * 255, 0.224 * 255, 0.225 * 255])
+
+
+@dataclass
+class SyntheticDataset(DatasetCommon):
+    name: str = "synthetic"
+    num_samples: int = 1024
+    num_eval_samples: int = 256
+    image_shape: List[int] = field(default_factory=lambda: [1, 28, 28])
+    num_classes: int = 10
+    noise: float = 1.0
+    data_seed: int = 0
+
+
+# --- model -----------------------------------------------------------------------------
+
+
+@dataclass
+class MlpModel:
+    name: str = "mlp"
+    hidden_size: int = 512
+    weight_init: str = "normal"
+
+
+@dataclass
+class ResNetModel:
+    name: str = "resnet"
+    depth: int = 50
+    width: float = 1.0
+
+
+# --- sections of config.yaml that are not groups ---------------------------------------
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 10
+    seed: int = 1
+    mode: ContextMode = ContextMode.graph
+    # "None" lets MindSpore pick the backend of the installed package (init_env).
+    device_target: Optional[str] = "None"
+    device_id: int = 0
+    loss_print_interval: int = 20
+    progress_bar: ProgressBar = ProgressBar.auto
+
+
+@dataclass
+class OptimizerConfig:
+    name: OptimizerName = OptimizerName.momentum
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    schedule: LrSchedule = LrSchedule.constant
+    warmup_epochs: int = 0
+    min_lr: float = 0.0
+
+
+@dataclass
+class LossConfig:
+    name: LossName = LossName.cross_entropy
+    label_smoothing: float = 0.0
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    # None: sqlite:///<working directory>/mlflow.db, MLflow's own default store.
+    uri: Optional[str] = None
+    experiment_name: str = "ms_exp"
+    # None: "<model>-<dataset>-<parallel mode>".
+    run_name: Optional[str] = None
+    log_every_n_steps: int = 1
+    log_checkpoints: CheckpointArtifacts = CheckpointArtifacts.last
+
+
+@dataclass
+class Config:
+    parallel: Any = MISSING
+    checkpoint: Any = MISSING
+    boost: Any = MISSING
+    placement: Any = MISSING
+    dataset: Any = MISSING
+    model: Any = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+# group -> option -> schema. The YAML options in conf/ must match this table one to one
+# (a test checks it), so an option cannot exist only in YAML or only here.
+GROUP_SCHEMAS = {
+    "parallel": {"stand_alone": StandAloneParallel},
+    "checkpoint": {
+        "integrated": CheckpointSchema,
+        "sliced": CheckpointSchema,
+        "none": CheckpointSchema,
+    },
+    "boost": {"off": BoostOff},
+    "placement": {"device": DevicePlacement},
+    "dataset": {
+        "digits": DigitsDataset,
+        "mnist": MnistDataset,
+        "imagenet": ImageNetDataset,
+        "synthetic": SyntheticDataset,
+    },
+    "model": {"mlp": MlpModel, "resnet": ResNetModel},
+}
+
+
+def register_schemas() -> None:
+    """Store the root schema and one schema per group option (idempotent)."""
+    store = ConfigStore.instance()
+    store.store(name="ms_exp_schema", node=Config)
+    for group, options in GROUP_SCHEMAS.items():
+        for option, schema in options.items():
+            store.store(group=f"schema/{group}", name=option, node=schema)

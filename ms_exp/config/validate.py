@@ -1,0 +1,219 @@
+"""Checks a schema's types cannot express: ranges, paths, and choices that conflict.
+
+Runs in the launching process on the composed config, before MindSpore is imported and
+before Hydra creates a run directory or MLflow a run. Every refusal is a ConfigError: one
+line with the key, the value and what is allowed.
+"""
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Mapping, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.config.schema import GROUP_SCHEMAS, Config
+
+from ms_exp.config.errors import ConfigError, one_of, require
+
+DEVICE_TARGETS = ("None", "CPU", "GPU", "Ascend")
+MLP_WEIGHT_INITS = ("normal", "uniform", "truncatednormal", "xavier_uniform", "he_uniform",
+                    "he_normal", "zeros")
+RESNET_DEPTHS = (18, 50)
+# ResNet halves its input five times before the global pool.
+RESNET_MIN_IMAGE_SIZE = 32
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
+    """``choices`` maps each group to its selected option (Hydra's runtime.choices)."""
+    check_known_keys(cfg, choices)
+    validate_trainer(cfg.trainer)
+    validate_parallel(cfg.parallel)
+    validate_checkpoint(cfg.checkpoint)
+    validate_dataset(cfg.dataset)
+    validate_model(cfg.model, cfg.dataset)
+    validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
+    validate_loss(cfg.loss)
+    validate_tracking(cfg.tracking)
+
+
+def choices_from_config(cfg: DictConfig) -> dict:
+    """Group choices of a config saved without Hydra's runtime record (a run's config.yaml):
+    each group's option is named by its ``name``/``mode`` key; the checkpoint options share
+    one schema."""
+    return {"parallel": cfg.parallel.mode, "checkpoint": "integrated", "boost": cfg.boost.mode,
+            "placement": cfg.placement.mode, "dataset": cfg.dataset.name, "model": cfg.model.name}
+
+
+def check_known_keys(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
+    """Refuse keys no schema declares, including ones added with ``+key=value``."""
+    _known_keys("", cfg, Config)
+    for group, options in GROUP_SCHEMAS.items():
+        _known_keys(f"{group}.", cfg[group], options[choices[group]])
+
+
+def _known_keys(prefix: str, node, schema) -> None:
+    fields = {f.name: f.type for f in dataclasses.fields(schema)}
+    for key in node.keys():
+        if key == "hydra" and not prefix:
+            continue
+        if key not in fields:
+            raise ConfigError(f"{prefix}{key}", OmegaConf.select(node, str(key)),
+                              one_of(fields), problem="unknown key")
+        if dataclasses.is_dataclass(fields[key]):
+            _known_keys(f"{prefix}{key}.", node[key], fields[key])
+
+
+def positive(section: str, cfg, *keys: str) -> None:
+    for key in keys:
+        value = cfg[key]
+        require(value >= 1, f"{section}.{key}", value, "an integer >= 1")
+
+
+def validate_trainer(cfg) -> None:
+    positive("trainer", cfg, "epochs", "loss_print_interval")
+    require(cfg.seed >= 0, "trainer.seed", cfg.seed, "an integer >= 0")
+    require(cfg.device_id >= 0, "trainer.device_id", cfg.device_id, "an integer >= 0")
+    target = cfg.device_target or "None"
+    require(target in DEVICE_TARGETS, "trainer.device_target", cfg.device_target,
+            one_of(DEVICE_TARGETS))
+
+
+def validate_parallel(cfg) -> None:
+    require(cfg.device_num == 1, "parallel.device_num", cfg.device_num,
+            "1 for parallel=stand_alone")
+
+
+def validate_checkpoint(cfg) -> None:
+    if cfg.save_checkpoint_steps is not None:
+        positive("checkpoint", cfg, "save_checkpoint_steps")
+    positive("checkpoint", cfg, "keep_checkpoint_max")
+    require(bool(cfg.prefix) and "/" not in cfg.prefix and "\\" not in cfg.prefix,
+            "checkpoint.prefix", cfg.prefix, "a non-empty file-name prefix without slashes")
+
+
+def validate_dataset(cfg) -> None:
+    positive("dataset", cfg, "batch_size", "num_parallel_workers")
+    name = cfg.name
+    if name == "digits":
+        require(0 < cfg.eval_fraction < 1, "dataset.eval_fraction", cfg.eval_fraction,
+                "a fraction between 0 and 1 (exclusive)")
+    elif name == "mnist":
+        root = existing_dir("dataset.path", cfg.path)
+        missing = [f for f in MNIST_FILES if not (root / f).is_file()]
+        require(not missing, "dataset.path", cfg.path,
+                f"a folder with the MNIST idx files ({', '.join(missing)} missing)")
+    elif name == "imagenet":
+        root = existing_dir("dataset.path", cfg.path)
+        for key in ("train_dir", "eval_dir"):
+            split = root / cfg[key]
+            require(split.is_dir() and any(p.is_dir() for p in split.iterdir()),
+                    f"dataset.{key}", cfg[key], f"a folder of class folders under {root}")
+        require(cfg.image_size >= 1, "dataset.image_size", cfg.image_size, "an integer >= 1")
+        if cfg.num_classes is not None:
+            positive("dataset", cfg, "num_classes")
+    elif name == "synthetic":
+        positive("dataset", cfg, "num_samples", "num_eval_samples")
+        require(cfg.num_classes >= 2, "dataset.num_classes", cfg.num_classes,
+                "an integer >= 2")
+        shape = list(cfg.image_shape)
+        require(len(shape) == 3 and all(d >= 1 for d in shape), "dataset.image_shape", shape,
+                "three positive integers [channels, height, width]")
+        require(cfg.noise >= 0, "dataset.noise", cfg.noise, "a number >= 0")
+    if "mean" in cfg:
+        require(len(cfg.mean) == len(cfg.std) and all(s > 0 for s in cfg.std), "dataset.std",
+                list(cfg.std), f"{len(cfg.mean)} positive numbers, one per mean")
+
+
+def existing_dir(key: str, value: Optional[str]) -> Path:
+    require(value is not None, key, value,
+            "a folder that exists (set it, or the DATA_PATH environment variable)")
+    path = Path(value).expanduser()
+    require(path.is_dir(), key, value, "a folder that exists")
+    return path
+
+
+def validate_model(cfg, dataset_cfg) -> None:
+    if cfg.name == "mlp":
+        positive("model", cfg, "hidden_size")
+        require(cfg.weight_init in MLP_WEIGHT_INITS, "model.weight_init", cfg.weight_init,
+                one_of(MLP_WEIGHT_INITS))
+    elif cfg.name == "resnet":
+        require(cfg.depth in RESNET_DEPTHS, "model.depth", cfg.depth, one_of(RESNET_DEPTHS))
+        require(cfg.width > 0, "model.width", cfg.width, "a number > 0")
+        size = image_size(dataset_cfg)
+        if size is not None:
+            require(size >= RESNET_MIN_IMAGE_SIZE, "model", "resnet",
+                    f"images of at least {RESNET_MIN_IMAGE_SIZE}x{RESNET_MIN_IMAGE_SIZE}; "
+                    f"dataset={dataset_cfg.name} has {size}x{size} (use model=mlp)")
+
+
+def image_size(dataset_cfg) -> Optional[int]:
+    """The smaller spatial side of the dataset's images, where the config fixes it."""
+    if dataset_cfg.name == "digits":
+        return 8
+    if dataset_cfg.name == "mnist":
+        return 28
+    if dataset_cfg.name == "imagenet":
+        return dataset_cfg.image_size
+    if dataset_cfg.name == "synthetic" and len(dataset_cfg.image_shape) == 3:
+        return min(dataset_cfg.image_shape[1:])
+    return None
+
+
+def validate_optimizer(cfg, epochs: int) -> None:
+    require(cfg.lr > 0, "optimizer.lr", cfg.lr, "a number > 0")
+    require(0 <= cfg.momentum < 1, "optimizer.momentum", cfg.momentum, "a number in [0, 1)")
+    require(cfg.weight_decay >= 0, "optimizer.weight_decay", cfg.weight_decay, "a number >= 0")
+    require(0 <= cfg.min_lr < cfg.lr, "optimizer.min_lr", cfg.min_lr,
+            f"a number >= 0 and below optimizer.lr ({cfg.lr})")
+    require(0 <= cfg.warmup_epochs <= epochs, "optimizer.warmup_epochs", cfg.warmup_epochs,
+            f"an integer from 0 to trainer.epochs ({epochs})")
+
+
+def validate_loss(cfg) -> None:
+    require(0 <= cfg.label_smoothing < 1, "loss.label_smoothing", cfg.label_smoothing,
+            "a number in [0, 1)")
+    if cfg.name.value == "softmax_cross_entropy":
+        require(cfg.label_smoothing == 0, "loss.label_smoothing", cfg.label_smoothing,
+                "0 with loss.name=softmax_cross_entropy (use cross_entropy to smooth labels)")
+
+
+def validate_tracking(cfg) -> None:
+    positive("tracking", cfg, "log_every_n_steps")
+    require(bool(cfg.experiment_name), "tracking.experiment_name", cfg.experiment_name,
+            "a non-empty name")
+    if cfg.enabled:
+        uri = cfg.uri
+        if uri is None:
+            writable_dir("tracking.uri", uri, Path.cwd())
+        elif uri.startswith("sqlite:///"):
+            writable_dir("tracking.uri", uri, Path(uri[len("sqlite:///"):]).parent)
+        else:
+            scheme = uri.split("://", 1)[0] if "://" in uri else ""
+            allowed = ("http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
+            require(scheme in allowed, "tracking.uri", uri,
+                    "null (sqlite:///mlflow.db here) or a URI of scheme sqlite, "
+                    + ", ".join(allowed))
+
+
+def writable_dir(key: str, value, path: Path) -> None:
+    """Refuse ``path`` unless it is, or can be created as, a folder we can write into.
+
+    Probes with a real temporary file because permission bits say nothing for root or on
+    read-only mounts; nothing is created if the check fails, and the probe is removed."""
+    path = Path(path).expanduser().absolute()
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    require(existing.is_dir(), key, value,
+            f"a writable folder ({existing} is a file, not a folder)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise ConfigError(key, value, f"a writable folder ({existing}: {error.strerror})")
+    if existing != path and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(key, value, f"a writable folder ({existing} is not writable)")

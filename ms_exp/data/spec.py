@@ -1,0 +1,24 @@
+"""What a network needs to know about its data, and which shard of it a rank reads."""
+from dataclasses import dataclass
+from typing import Tuple
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    image_shape: Tuple[int, int, int]  # (C, H, W) as the network sees it
+    num_classes: int
+    train_size: int  # samples this rank trains on per epoch, before batching
+    eval_size: int
+
+
+@dataclass(frozen=True)
+class Shard:
+    """``num_shards``/``shard_id`` of MindSpore's dataset readers: one shard per rank."""
+
+    num_shards: int = 1
+    shard_id: int = 0
+
+    def reader_args(self) -> dict:
+        if self.num_shards == 1:
+            return {}
+        return {"num_shards": self.num_shards, "shard_id": self.shard_id}

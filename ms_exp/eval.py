@@ -1,0 +1,137 @@
+"""``python -m ms_exp.eval``: the training-flow tutorial's inference flow for a finished run.
+
+    python -m ms_exp.eval --run-id <id> [--checkpoint last|best|PATH] [key=value ...]
+    python -m ms_exp.eval --checkpoint <run dir>/checkpoints/rank_0/best.ckpt [key=value ...]
+
+Builds the run's network and eval dataset from the config the run recorded, loads the
+checkpoint (``load_checkpoint``), runs ``Model.eval`` with top-1 (and top-5 when there are
+more than five classes) accuracy, prints the tutorial's ``result: ... ckpt= ...`` line,
+and records the result in MLflow as a child run of the evaluated run.
+"""
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from omegaconf import DictConfig
+
+from ms_exp.config.compose import load_run_config
+from ms_exp.config.errors import ConfigError
+from ms_exp.config.validate import choices_from_config, validate
+from ms_exp.tracking.store import resolve_tracking_uri
+
+EXIT_BAD_INPUT = 2
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ms_exp.eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-id", help="MLflow run id of an ms_exp.run job")
+    parser.add_argument("--checkpoint", default="last",
+                        help="last or best (of --run-id), or a checkpoint file path")
+    parser.add_argument("--config", type=Path,
+                        help="the run's config.yaml (default: found from the run or the "
+                             "checkpoint's run directory)")
+    parser.add_argument("--tracking-uri",
+                        help="MLflow store of the run (default: the run's tracking.uri, "
+                             "else sqlite:///mlflow.db here)")
+    parser.add_argument("overrides", nargs="*", help="key=value changes, e.g. dataset.path=...")
+    return parser.parse_args(argv)
+
+
+def fetch_from_run(client, run_id: str, which: str, workdir: Path) -> Tuple[Path, Path]:
+    """Download the run's recorded config and its ``which`` checkpoint (last or best)."""
+    run = client.get_run(run_id)
+    config = Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir)))
+    if which not in ("last", "best"):
+        return config, Path(which)
+    artifact = run.data.tags.get(f"ms_exp.checkpoint.{which}", "")
+    if not artifact:
+        raise ConfigError("--checkpoint", which, "a checkpoint the run saved (it saved none: "
+                          "checkpoint=none or keep_best=false)")
+    logged = {a.path for a in client.list_artifacts(run_id, str(Path(artifact).parent))}
+    if artifact in logged:
+        return config, Path(client.download_artifacts(run_id, artifact, str(workdir)))
+    # tracking.log_checkpoints=none: the file may still be in the run directory here.
+    local = Path(run.data.tags.get("ms_exp.run_dir", "")) / artifact
+    if not local.is_file():
+        raise ConfigError("--checkpoint", which, f"a checkpoint logged to the run or present "
+                          f"at {local} (tracking.log_checkpoints=none and no local copy)")
+    return config, local
+
+
+def config_beside(checkpoint: Path) -> Path:
+    # <run dir>/checkpoints/rank_<r>/<file>.ckpt -> <run dir>/config.yaml
+    return checkpoint.resolve().parents[2] / "config.yaml"
+
+
+def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
+    import mindspore as ms
+    from mindspore import nn
+
+    from ms_exp.context import init_env
+    from ms_exp.data import create_datasets
+    from ms_exp.models import create_network
+    from ms_exp.optim import create_loss
+
+    init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
+    _, eval_set, spec = create_datasets(cfg.dataset)
+    network = create_network(cfg.model, spec)
+    not_loaded, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(checkpoint)))
+    if not_loaded:
+        raise ConfigError("--checkpoint", str(checkpoint),
+                          f"a checkpoint of this network (missing {', '.join(not_loaded)})")
+    metrics = {"accuracy": nn.Top1CategoricalAccuracy(), "loss": nn.Loss()}
+    if spec.num_classes > 5:
+        metrics["top_5_accuracy"] = nn.Top5CategoricalAccuracy()
+    model = ms.Model(network, loss_fn=create_loss(cfg.loss), metrics=metrics)
+    result = model.eval(eval_set, dataset_sink_mode=False)
+    print("result:", result, "ckpt=", checkpoint, flush=True)
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from mlflow import MlflowClient
+
+    from ms_exp.tracking.lifecycle import tracked_run
+
+    with tempfile.TemporaryDirectory(prefix="ms_exp_eval_") as workdir:
+        try:
+            uri = resolve_tracking_uri(args.tracking_uri)
+            if args.run_id:
+                config_file, checkpoint = fetch_from_run(MlflowClient(uri), args.run_id,
+                                                         args.checkpoint, Path(workdir))
+            else:
+                checkpoint = Path(args.checkpoint)
+                if not checkpoint.is_file():
+                    raise ConfigError("--checkpoint", args.checkpoint,
+                                      "a checkpoint file that exists, or --run-id")
+                config_file = config_beside(checkpoint)
+            if args.config:
+                config_file = args.config
+            if not Path(config_file).is_file():
+                raise ConfigError("--config", str(config_file), "the run's config.yaml")
+            cfg = load_run_config(Path(config_file), args.overrides)
+            validate(cfg, choices_from_config(cfg))
+            if not args.tracking_uri and not args.run_id:
+                uri = resolve_tracking_uri(cfg.tracking.uri)
+        except ConfigError as error:
+            print(f"ms_exp.eval: error: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        tags = {"ms_exp.evaluated_checkpoint": str(checkpoint),
+                "ms_exp.dataset": cfg.dataset.name, "ms_exp.model": cfg.model.name}
+        name = f"eval-{cfg.tracking.run_name or cfg.model.name}-{Path(checkpoint).stem}"
+        with tracked_run(cfg.tracking.enabled, uri, cfg.tracking.experiment_name, name, tags,
+                         parent_run_id=args.run_id) as tracker:
+            result = evaluate(cfg, checkpoint)
+            tracker.log_metrics({f"eval/{k}": float(v) for k, v in result.items()}, step=0)
+            if tracker.enabled:
+                print(f"MLflow run {tracker.run_id} (child of {args.run_id or 'no run'}) "
+                      f"in {uri}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

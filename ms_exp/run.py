@@ -1,0 +1,92 @@
+"""``python -m ms_exp.run [group=option ...] [key=value ...]``: one training run.
+
+The command line is Hydra's (``-m`` sweeps, ``--cfg job``, ``hydra.run.dir=...``). Before
+Hydra starts, every job of the command line is composed and validated here, so a bad
+override is refused with one line and exit status 2, and no run directory or MLflow run
+is created for it.
+"""
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.config.compose import (CONF_DIR, CONFIG_NAME, CompositionError, compose_config,
+                                   preflight)
+from ms_exp.config.errors import ConfigError
+from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
+from ms_exp.config.validate import validate
+
+EXIT_BAD_CONFIG = 2
+EXIT_INTERRUPTED = 130
+
+register_schemas()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)
+def hydra_job(cfg: DictConfig) -> Optional[float]:
+    """One Hydra job; returns the final eval accuracy, the value a sweeper optimises."""
+    # Validated again here: a sweeper may generate values the launcher never saw.
+    hydra_cfg = HydraConfig.get()
+    validate(cfg, hydra_cfg.runtime.choices)
+    from ms_exp.train import run_job
+
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    hydra_dir = run_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
+    result = run_job(cfg, run_dir, hydra_dir, list(hydra_cfg.overrides.task))
+    return result.final_eval.get("eval/accuracy")
+
+
+def parse_args(argv: List[str]):
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_args(argv)
+
+
+def print_help(overrides: List[str]) -> None:
+    cfg = compose_config(overrides)
+    experiments = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+    groups = "\n".join(f"  {group:<11} {', '.join(options)}"
+                       for group, options in GROUP_SCHEMAS.items())
+    print(f"""ms_exp: one MindSpore training run from Hydra config groups, recorded in MLflow.
+
+usage: python -m ms_exp.run [group=option ...] [key=value ...]
+       python -m ms_exp.run -m key=a,b,c ...        (a sweep: one job per combination)
+       python -m ms_exp.run --cfg job               (print the resolved config)
+
+== Config groups (group=option) ==
+{groups}
+  +experiment {', '.join(experiments)}   (presets in experiments/)
+
+== Config (override any key=value) ==
+{OmegaConf.to_yaml(cfg)}
+Hydra's own flags: --hydra-help""")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    try:
+        if args.help:
+            print_help(args.overrides)
+            return 0
+        # --cfg, --info and shell completion only print; Hydra reports their errors itself.
+        if not (args.hydra_help or args.cfg or args.info or args.shell_completion):
+            preflight(args.overrides, multirun=args.multirun, config_name=args.config_name)
+    except (ConfigError, CompositionError) as error:
+        print(f"ms_exp: error: {error}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    sys.argv = [sys.argv[0], *argv]
+    try:
+        hydra_job()
+    except KeyboardInterrupt as interrupt:
+        print(f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); the run was marked KILLED",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Where runs are recorded: the MLflow tracking URI and the experiment.
+
+The default store is MLflow's own default, ``sqlite:///mlflow.db`` in the working directory,
+made absolute so it does not move when a job changes directory. New experiments keep their
+artifacts in ``mlartifacts/`` beside the database: MLflow would otherwise create
+``./mlruns``, and an ``./mlruns`` folder silently switches MLflow's default store back to
+the old file store for every later ``mlflow ui`` in that directory (DESIGN.md, decision 7).
+"""
+import os
+import re
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlparse
+
+from mlflow import MlflowClient
+
+DEFAULT_DB_NAME = "mlflow.db"
+
+
+def resolve_tracking_uri(uri: Optional[str], workdir: Optional[Path] = None) -> str:
+    if uri:
+        return uri
+    base = Path(workdir or os.getcwd()).resolve()
+    return f"sqlite:///{base / DEFAULT_DB_NAME}"
+
+
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a ``sqlite:///`` URI, None for other stores."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):])
+
+
+def is_local_store(uri: str) -> bool:
+    return sqlite_path(uri) is not None or urlparse(uri).scheme in ("", "file")
+
+
+def ui_command(uri: str) -> str:
+    """The command that opens this store in the MLflow UI, bound to the loopback address."""
+    if not is_local_store(uri):
+        return f"open {uri} in a browser"
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+def ensure_experiment(client: MlflowClient, name: str) -> str:
+    """Return the id of experiment ``name``, creating it (and its artifact folder) if new."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    artifact_location = None
+    db = sqlite_path(client.tracking_uri)
+    if db is not None:
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+        artifact_location = (db.parent / "mlartifacts" / safe).as_uri()
+    return client.create_experiment(name, artifact_location=artifact_location)

@@ -1,0 +1,171 @@
+"""One training job: built objects from a validated config, trained with ``Model.fit``.
+
+Data flows one way: config -> runtime context -> datasets -> network, loss, optimizer ->
+callbacks -> ``Model.fit`` (train, then evaluate after every epoch) -> artifacts and metrics
+in the job's MLflow run.
+"""
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.console import tee_output
+from ms_exp.tracking.lifecycle import tracked_run
+from ms_exp.tracking.store import resolve_tracking_uri, ui_command
+from ms_exp.tracking.tracker import flatten
+
+RESOLVED_CONFIG = "config.yaml"
+
+
+@dataclass
+class JobResult:
+    run_dir: Path
+    run_id: Optional[str]
+    final_eval: Dict[str, float]
+    best_accuracy: Optional[float]
+    last_checkpoint: Optional[Path]
+    best_checkpoint: Optional[Path]
+
+
+def default_run_name(cfg: DictConfig) -> str:
+    return f"{cfg.model.name}-{cfg.dataset.name}-{cfg.parallel.mode}"
+
+
+def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
+            overrides: List[str] = ()) -> JobResult:
+    """Train, evaluate and checkpoint one job, recorded as one MLflow run."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_file = run_dir / RESOLVED_CONFIG
+    OmegaConf.save(cfg, config_file, resolve=True)
+    tracking = cfg.tracking
+    uri = resolve_tracking_uri(tracking.uri)
+    tags = {
+        "ms_exp.parallel_mode": cfg.parallel.mode,
+        "ms_exp.dataset": cfg.dataset.name,
+        "ms_exp.model": cfg.model.name,
+        "ms_exp.run_dir": str(run_dir.resolve()),
+        "ms_exp.overrides": " ".join(overrides),
+    }
+    with tee_output(run_dir / "console.log"), \
+            tracked_run(tracking.enabled, uri, tracking.experiment_name,
+                        tracking.run_name or default_run_name(cfg), tags) as tracker:
+        tracker.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
+        tracker.log_artifact(config_file, "config")
+        if hydra_dir is not None and Path(hydra_dir).is_dir():
+            tracker.log_artifacts(Path(hydra_dir), "hydra")
+        try:
+            result = _train(cfg, run_dir, tracker)
+        finally:
+            _log_outputs(tracker, run_dir, cfg)
+        _report(result, tracker, uri)
+        return result
+
+
+def _train(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
+    # MindSpore is imported only once the config is known to be good.
+    import mindspore as ms
+    from mindspore import nn
+    from mindspore.train import LossMonitor, TimeMonitor
+
+    from ms_exp.checkpoint import (BestCheckpoint, create_checkpoint_callbacks,
+                                   last_checkpoint, rank_dir)
+    from ms_exp.context import init_env
+    from ms_exp.data import create_datasets
+    from ms_exp.models import create_network
+    from ms_exp.optim import create_loss, create_optimizer
+    from ms_exp.placement import describe_placement
+    from ms_exp.progress import ProgressBar, wants_progress_bar
+    from ms_exp.tracking.callback import MlflowMetrics
+
+    runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
+    tracker.set_tags({"ms_exp.device_target": runtime.device_target,
+                      "ms_exp.mode": runtime.mode})
+    print(describe_placement(cfg.placement, runtime.device_target), flush=True)
+    train_set, eval_set, spec = create_datasets(cfg.dataset)
+    steps_per_epoch = train_set.get_dataset_size()
+    epochs = cfg.trainer.epochs
+    print(f"dataset={cfg.dataset.name}: {spec.train_size} training and {spec.eval_size} "
+          f"held-out samples of shape {spec.image_shape}, {spec.num_classes} classes, "
+          f"{steps_per_epoch} steps per epoch", flush=True)
+
+    network = create_network(cfg.model, spec)
+    optimizer = create_optimizer(cfg.optimizer, network.trainable_params(), steps_per_epoch,
+                                 epochs)
+    metrics = {"accuracy": nn.Top1CategoricalAccuracy(), "loss": nn.Loss()}
+    if spec.num_classes > 5:
+        metrics["top_5_accuracy"] = nn.Top5CategoricalAccuracy()
+    model = ms.Model(network, loss_fn=create_loss(cfg.loss), optimizer=optimizer,
+                     metrics=metrics, boost_level=cfg.boost.level)
+
+    ckpt_dir = rank_dir(run_dir, runtime.rank_id)
+    mlflow_metrics = MlflowMetrics(tracker, cfg.dataset.batch_size * runtime.group_size,
+                                   cfg.tracking.log_every_n_steps, steps_per_epoch)
+    callbacks = [LossMonitor(cfg.trainer.loss_print_interval), TimeMonitor(), mlflow_metrics]
+    callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
+                                             steps_per_epoch, runtime.parallel_mode)
+    if wants_progress_bar(cfg.trainer.progress_bar.value):
+        callbacks.append(ProgressBar(steps_per_epoch, epochs))
+
+    model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
+              dataset_sink_mode=False)
+
+    best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
+    final_eval = mlflow_metrics.eval_history[-1] if mlflow_metrics.eval_history else {}
+    return JobResult(
+        run_dir=run_dir, run_id=tracker.run_id, final_eval=final_eval,
+        best_accuracy=best.best if best else None,
+        last_checkpoint=last_checkpoint(ckpt_dir, cfg.checkpoint.prefix)
+        if cfg.checkpoint.save else None,
+        best_checkpoint=best.path if best and best.path.exists() else None)
+
+
+def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
+    """Logs and checkpoints into the run, also after a failure (they explain it)."""
+    for log in sorted(run_dir.glob("*.log")):
+        tracker.log_artifact(log, "logs")
+    ckpt_root = run_dir / "checkpoints"
+    choice = cfg.tracking.log_checkpoints.value
+    if choice == "none" or not ckpt_root.is_dir():
+        return
+    if choice == "all":
+        tracker.log_artifacts(ckpt_root, "checkpoints")
+        return
+    from ms_exp.checkpoint import BEST_NAME, last_checkpoint
+
+    for rank in sorted(p for p in ckpt_root.iterdir() if p.is_dir()):
+        for path in (last_checkpoint(rank, cfg.checkpoint.prefix), rank / BEST_NAME):
+            if path is not None and path.is_file():
+                tracker.log_artifact(path, f"checkpoints/{rank.name}")
+
+
+def _report(result: JobResult, tracker, uri: str) -> None:
+    tracker.set_tags({
+        "ms_exp.checkpoint.last": _artifact_name(result.last_checkpoint),
+        "ms_exp.checkpoint.best": _artifact_name(result.best_checkpoint),
+    })
+    lines = [f"outputs: {result.run_dir.resolve()}"]
+    if result.final_eval:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.final_eval.items()))
+        lines.append(f"final evaluation: {shown}")
+    if result.last_checkpoint:
+        lines.append(f"last checkpoint: {result.last_checkpoint}")
+    if result.best_checkpoint:
+        lines.append(f"best checkpoint: {result.best_checkpoint} "
+                     f"(accuracy {result.best_accuracy:.4f})")
+    if tracker.enabled:
+        lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) "
+                     f"in {uri}")
+        lines.append(f"open it with: {ui_command(uri)}")
+        lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
+                     f"{tracker.experiment_id}/runs/{tracker.run_id}")
+    print("\n".join(lines), flush=True)
+    sys.stdout.flush()
+
+
+def _artifact_name(path: Optional[Path]) -> str:
+    if path is None:
+        return ""
+    return f"checkpoints/{path.parent.name}/{path.name}"
