@@ -52,7 +52,8 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     with tee_output(run_dir / "console.log"), \
             tracked_run(tracking.enabled, uri, tracking.experiment_name,
                         tracking.run_name or default_run_name(cfg), tags) as tracker:
-        tracker.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
+        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        tracker.log_params(flatten(resolved))
         tracker.log_artifact(config_file, "config")
         if hydra_dir is not None and Path(hydra_dir).is_dir():
             tracker.log_artifacts(Path(hydra_dir), "hydra")

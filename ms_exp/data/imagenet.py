@@ -14,6 +14,11 @@ from ms_exp.data.transforms import normalize_and_batch
 
 # Fraction of the resized eval image that the center crop keeps (224 of 256).
 EVAL_CROP_FRACTION = 0.875
+# Files ImageFolderDataset reads (it matches extensions case-sensitively). Without the list
+# it reads every file, and one stray .DS_Store or README in a class folder stops training
+# with "Decode: image decode failed".
+IMAGE_EXTENSIONS = [f".{case(ext)}" for ext in ("jpeg", "jpg", "png", "bmp")
+                    for case in (str.lower, str.upper, str.title)]
 
 
 def class_folders(split_dir: Path):
@@ -21,14 +26,16 @@ def class_folders(split_dir: Path):
 
 
 def create_imagenet(cfg, shard: Shard):
-    root = Path(cfg.path)
+    # Expanded as validation expands it: MindSpore's readers take "~/data" literally.
+    root = Path(cfg.path).expanduser()
     classes = class_folders(root / cfg.train_dir)
     indexing = {name: index for index, name in enumerate(classes)}
     size = cfg.image_size
     train = ds.ImageFolderDataset(str(root / cfg.train_dir), shuffle=cfg.shuffle,
-                                  class_indexing=indexing, **shard.reader_args())
+                                  class_indexing=indexing, extensions=IMAGE_EXTENSIONS,
+                                  **shard.reader_args())
     evaluation = ds.ImageFolderDataset(str(root / cfg.eval_dir), shuffle=False,
-                                       class_indexing=indexing)
+                                       class_indexing=indexing, extensions=IMAGE_EXTENSIONS)
     train_ops = [ds.vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333)),
                  ds.vision.RandomHorizontalFlip(prob=0.5)]
     eval_ops = [ds.vision.Decode(), ds.vision.Resize(int(size / EVAL_CROP_FRACTION)),

@@ -1,7 +1,7 @@
 """Start an MLflow run and end it with the status it really had.
 
 MLflow leaves a run RUNNING when the process gets SIGTERM and marks Ctrl-C FAILED
-(DESIGN.md, decision 7). Here SIGTERM becomes an exception in the main thread, so training
+(DESIGN.md, decision 7). Here SIGTERM and SIGINT become an exception in the main thread, so training
 unwinds through the same path as Ctrl-C, and both end the run KILLED; any other exception
 ends it FAILED with the error recorded as a tag.
 """
@@ -17,20 +17,26 @@ from ms_exp.tracking.tracker import DisabledTracker, Tracker
 
 
 class Terminated(KeyboardInterrupt):
-    """Raised in the main thread when the process receives SIGTERM."""
+    """Raised in the main thread when the process receives SIGTERM or SIGINT."""
 
 
 def _raise_terminated(signum, frame):
     raise Terminated(f"received signal {signal.Signals(signum).name}")
 
 
+# Both signals: Ctrl-C before MindSpore's runtime starts reaches Python as SIGINT; once it
+# runs, MindSpore 2.10's native handler turns SIGINT into SIGTERM (seen on CPU).
+_HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {signum: signal.signal(signum, _raise_terminated) for signum in _HANDLED}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager

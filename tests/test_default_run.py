@@ -1,0 +1,107 @@
+"""The default job, end to end, read back from MLflow; then evaluated with ms_exp.eval."""
+import re
+
+import numpy as np
+import pytest
+
+from conftest import run_cli, train
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """``python -m ms_exp.run`` with no overrides but a quiet progress bar."""
+    return train(tmp_path_factory.mktemp("default"))
+
+
+def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
+    accuracy = float(re.search(r"final evaluation: eval/accuracy ([0-9.]+)",
+                               default_run.stdout).group(1))
+    assert accuracy > 0.9  # ten digit classes: chance is 0.1
+    assert "run standalone!" in default_run.stdout
+    assert re.search(r"^epoch: 1 step: 20, loss is [0-9.]+$", default_run.stdout, re.M)
+    assert re.search(r"throughput: [0-9.]+ samples/s", default_run.stdout)
+    db = default_run.cwd / "mlflow.db"
+    assert (f"open it with: mlflow ui --backend-store-uri sqlite:///{db} "
+            "--host 127.0.0.1 --port 5000") in default_run.stdout
+    assert default_run.run_dir.is_dir()
+    # MLflow's default artifact root would create ./mlruns, which flips later `mlflow ui`
+    # calls in this folder to the old file store.
+    assert not (default_run.cwd / "mlruns").exists()
+
+
+def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(default_run):
+    client = default_run.store
+    run = client.get_run(default_run.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "mlp-digits-stand_alone"
+    params = run.data.params
+    assert params["checkpoint.integrated_save"] == "True"
+    assert params["dataset.batch_size"] == "32"
+    assert params["trainer.mode"] == "graph"
+    assert params["model.hidden_size"] == "512"
+    assert params["checkpoint.strategy.only_trainable_params"] == "True"
+    assert run.data.tags["ms_exp.parallel_mode"] == "stand_alone"
+    assert run.data.tags["ms_exp.dataset"] == "digits"
+    assert run.data.tags["ms_exp.model"] == "mlp"
+
+    steps_per_epoch, epochs = 44, 10  # 1437 training digits, batch 32, drop_remainder
+    loss = client.get_metric_history(run.info.run_id, "train/loss")
+    assert [m.step for m in loss] == list(range(1, steps_per_epoch * epochs + 1))
+    assert np.mean([m.value for m in loss[-20:]]) < np.mean([m.value for m in loss[:20]])
+    for name in ("train/step_time_ms", "train/samples_per_s"):
+        assert len(client.get_metric_history(run.info.run_id, name)) == steps_per_epoch * epochs
+    accuracy = client.get_metric_history(run.info.run_id, "eval/accuracy")
+    assert [m.step for m in accuracy] == [steps_per_epoch * e for e in range(1, epochs + 1)]
+    for name in ("eval/top_5_accuracy", "eval/loss", "train/epoch_time_s"):
+        assert len(client.get_metric_history(run.info.run_id, name)) == epochs
+
+    def listing(path=None):
+        return {a.path for a in client.list_artifacts(run.info.run_id, path)}
+
+    assert {"config/config.yaml"} <= listing("config")
+    assert {"hydra/config.yaml", "hydra/hydra.yaml", "hydra/overrides.yaml"} <= listing("hydra")
+    assert {"logs/console.log", "logs/run.log"} <= listing("logs")
+    assert listing("checkpoints/rank_0") == {"checkpoints/rank_0/checkpoint-10_44.ckpt",
+                                             "checkpoints/rank_0/best.ckpt"}
+
+
+def test_run_directory_holds_config_logs_and_per_rank_checkpoints(default_run):
+    run_dir = default_run.run_dir
+    assert (run_dir / "config.yaml").is_file()
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    console = (run_dir / "console.log").read_text()
+    assert "epoch: 10 step: 44, loss is" in console
+    ckpts = {p.name for p in (run_dir / "checkpoints" / "rank_0").iterdir()}
+    # keep_checkpoint_max=5 of one checkpoint per epoch, the graph, and the best one.
+    assert ckpts == {"best.ckpt", "checkpoint-graph.meta",
+                     *(f"checkpoint-{e}_44.ckpt" for e in range(6, 11))}
+
+
+def test_eval_of_run_id_gives_back_the_final_accuracy_as_a_child_run(default_run):
+    client = default_run.store
+    final = client.get_run(default_run.run_id).data.metrics["eval/accuracy"]
+    result = run_cli("ms_exp.eval", ["--run-id", default_run.run_id], default_run.cwd)
+    assert result.rc == 0, result.stderr[-2000:]
+    printed = re.search(r"result: \{'accuracy': ([0-9.]+)", result.stdout).group(1)
+    assert float(printed) == pytest.approx(final, abs=1e-9)
+    child = client.get_run(result.field("MLflow run ").split()[0])
+    assert child.data.tags["mlflow.parentRunId"] == default_run.run_id
+    assert child.data.metrics["eval/accuracy"] == pytest.approx(final, abs=1e-9)
+    assert "top_5_accuracy" in printed or "eval/top_5_accuracy" in child.data.metrics
+
+
+def test_eval_of_best_checkpoint_file_gives_the_best_accuracy(default_run):
+    history = default_run.store.get_metric_history(default_run.run_id, "eval/accuracy")
+    best = default_run.run_dir / "checkpoints" / "rank_0" / "best.ckpt"
+    result = run_cli("ms_exp.eval", ["--checkpoint", str(best)], default_run.cwd)
+    assert result.rc == 0, result.stderr[-2000:]
+    printed = float(re.search(r"result: \{'accuracy': ([0-9.]+)", result.stdout).group(1))
+    assert printed == pytest.approx(max(m.value for m in history), abs=1e-9)
+
+
+def test_eval_refuses_a_missing_checkpoint_in_one_line(tmp_path):
+    result = run_cli("ms_exp.eval", ["--checkpoint", str(tmp_path / "nope.ckpt")], tmp_path)
+    assert result.rc == 2
+    assert result.stderr.strip().splitlines() == [
+        f"ms_exp.eval: error: --checkpoint='{tmp_path / 'nope.ckpt'}': not allowed; "
+        "expected a checkpoint file that exists, or --run-id"]

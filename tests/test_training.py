@@ -1,0 +1,210 @@
+"""Training behaviour a user notices: both context modes, the checkpoint and tracking
+options, optimizers and schedules, and how a run ends (KILLED, FAILED)."""
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+
+from conftest import FAST, run_cli, train
+from ms_exp.config.compose import compose_config
+
+SHORT = ("trainer.epochs=2",)
+
+
+def final_accuracy(result) -> float:
+    return float(result.field("final evaluation: eval/accuracy").split(",")[0])
+
+
+def checkpoint_weights(path):
+    import mindspore as ms
+
+    return {name: p.asnumpy() for name, p in ms.load_checkpoint(str(path)).items()
+            if name.startswith("layer")}
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_both_context_modes_train(tmp_path, mode):
+    result = train(tmp_path, *SHORT, f"trainer.mode={mode}")
+    run = result.store.get_run(result.run_id)
+    assert run.data.tags["ms_exp.mode"] == mode
+    loss = [m.value for m in result.store.get_metric_history(result.run_id, "train/loss")]
+    assert np.mean(loss[-10:]) < 0.5 * np.mean(loss[:10])
+    assert final_accuracy(result) > 0.5
+
+
+def test_sliced_in_stand_alone_saves_the_same_full_weights_and_says_so_once(tmp_path):
+    integrated = train(tmp_path / "i", *SHORT, "checkpoint=integrated")
+    sliced = train(tmp_path / "s", *SHORT, "checkpoint=sliced")
+    assert sliced.stdout.count("checkpoint=sliced in stand-alone mode") == 1
+    assert "checkpoint=sliced in stand-alone" not in integrated.stdout
+    a = checkpoint_weights(integrated.run_dir / "checkpoints/rank_0/checkpoint-2_44.ckpt")
+    b = checkpoint_weights(sliced.run_dir / "checkpoints/rank_0/checkpoint-2_44.ckpt")
+    assert a.keys() == b.keys() == {f"layer{i}.{w}" for i in (1, 2, 3) for w in ("weight", "bias")}
+    assert a["layer1.weight"].shape == (64, 512)  # sized to the 8x8 digits
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    assert sliced.store.get_run(sliced.run_id).data.params["checkpoint.integrated_save"] == "False"
+
+
+def test_checkpoint_none_saves_nothing_and_eval_says_why(tmp_path):
+    result = train(tmp_path, *SHORT, "checkpoint=none")
+    assert not (result.run_dir / "checkpoints").exists()
+    assert result.store.list_artifacts(result.run_id, "checkpoints") == []
+    refused = run_cli("ms_exp.eval", ["--run-id", result.run_id], tmp_path)
+    assert refused.rc == 2
+    assert "--checkpoint='last': not allowed; expected a checkpoint the run saved" in \
+        refused.stderr
+
+
+def test_checkpoint_steps_and_keep_max_reach_model_checkpoint(tmp_path):
+    result = train(tmp_path, *SHORT, "checkpoint.save_checkpoint_steps=10",
+                   "checkpoint.keep_checkpoint_max=2", "checkpoint.keep_best=false",
+                   "checkpoint.prefix=digits")
+    names = {p.name for p in (result.run_dir / "checkpoints/rank_0").glob("*.ckpt")}
+    # Saved every 10 steps; only the two newest stay. 88 steps: 80 is epoch 2 step 36, and
+    # the end of training (epoch 2 step 44) is always saved.
+    assert names == {"digits-2_36.ckpt", "digits-2_44.ckpt"}
+
+
+@pytest.mark.parametrize("choice,expected", [
+    ("all", {"checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt", "best.ckpt",
+             "checkpoint-graph.meta"}),
+    ("last", {"checkpoint-2_44.ckpt", "best.ckpt"}),
+    ("none", set()),
+])
+def test_log_checkpoints_setting_decides_what_mlflow_keeps(tmp_path, choice, expected):
+    result = train(tmp_path, *SHORT, f"tracking.log_checkpoints={choice}")
+    logged = {a.path.rsplit("/", 1)[-1]
+              for a in result.store.list_artifacts(result.run_id, "checkpoints/rank_0")}
+    assert logged == expected
+
+
+def test_tracking_disabled_trains_without_a_store(tmp_path):
+    result = train(tmp_path, "trainer.epochs=1", "tracking.enabled=false")
+    assert "final evaluation" in result.stdout
+    assert "MLflow run" not in result.stdout
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_tracking_uri_and_names_are_used(tmp_path):
+    store = tmp_path / "team" / "store.db"
+    store.parent.mkdir()
+    result = train(tmp_path, "trainer.epochs=1", f"tracking.uri=sqlite:///{store}",
+                   "tracking.experiment_name=digits-study", "tracking.run_name=first",
+                   "tracking.log_every_n_steps=4")
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("digits-study")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "first" and run.info.run_id == result.run_id
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert steps == list(range(4, 45, 4))
+    assert not (tmp_path / "mlflow.db").exists()
+    assert (tmp_path / "team" / "mlartifacts" / "digits-study").is_dir()
+
+
+@pytest.mark.parametrize("overrides", [
+    ("optimizer.name=sgd", "optimizer.lr=0.1"),
+    ("optimizer.name=adam", "optimizer.lr=0.001", "optimizer.weight_decay=0.0001"),
+    ("optimizer.schedule=cosine", "optimizer.warmup_epochs=1", "loss.label_smoothing=0.1"),
+    ("optimizer.schedule=linear", "loss.name=softmax_cross_entropy", "dataset.shuffle=false",
+     "dataset.drop_remainder=false", "dataset.num_parallel_workers=2"),
+], ids=["sgd", "adam", "cosine-warmup-smoothing", "linear-softmax-ce-no-shuffle"])
+def test_optimizers_losses_and_schedules_train(tmp_path, overrides):
+    result = train(tmp_path, *SHORT, *overrides)
+    assert final_accuracy(result) > 0.5
+
+
+def test_learning_rate_schedules_follow_warmup_then_decay():
+    from ms_exp.optim import create_optimizer, learning_rates
+
+    def rates(*overrides):
+        cfg = compose_config(["optimizer.lr=0.8", "optimizer.min_lr=0.0", *overrides])
+        return learning_rates(cfg.optimizer, steps_per_epoch=10, epochs=4)
+
+    cosine = rates("optimizer.schedule=cosine", "optimizer.warmup_epochs=1")
+    assert len(cosine) == 40
+    assert cosine[:10] == pytest.approx([0.08 * (i + 1) for i in range(10)])
+    assert cosine[10] == pytest.approx(0.8) and cosine[-1] < 0.01
+    assert cosine[25] == pytest.approx(0.4 * (1 + math.cos(math.pi * 15 / 30)))
+    linear = rates("optimizer.schedule=linear")
+    assert linear[0] == pytest.approx(0.8) and linear[20] == pytest.approx(0.4)
+    assert rates("optimizer.schedule=constant") == [0.8] * 40
+
+    from mindspore import nn
+    from ms_exp.models.mlp import Network
+
+    params = Network(4, 2, 3).trainable_params()
+    kinds = {name: type(create_optimizer(compose_config([f"optimizer.name={name}"]).optimizer,
+                                         params, 10, 1)).__name__
+             for name in ("sgd", "momentum", "adam")}
+    assert kinds == {"sgd": "SGD", "momentum": "Momentum", "adam": "Adam"}
+    assert isinstance(nn.Momentum, type)
+
+
+def test_seed_makes_runs_repeatable(tmp_path):
+    first = train(tmp_path / "a", "trainer.epochs=1", "trainer.seed=7")
+    second = train(tmp_path / "b", "trainer.epochs=1", "trainer.seed=7")
+    a = checkpoint_weights(first.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt")
+    b = checkpoint_weights(second.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt")
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+
+
+def _start_long_run(tmp_path):
+    args = [sys.executable, "-m", "ms_exp.run", *FAST, "trainer.epochs=500",
+            "dataset=synthetic", "dataset.num_samples=4096", "checkpoint=none"]
+    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"})
+    seen = []
+    deadline = time.time() + 120
+    for line in process.stdout:
+        seen.append(line)
+        if line.startswith("epoch: 2 "):
+            break
+        assert time.time() < deadline, "".join(seen)
+    return process, seen
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupted_run_is_marked_killed(tmp_path, signum):
+    process, _ = _start_long_run(tmp_path)
+    process.send_signal(signum)
+    rest = process.communicate(timeout=120)[0]
+    assert process.returncode == 130, rest
+    assert "the run was marked KILLED" in rest
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(["1"])
+    assert run.info.status == "KILLED"
+    # MindSpore's native SIGINT handler re-raises Ctrl-C as SIGTERM once training runs.
+    assert run.data.tags["ms_exp.ended_by"] in ("received signal SIGTERM",
+                                                 "received signal SIGINT")
+    assert client.get_metric_history(run.info.run_id, "train/loss")  # flushed before ending
+
+
+def test_crash_marks_the_run_failed_with_its_error(tmp_path, monkeypatch):
+    import ms_exp.data
+
+    def broken_reader(*args, **kwargs):
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(ms_exp.data, "create_datasets", broken_reader)
+    monkeypatch.chdir(tmp_path)
+    from ms_exp.train import run_job
+
+    cfg = compose_config(["trainer.epochs=1"])
+    OmegaConf.update(cfg, "checkpoint.strategy.save_file", "")
+    with pytest.raises(OSError, match="disk went away"):
+        run_job(cfg, tmp_path / "run")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(["1"])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["ms_exp.error"] == "OSError: disk went away"
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "logs")} == \
+        {"logs/console.log"}
