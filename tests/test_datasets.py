@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import pytest
 
@@ -22,7 +22,7 @@ FAST = ["trainer.progress_bar=never"]
 SUBPROCESS_TIMEOUT_S = 240
 
 
-def run_cli(cwd: Path, *overrides: str, data_path: Optional[Path] = None,
+def run_cli(cwd: Path, *overrides: str, data_path: Union[str, Path, None] = None,
             epochs: Optional[int] = 1, env: Optional[Dict[str, str]] = None
             ) -> Tuple[int, str, str]:
     """``python -m ms_exp.run`` in ``cwd`` with its run dir at ``cwd/run``; DATA_PATH is set
@@ -82,6 +82,7 @@ def data(tmp_path_factory) -> Dict[str, Path]:
     for folder in sorted((images_no_val / "val").iterdir()):
         folder.rmdir()
     (images_no_val / "val").rmdir()
+    images_empty_val = write_image_folder(root / "images_empty_val", per_class_val=0)
     return {
         "mnist": write_mnist(root / "mnist", train=96, test=32),
         # 41 batches of 32 with the model-saving preset (drop_remainder: false).
@@ -89,6 +90,7 @@ def data(tmp_path_factory) -> Dict[str, Path]:
         "mnist_missing": mnist_missing,
         "images": images,
         "images_no_val": images_no_val,
+        "images_empty_val": images_empty_val,
     }
 
 
@@ -155,6 +157,19 @@ def test_imagenet_without_val_folder_is_refused(tmp_path, data):
     line = assert_refused(run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18,
                                   data_path=data["images_no_val"]), tmp_path)
     assert "dataset.eval_dir" in line
+
+
+def test_imagenet_with_empty_class_folders_is_refused(tmp_path, data):
+    line = assert_refused(run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18,
+                                  data_path=data["images_empty_val"]), tmp_path)
+    assert "dataset.eval_dir='val': not allowed; expected class folders holding images" in line
+
+
+def test_imagenet_num_classes_below_the_class_folders_is_refused(tmp_path, data):
+    line = assert_refused(run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18,
+                                  "dataset.num_classes=2", data_path=data["images"]), tmp_path)
+    assert line.endswith("dataset.num_classes=2: not allowed; expected null or at least the 3 "
+                         "class folders under train")
 
 
 # --- synthetic --------------------------------------------------------------------------

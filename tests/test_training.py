@@ -188,20 +188,25 @@ def test_interrupted_run_is_marked_killed(tmp_path, signum):
     assert client.get_metric_history(run.info.run_id, "train/loss")  # flushed before ending
 
 
-def test_crash_marks_the_run_failed_with_its_error(tmp_path, monkeypatch):
-    import ms_exp.data
+def test_crash_marks_the_run_failed_with_its_error(tmp_path):
+    # A fresh process: MindSpore's device cannot be set again once kernels have run here.
+    code = """
+import ms_exp.data
+from omegaconf import OmegaConf
+from ms_exp.config.compose import compose_config
+from ms_exp.train import run_job
 
-    def broken_reader(*args, **kwargs):
-        raise OSError("disk went away")
+def broken_reader(*args, **kwargs):
+    raise OSError("disk went away")
 
-    monkeypatch.setattr(ms_exp.data, "create_datasets", broken_reader)
-    monkeypatch.chdir(tmp_path)
-    from ms_exp.train import run_job
-
-    cfg = compose_config(["trainer.epochs=1"])
-    OmegaConf.update(cfg, "checkpoint.strategy.save_file", "")
-    with pytest.raises(OSError, match="disk went away"):
-        run_job(cfg, tmp_path / "run")
+ms_exp.data.create_datasets = broken_reader
+cfg = compose_config(["trainer.epochs=1"])
+OmegaConf.update(cfg, "checkpoint.strategy.save_file", "")
+run_job(cfg, "run")
+"""
+    crashed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                             text=True)
+    assert crashed.returncode == 1 and "OSError: disk went away" in crashed.stderr
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs(["1"])
     assert run.info.status == "FAILED"

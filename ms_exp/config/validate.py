@@ -13,6 +13,7 @@ from typing import Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
+from ms_exp.data.spec import IMAGE_EXTENSIONS
 
 from ms_exp.config.errors import ConfigError, one_of, require
 
@@ -106,14 +107,7 @@ def validate_dataset(cfg) -> None:
         require(not missing, "dataset.path", cfg.path,
                 f"a folder with the MNIST idx files ({', '.join(missing)} missing)")
     elif name == "imagenet":
-        root = existing_dir("dataset.path", cfg.path)
-        for key in ("train_dir", "eval_dir"):
-            split = root / cfg[key]
-            require(split.is_dir() and any(p.is_dir() for p in split.iterdir()),
-                    f"dataset.{key}", cfg[key], f"a folder of class folders under {root}")
-        require(cfg.image_size >= 1, "dataset.image_size", cfg.image_size, "an integer >= 1")
-        if cfg.num_classes is not None:
-            positive("dataset", cfg, "num_classes")
+        validate_image_folder(cfg)
     elif name == "synthetic":
         positive("dataset", cfg, "num_samples", "num_eval_samples")
         require(cfg.num_classes >= 2, "dataset.num_classes", cfg.num_classes,
@@ -125,6 +119,24 @@ def validate_dataset(cfg) -> None:
     if "mean" in cfg:
         require(len(cfg.mean) == len(cfg.std) and all(s > 0 for s in cfg.std), "dataset.std",
                 list(cfg.std), f"{len(cfg.mean)} positive numbers, one per mean")
+
+
+def validate_image_folder(cfg) -> None:
+    root = existing_dir("dataset.path", cfg.path)
+    folders = 0
+    for key in ("train_dir", "eval_dir"):
+        split = root / cfg[key]
+        classes = [p for p in split.iterdir() if p.is_dir()] if split.is_dir() else []
+        require(bool(classes), f"dataset.{key}", cfg[key],
+                f"a folder of class folders under {root}")
+        has_images = any(f.suffix in IMAGE_EXTENSIONS for c in classes for f in c.iterdir())
+        require(has_images, f"dataset.{key}", cfg[key],
+                f"class folders holding images ({', '.join(IMAGE_EXTENSIONS[:4])}, ...)")
+        folders = folders or len(classes)
+    require(cfg.image_size >= 1, "dataset.image_size", cfg.image_size, "an integer >= 1")
+    if cfg.num_classes is not None:
+        require(cfg.num_classes >= folders, "dataset.num_classes", cfg.num_classes,
+                f"null or at least the {folders} class folders under {cfg.train_dir}")
 
 
 def existing_dir(key: str, value: Optional[str]) -> Path:

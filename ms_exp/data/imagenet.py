@@ -9,17 +9,11 @@ from pathlib import Path
 
 import mindspore.dataset as ds
 
-from ms_exp.data.spec import DataSpec, Shard
+from ms_exp.data.spec import IMAGE_EXTENSIONS, DataSpec, Shard
 from ms_exp.data.transforms import normalize_and_batch
 
 # Fraction of the resized eval image that the center crop keeps (224 of 256).
 EVAL_CROP_FRACTION = 0.875
-# Files ImageFolderDataset reads (it matches extensions case-sensitively). Without the list
-# it reads every file, and one stray .DS_Store or README in a class folder stops training
-# with "Decode: image decode failed".
-IMAGE_EXTENSIONS = [f".{case(ext)}" for ext in ("jpeg", "jpg", "png", "bmp")
-                    for case in (str.lower, str.upper, str.title)]
-
 
 def class_folders(split_dir: Path):
     return sorted(p.name for p in Path(split_dir).iterdir() if p.is_dir())

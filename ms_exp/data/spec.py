@@ -2,6 +2,12 @@
 from dataclasses import dataclass
 from typing import Tuple
 
+# Files ImageFolderDataset reads (it matches extensions case-sensitively). Without the list
+# it reads every file, and one stray .DS_Store or README in a class folder stops training
+# with "Decode: image decode failed".
+IMAGE_EXTENSIONS = [f".{case(ext)}" for ext in ("jpeg", "jpg", "png", "bmp")
+                    for case in (str.lower, str.upper, str.title)]
+
 
 @dataclass(frozen=True)
 class DataSpec:
