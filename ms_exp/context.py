@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import mindspore as ms
 
-DEVICE_TARGETS = ("None", "CPU", "GPU", "Ascend")
+from ms_exp.config.validate import DEVICE_TARGETS
 
 
 @dataclass(frozen=True)

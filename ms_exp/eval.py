@@ -9,6 +9,7 @@ more than five classes) accuracy, prints the tutorial's ``result: ... ckpt= ...`
 and records the result in MLflow as a child run of the evaluated run.
 """
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -93,6 +94,8 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not sys.stderr.isatty():  # MLflow's download bar is noise in logs
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
     from ms_exp.tracking.lifecycle import tracked_run

@@ -103,7 +103,7 @@ def _train(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
 
     ckpt_dir = rank_dir(run_dir, runtime.rank_id)
     mlflow_metrics = MlflowMetrics(tracker, cfg.dataset.batch_size * runtime.group_size,
-                                   cfg.tracking.log_every_n_steps, steps_per_epoch)
+                                   cfg.tracking.log_every_n_steps)
     callbacks = [LossMonitor(cfg.trainer.loss_print_interval), TimeMonitor(), mlflow_metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode)

@@ -89,6 +89,9 @@ BAD_INPUTS = {
     "device target": (["trainer.device_target=TPU"],
                       "trainer.device_target='TPU': not allowed; expected one of None, CPU, "
                       "GPU, Ascend"),
+    "device id": (["trainer.device_id=-1"],
+                  "trainer.device_id=-1: not allowed; expected an integer >= 0"),
+    "tracking uri scheme": (["tracking.uri=ftp://x"], "tracking.uri='ftp://x': not allowed"),
     "context mode": (["trainer.mode=eager"],
                      "trainer.mode='eager': not allowed; expected one of graph, pynative"),
     "parallel option of a later issue": (["parallel=semi_auto"],

@@ -39,7 +39,7 @@ def require(condition: bool, key: str, value, allowed: str) -> None:
 def from_composition_error(error: Exception, overrides: Iterable[str]) -> Optional[str]:
     """Turn an exception raised by Hydra's compose into one line, or None if unknown."""
     if isinstance(error, MissingConfigException):
-        return _missing_option(error, overrides)
+        return _missing_option(error)
     cause = error.__cause__ or error.__context__ or error
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         parent = cause.parent_node
@@ -66,7 +66,7 @@ _TYPE_NAMES = {"Integer": "an integer", "Float": "a number", "Boolean": "true or
                "String": "a string"}
 
 
-def _missing_option(error: MissingConfigException, overrides: Iterable[str]) -> str:
+def _missing_option(error: MissingConfigException) -> str:
     missing = error.missing_cfg_file or ""
     group, _, option = missing.rpartition("/")
     options = ", ".join(error.options or [])

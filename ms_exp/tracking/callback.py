@@ -19,13 +19,11 @@ def loss_value(net_outputs) -> float:
 
 
 class MlflowMetrics(Callback):
-    def __init__(self, tracker, samples_per_step: int, log_every_n_steps: int,
-                 steps_per_epoch: int):
+    def __init__(self, tracker, samples_per_step: int, log_every_n_steps: int):
         super().__init__()
         self.tracker = tracker
         self.samples_per_step = samples_per_step
         self.every = log_every_n_steps
-        self.steps_per_epoch = steps_per_epoch
         self.global_step = 0
         self.eval_history: List[Dict[str, float]] = []
         self._epoch_start = self._step_start = time.perf_counter()

@@ -7,7 +7,7 @@ instead of 3 ms on SQLite or 50 ms against a server (DESIGN.md, decision 7).
 import os
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
@@ -101,6 +101,3 @@ def flatten(tree: Mapping, prefix: str = "") -> Dict[str, object]:
             flat[name] = value
     return flat
 
-
-def iter_files(directory: Path) -> Iterable[Path]:
-    return sorted(p for p in Path(directory).rglob("*") if p.is_file())
