@@ -1,13 +1,23 @@
 """The MindSpore runtime context of the training-flow tutorial's ``init_env``.
 
 Seed, device target (None lets MindSpore pick the backend of the installed package), graph
-or pynative mode, device id, and the parallel mode of the ``parallel`` group.
+or pynative mode, device id, and the parallel mode of the ``parallel`` group. On Ascend and
+GPU the parallel modes are MindSpore's own. On CPU, where MindSpore 2.10 refuses
+SEMI_AUTO_PARALLEL and AUTO_PARALLEL ("Invalid communication backend: CPU"), those two run
+as DATA_PARALLEL over the same ranks: the same math, with the layouts emulated when
+checkpoints are written (DESIGN.md, decision 3).
 """
 from dataclasses import dataclass
 
 import mindspore as ms
 
 from ms_exp.config.validate import DEVICE_TARGETS
+
+PARALLEL_MODES = {
+    "data": ms.ParallelMode.DATA_PARALLEL,
+    "semi_auto": ms.ParallelMode.SEMI_AUTO_PARALLEL,
+    "auto": ms.ParallelMode.AUTO_PARALLEL,
+}
 
 
 @dataclass(frozen=True)
@@ -17,7 +27,9 @@ class Runtime:
     device_id: int
     rank_id: int
     group_size: int
-    parallel_mode: str
+    parallel_mode: str  # the parallel group's mode: stand_alone, data, semi_auto, auto
+    emulated: bool = False  # semi_auto/auto trained data parallel on CPU
+    shard_data: bool = False  # each rank reads its own shard of the training set
 
 
 def strategy_ckpt_config(strategy_cfg) -> dict:
@@ -27,6 +39,27 @@ def strategy_ckpt_config(strategy_cfg) -> dict:
         if strategy_cfg[key]:
             config[key] = strategy_cfg[key]
     return config
+
+
+def is_emulated(parallel_mode: str, device_target: str) -> bool:
+    return parallel_mode in ("semi_auto", "auto") and device_target == "CPU"
+
+
+def auto_parallel_context(parallel_cfg, strategy_cfg, device_target: str) -> dict:
+    """Arguments of ``set_auto_parallel_context`` for a distributed ``parallel_cfg``."""
+    emulated = is_emulated(parallel_cfg.mode, device_target)
+    mode = "data" if emulated else parallel_cfg.mode
+    context = {"parallel_mode": PARALLEL_MODES[mode],
+               "gradients_mean": parallel_cfg.gradients_mean,
+               "device_num": parallel_cfg.device_num}
+    if parallel_cfg.all_reduce_fusion_config:
+        context["all_reduce_fusion_config"] = list(parallel_cfg.all_reduce_fusion_config)
+    if mode in ("semi_auto", "auto"):
+        context["full_batch"] = parallel_cfg.full_batch
+        context["strategy_ckpt_config"] = strategy_ckpt_config(strategy_cfg)
+    if mode == "auto":
+        context["search_mode"] = parallel_cfg.search_mode.value
+    return context
 
 
 def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
@@ -42,12 +75,34 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
     # On CPU there is one device and no device id to choose, as init_env does.
     device_id = 0 if target == "CPU" else trainer_cfg.device_id
     ms.set_device(device_target=target, device_id=device_id)
-    if parallel_cfg.mode != "stand_alone":
-        raise ValueError(f"parallel.mode={parallel_cfg.mode!r}: not supported by this build")
-    # A stand-alone run has no sharding, so MindSpore writes no strategy file for it; the
-    # settings are handed over all the same so the context matches what the config says.
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.STAND_ALONE,
-                                 strategy_ckpt_config=strategy_ckpt_config(strategy_cfg))
-    print("run standalone!", flush=True)
-    return Runtime(device_target=target, mode=mode, device_id=device_id, rank_id=0,
-                   group_size=1, parallel_mode=parallel_cfg.mode)
+    if parallel_cfg.mode == "stand_alone":
+        # A stand-alone run has no sharding, so MindSpore writes no strategy file for it;
+        # the settings are handed over all the same so the context matches the config.
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.STAND_ALONE,
+                                     strategy_ckpt_config=strategy_ckpt_config(strategy_cfg))
+        print("run standalone!", flush=True)
+        return Runtime(device_target=target, mode=mode, device_id=device_id, rank_id=0,
+                       group_size=1, parallel_mode="stand_alone")
+
+    from mindspore.communication import get_group_size, get_rank, init
+
+    init()
+    print("run distribute!", flush=True)
+    group_size = get_group_size()
+    if parallel_cfg.device_num != group_size:
+        raise ValueError(f"the setting device_num: {parallel_cfg.device_num} not equal to the "
+                         f"real group_size: {group_size}")
+    emulated = is_emulated(parallel_cfg.mode, target)
+    ms.set_auto_parallel_context(**auto_parallel_context(parallel_cfg, strategy_cfg, target))
+    if emulated:
+        print(f"parallel={parallel_cfg.mode} on CPU: MindSpore refuses this mode on CPU, so "
+              "ms_exp trains the same math data parallel over the same ranks"
+              + (" and writes each rank's checkpoint slice and the strategy file as "
+                 "MindSpore lays them out" if parallel_cfg.mode == "semi_auto" else
+                 " with data-parallel layouts (every parameter whole on every rank)"),
+              flush=True)
+    full_batch = parallel_cfg.mode in ("semi_auto", "auto") and parallel_cfg.full_batch \
+        and not emulated
+    return Runtime(device_target=target, mode=mode, device_id=device_id, rank_id=get_rank(),
+                   group_size=group_size, parallel_mode=parallel_cfg.mode, emulated=emulated,
+                   shard_data=not full_batch)

@@ -4,19 +4,23 @@ Data flows one way: config -> runtime context -> datasets -> network, loss, opti
 callbacks -> ``Model.fit`` (train, then evaluate after every epoch) -> artifacts and metrics
 in the job's MLflow run.
 """
+import json
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.console import tee_output
+from ms_exp.launch import COMMAND_FILE, is_distributed, launch, log_dir, save_command
 from ms_exp.tracking.lifecycle import tracked_run
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
 from ms_exp.tracking.tracker import flatten
 
 RESOLVED_CONFIG = "config.yaml"
+RESULT_FILE = "result.json"
 
 
 @dataclass
@@ -28,6 +32,20 @@ class JobResult:
     last_checkpoint: Optional[Path]
     best_checkpoint: Optional[Path]
 
+    def save(self) -> None:
+        """Rank 0 of a distributed job hands its result to the launching process."""
+        fields = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        partial = self.run_dir / (RESULT_FILE + ".partial")
+        partial.write_text(json.dumps(fields, indent=2))
+        os.replace(partial, self.run_dir / RESULT_FILE)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "JobResult":
+        fields = json.loads((Path(run_dir) / RESULT_FILE).read_text())
+        for key in ("run_dir", "last_checkpoint", "best_checkpoint"):
+            fields[key] = Path(fields[key]) if fields[key] else None
+        return cls(**fields)
+
 
 def default_run_name(cfg: DictConfig) -> str:
     return f"{cfg.model.name}-{cfg.dataset.name}-{cfg.parallel.mode}"
@@ -35,7 +53,8 @@ def default_run_name(cfg: DictConfig) -> str:
 
 def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
             overrides: List[str] = ()) -> JobResult:
-    """Train, evaluate and checkpoint one job, recorded as one MLflow run."""
+    """Train, evaluate and checkpoint one job, recorded as one MLflow run, in this process
+    or, for a distributed job, in the ranks msrun starts."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_file = run_dir / RESOLVED_CONFIG
@@ -44,6 +63,7 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     uri = resolve_tracking_uri(tracking.uri)
     tags = {
         "ms_exp.parallel_mode": cfg.parallel.mode,
+        "ms_exp.device_num": str(cfg.parallel.device_num),
         "ms_exp.dataset": cfg.dataset.name,
         "ms_exp.model": cfg.model.name,
         "ms_exp.run_dir": str(run_dir.resolve()),
@@ -58,14 +78,39 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
         if hydra_dir is not None and Path(hydra_dir).is_dir():
             tracker.log_artifacts(Path(hydra_dir), "hydra")
         try:
-            result = _train(cfg, run_dir, tracker)
+            if is_distributed(cfg.parallel):
+                result = _train_with_msrun(cfg, run_dir, tracker, uri)
+            else:
+                result = train_in_process(cfg, run_dir, tracker)
         finally:
             _log_outputs(tracker, run_dir, cfg)
         _report(result, tracker, uri)
         return result
 
 
-def _train(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
+def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
+    line = save_command(cfg.parallel, run_dir)
+    print(f"starting {cfg.parallel.device_num} ranks with msrun (also in "
+          f"{run_dir / COMMAND_FILE}):\n  {line}", flush=True)
+    tracker.log_artifact(run_dir / COMMAND_FILE, "launch")
+    env = {}
+    if tracker.enabled:
+        # MLflow's own variables: rank 0 attaches to this run instead of starting one.
+        env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": tracker.run_id,
+               "MLFLOW_EXPERIMENT_ID": tracker.experiment_id}
+    launch(cfg.parallel, run_dir, env)
+    return JobResult.load(run_dir)
+
+
+def train_in_process(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
+    from ms_exp.context import init_env
+
+    runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
+    return train(cfg, run_dir, tracker, runtime)
+
+
+def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
+    """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
     # MindSpore is imported only once the config is known to be good.
     import mindspore as ms
     from mindspore import nn
@@ -73,19 +118,18 @@ def _train(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
 
     from ms_exp.checkpoint import (BestCheckpoint, create_checkpoint_callbacks,
                                    last_checkpoint, rank_dir)
-    from ms_exp.context import init_env
-    from ms_exp.data import create_datasets
+    from ms_exp.data import Shard, create_datasets
     from ms_exp.models import create_network
     from ms_exp.optim import create_loss, create_optimizer
     from ms_exp.placement import describe_placement
     from ms_exp.progress import ProgressBar, wants_progress_bar
     from ms_exp.tracking.callback import MlflowMetrics
 
-    runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
     tracker.set_tags({"ms_exp.device_target": runtime.device_target,
                       "ms_exp.mode": runtime.mode})
     print(describe_placement(cfg.placement, runtime.device_target), flush=True)
-    train_set, eval_set, spec = create_datasets(cfg.dataset)
+    shard = Shard(runtime.group_size, runtime.rank_id) if runtime.shard_data else Shard()
+    train_set, eval_set, spec = create_datasets(cfg.dataset, shard)
     steps_per_epoch = train_set.get_dataset_size()
     epochs = cfg.trainer.epochs
     print(f"dataset={cfg.dataset.name}: {spec.train_size} training and {spec.eval_size} "
@@ -107,7 +151,7 @@ def _train(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
     callbacks = [LossMonitor(cfg.trainer.loss_print_interval), TimeMonitor(), mlflow_metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode)
-    if wants_progress_bar(cfg.trainer.progress_bar.value):
+    if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, epochs))
 
     model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
@@ -127,6 +171,12 @@ def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
     """Logs and checkpoints into the run, also after a failure (they explain it)."""
     for log in sorted(run_dir.glob("*.log")):
         tracker.log_artifact(log, "logs")
+    ranks_logs = log_dir(cfg.parallel, run_dir) if is_distributed(cfg.parallel) else None
+    if ranks_logs is not None and ranks_logs.is_dir():
+        tracker.log_artifacts(ranks_logs, "logs/ranks")
+    strategy = Path(cfg.checkpoint.strategy.save_file or "")
+    if strategy.name and strategy.is_file():
+        tracker.log_artifact(strategy, "strategy")
     ckpt_root = run_dir / "checkpoints"
     choice = cfg.tracking.log_checkpoints.value
     if choice == "none" or not ckpt_root.is_dir():

@@ -94,8 +94,28 @@ BAD_INPUTS = {
     "tracking uri scheme": (["tracking.uri=ftp://x"], "tracking.uri='ftp://x': not allowed"),
     "context mode": (["trainer.mode=eager"],
                      "trainer.mode='eager': not allowed; expected one of graph, pynative"),
-    "parallel option of a later issue": (["parallel=semi_auto"],
-                                         "parallel='semi_auto': unknown option"),
+    "unknown parallel option": (["parallel=pipeline"],
+                                "parallel='pipeline': unknown option; expected one of auto, "
+                                "data, semi_auto, stand_alone"),
+    "stand-alone on two devices": (["parallel.device_num=2"],
+                                   "parallel.device_num=2: not allowed; expected 1 for "
+                                   "parallel=stand_alone"),
+    "workers other than devices": (["parallel=data", "parallel.launcher.worker_num=4"],
+                                   "parallel.launcher.worker_num=4: not allowed; expected null "
+                                   "or parallel.device_num (2): one worker per device"),
+    "node rank beyond the nodes": (["parallel=data", "parallel.launcher.local_worker_num=1",
+                                    "parallel.launcher.node_rank=2"],
+                                   "parallel.launcher.node_rank=2: not allowed; expected this "
+                                   "node's rank, 0 to 1 (2 workers, 1 on each node)"),
+    "master port out of range": (["parallel=data", "parallel.launcher.master_port=80"],
+                                 "parallel.launcher.master_port=80: not allowed; expected a "
+                                 "port from 1024 to 65535"),
+    "fusion config not increasing": (["parallel=data",
+                                      "parallel.all_reduce_fusion_config=[35,20]"],
+                                     "parallel.all_reduce_fusion_config=[35, 20]: not allowed"),
+    "auto search mode": (["parallel=auto", "parallel.search_mode=random"],
+                         "parallel.search_mode='random': not allowed; expected one of "
+                         "sharding_propagation, dynamic_programming, recursive_programming"),
     "resnet on 8x8 digits": (["model=resnet"], "model='resnet': not allowed; expected images "
                              "of at least 32x32; dataset=digits has 8x8"),
     "label smoothing conflict": (["loss.name=softmax_cross_entropy", "loss.label_smoothing=0.1"],
@@ -131,6 +151,20 @@ def test_read_only_output_directory_is_refused_even_for_root(workdir, capsys):
     assert main(["hydra.run.dir=/proc/ms_exp_run"]) == 2
     assert "hydra.run.dir='/proc/ms_exp_run': not allowed; expected a writable folder" in \
         capsys.readouterr().err
+
+
+def test_busy_master_port_is_refused(workdir, capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["parallel=data", f"parallel.launcher.master_port={port}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ms_exp: error: parallel.launcher.master_port={port}: not allowed; expected a free "
+        f"port (another process is listening on 127.0.0.1:{port})")
+    assert list(workdir.iterdir()) == []
 
 
 def test_refusal_happens_before_mindspore_is_imported(tmp_path):

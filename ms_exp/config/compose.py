@@ -15,8 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError, from_composition_error
-from ms_exp.config.schema import Config, register_schemas
-from ms_exp.config.validate import validate, writable_dir
+from ms_exp.config.schema import GROUP_SCHEMAS, Config, register_schemas
+from ms_exp.config.validate import choices_from_config, validate, writable_dir
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
@@ -80,6 +80,9 @@ def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
     saved = OmegaConf.load(path)
     merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
                              OmegaConf.from_dotlist(list(overrides)))
+    for group, option in choices_from_config(merged).items():
+        merged[group] = OmegaConf.merge(OmegaConf.structured(GROUP_SCHEMAS[group][option]),
+                                        merged[group])
     return merged
 
 

@@ -8,7 +8,7 @@ Range and path checks that a type cannot express live in ``ms_exp.config.validat
 """
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -51,10 +51,60 @@ class CheckpointArtifacts(Enum):
 # --- parallel --------------------------------------------------------------------------
 
 
+class SearchMode(Enum):
+    """``search_mode`` of AUTO_PARALLEL."""
+
+    sharding_propagation = "sharding_propagation"
+    dynamic_programming = "dynamic_programming"
+    recursive_programming = "recursive_programming"
+
+
+@dataclass
+class LauncherConfig:
+    """msrun's arguments. One node: leave the defaults. Several nodes: the same command on
+    every node with its own ``node_rank`` and ``local_worker_num``."""
+
+    worker_num: Optional[int] = None  # None: parallel.device_num
+    local_worker_num: Optional[int] = None  # None: worker_num (every worker on this node)
+    node_rank: int = -1  # -1: msrun assigns ranks (single node)
+    master_addr: str = "127.0.0.1"
+    master_port: int = 8118
+    log_dir: str = "log_output"  # relative paths are inside the run directory
+    cluster_time_out: int = 600
+    # Seconds a rank may outlive a failed one before the rest are stopped.
+    join_timeout: int = 30
+
+
 @dataclass
 class StandAloneParallel:
     mode: str = "stand_alone"
     device_num: int = 1
+
+
+@dataclass
+class DataParallel:
+    mode: str = "data"
+    device_num: int = 2
+    gradients_mean: bool = True
+    all_reduce_fusion_config: List[int] = field(default_factory=list)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+
+
+@dataclass
+class SemiAutoParallel(DataParallel):
+    mode: str = "semi_auto"
+    device_num: int = 8
+    full_batch: bool = False
+    # Operator path -> shard strategy, e.g. {layer1: {matmul: [[2, 1], [1, 2]]}}.
+    strategies: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AutoParallel(DataParallel):
+    mode: str = "auto"
+    device_num: int = 8
+    full_batch: bool = False
+    search_mode: SearchMode = SearchMode.sharding_propagation
 
 
 # --- checkpoint ------------------------------------------------------------------------
@@ -229,7 +279,8 @@ class Config:
 # group -> option -> schema. The YAML options in conf/ must match this table one to one
 # (a test checks it), so an option cannot exist only in YAML or only here.
 GROUP_SCHEMAS = {
-    "parallel": {"stand_alone": StandAloneParallel},
+    "parallel": {"stand_alone": StandAloneParallel, "data": DataParallel,
+                 "semi_auto": SemiAutoParallel, "auto": AutoParallel},
     "checkpoint": {
         "integrated": CheckpointSchema,
         "sliced": CheckpointSchema,

@@ -6,6 +6,7 @@ line with the key, the value and what is allowed.
 """
 import dataclasses
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Mapping, Optional
@@ -83,8 +84,54 @@ def validate_trainer(cfg) -> None:
 
 
 def validate_parallel(cfg) -> None:
-    require(cfg.device_num == 1, "parallel.device_num", cfg.device_num,
-            "1 for parallel=stand_alone")
+    if cfg.mode == "stand_alone":
+        require(cfg.device_num == 1, "parallel.device_num", cfg.device_num,
+                "1 for parallel=stand_alone")
+        return
+    require(cfg.device_num >= 1, "parallel.device_num", cfg.device_num, "an integer >= 1")
+    fusion = list(cfg.all_reduce_fusion_config)
+    require(all(0 < a < b for a, b in zip([0] + fusion, fusion)),
+            "parallel.all_reduce_fusion_config", fusion,
+            "increasing positive gradient indices, e.g. [20, 35]")
+    launcher = cfg.launcher
+    workers = launcher.worker_num or cfg.device_num
+    require(workers == cfg.device_num, "parallel.launcher.worker_num", launcher.worker_num,
+            f"null or parallel.device_num ({cfg.device_num}): one worker per device")
+    local = launcher.local_worker_num or workers
+    require(1 <= local <= workers, "parallel.launcher.local_worker_num",
+            launcher.local_worker_num, f"null or an integer from 1 to {workers}")
+    nodes = -(-workers // local)
+    if nodes > 1:
+        require(0 <= launcher.node_rank < nodes, "parallel.launcher.node_rank",
+                launcher.node_rank, f"this node's rank, 0 to {nodes - 1} ({workers} workers, "
+                f"{local} on each node)")
+    else:
+        require(launcher.node_rank in (-1, 0), "parallel.launcher.node_rank",
+                launcher.node_rank, "-1 or 0 when every worker is on this node")
+    require(1024 <= launcher.master_port <= 65535, "parallel.launcher.master_port",
+            launcher.master_port, "a port from 1024 to 65535")
+    positive("parallel.launcher", launcher, "cluster_time_out")
+    require(launcher.join_timeout >= 0, "parallel.launcher.join_timeout",
+            launcher.join_timeout, "seconds >= 0")
+    if launcher.node_rank in (-1, 0) and is_local_address(launcher.master_addr):
+        require(port_is_free(launcher.master_addr, launcher.master_port),
+                "parallel.launcher.master_port", launcher.master_port,
+                f"a free port (another process is listening on {launcher.master_addr}:"
+                f"{launcher.master_port})")
+
+
+def is_local_address(address: str) -> bool:
+    return address in ("127.0.0.1", "localhost", "::1") or address.startswith("127.")
+
+
+def port_is_free(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
 
 
 def validate_checkpoint(cfg) -> None:

@@ -1,0 +1,1 @@
+"""Semi-auto parallel layouts: shard strategies to per-rank slices and MindSpore strategy files."""

@@ -1,0 +1,431 @@
+"""Semi-auto parallel layouts of a network's parameters, computed the way MindSpore does.
+
+On CPU, MindSpore 2.10 refuses SEMI_AUTO_PARALLEL ("Invalid communication backend: CPU"), so
+ms_exp trains the same math data-parallel and then writes, for every rank, the slice of every
+parameter that rank would hold in semi-auto parallel, plus a strategy file in MindSpore's own
+format. MindSpore's offline tools (``transform_checkpoints``, ``merge_sliced_parameter``,
+``build_searched_strategy``) read both back; that is the proof the layout is right.
+
+Conventions (MindSpore's, see DESIGN.md decision 3):
+
+- An operator's device matrix is built from its shard strategy; when the strategy uses fewer
+  devices than ``device_num``, the repeated-calculation factor ``device_num / used`` is
+  appended on the RIGHT of the device matrix (MindSpore's default,
+  ``repeated_num_in_dev_matrix_right_``), and every tensor-map entry moves up by one.
+- A tensor map entry ``i`` names device-matrix dimension ``i`` counted from the right
+  (``dev_matrix[-i - 1]``, as in ``mindspore.parallel._tensor._get_tensor_strategy``);
+  ``-1`` means that tensor dimension is not split.
+- MatMul ``((a, b), (b, c))``: device matrix ``[a, b, c]``, weight ``[in, out]`` tensor map
+  ``[1, 0]``. So ``((2, 1), (1, 2))`` on 8 devices gives ``[2, 1, 2, 2]`` and ``[2, 1]``.
+- Add ``((x0, x1), (y1,))`` with the bias broadcast over the batch dim: device matrix
+  ``[x0, x1]``, bias tensor map ``[0]`` when ``y1 > 1`` and ``[-1]`` otherwise (a size-1
+  device dimension and ``-1`` slice identically).
+- Operators without a strategy get MindSpore's default data-parallel strategy: the first
+  (batch) dim of the non-parameter input split ``device_num`` ways, parameters not split.
+
+The slicing itself is MindSpore's: :func:`slice_for_rank` makes the same three calls as
+``mindspore.parallel._tensor._load_tensor`` (``_get_tensor_strategy``,
+``_get_tensor_slice_index``, ``_chunk_tensor_by_strategy``) on the numpy array.
+"""
+import difflib
+import os
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+SUPPORTED_OPS = ("MatMul", "Add")
+Strategy = Tuple[Tuple[int, ...], ...]
+
+
+class StrategyError(ValueError):
+    """A shard strategy that MindSpore would refuse; the message is one line naming the operator."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one parameter lives: MindSpore's (dev_matrix, tensor_map) plus its full shape."""
+
+    dev_matrix: tuple
+    tensor_map: tuple
+    tensor_shape: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "dev_matrix", tuple(int(d) for d in self.dev_matrix))
+        object.__setattr__(self, "tensor_map", tuple(int(m) for m in self.tensor_map))
+        object.__setattr__(self, "tensor_shape", tuple(int(s) for s in self.tensor_shape))
+        if len(self.tensor_map) != len(self.tensor_shape):
+            raise ValueError(f"tensor_map {list(self.tensor_map)} does not match tensor shape "
+                             f"{list(self.tensor_shape)}")
+
+    @property
+    def device_num(self) -> int:
+        return prod(self.dev_matrix)
+
+    def tensor_strategy(self) -> Tuple[int, ...]:
+        """How many ways each tensor dimension is split."""
+        from mindspore.parallel._tensor import _get_tensor_strategy
+        return tuple(int(s) for s in _get_tensor_strategy(list(self.dev_matrix),
+                                                          list(self.tensor_map)))
+
+    def slice_shape(self) -> Tuple[int, ...]:
+        return tuple(size // split for size, split in zip(self.tensor_shape, self.tensor_strategy()))
+
+    def split_factor(self) -> int:
+        """How many distinct slices exist (the other ranks hold repeats of them)."""
+        return prod(self.tensor_strategy())
+
+
+@dataclass(frozen=True)
+class _Operator:
+    path: str                      # "layer1.matmul": cell path + attribute name
+    kind: str                      # primitive name: "MatMul", "Add", "ReLU", ...
+    primitive: Any
+    param_name: Optional[str]      # the parameter it takes as input 1, when ms_exp can tell
+    param_shape: Optional[Tuple[int, ...]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Operators of a network and their strategies
+
+def _operators(network) -> Dict[str, _Operator]:
+    """Every primitive held as a cell attribute, by path, with the parameter it consumes.
+
+    A MatMul is bound to the one 2-D parameter of its cell and an Add to the one 1-D parameter
+    (the tutorial's Dense: ``matmul(x, self.weight)``, ``add(x, self.bias)``); a cell with
+    several candidates is left unbound rather than guessed."""
+    param_rank = {"MatMul": 2, "Add": 1}
+    operators: Dict[str, _Operator] = {}
+    for cell_name, cell in network.cells_and_names():
+        primitives = {k: v for k, v in getattr(cell, "_primitives", {}).items() if v is not None}
+        own = list(cell.get_parameters(expand=False))
+        for attr, primitive in primitives.items():
+            kind = getattr(primitive, "name", type(primitive).__name__)
+            param = None
+            if kind in param_rank:
+                candidates = [p for p in own if len(p.shape) == param_rank[kind]]
+                same_kind = [q for q in primitives.values() if getattr(q, "name", None) == kind]
+                if len(candidates) == 1 and len(same_kind) == 1:
+                    param = candidates[0]
+            path = f"{cell_name}.{attr}" if cell_name else attr
+            operators[path] = _Operator(path, kind, primitive,
+                                        param.name if param is not None else None,
+                                        tuple(param.shape) if param is not None else None)
+    return operators
+
+
+def _shardable(operators: Mapping[str, _Operator]) -> List[_Operator]:
+    return [op for op in operators.values() if op.kind in SUPPORTED_OPS and op.param_name]
+
+
+def _fmt(strategy) -> str:
+    return str(tuple(tuple(t) for t in strategy))
+
+
+def _input_shapes(op: _Operator, batch_size: Optional[int]) -> List[Tuple[str, tuple]]:
+    """(description, shape) of each input; the batch dim is None unless batch_size is known."""
+    if op.kind == "MatMul":
+        return [("x", (batch_size, op.param_shape[0])), (op.param_name, op.param_shape)]
+    # Add: x is [batch, *bias shape], the bias broadcast over the batch dim.
+    return [("x", (batch_size, *op.param_shape)), (op.param_name, op.param_shape)]
+
+
+def _as_strategy(where: str, raw) -> Strategy:
+    def is_seq(value):
+        return not isinstance(value, (str, bytes)) and isinstance(value, Iterable)
+    if not is_seq(raw) or not all(is_seq(t) for t in raw):
+        raise StrategyError(f"{where}: expected one tuple of factors per input, such as "
+                            f"((2, 1), (1, 2)), got {raw!r}")
+    return tuple(tuple(t) for t in raw)
+
+
+def _check_strategy(op: _Operator, raw, device_num: int, batch_size: Optional[int]) -> Strategy:
+    where = f"strategy for '{op.path}'"
+    if op.kind not in SUPPORTED_OPS:
+        raise StrategyError(f"{where}: {op.kind} is not supported by the CPU layout emulation "
+                            f"(supported: {', '.join(SUPPORTED_OPS)})")
+    if op.param_name is None:
+        raise StrategyError(f"{where}: cannot tell which parameter this {op.kind} takes "
+                            f"(its cell needs exactly one {op.kind} and one candidate parameter)")
+    if op.kind == "MatMul" and (op.primitive.attrs.get("transpose_a")
+                                or op.primitive.attrs.get("transpose_b")):
+        raise StrategyError(f"{where}: MatMul with transpose_a/transpose_b is not supported by "
+                            f"the CPU layout emulation")
+    strategy = _as_strategy(where, raw)
+    inputs = _input_shapes(op, batch_size)
+    if len(strategy) != len(inputs):
+        raise StrategyError(f"{where}: {op.kind} takes {len(inputs)} inputs, got "
+                            f"{len(strategy)} tuple(s) {_fmt(strategy)}")
+    for i, (factors, (name, shape)) in enumerate(zip(strategy, inputs)):
+        if not all(isinstance(f, (int, np.integer)) and not isinstance(f, bool) and f >= 1
+                   for f in factors):
+            raise StrategyError(f"{where}: input {i} factors must be positive integers, "
+                                f"got {tuple(factors)}")
+        if len(factors) != len(shape):
+            shown = ", ".join("batch" if s is None else str(s) for s in shape)
+            raise StrategyError(f"{where}: input {i} ({name}, shape [{shown}]) has {len(shape)} "
+                                f"dims, got {len(factors)} factors {tuple(factors)}")
+    strategy = tuple(tuple(int(f) for f in factors) for factors in strategy)
+    for i, (factors, (name, shape)) in enumerate(zip(strategy, inputs)):
+        for dim, (factor, size) in enumerate(zip(factors, shape)):
+            if size is not None and size % factor:
+                raise StrategyError(f"{where}: input {i} ({name}) dim {dim} has size {size}, "
+                                    f"not divisible by {factor}")
+    if op.kind == "MatMul":
+        (a, b), (b2, c) = strategy
+        if b != b2:
+            raise StrategyError(f"{where}: inner dims sharded inconsistently: input 0 dim 1 "
+                                f"split {b} but input 1 dim 0 split {b2}")
+        used, product = a * b * c, f"{a}*{b}*{c}"
+    else:
+        x, bias = strategy
+        for dim, (fx, fb) in enumerate(zip(x[1:], bias)):
+            if fx != fb:
+                raise StrategyError(f"{where}: broadcast dims sharded inconsistently: input 0 "
+                                    f"dim {dim + 1} split {fx} but input 1 dim {dim} split {fb}")
+        used, product = prod(x), "*".join(map(str, x))
+    if device_num % used:
+        raise StrategyError(f"{where}: {_fmt(strategy)} uses {product} = {used} devices, "
+                            f"which does not divide device_num={device_num}")
+    return strategy
+
+
+def _default_strategy(op: _Operator, device_num: int) -> Strategy:
+    """MindSpore's default data-parallel strategy: batch dim split, parameter whole."""
+    ones = (1,) * len(op.param_shape)
+    if op.kind == "MatMul":
+        return ((device_num, 1), ones)
+    return ((device_num, *ones), ones)
+
+
+def _check_device_num(device_num) -> int:
+    if isinstance(device_num, bool) or not isinstance(device_num, (int, np.integer)) \
+            or device_num < 1:
+        raise StrategyError(f"device_num must be a positive integer, got {device_num!r}")
+    return int(device_num)
+
+
+def operator_strategies(network, strategies: Optional[Mapping[str, Any]], device_num: int,
+                        batch_size: Optional[int] = None) -> Dict[str, Strategy]:
+    """The strategy every parameter-holding MatMul/Add runs with: the configured one, checked,
+    or MindSpore's default data-parallel one. Raises :class:`StrategyError`."""
+    device_num = _check_device_num(device_num)
+    operators = _operators(network)
+    configured: Dict[str, Strategy] = {}
+    for path, raw in (strategies or {}).items():
+        op = operators.get(str(path))
+        if op is None:
+            known = [o.path for o in _shardable(operators)] or sorted(operators)
+            hint = difflib.get_close_matches(str(path), list(operators), n=1)
+            shown = ", ".join(known[:6]) + (f", ... ({len(known) - 6} more)" if len(known) > 6 else "")
+            raise StrategyError(
+                f"strategy for '{path}': no such operator in {type(network).__name__}"
+                + (f" (did you mean '{hint[0]}'?)" if hint else "")
+                + f"; operators that take a strategy: {shown or 'none'}")
+        configured[op.path] = _check_strategy(op, raw, device_num, batch_size)
+    return {op.path: configured.get(op.path) or _default_strategy(op, device_num)
+            for op in _shardable(operators)}
+
+
+def validate_strategies(network, strategies: Optional[Mapping[str, Any]], device_num: int,
+                        batch_size: Optional[int] = None) -> None:
+    """Raise :class:`StrategyError` (one line, naming the operator) for the first bad strategy."""
+    operator_strategies(network, strategies, device_num, batch_size)
+
+
+def _layout_of(op: _Operator, strategy: Strategy, device_num: int) -> Layout:
+    if op.kind == "MatMul":
+        (a, b), (_, c) = strategy
+        dev_matrix, tensor_map = [a, b, c], [1, 0]
+    else:
+        x, bias = strategy
+        dev_matrix = list(x)
+        tensor_map = [len(bias) - 1 - dim if factor > 1 else -1 for dim, factor in enumerate(bias)]
+    repeat = device_num // prod(dev_matrix)
+    if repeat > 1:      # repeated calculation: on the right, tensor map shifted up by one
+        dev_matrix.append(repeat)
+        tensor_map = [m + 1 if m != -1 else -1 for m in tensor_map]
+    return Layout(tuple(dev_matrix), tuple(tensor_map), op.param_shape)
+
+
+def operator_layouts(network, strategies: Optional[Mapping[str, Any]], device_num: int,
+                     batch_size: Optional[int] = None) -> Dict[str, Layout]:
+    """The semi-auto parallel layout of every trainable parameter of ``network``.
+
+    ``strategies`` maps operator paths ("layer1.matmul") to shard strategies, one tuple per
+    input, as ``ops.MatMul().shard(...)`` takes them. Parameters that no supported operator
+    consumes are replicated. Raises :class:`StrategyError`."""
+    device_num = _check_device_num(device_num)
+    effective = operator_strategies(network, strategies, device_num, batch_size)
+    by_param = {op.param_name: op for op in _shardable(_operators(network))}
+    layouts: Dict[str, Layout] = {}
+    for param in network.trainable_params():
+        op = by_param.get(param.name)
+        if op is not None:
+            layouts[param.name] = _layout_of(op, effective[op.path], device_num)
+        else:
+            layouts[param.name] = Layout((device_num,), (-1,) * len(param.shape), tuple(param.shape))
+    return layouts
+
+
+# ---------------------------------------------------------------------------------------------
+# Slices, sliced checkpoints and strategy files
+
+def slice_for_rank(array: np.ndarray, layout: Layout, rank: int) -> np.ndarray:
+    """The slice of ``array`` that ``rank`` holds under ``layout``, as MindSpore cuts it
+    (the body of ``mindspore.parallel._tensor._load_tensor``, without the Tensor round trip)."""
+    from mindspore.parallel._tensor import (_chunk_tensor_by_strategy, _get_tensor_slice_index,
+                                            _get_tensor_strategy)
+    array = np.asarray(array)
+    if tuple(array.shape) != layout.tensor_shape:
+        raise ValueError(f"array of shape {list(array.shape)} does not match the layout's "
+                         f"tensor shape {list(layout.tensor_shape)}")
+    if not 0 <= rank < layout.device_num:
+        raise ValueError(f"rank {rank} is outside the {layout.device_num} devices of "
+                         f"dev_matrix {list(layout.dev_matrix)}")
+    if array.ndim == 0:
+        return array.copy()
+    dev_matrix, tensor_map = list(layout.dev_matrix), list(layout.tensor_map)
+    strategy = _get_tensor_strategy(dev_matrix, tensor_map)
+    index = _get_tensor_slice_index(dev_matrix, strategy, tensor_map, rank)
+    return np.ascontiguousarray(_chunk_tensor_by_strategy(array, strategy)[int(index)])
+
+
+def _owner(name: str, layouts: Mapping[str, Layout]) -> Optional[str]:
+    """The parameter an optimizer state was cloned from: ``moments.layer1.weight`` -> ``layer1.weight``."""
+    owners = [p for p in layouts if name.endswith("." + p)]
+    return max(owners, key=len) if owners else None
+
+
+def checkpoint_layouts(shapes: Mapping[str, Sequence[int]],
+                       layouts: Mapping[str, Layout]) -> Dict[str, Layout]:
+    """Layouts of every sliced entry of a training checkpoint (name -> shape).
+
+    What MindSpore does in semi-auto parallel, and so what ms_exp does:
+
+    - parameters: their own layout;
+    - optimizer states cloned from a parameter (``ParameterTuple.clone(prefix=...)``, named
+      ``<prefix>.<parameter>``: ``moments.*``, ``moment1.*``, ``adam_m.*``, ``accum.*``) share
+      their parameter's layout; MindSpore's step_parallel gives cloned parameters the layout
+      of the one they were cloned from, and strategy files list them (``transform_checkpoints``
+      itself special-cases ``adam_m``/``adam_v``/``accu_grads`` names found there);
+    - everything else (``learning_rate``, ``global_step``, ``momentum``, ``beta1_power``...)
+      is replicated: every rank holds the whole value, and it is left out of the strategy
+      file, where ``transform_checkpoints`` copies it unchanged ("Handle those parameter like
+      learning_rate, global_step which not in strategy_file").
+    """
+    result: Dict[str, Layout] = {}
+    for name, shape in shapes.items():
+        shape = tuple(int(s) for s in shape)
+        if name in layouts:
+            if shape != layouts[name].tensor_shape:
+                raise ValueError(f"{name}: shape {list(shape)} does not match its layout's "
+                                 f"{list(layouts[name].tensor_shape)}")
+            result[name] = layouts[name]
+            continue
+        owner = _owner(name, layouts)
+        if owner is None:
+            continue
+        if shape != layouts[owner].tensor_shape:
+            if layouts[owner].split_factor() == 1:
+                continue        # its parameter is whole on every rank: so is this state
+            raise ValueError(f"{name}: shape {list(shape)} differs from its parameter {owner} "
+                             f"{list(layouts[owner].tensor_shape)}; cannot tell how MindSpore "
+                             f"would lay it out")
+        result[name] = layouts[owner]
+    return result
+
+
+def _as_numpy(value) -> np.ndarray:
+    return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+
+
+def write_sliced_checkpoints(param_dict: Mapping[str, Any], layouts: Mapping[str, Layout],
+                             device_num: int, out_dir, prefix: str = "checkpoint",
+                             name: Optional[str] = None) -> Dict[str, Layout]:
+    """Write ``out_dir/rank_<r>/<name>`` for every rank: each entry's slice for that rank.
+
+    ``param_dict`` maps checkpoint names to arrays (numpy, Tensor or Parameter): parameters
+    and optimizer states. ``prefix`` is the checkpoint prefix (ModelCheckpoint's, and what
+    ``python -m ms_exp.ckpt merge --prefix`` selects); ``name`` is the file name, by default
+    ``<prefix>.ckpt``. Files are written to a hidden temporary name and renamed. Returns the
+    layouts of every sliced entry (see :func:`checkpoint_layouts`): write the strategy file
+    from these so that optimizer states merge too."""
+    import mindspore as ms
+    device_num = _check_device_num(device_num)
+    name = name or f"{prefix}.ckpt"
+    if "/" in name or os.sep in name or not name.endswith(".ckpt") or not name.startswith(prefix):
+        raise ValueError(f"checkpoint file name {name!r} must be a plain '<prefix>....ckpt' "
+                         f"name starting with prefix {prefix!r}")
+    for param, layout in layouts.items():
+        if layout.device_num != device_num:
+            raise ValueError(f"{param}: dev_matrix {list(layout.dev_matrix)} spans "
+                             f"{layout.device_num} devices, not device_num={device_num}")
+        if param not in param_dict:
+            raise ValueError(f"{param} has a layout but no value in the checkpoint dict")
+    arrays = {key: _as_numpy(value) for key, value in param_dict.items()}
+    sliced = checkpoint_layouts({key: a.shape for key, a in arrays.items()}, layouts)
+    for rank in range(device_num):
+        rank_dir = Path(out_dir) / f"rank_{rank}"
+        rank_dir.mkdir(parents=True, exist_ok=True)
+        entries = [{"name": key,
+                    "data": ms.Tensor(slice_for_rank(a, sliced[key], rank) if key in sliced else a)}
+                   for key, a in arrays.items()]
+        partial = rank_dir / f".{name[:-len('.ckpt')]}.partial.ckpt"
+        ms.save_checkpoint(entries, str(partial))
+        os.replace(partial, rank_dir / name)
+    return sliced
+
+
+def write_strategy_file(path, layouts: Mapping[str, Layout], stage: int = 0,
+                        op_strategies: Optional[Mapping[str, Strategy]] = None) -> Path:
+    """Write a strategy checkpoint (``node_strategy_pb2.ParallelStrategyMap``) as MindSpore's
+    ``strategy_ckpt_config={"save_file": ...}`` does, atomically.
+
+    ``op_strategies`` (from :func:`operator_strategies`) become the ``parallel_strategy_item``
+    entries, keyed by operator path. Without them, one item per parameter records how its
+    dimensions are split: MindSpore's readers need at least one item (they take the pipeline
+    stage from the first) but look at no operator names."""
+    from mindspore.train import node_strategy_pb2
+    if not layouts:
+        raise ValueError("no parameter layouts to write")
+    device_nums = {layout.device_num for layout in layouts.values()}
+    if len(device_nums) != 1:
+        raise ValueError(f"layouts span different device counts {sorted(device_nums)}; "
+                         f"MindSpore takes the device count from the first one")
+    strategy_map = node_strategy_pb2.ParallelStrategyMap()
+    strategy_map.current_stage = stage
+    items = op_strategies or {name: (layout.tensor_strategy(),) for name, layout in layouts.items()}
+    for node_name, strategy in items.items():
+        item = strategy_map.parallel_strategy_item.add()
+        item.node_name = node_name
+        item.parallel_strategys.stage = stage
+        for factors in strategy:
+            item.parallel_strategys.parallel_strategy.add().dim.extend(int(f) for f in factors)
+    for name, layout in layouts.items():
+        entry = strategy_map.parallel_layout_item.add()
+        entry.param_name = name
+        parallel = entry.parallel_layouts
+        parallel.dev_matrix.add().dim.extend(layout.dev_matrix)
+        parallel.tensor_map.add().dim.extend(layout.tensor_map)
+        parallel.param_split_shape.add()    # present but empty: MindSpore reads element [0]
+        parallel.indices_offset.add()
+        parallel.field = 0
+        parallel.opt_weight_shard_step = 0
+        parallel.opt_weight_shard_size = 0
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(strategy_map.SerializeToString())
+    os.replace(partial, path)
+    return path
+
+
+def strategy_file_layouts(path) -> Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+    """(dev_matrix, tensor_map) of every parameter in a strategy file, read back with
+    ``mindspore.parallel.build_searched_strategy`` (the file holds no full shapes)."""
+    from mindspore.parallel import build_searched_strategy
+    return {name: (tuple(layout.dev_matrix[0].dim), tuple(layout.tensor_map[0].dim))
+            for name, layout in build_searched_strategy(str(path)).items()}
