@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.compose import load_run_config
 from ms_exp.config.errors import ConfigError
+from ms_exp.config.schema import StandAloneParallel
 from ms_exp.config.validate import choices_from_config, validate
 from ms_exp.tracking.store import resolve_tracking_uri
 
@@ -76,7 +77,9 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     from ms_exp.models import create_network
     from ms_exp.optim import create_loss
 
-    init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
+    # Evaluation needs one process whatever the run trained with: every rank of a data
+    # parallel run holds the same weights.
+    init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
     _, eval_set, spec = create_datasets(cfg.dataset)
     network = create_network(cfg.model, spec)
     not_loaded, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(checkpoint)))

@@ -6,10 +6,12 @@ the resolved config the parent wrote there (DESIGN.md, decision 2). The command 
 and saved as ``<run dir>/msrun_command.sh`` so it can be copied to a cluster node.
 """
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -79,47 +81,109 @@ def interpreter_path_dir(run_dir: Path) -> Path:
 
 
 def launch(parallel_cfg, run_dir: Path, env: Dict[str, str]) -> None:
-    """Run msrun to completion; on Ctrl-C or SIGTERM stop every rank, then re-raise."""
+    """Run msrun to completion; on Ctrl-C or SIGTERM stop every rank, then re-raise.
+
+    msrun's output (its own lines and the ranks' logs it tails) is copied to this process's
+    stdout, so it lands in the console and in the run's console.log, and read for the
+    pid of a worker that died."""
     command = [sys.executable, "-m", "mindspore.parallel.cluster.run",
                *msrun_arguments(parallel_cfg, run_dir)]
     full_env = {**os.environ, **env,
                 "PATH": f"{interpreter_path_dir(run_dir)}{os.pathsep}{os.environ.get('PATH', '')}"}
     # A session of its own, so that every rank can be stopped with one signal.
-    process = subprocess.Popen(command, env=full_env, start_new_session=True)
+    process = subprocess.Popen(command, env=full_env, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               errors="replace", bufsize=1)
+    failed_pids: List[int] = []
+    pump = threading.Thread(target=_copy_output, args=(process.stdout, failed_pids),
+                            daemon=True)
+    pump.start()
     try:
         returncode = process.wait()
     except BaseException:
-        stop_process_group(process, parallel_cfg.launcher.join_timeout)
+        stop_ranks(process, log_dir(parallel_cfg, run_dir), parallel_cfg.launcher.join_timeout)
         raise
+    finally:
+        pump.join(timeout=5)
     if returncode != 0:
-        raise WorkersFailed(failure_report(log_dir(parallel_cfg, run_dir), returncode))
+        logs = log_dir(parallel_cfg, run_dir)
+        raise WorkersFailed(failure_report(logs, returncode, failed_pids))
 
 
-def stop_process_group(process: subprocess.Popen, grace_seconds: int) -> None:
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=grace_seconds)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _copy_output(stream, failed_pids: List[int]) -> None:
+    for line in stream:
+        sys.stdout.write(line)
+        match = _WORKER_DIED.search(line)
+        if match:
+            failed_pids.append(int(match.group(1)))
+    sys.stdout.flush()
 
 
-def failing_rank_log(logs: Path) -> Optional[Path]:
-    """The worker log that holds a Python traceback or a MindSpore error, if any."""
+# msrun's own line when it sees a worker end badly (then it kills the other workers).
+_WORKER_DIED = re.compile(r"Worker process (\d+) exit with exception")
+
+
+def stop_ranks(process: subprocess.Popen, logs: Path, grace_seconds: int) -> None:
+    """Stop msrun and every rank it started.
+
+    SIGINT first: msrun's own handler then kills its workers, which live in process groups
+    of their own. Whatever is left after the grace period is killed, msrun's group and
+    every rank that recorded its pid."""
+    try:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        _kill(lambda: os.killpg(process.pid, signal.SIGKILL))
+        process.wait()
+    except ProcessLookupError:
+        pass
+    for pid_path in logs.glob("worker_*.pid"):
+        pid = int(pid_path.read_text().strip() or 0)
+        if pid and _is_our_worker(pid, logs):
+            _kill(lambda: os.kill(pid, signal.SIGKILL))
+
+
+def _kill(action) -> None:
+    try:
+        action()
+    except ProcessLookupError:
+        pass
+
+
+def _is_our_worker(pid: int, logs: Path) -> bool:
+    """The pid still belongs to an ms_exp worker (pids are reused once a process ends)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return WORKER_MODULE in cmdline
+
+
+def pid_file(logs: Path, rank: int) -> Path:
+    return logs / f"worker_{rank}.pid"
+
+
+def record_worker_pid(logs: Path, rank: int) -> None:
+    """Each rank notes its pid beside its log, so a rank that dies silently is named."""
+    logs.mkdir(parents=True, exist_ok=True)
+    pid_file(logs, rank).write_text(str(os.getpid()))
+
+
+def failing_rank_log(logs: Path, failed_pids: List[int]) -> Optional[Path]:
+    """The log of the rank that failed: one with a Python traceback, else the one whose
+    worker msrun reported dead."""
     for log in sorted(logs.glob("worker_*.log")):
-        text = log.read_text(errors="replace")
-        if "Traceback (most recent call last)" in text or "Error:" in text:
+        if "Traceback (most recent call last)" in log.read_text(errors="replace"):
             return log
+    for pid_path in sorted(logs.glob("worker_*.pid")):
+        if pid_path.read_text().strip() in {str(pid) for pid in failed_pids}:
+            return pid_path.with_suffix(".log")
     return None
 
 
-def failure_report(logs: Path, returncode: int) -> str:
-    log = failing_rank_log(logs)
-    if log is None:
+def failure_report(logs: Path, returncode: int, failed_pids: List[int] = ()) -> str:
+    log = failing_rank_log(logs, list(failed_pids))
+    if log is None or not log.is_file():
         return f"msrun exited with status {returncode}; worker logs are in {logs}"
     tail = log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
     rank = log.stem.rsplit("_", 1)[-1]

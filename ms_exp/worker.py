@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ms_exp.config.compose import load_run_config
+from ms_exp.launch import log_dir, record_worker_pid
 from ms_exp.train import RESOLVED_CONFIG, train
 
 
@@ -35,6 +36,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     cfg = load_run_config(args.run_dir / RESOLVED_CONFIG)
     runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
+    record_worker_pid(log_dir(cfg.parallel, args.run_dir), runtime.rank_id)
     tracker = attach_tracker(runtime.rank_id)
     result = train(cfg, args.run_dir, tracker, runtime)
     tracker.flush()

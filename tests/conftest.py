@@ -1,5 +1,6 @@
 """Shared helpers: run the real command lines in a scratch working directory."""
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,13 @@ def train(cwd: Path, *overrides: str, env=None) -> CliResult:
     result = run_cli("ms_exp.run", [*FAST, *overrides], cwd, env)
     assert result.rc == 0, f"rc={result.rc}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
+
+
+def free_port() -> int:
+    """A port nobody listens on now, so concurrent or leftover jobs never share a master."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture

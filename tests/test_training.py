@@ -226,6 +226,7 @@ def test_crash_marks_the_run_failed_with_its_error(tmp_path):
     # A fresh process: MindSpore's device cannot be set again once kernels have run here.
     code = """
 import ms_exp.data
+from omegaconf import OmegaConf
 from ms_exp.config.compose import compose_config
 from ms_exp.train import run_job
 

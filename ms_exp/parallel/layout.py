@@ -207,14 +207,28 @@ def _check_device_num(device_num) -> int:
     return int(device_num)
 
 
+def flatten_strategies(strategies: Optional[Mapping[str, Any]], prefix: str = "") -> Dict[str, Any]:
+    """``{"layer1": {"matmul": [[2, 1], [1, 2]]}}`` (the config's nesting) ->
+    ``{"layer1.matmul": [[2, 1], [1, 2]]}``; dotted keys pass through."""
+    flat: Dict[str, Any] = {}
+    for key, value in (strategies or {}).items():
+        path = f"{prefix}{key}"
+        if hasattr(value, "items"):
+            flat.update(flatten_strategies(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
 def operator_strategies(network, strategies: Optional[Mapping[str, Any]], device_num: int,
                         batch_size: Optional[int] = None) -> Dict[str, Strategy]:
     """The strategy every parameter-holding MatMul/Add runs with: the configured one, checked,
-    or MindSpore's default data-parallel one. Raises :class:`StrategyError`."""
+    or MindSpore's default data-parallel one. ``strategies`` is keyed by operator path, flat
+    ("layer1.matmul") or nested as in ``conf/parallel``. Raises :class:`StrategyError`."""
     device_num = _check_device_num(device_num)
     operators = _operators(network)
     configured: Dict[str, Strategy] = {}
-    for path, raw in (strategies or {}).items():
+    for path, raw in flatten_strategies(strategies).items():
         op = operators.get(str(path))
         if op is None:
             known = [o.path for o in _shardable(operators)] or sorted(operators)

@@ -1,0 +1,262 @@
+"""Merge or re-slice sliced checkpoints with MindSpore's own ``transform_checkpoints``.
+
+    python -m ms_exp.ckpt merge CHECKPOINT_DIR --strategy STRATEGY [--prefix checkpoint] [--output DIR]
+    python -m ms_exp.ckpt transform CHECKPOINT_DIR --strategy SRC --dst-strategy DST --output DIR
+
+CHECKPOINT_DIR holds one ``rank_<r>/`` folder per device, as ``ModelCheckpoint`` (and the CPU
+layout emulation of ``parallel=semi_auto``) writes them. ``merge`` prints the path of the one
+full checkpoint; ``transform`` re-slices N ranks into the M of the destination strategy and
+prints the output folder.
+
+What ms_exp handles around ``mindspore.parallel.transform_checkpoints`` (2.10):
+
+- it takes the *last file in lexicographic order* under each ``rank_<r>/``, so
+  ``checkpoint-9_10.ckpt`` wins over ``checkpoint-10_10.ckpt`` and ``best.ckpt`` over both:
+  ms_exp picks each rank's newest ``<prefix>-<epoch>_<step>.ckpt`` itself (else the newest
+  ``<prefix>*.ckpt``), checks that every rank picked the same step, and hands MindSpore a
+  staging folder of links holding exactly that file per rank;
+- its ``ckpt_prefix`` names the *output*: ``<out>/rank_<r>/<prefix><r>.ckpt``
+  (``<prefix><r>_part0.ckpt`` when the destination strategy lists more parameters than the
+  source); the paths are read back rather than assumed;
+- it refuses output paths containing ``..``, ``//``, ``~`` or ``./.``: the output is resolved
+  to an absolute real path first;
+- parameters missing from the source strategy are copied unchanged from one rank: right for
+  ``learning_rate`` or ``global_step``, wrong for a sliced optimizer state, which is warned
+  about; parameters missing from the destination strategy would be copied still sliced, so
+  ``transform`` refuses a destination strategy that lacks any source parameter;
+- results are written to a temporary folder and moved into place, so an interrupted run
+  leaves no half-written checkpoint under ``--output``.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import sys
+import tempfile
+from math import prod
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+PROG = "ms_exp.ckpt"
+_RANK_DIR = re.compile(r"rank_(\d+)$")
+
+
+class CkptError(Exception):
+    """A one-line error for the user; ``exit_code`` 2 for bad input, 1 when MindSpore fails."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+def _check_inputs(src_dir, strategy_files: List[Tuple[str, object]], prefix: str) -> Dict[int, Path]:
+    """The checks that need no MindSpore; returns the rank folders by rank."""
+    src = Path(src_dir)
+    if not src.is_dir():
+        raise CkptError(f"no such checkpoint directory: {src}")
+    for option, path in strategy_files:
+        if not Path(path).is_file():
+            raise CkptError(f"no such strategy file ({option}): {path}")
+    if not prefix or "/" in prefix or os.sep in prefix or ".." in prefix or "~" in prefix:
+        raise CkptError(f"--prefix {prefix!r} must be a plain file-name prefix such as 'checkpoint'")
+    ranks = {int(m.group(1)): p for p in src.iterdir()
+             if p.is_dir() and (m := _RANK_DIR.match(p.name))}
+    if not ranks:
+        raise CkptError(f"no rank_* folders in {src} (expected rank_0 ... rank_<N-1>, one per "
+                        f"device, as ModelCheckpoint writes them)")
+    return ranks
+
+
+def _read_strategy(option: str, path) -> Dict[str, Tuple[tuple, tuple]]:
+    from ms_exp.parallel.layout import strategy_file_layouts
+    try:
+        layouts = strategy_file_layouts(Path(path).resolve())
+    except Exception as error:  # MindSpore raises TypeError/ValueError/protobuf's DecodeError
+        raise CkptError(f"cannot read strategy file ({option}) {path}: "
+                        f"{str(error).splitlines()[0] if str(error) else type(error).__name__}")
+    if not layouts:
+        raise CkptError(f"strategy file ({option}) {path} has no parameter layouts")
+    device_nums = {prod(dev_matrix) for dev_matrix, _ in layouts.values()}
+    if len(device_nums) != 1:
+        raise CkptError(f"strategy file ({option}) {path} mixes device counts "
+                        f"{sorted(device_nums)} (pipeline stages are not supported)")
+    return layouts
+
+
+def _device_num(layouts) -> int:
+    return prod(next(iter(layouts.values()))[0])
+
+
+def _newest_file(rank_dir: Path, prefix: str) -> Optional[Path]:
+    """The rank's most recently written ``<prefix>*.ckpt``."""
+    files = [Path(p) for p in glob.glob(os.path.join(glob.escape(str(rank_dir)),
+                                                     glob.escape(prefix) + "*.ckpt"))]
+    files = [p for p in files if p.is_file()]
+    return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
+
+
+def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -> Dict[int, Path]:
+    missing = [r for r in range(device_num) if r not in ranks]
+    if missing:
+        raise CkptError(f"the strategy file describes {device_num} devices but rank_{missing[0]} "
+                        f"is missing under {src_dir}")
+    extra = sorted(r for r in ranks if r >= device_num)
+    if extra:
+        raise CkptError(f"{src_dir} has rank_{extra[0]} but the strategy file describes only "
+                        f"{device_num} devices (rank_0 ... rank_{device_num - 1})")
+    from ms_exp.checkpoint import last_checkpoint
+    files, stepped = {}, True
+    for rank in range(device_num):
+        # ModelCheckpoint's newest <prefix>-<epoch>_<step>.ckpt; else the newest <prefix>*.ckpt
+        # (transform_checkpoints' own output is <prefix><rank>.ckpt).
+        newest = last_checkpoint(ranks[rank], prefix)
+        stepped = stepped and newest is not None
+        picked = newest or _newest_file(ranks[rank], prefix)
+        if picked is None:
+            raise CkptError(f"rank_{rank} has no {prefix}*.ckpt file ({ranks[rank]})")
+        files[rank] = picked.resolve()
+    odd = next((r for r, p in files.items() if p.name != files[0].name), None)
+    if stepped and odd is not None:
+        raise CkptError(f"ranks hold different steps: rank_0's newest checkpoint is "
+                        f"{files[0].name} but rank_{odd}'s is {files[odd].name}")
+    return files
+
+
+def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
+    """Optimizer states cloned from a sliced parameter but absent from the strategy file:
+    transform_checkpoints would copy one rank's slice instead of merging them."""
+    import mindspore as ms
+    from mindspore.parallel._tensor import _get_tensor_strategy
+    sliced = {name for name, (dev_matrix, tensor_map) in layouts.items()
+              if prod(_get_tensor_strategy(list(dev_matrix), list(tensor_map))) > 1}
+    for name in ms.load_checkpoint(str(rank0_file)):
+        if name not in layouts and any(name.endswith("." + p) for p in sliced):
+            print(f"{PROG}: warning: {name} is not in the strategy file, so "
+                  f"transform_checkpoints copies one rank's slice of it instead of merging it",
+                  file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running transform_checkpoints
+
+def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str) -> Dict[int, Path]:
+    """Stage one file per rank, run MindSpore's transform into a temporary folder next to
+    ``output_dir``, then move each rank's result into ``output_dir/rank_<r>/``."""
+    options = [("--strategy", src_strategy)] + ([("--dst-strategy", dst_strategy)]
+                                                if dst_strategy else [])
+    ranks = _check_inputs(src_dir, options, prefix)
+    output = Path(output_dir).resolve()
+    if output == Path(src_dir).resolve():
+        raise CkptError(f"--output must differ from the checkpoint directory {src_dir}")
+    if output.exists() and not output.is_dir():
+        raise CkptError(f"--output {output} exists and is not a directory")
+    src_layouts = _read_strategy("--strategy", src_strategy)
+    if dst_strategy:
+        dst_layouts = _read_strategy("--dst-strategy", dst_strategy)
+        absent = [name for name in src_layouts if name not in dst_layouts]
+        if absent:
+            raise CkptError(f"the destination strategy {dst_strategy} has no layout for {absent[0]} "
+                            f"(in the source strategy); transform_checkpoints would copy it still "
+                            f"sliced")
+    files = _rank_files(src_dir, ranks, _device_num(src_layouts), prefix)
+    _warn_unlisted_states(files[0], src_layouts)
+
+    from mindspore.parallel import transform_checkpoints
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ms_exp-ckpt-", dir=output.parent) as scratch:
+        stage, result = Path(scratch) / "src", Path(scratch) / "dst"
+        for rank, path in files.items():
+            (stage / f"rank_{rank}").mkdir(parents=True)
+            try:
+                os.symlink(path, stage / f"rank_{rank}" / path.name)
+            except OSError:
+                shutil.copy2(path, stage / f"rank_{rank}" / path.name)
+        try:
+            transform_checkpoints(str(stage), str(result), prefix,
+                                  str(Path(src_strategy).resolve()),
+                                  str(Path(dst_strategy).resolve()) if dst_strategy else None)
+        except Exception as error:
+            text = str(error).strip().splitlines()
+            raise CkptError(f"transform_checkpoints failed: {text[0] if text else type(error).__name__}",
+                            exit_code=1)
+        produced = {}
+        for rank_dir in result.iterdir():
+            match = _RANK_DIR.match(rank_dir.name)
+            written = sorted(rank_dir.glob("*.ckpt")) if match else []
+            if len(written) != 1:
+                raise CkptError(f"transform_checkpoints left {len(written)} files in "
+                                f"{rank_dir.name}, expected one", exit_code=1)
+            target = output / rank_dir.name
+            target.mkdir(parents=True, exist_ok=True)
+            os.replace(written[0], target / written[0].name)
+            produced[int(match.group(1))] = target / written[0].name
+    return dict(sorted(produced.items()))
+
+
+def merge_checkpoints(src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint") -> Path:
+    """Merge every rank's slices into one full checkpoint (``output_dir/rank_0/<prefix>0.ckpt``;
+    ``output_dir`` defaults to ``<src_dir>/merged``) and return its path."""
+    output_dir = output_dir if output_dir is not None else Path(src_dir) / "merged"
+    return _transform(src_dir, strategy_file, None, output_dir, prefix)[0]
+
+
+def transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str = "checkpoint") -> Path:
+    """Re-slice the checkpoints of ``src_strategy``'s ranks into ``dst_strategy``'s ranks,
+    written as ``output_dir/rank_<r>/``; returns ``output_dir``."""
+    _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix)
+    return Path(output_dir).resolve()
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, like every other ms_exp.ckpt error
+        sys.stderr.write(f"{PROG}: error: {message} (see --help)\n")
+        sys.exit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Merge or re-slice sliced MindSpore checkpoints "
+                                            "with mindspore.parallel.transform_checkpoints.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    merge = commands.add_parser("merge", help="merge every rank's slices into one checkpoint")
+    merge.add_argument("checkpoint_dir", help="folder holding rank_0/ ... rank_<N-1>/")
+    merge.add_argument("--strategy", required=True, help="strategy file the slices were saved with")
+    merge.add_argument("--prefix", default="checkpoint",
+                       help="checkpoint prefix: selects <prefix>*.ckpt in each rank folder and "
+                            "names the output <prefix><rank>.ckpt (default: checkpoint)")
+    merge.add_argument("--output", help="output folder (default: CHECKPOINT_DIR/merged)")
+    move = commands.add_parser("transform", help="re-slice N ranks into the M ranks of another "
+                                                 "strategy")
+    move.add_argument("checkpoint_dir", help="folder holding rank_0/ ... rank_<N-1>/")
+    move.add_argument("--strategy", required=True, help="strategy file the slices were saved with")
+    move.add_argument("--dst-strategy", required=True, help="strategy file to re-slice for")
+    move.add_argument("--output", required=True, help="output folder (gets rank_0/ ... rank_<M-1>/)")
+    move.add_argument("--prefix", default="checkpoint",
+                      help="checkpoint prefix (default: checkpoint)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    # MindSpore's INFO/WARNING logs (deprecations, "not in strategy") would bury the result.
+    os.environ.setdefault("GLOG_v", "3")
+    try:
+        if args.command == "merge":
+            print(merge_checkpoints(args.checkpoint_dir, args.strategy, args.output, args.prefix))
+        else:
+            print(transform(args.checkpoint_dir, args.strategy, args.dst_strategy, args.output,
+                            args.prefix))
+    except CkptError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return error.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
