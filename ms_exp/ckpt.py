@@ -212,6 +212,61 @@ def transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str = "ch
 
 
 # ---------------------------------------------------------------------------------------------
+# Runs as sources
+
+
+def is_sliced_run(cfg) -> bool:
+    """Did this run's ranks save slices (semi-auto or auto parallel, integrated_save off)?"""
+    return (cfg.parallel.mode in ("semi_auto", "auto") and cfg.checkpoint.save
+            and not cfg.checkpoint.integrated_save)
+
+
+def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
+                ) -> Tuple[Path, Optional[Path], str]:
+    """``(checkpoint dir, strategy file, prefix)`` of a run directory, an MLflow run id, or
+    a plain folder of ``rank_<r>/`` folders (strategy unknown, prefix "checkpoint")."""
+    from ms_exp.config.compose import load_run_config
+
+    path = Path(source)
+    if path.is_dir() and (path / "config.yaml").is_file():
+        cfg = load_run_config(path / "config.yaml")
+        strategy = Path(cfg.checkpoint.strategy.save_file) if cfg.checkpoint.strategy.save_file \
+            else None
+        return path / "checkpoints", strategy, cfg.checkpoint.prefix
+    if path.is_dir():
+        return path, None, "checkpoint"
+    if not re.fullmatch(r"[0-9a-f]{32}", source):
+        raise CkptError(f"{source}: not a run directory, a checkpoint folder or an MLflow run id")
+    return _download_run(source, workdir, tracking_uri)
+
+
+def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from ms_exp.config.compose import load_run_config
+    from ms_exp.tracking.store import resolve_tracking_uri
+
+    client = MlflowClient(resolve_tracking_uri(tracking_uri))
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as error:
+        raise CkptError(f"run {run_id}: {str(error).splitlines()[0]}")
+    local = Path(run.data.tags.get("ms_exp.run_dir", ""))
+    if local.name and (local / "checkpoints").is_dir():
+        return run_sources(str(local), workdir)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    cfg = load_run_config(Path(client.download_artifacts(run_id, "config/config.yaml",
+                                                         str(workdir))))
+    checkpoints = Path(client.download_artifacts(run_id, "checkpoints", str(workdir)))
+    names = {a.path for a in client.list_artifacts(run_id, "strategy")}
+    strategy = None
+    if names:
+        strategy = Path(client.download_artifacts(run_id, sorted(names)[0], str(workdir)))
+    return checkpoints, strategy, cfg.checkpoint.prefix
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line
 
 class _Parser(argparse.ArgumentParser):
@@ -225,12 +280,17 @@ def _parser() -> argparse.ArgumentParser:
                                             "with mindspore.parallel.transform_checkpoints.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     merge = commands.add_parser("merge", help="merge every rank's slices into one checkpoint")
-    merge.add_argument("checkpoint_dir", help="folder holding rank_0/ ... rank_<N-1>/")
-    merge.add_argument("--strategy", required=True, help="strategy file the slices were saved with")
-    merge.add_argument("--prefix", default="checkpoint",
+    merge.add_argument("checkpoint_dir", metavar="SOURCE",
+                       help="a run directory, an MLflow run id, or a folder holding rank_0/ "
+                            "... rank_<N-1>/")
+    merge.add_argument("--strategy", help="strategy file the slices were saved with "
+                                          "(default: the run's)")
+    merge.add_argument("--tracking-uri", help="MLflow store of a run id (default: "
+                                              "sqlite:///mlflow.db here)")
+    merge.add_argument("--prefix", default=None,
                        help="checkpoint prefix: selects <prefix>*.ckpt in each rank folder and "
-                            "names the output <prefix><rank>.ckpt (default: checkpoint)")
-    merge.add_argument("--output", help="output folder (default: CHECKPOINT_DIR/merged)")
+                            "names the output <prefix><rank>.ckpt (default: the run's, else checkpoint)")
+    merge.add_argument("--output", help="output folder (default: <checkpoint folder>/merged)")
     move = commands.add_parser("transform", help="re-slice N ranks into the M ranks of another "
                                                  "strategy")
     move.add_argument("checkpoint_dir", help="folder holding rank_0/ ... rank_<N-1>/")
@@ -248,7 +308,16 @@ def main(argv=None) -> int:
     os.environ.setdefault("GLOG_v", "3")
     try:
         if args.command == "merge":
-            print(merge_checkpoints(args.checkpoint_dir, args.strategy, args.output, args.prefix))
+            with tempfile.TemporaryDirectory(prefix="ms_exp_ckpt_") as workdir:
+                folder, strategy, prefix = run_sources(args.checkpoint_dir, Path(workdir),
+                                                       args.tracking_uri)
+                strategy = args.strategy or strategy
+                if strategy is None:
+                    raise CkptError(f"{args.checkpoint_dir}: no strategy file known; "
+                                    "pass --strategy")
+                output = args.output or (folder / "merged" if Path(args.checkpoint_dir).is_dir()
+                                         else Path("merged") / args.checkpoint_dir)
+                print(merge_checkpoints(folder, strategy, output, args.prefix or prefix))
         else:
             print(transform(args.checkpoint_dir, args.strategy, args.dst_strategy, args.output,
                             args.prefix))

@@ -20,7 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp.config.compose import load_run_config
 from ms_exp.config.errors import ConfigError
 from ms_exp.config.schema import StandAloneParallel
-from ms_exp.config.validate import choices_from_config, validate
+from ms_exp.checkpoint import BEST_NAME
+from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
+from ms_exp.config.validate import choices_from_config, validate_for_evaluation
 from ms_exp.tracking.store import resolve_tracking_uri
 
 EXIT_BAD_INPUT = 2
@@ -63,9 +65,25 @@ def fetch_from_run(client, run_id: str, which: str, workdir: Path) -> Tuple[Path
     return config, local
 
 
+def run_dir_of(checkpoint: Path) -> Path:
+    # <run dir>/checkpoints/rank_<r>/<file>.ckpt -> <run dir>
+    return checkpoint.resolve().parents[2]
+
+
 def config_beside(checkpoint: Path) -> Path:
-    # <run dir>/checkpoints/rank_<r>/<file>.ckpt -> <run dir>/config.yaml
-    return checkpoint.resolve().parents[2] / "config.yaml"
+    return run_dir_of(checkpoint) / "config.yaml"
+
+
+def merge_run(source: str, workdir: Path, uri: str) -> Path:
+    """One full checkpoint from the slices of every rank of a sliced run, by MindSpore's
+    transform_checkpoints (ms_exp.ckpt)."""
+    folder, strategy, prefix = run_sources(source, workdir, uri)
+    if strategy is None or not strategy.is_file():
+        raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
+    merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix)
+    print(f"merged the slices of every rank into {merged.name} with transform_checkpoints",
+          flush=True)
+    return merged
 
 
 def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
@@ -120,10 +138,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not Path(config_file).is_file():
                 raise ConfigError("--config", str(config_file), "the run's config.yaml")
             cfg = load_run_config(Path(config_file), args.overrides)
-            validate(cfg, choices_from_config(cfg))
+            validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
-        except ConfigError as error:
+            if is_sliced_run(cfg) and Path(checkpoint).name != BEST_NAME:
+                checkpoint = merge_run(args.run_id or str(run_dir_of(Path(checkpoint))),
+                                       Path(workdir), uri)
+        except (ConfigError, CkptError) as error:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
         tags = {"ms_exp.evaluated_checkpoint": str(checkpoint),

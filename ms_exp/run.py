@@ -13,9 +13,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.config.compose import (CONF_DIR, CONFIG_NAME, CompositionError, compose_config,
-                                   preflight)
-from ms_exp.config.errors import ConfigError
+from ms_exp.config.compose import CONF_DIR, CONFIG_NAME, compose_config, preflight
+from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.config.validate import validate
 
@@ -75,7 +74,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # --cfg, --info and shell completion only print; Hydra reports their errors itself.
         if not (args.hydra_help or args.cfg or args.info or args.shell_completion):
             preflight(args.overrides, multirun=args.multirun, config_name=args.config_name)
-    except (ConfigError, CompositionError) as error:
+    except InvalidConfig as error:
         print(f"ms_exp: error: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     sys.argv = [sys.argv[0], *argv]

@@ -126,7 +126,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     from ms_exp.tracking.callback import MlflowMetrics
 
     tracker.set_tags({"ms_exp.device_target": runtime.device_target,
-                      "ms_exp.mode": runtime.mode})
+                      "ms_exp.mode": runtime.mode,
+                      "ms_exp.parallel_emulated": str(runtime.emulated).lower()})
     print(describe_placement(cfg.placement, runtime.device_target), flush=True)
     shard = Shard(runtime.group_size, runtime.rank_id) if runtime.shard_data else Shard()
     train_set, eval_set, spec = create_datasets(cfg.dataset, shard)
@@ -137,6 +138,11 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
           f"{steps_per_epoch} steps per epoch", flush=True)
 
     network = create_network(cfg.model, spec)
+    strategies = cfg.parallel.strategies if runtime.parallel_mode == "semi_auto" else {}
+    if strategies and not runtime.emulated:
+        from ms_exp.parallel.emulation import apply_strategies
+
+        apply_strategies(network, strategies)
     optimizer = create_optimizer(cfg.optimizer, network.trainable_params(), steps_per_epoch,
                                  epochs)
     metrics = {"accuracy": nn.Top1CategoricalAccuracy(), "loss": nn.Loss()}
@@ -151,6 +157,15 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     callbacks = [LossMonitor(cfg.trainer.loss_print_interval), TimeMonitor(), mlflow_metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode)
+    if runtime.emulated:
+        from ms_exp.parallel.emulation import SemiAutoLayouts
+
+        ckpt_cfg = cfg.checkpoint
+        callbacks.append(SemiAutoLayouts(
+            network, strategies, runtime.group_size, runtime.rank_id, ckpt_dir,
+            ckpt_cfg.prefix, ckpt_cfg.strategy.save_file,
+            slice_files=ckpt_cfg.save and not ckpt_cfg.integrated_save,
+            save_steps=ckpt_cfg.save_checkpoint_steps or steps_per_epoch))
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, epochs))
 

@@ -14,7 +14,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ms_exp.config.errors import ConfigError, from_composition_error
+from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import GROUP_SCHEMAS, Config, register_schemas
 from ms_exp.config.validate import choices_from_config, validate, writable_dir
 
@@ -24,7 +24,7 @@ CONFIG_NAME = "config"
 MAX_JOBS_CHECKED = 64
 
 
-class CompositionError(ValueError):
+class CompositionError(InvalidConfig):
     """Hydra refused the config; the message is one line."""
 
 

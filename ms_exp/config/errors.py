@@ -11,8 +11,12 @@ from hydra.errors import MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 
-class ConfigError(ValueError):
-    """A config value that ms_exp refuses, described in one line."""
+class InvalidConfig(ValueError):
+    """Bad input, refused before any work starts; the message is one line."""
+
+
+class ConfigError(InvalidConfig):
+    """A config value that ms_exp refuses: the key, the value and what is allowed."""
 
     def __init__(self, key: str, value, allowed: str, problem: str = "not allowed"):
         self.key, self.value, self.allowed = key, value, allowed

@@ -9,14 +9,14 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 
-from ms_exp.config.errors import ConfigError, one_of, require
+from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require
 
 DEVICE_TARGETS = ("None", "CPU", "GPU", "Ascend")
 MLP_WEIGHT_INITS = ("normal", "uniform", "truncatednormal", "xavier_uniform", "he_uniform",
@@ -39,6 +39,17 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
     validate_loss(cfg.loss)
     validate_tracking(cfg.tracking)
+    if cfg.parallel.mode == "semi_auto":
+        validate_shard_strategies(cfg)
+
+
+def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
+    """What evaluating a finished run depends on: its network, data and loss."""
+    check_known_keys(cfg, choices)
+    validate_trainer(cfg.trainer)
+    validate_dataset(cfg.dataset)
+    validate_model(cfg.model, cfg.dataset)
+    validate_loss(cfg.loss)
 
 
 def choices_from_config(cfg: DictConfig) -> dict:
@@ -220,6 +231,39 @@ def image_size(dataset_cfg) -> Optional[int]:
     if dataset_cfg.name == "synthetic" and len(dataset_cfg.image_shape) == 3:
         return min(dataset_cfg.image_shape[1:])
     return None
+
+
+def declared_shape(dataset_cfg) -> Tuple[Tuple[int, int, int], int]:
+    """(C, H, W) and class count of a dataset as its config declares them, without reading
+    any sample."""
+    name = dataset_cfg.name
+    if name == "digits":
+        return (1, 8, 8), 10
+    if name == "mnist":
+        return (1, 28, 28), 10
+    if name == "imagenet":
+        size = dataset_cfg.image_size
+        train = Path(dataset_cfg.path).expanduser() / dataset_cfg.train_dir
+        classes = dataset_cfg.num_classes or sum(p.is_dir() for p in train.iterdir())
+        return (3, size, size), classes
+    return tuple(dataset_cfg.image_shape), dataset_cfg.num_classes
+
+
+def validate_shard_strategies(cfg) -> None:
+    """Check ``parallel.strategies`` against the network the job will build: the operator
+    exists, one tuple per input of the right length, factors divide their dimensions and
+    the product divides device_num (MindSpore checks these only once the graph compiles)."""
+    from ms_exp.data.spec import DataSpec
+    from ms_exp.models import create_network
+    from ms_exp.parallel.layout import validate_strategies
+
+    shape, classes = declared_shape(cfg.dataset)
+    network = create_network(cfg.model, DataSpec(shape, classes, 0, 0))
+    try:
+        validate_strategies(network, cfg.parallel.strategies, cfg.parallel.device_num,
+                            batch_size=cfg.dataset.batch_size)
+    except InvalidConfig as error:
+        raise InvalidConfig(f"parallel.strategies: {error}") from None
 
 
 def validate_optimizer(cfg, epochs: int) -> None:

@@ -36,11 +36,13 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ms_exp.config.errors import InvalidConfig
+
 SUPPORTED_OPS = ("MatMul", "Add")
 Strategy = Tuple[Tuple[int, ...], ...]
 
 
-class StrategyError(ValueError):
+class StrategyError(InvalidConfig):
     """A shard strategy that MindSpore would refuse; the message is one line naming the operator."""
 
 

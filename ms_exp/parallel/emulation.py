@@ -1,0 +1,90 @@
+"""Semi-auto parallel checkpoints on CPU, where MindSpore refuses the mode itself.
+
+Every rank trains the full network data parallel (the same math as semi-auto parallel on the
+global batch). ``ModelCheckpoint`` writes the full weights into the rank's folder; with
+``integrated_save=False`` :class:`SliceSavedCheckpoints` then replaces each new file with
+the slice this rank would hold under the configured shard strategies, and rank 0 writes the
+strategy file, so the run directory looks as the model-saving tutorial's does on 8 cards
+and MindSpore's ``transform_checkpoints`` merges it back.
+"""
+import os
+from pathlib import Path
+from typing import Dict, Set
+
+import mindspore as ms
+from mindspore.train import Callback
+
+from ms_exp.parallel.layout import (Layout, checkpoint_layouts, flatten_strategies,
+                                    operator_layouts, operator_strategies, slice_for_rank,
+                                    write_strategy_file)
+
+
+def apply_strategies(network, strategies) -> None:
+    """``Primitive.shard`` for every configured operator: MindSpore's real semi-auto path."""
+    for path, strategy in flatten_strategies(strategies).items():
+        cell = network
+        *cells, op_name = str(path).split(".")
+        for name in cells:
+            cell = getattr(cell, name)
+        getattr(cell, op_name).shard(tuple(tuple(int(f) for f in dim) for dim in strategy))
+
+
+class SemiAutoLayouts(Callback):
+    """Lay the checkpoints out as semi-auto parallel would, from the start of training.
+
+    On train begin the layouts of every parameter and optimizer state are computed from the
+    train network; rank 0 writes the strategy file. With ``slice_files`` each checkpoint
+    ``ModelCheckpoint`` leaves in ``directory`` is replaced, atomically, by this rank's
+    slice; ``best.ckpt`` stays whole, as ``save_checkpoint`` integrates by default."""
+
+    def __init__(self, network, strategies, device_num: int, rank_id: int, directory: Path,
+                 prefix: str, strategy_file: str, slice_files: bool, save_steps: int):
+        super().__init__()
+        self.network = network
+        self.strategies = strategies
+        self.device_num = device_num
+        self.rank_id = rank_id
+        self.directory = Path(directory)
+        self.prefix = prefix
+        self.strategy_file = strategy_file
+        self.slice_files = slice_files
+        self.save_steps = save_steps
+        self.layouts: Dict[str, Layout] = {}
+        self._sliced: Set[Path] = set()
+
+    def on_train_begin(self, run_context):
+        train_network = run_context.original_args().train_network
+        shapes = {p.name: p.shape for p in train_network.get_parameters()}
+        layouts = operator_layouts(self.network, self.strategies, self.device_num)
+        self.layouts = checkpoint_layouts(shapes, layouts)
+        if self.rank_id == 0 and self.strategy_file:
+            write_strategy_file(self.strategy_file, self.layouts, op_strategies=operator_strategies(
+                self.network, self.strategies, self.device_num))
+
+    def on_train_step_end(self, run_context):
+        # Only where ModelCheckpoint (called just before) has saved.
+        if run_context.original_args().cur_step_num % self.save_steps == 0:
+            self._slice_new_files()
+
+    def on_train_end(self, run_context):
+        self._slice_new_files()
+
+    def _slice_new_files(self) -> None:
+        if not self.slice_files:
+            return
+        for path in self.directory.glob(f"{self.prefix}*.ckpt"):
+            if path in self._sliced or ".partial" in path.name:
+                continue
+            self._slice(path)
+            self._sliced.add(path)
+
+    def _slice(self, path: Path) -> None:
+        entries = []
+        for name, value in ms.load_checkpoint(str(path)).items():
+            array = value.asnumpy()
+            if name in self.layouts:
+                array = slice_for_rank(array, self.layouts[name], self.rank_id)
+            entries.append({"name": name, "data": ms.Tensor(array)})
+        partial = path.with_name(f".{path.stem}.partial.ckpt")
+        ms.save_checkpoint(entries, str(partial))
+        os.replace(partial, path)
