@@ -50,13 +50,28 @@ def test_model_saving_experiment_is_the_tutorial_setup():
             cfg.checkpoint.integrated_save) == (1000, 1, False)
 
 
+@pytest.mark.parametrize("name,integrated,keep", [("model_saving_sliced", False, 1),
+                                                  ("model_saving_integrated", True, 3)])
+def test_eight_rank_tutorial_presets(name, integrated, keep):
+    cfg = compose_config([f"+experiment={name}"], return_hydra_config=True)
+    assert cfg.hydra.runtime.choices["parallel"] == "semi_auto"
+    assert cfg.parallel.device_num == 8
+    assert cfg.parallel.strategies == {"layer1": {"matmul": [[2, 1], [1, 2]]},
+                                       "layer3": {"matmul": [[2, 2], [2, 1]]}}
+    assert cfg.checkpoint.integrated_save is integrated
+    assert cfg.checkpoint.keep_checkpoint_max == keep
+    assert cfg.checkpoint.save_checkpoint_steps == 1000
+    assert cfg.optimizer.name.value == "sgd" and cfg.dataset.name == "mnist"
+
+
 def test_help_lists_every_group_and_option(tmp_path):
     result = run_cli("ms_exp.run", ["--help"], tmp_path)
     assert result.rc == 0
     for group, options in GROUP_SCHEMAS.items():
         line = next(l for l in result.stdout.splitlines() if l.strip().startswith(group + " "))
         assert all(option in line for option in options), line
-    assert "+experiment model_saving" in result.stdout
+    assert "+experiment model_saving, model_saving_integrated, model_saving_sliced" in \
+        result.stdout
     assert "schema/" not in result.stdout
     assert not (tmp_path / "outputs").exists()
 

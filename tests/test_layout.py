@@ -250,7 +250,7 @@ def test_sharded_bias_layout(network):
 
 @pytest.mark.parametrize("make_args, message", [
     (lambda d: ["merge", d / "nope", "--strategy", d / "s.ckpt"],
-     "no such checkpoint directory: {d}/nope"),
+     "{d}/nope: not a run directory, a checkpoint folder or an MLflow run id"),
     (lambda d: ["merge", d, "--strategy", d / "missing.ckpt"],
      "no such strategy file (--strategy): {d}/missing.ckpt"),
     (lambda d: ["merge", d, "--strategy", d / "s.ckpt"],
