@@ -222,7 +222,9 @@ def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
     # machine that is both "nodes", so node 1's extra scheduler cannot bind the port
     # node 0's holds. Its worker is unaffected: it joined node 0's scheduler and trained.
     node1_output = node1.stdout + node1.stderr
-    assert "Failed to init the tcp server" in node1_output or node1.returncode == 0
+    assert node1.returncode == 0 or (
+        re.search(r"Scheduler process \d+ exit with exception", node1_output)
+        and "Worker process" not in node1_output), node1_output[-3000:]
     worker1 = (tmp_path / "run" / "log_output" / "worker_1.log").read_text()
     assert "epoch: 1 step: 20, loss is" in worker1
     run_dir = tmp_path / "run"
