@@ -245,7 +245,7 @@ def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
     from mlflow.exceptions import MlflowException
 
     from ms_exp.config.compose import load_run_config
-    from ms_exp.tracking.store import resolve_tracking_uri
+    from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
 
     client = MlflowClient(resolve_tracking_uri(tracking_uri))
     try:
@@ -255,7 +255,7 @@ def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
     local = Path(run.data.tags.get("ms_exp.run_dir", ""))
     if local.name and (local / "checkpoints").is_dir():
         return run_sources(str(local), workdir)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    quiet_artifact_downloads()
     cfg = load_run_config(Path(client.download_artifacts(run_id, "config/config.yaml",
                                                          str(workdir))))
     checkpoints = Path(client.download_artifacts(run_id, "checkpoints", str(workdir)))

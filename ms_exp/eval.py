@@ -9,7 +9,6 @@ more than five classes) accuracy, prints the tutorial's ``result: ... ckpt= ...`
 and records the result in MLflow as a child run of the evaluated run.
 """
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from ms_exp.config.schema import StandAloneParallel
 from ms_exp.checkpoint import BEST_NAME
 from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
 from ms_exp.config.validate import choices_from_config, validate_for_evaluation
-from ms_exp.tracking.store import resolve_tracking_uri
+from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
 
 EXIT_BAD_INPUT = 2
 
@@ -115,8 +114,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if not sys.stderr.isatty():  # MLflow's download bar is noise in logs
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    quiet_artifact_downloads()
     from mlflow import MlflowClient
 
     from ms_exp.tracking.lifecycle import tracked_run

@@ -17,6 +17,7 @@ from ms_exp.config.compose import CONF_DIR, CONFIG_NAME, compose_config, preflig
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.config.validate import validate
+from ms_exp.rerun import split_from_run, rerun_arguments
 
 EXIT_BAD_CONFIG = 2
 EXIT_INTERRUPTED = 130
@@ -53,6 +54,7 @@ def print_help(overrides: List[str]) -> None:
 
 usage: python -m ms_exp.run [group=option ...] [key=value ...]
        python -m ms_exp.run -m key=a,b,c ...        (a sweep: one job per combination)
+       python -m ms_exp.run --from-run RUN_ID [key=value ...]   (re-run a recorded run)
        python -m ms_exp.run --cfg job               (print the resolved config)
 
 == Config groups (group=option) ==
@@ -66,6 +68,13 @@ Hydra's own flags: --hydra-help""")
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        run_id, argv = split_from_run(argv)
+        if run_id:
+            argv = rerun_arguments(run_id, argv)
+    except InvalidConfig as error:
+        print(f"ms_exp: error: {error}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
     args = parse_args(argv)
     try:
         if args.help:

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from ms_exp import provenance
 from ms_exp.console import tee_output
 from ms_exp.launch import COMMAND_FILE, is_distributed, launch, log_dir, save_command
 from ms_exp.tracking.lifecycle import tracked_run
@@ -77,6 +78,9 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
         tracker.log_artifact(config_file, "config")
         if hydra_dir is not None and Path(hydra_dir).is_dir():
             tracker.log_artifacts(Path(hydra_dir), "hydra")
+        provenance.record(tracker, cfg, run_dir)
+        if tracking.rerun_of:
+            tracker.set_tags({"ms_exp.rerun_of": tracking.rerun_of})
         try:
             if is_distributed(cfg.parallel):
                 result = _train_with_msrun(cfg, run_dir, tracker, uri)
@@ -93,6 +97,7 @@ def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobR
     print(f"starting {cfg.parallel.device_num} ranks with msrun (also in "
           f"{run_dir / COMMAND_FILE}):\n  {line}", flush=True)
     tracker.log_artifact(run_dir / COMMAND_FILE, "launch")
+    tracker.set_tags({"ms_exp.msrun_command": line[:5000]})
     env = {}
     if tracker.enabled:
         # MLflow's own variables: rank 0 attaches to this run instead of starting one.

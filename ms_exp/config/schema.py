@@ -260,6 +260,8 @@ class TrackingConfig:
     run_name: Optional[str] = None
     log_every_n_steps: int = 1
     log_checkpoints: CheckpointArtifacts = CheckpointArtifacts.last
+    # Set by `--from-run`: the run this one reproduces (tagged ms_exp.rerun_of).
+    rerun_of: Optional[str] = None
 
 
 @dataclass

@@ -8,6 +8,7 @@ the old file store for every later ``mlflow ui`` in that directory (DESIGN.md, d
 """
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
@@ -33,6 +34,12 @@ def sqlite_path(uri: str) -> Optional[Path]:
 
 def is_local_store(uri: str) -> bool:
     return sqlite_path(uri) is not None or urlparse(uri).scheme in ("", "file")
+
+
+def quiet_artifact_downloads() -> None:
+    """MLflow draws a progress bar for every download; in logs it is only noise."""
+    if not sys.stderr.isatty():
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def ui_command(uri: str) -> str:

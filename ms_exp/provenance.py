@@ -1,0 +1,138 @@
+"""What a run needs to be traced and re-run: code, environment, command, data.
+
+Recorded on every MLflow run (tags, plus artifacts under ``provenance/``):
+
+- ``ms_exp.git.project.*`` and ``ms_exp.git.workdir.*``: commit and dirty flag of the
+  ms_exp checkout and of the user's working directory (when it is another git tree), with
+  ``provenance/<which>.diff`` when dirty;
+- ``ms_exp.python``, ``ms_exp.version.<package>`` for the packages that decide the result,
+  and ``provenance/requirements.txt`` with every installed distribution;
+- ``ms_exp.command``: the exact command line;
+- the dataset through MLflow's dataset API (name, location, digest), with its file list and
+  sample hashes in ``provenance/dataset.json``.
+"""
+import hashlib
+import json
+import platform
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, List, Optional
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+KEY_PACKAGES = ("mindspore", "hydra-core", "omegaconf", "numpy", "mlflow", "pandas",
+                "scikit-learn", "ms_exp")
+# Files whose first bytes are hashed into a dataset's fingerprint, and how many bytes.
+SAMPLE_FILES = 16
+SAMPLE_BYTES = 1 << 16
+
+
+def git_state(path: Path) -> Optional[Dict[str, str]]:
+    """Commit, dirty flag and diff of the git tree holding ``path``; None outside git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(path), *args], capture_output=True,
+                              text=True, check=True).stdout
+
+    try:
+        top = git("rev-parse", "--show-toplevel").strip()
+        commit = git("rev-parse", "HEAD").strip()
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+        diff = git("diff", "HEAD") if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {"top": top, "commit": commit, "dirty": str(dirty).lower(), "diff": diff}
+
+
+def package_versions() -> Dict[str, str]:
+    versions = {}
+    for name in KEY_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def requirements() -> str:
+    names = sorted({(d.metadata["Name"] or "?", d.version) for d in metadata.distributions()},
+                   key=lambda item: item[0].lower())
+    return "".join(f"{name}=={version}\n" for name, version in names)
+
+
+def command_line(argv: Optional[List[str]] = None) -> str:
+    return shlex.join([sys.executable, "-m", "ms_exp.run", *(sys.argv[1:] if argv is None
+                                                             else argv)])
+
+
+def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
+    """Location and content digest of the data a run reads: the files (paths and sizes) and
+    a hash of their first bytes for file datasets; the arrays for digits; the generator's
+    settings for synthetic data."""
+    name = dataset_cfg.name
+    digest = hashlib.sha256()
+    if name == "digits":
+        import sklearn
+        from sklearn.datasets import load_digits
+
+        data = load_digits()
+        digest.update(data.images.tobytes())
+        digest.update(data.target.tobytes())
+        source = f"scikit-learn {sklearn.__version__} load_digits()"
+        files: List[Dict[str, object]] = []
+    elif name == "synthetic":
+        settings = {k: dataset_cfg[k] for k in ("num_samples", "num_eval_samples",
+                                                "num_classes", "noise", "data_seed")}
+        settings["image_shape"] = list(dataset_cfg.image_shape)
+        digest.update(json.dumps(settings, sort_keys=True).encode())
+        source, files = "generated in memory", []
+    else:
+        root = Path(dataset_cfg.path).expanduser().resolve()
+        paths = sorted(p for p in root.rglob("*") if p.is_file())
+        files = [{"path": str(p.relative_to(root)), "bytes": p.stat().st_size} for p in paths]
+        digest.update(json.dumps(files).encode())
+        for path in paths[:SAMPLE_FILES]:
+            with open(path, "rb") as handle:
+                digest.update(handle.read(SAMPLE_BYTES))
+        source = str(root)
+    return {"name": name, "source": source, "digest": digest.hexdigest()[:16],
+            "files": len(files), "bytes": sum(int(f["bytes"]) for f in files),
+            "file_list": files}
+
+
+def record(tracker, cfg, run_dir: Path) -> Dict[str, str]:
+    """Log everything above on the run; return the tags (used to compare on re-run)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    tags: Dict[str, str] = {"ms_exp.python": platform.python_version(),
+                            "ms_exp.command": command_line()}
+    folder = Path(run_dir) / "provenance"
+    folder.mkdir(exist_ok=True)
+    trees = {"project": PROJECT_DIR, "workdir": Path.cwd()}
+    seen = set()
+    for which, path in trees.items():
+        state = git_state(path)
+        if state is None or state["top"] in seen:
+            continue
+        seen.add(state["top"])
+        tags[f"ms_exp.git.{which}.commit"] = state["commit"]
+        tags[f"ms_exp.git.{which}.dirty"] = state["dirty"]
+        if state["diff"]:
+            (folder / f"{which}.diff").write_text(state["diff"])
+    for name, version in package_versions().items():
+        tags[f"ms_exp.version.{name}"] = version
+    (folder / "requirements.txt").write_text(requirements())
+    fingerprint = dataset_fingerprint(cfg.dataset)
+    tags["ms_exp.dataset_fingerprint"] = fingerprint["digest"]
+    (folder / "dataset.json").write_text(json.dumps(fingerprint, indent=2))
+    if tracker.enabled:
+        tracker.set_tags(tags)
+        tracker.log_artifacts(folder, "provenance")
+        profile = {k: fingerprint[k] for k in ("files", "bytes")}
+        dataset = Dataset(name=fingerprint["name"], digest=fingerprint["digest"],
+                          source_type="local", source=json.dumps({"uri": fingerprint["source"]}),
+                          profile=json.dumps(profile))
+        tracker.client.log_inputs(tracker.run_id, datasets=[DatasetInput(
+            dataset, tags=[InputTag("mlflow.data.context", "training")])])
+    return tags

@@ -1,0 +1,129 @@
+"""``python -m ms_exp.run --from-run <run id> [overrides ...]``: run a recorded run again.
+
+The new job is composed from the run's recorded overrides (``hydra/overrides.yaml``) with
+the extra ones on top, and is tagged ``ms_exp.rerun_of``. Before it starts, everything
+that could make it differ from the original is listed: package and Python versions, the
+project's commit and a dirty tree, the dataset's fingerprint, and config values the
+recorded overrides no longer produce (changed defaults).
+"""
+import tempfile
+from typing import List, Sequence, Tuple
+
+from omegaconf import OmegaConf
+
+from ms_exp.config.errors import InvalidConfig
+
+FLAG = "--from-run"
+
+
+def split_from_run(argv: Sequence[str]) -> Tuple[str, List[str]]:
+    """``(run id or "", the other arguments)``; ``--from-run ID`` or ``--from-run=ID``."""
+    rest, run_id, args = [], "", list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == FLAG:
+            if not args:
+                raise InvalidConfig(f"{FLAG}: expected a run id after it")
+            run_id = args.pop(0)
+        elif arg.startswith(FLAG + "="):
+            run_id = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return run_id, rest
+
+
+def _tracking_uri(overrides: Sequence[str]):
+    for override in overrides:
+        if override.startswith("tracking.uri="):
+            return override.split("=", 1)[1]
+    return None
+
+
+def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
+    """The command-line overrides that re-run ``run_id``; prints what may differ."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from ms_exp.tracking.store import (quiet_artifact_downloads, resolve_tracking_uri,
+                                       sqlite_path)
+
+    quiet_artifact_downloads()
+    flags = [a for a in extra if a.startswith("-")]
+    extra = [a for a in extra if not a.startswith("-")]
+    uri = resolve_tracking_uri(_tracking_uri(extra))
+    database = sqlite_path(uri)
+    if database is not None and not database.is_file():  # MlflowClient would create it
+        raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database} "
+                            "(name the run's store with tracking.uri=...)")
+    client = MlflowClient(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as error:
+        raise InvalidConfig(f"{FLAG}={run_id}: no such run in {uri} "
+                            f"({str(error).splitlines()[0][:200]})") from None
+    with tempfile.TemporaryDirectory(prefix="ms_exp_rerun_") as workdir:
+        try:
+            recorded = OmegaConf.load(client.download_artifacts(
+                run_id, "hydra/overrides.yaml", workdir))
+            config = OmegaConf.load(client.download_artifacts(
+                run_id, "config/config.yaml", workdir))
+        except (MlflowException, OSError):
+            raise InvalidConfig(f"{FLAG}={run_id}: the run has no recorded config "
+                                "(hydra/overrides.yaml, config/config.yaml)") from None
+    overrides = [o for o in recorded if not str(o).startswith("tracking.rerun_of=")]
+    overrides += [*extra, f"tracking.rerun_of={run_id}"]
+    differences = list_differences(run.data.tags, config, overrides, extra)
+    print(f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
+          + (" ".join(overrides) or "(no overrides)"), flush=True)
+    if differences:
+        print(f"differences from run {run_id} that may change the result:", flush=True)
+        for line in differences:
+            print(f"  - {line}", flush=True)
+    else:
+        print("same code, packages, data and config as the original run", flush=True)
+    return [*flags, *overrides]
+
+
+def list_differences(tags, recorded_config, overrides: Sequence[str],
+                     extra: Sequence[str]) -> List[str]:
+    from ms_exp import provenance
+    from ms_exp.config.compose import compose_config
+    from ms_exp.tracking.tracker import flatten
+
+    lines = []
+    for name, version in provenance.package_versions().items():
+        before = tags.get(f"ms_exp.version.{name}")
+        if before and before != version:
+            lines.append(f"{name} {before} then, {version} now")
+    import platform
+
+    if tags.get("ms_exp.python") not in (None, platform.python_version()):
+        lines.append(f"Python {tags['ms_exp.python']} then, {platform.python_version()} now")
+    state = provenance.git_state(provenance.PROJECT_DIR)
+    if state:
+        before = tags.get("ms_exp.git.project.commit")
+        if before and before != state["commit"]:
+            lines.append(f"project commit {before[:12]} then, {state['commit'][:12]} now")
+        if state["dirty"] == "true":
+            lines.append("the project's working tree has uncommitted changes now")
+    if tags.get("ms_exp.git.project.dirty") == "true":
+        lines.append("the project's working tree had uncommitted changes then "
+                     "(provenance/project.diff)")
+    cfg = compose_config(overrides)
+    fingerprint = provenance.dataset_fingerprint(cfg.dataset)["digest"]
+    before = tags.get("ms_exp.dataset_fingerprint")
+    if before and before != fingerprint:
+        lines.append(f"dataset fingerprint {before} then, {fingerprint} now")
+    changed_by_user = {o.split("=", 1)[0].lstrip("+~") for o in extra}
+    then = flatten(OmegaConf.to_container(recorded_config, resolve=False))
+    now = flatten(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True))
+    for key in sorted(set(then) | set(now)):
+        if key in changed_by_user or key == "tracking.rerun_of":
+            continue
+        if "${hydra:" in str(now.get(key, "")):  # run-directory paths differ by design
+            continue
+        if then.get(key) != now.get(key):
+            lines.append(f"config {key}: {then.get(key)!r} then, {now.get(key)!r} now")
+    return lines
+
+

@@ -1,0 +1,105 @@
+"""Every run records what produced it; ``--from-run`` produces it again, bit for bit."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import free_port, run_cli, train
+from datafiles import write_mnist
+
+
+def weights(result, name, rank=0):
+    import mindspore as ms
+
+    path = result.run_dir / "checkpoints" / f"rank_{rank}" / name
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("repro"), "trainer.epochs=1")
+
+
+def test_run_records_code_packages_command_and_data(original):
+    run = original.store.get_run(original.run_id)
+    tags = run.data.tags
+    assert re.fullmatch(r"[0-9a-f]{40}", tags["ms_exp.git.project.commit"])
+    assert tags["ms_exp.git.project.dirty"] in ("true", "false")
+    for package in ("mindspore", "hydra-core", "omegaconf", "numpy", "mlflow"):
+        assert tags[f"ms_exp.version.{package}"][0].isdigit()
+    assert tags["ms_exp.python"].count(".") == 2
+    assert tags["ms_exp.device_target"] == "CPU"
+    assert tags["ms_exp.command"].endswith("-m ms_exp.run trainer.progress_bar=never "
+                                           "trainer.epochs=1")
+    (dataset_input,) = run.inputs.dataset_inputs
+    assert dataset_input.dataset.name == "digits"
+    assert dataset_input.dataset.digest == tags["ms_exp.dataset_fingerprint"]
+    assert "load_digits" in dataset_input.dataset.source
+    files = {a.path for a in original.store.list_artifacts(original.run_id, "provenance")}
+    assert {"provenance/requirements.txt", "provenance/dataset.json"} <= files
+    requirements = (original.run_dir / "provenance" / "requirements.txt").read_text()
+    assert re.search(r"^mindspore==2\.10\.0$", requirements, re.M)
+
+
+def test_from_run_reproduces_the_weights_bit_for_bit_and_links_the_runs(original):
+    again = train(original.cwd, "--from-run", original.run_id)
+    assert f"re-running MLflow run {original.run_id}" in again.stdout
+    differences = again.stdout.split("differences from run", 1)[-1]
+    assert "dataset fingerprint" not in differences and "config " not in differences
+    assert_same_weights(weights(original, "checkpoint-1_44.ckpt"),
+                        weights(again, "checkpoint-1_44.ckpt"))
+    run = again.store.get_run(again.run_id)
+    assert run.data.tags["ms_exp.rerun_of"] == original.run_id
+    assert run.data.params["tracking.rerun_of"] == original.run_id
+
+
+def test_extra_overrides_go_on_top_and_are_not_reported_as_drift(original):
+    again = train(original.cwd, "--from-run", original.run_id, "trainer.epochs=2")
+    assert again.store.get_run(again.run_id).data.params["trainer.epochs"] == "2"
+    assert "config trainer.epochs" not in again.stdout
+    assert (again.run_dir / "checkpoints/rank_0/checkpoint-2_44.ckpt").is_file()
+
+
+def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
+    data = write_mnist(tmp_path / "mnist", train=64, test=32)
+    first = train(tmp_path, "dataset=mnist", f"dataset.path={data}", "trainer.epochs=1")
+    first.store.set_tag(first.run_id, "ms_exp.version.numpy", "0.0.1")
+    before = first.store.get_run(first.run_id).data.tags["ms_exp.dataset_fingerprint"]
+    write_mnist(data, train=64, test=32, seed=5)  # same files, other pixels
+    again = train(tmp_path, "--from-run", first.run_id)
+    section = again.stdout.split("differences from run", 1)[1].split("run standalone!")[0]
+    assert "numpy 0.0.1 then, " in section
+    assert f"dataset fingerprint {before} then, " in section
+    dataset = json.loads((again.run_dir / "provenance" / "dataset.json").read_text())
+    assert dataset["files"] == 4 and dataset["source"] == str(data.resolve())
+
+
+def test_from_run_of_a_data_parallel_run_is_bit_for_bit(tmp_path):
+    first = train(tmp_path, "parallel=data", "trainer.epochs=1",
+                  f"parallel.launcher.master_port={free_port()}")
+    assert "ms_exp.msrun_command" in first.store.get_run(first.run_id).data.tags
+    again = train(tmp_path, "--from-run", first.run_id,
+                  f"parallel.launcher.master_port={free_port()}")
+    for rank in (0, 1):
+        assert_same_weights(weights(first, "checkpoint-1_22.ckpt", rank),
+                            weights(again, "checkpoint-1_22.ckpt", rank))
+
+
+def test_unknown_run_id_or_store_is_one_line(original, tmp_path):
+    result = run_cli("ms_exp.run", ["--from-run", "0" * 32], tmp_path)
+    assert result.rc == 2
+    assert result.stderr.strip().splitlines() == [
+        f"ms_exp: error: --from-run={'0' * 32}: no MLflow store at {tmp_path / 'mlflow.db'} "
+        "(name the run's store with tracking.uri=...)"]
+    assert list(tmp_path.iterdir()) == []
+    result = run_cli("ms_exp.run", ["--from-run", "0" * 32], original.cwd)
+    assert result.rc == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"ms_exp: error: --from-run={'0' * 32}: no such run in sqlite:///")
