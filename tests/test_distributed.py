@@ -198,6 +198,13 @@ def test_ctrl_c_stops_every_rank_and_kills_the_run(tmp_path):
     assert run.info.status == "KILLED"
 
 
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
     """Node 0 is the entrypoint; node 1 runs the saved msrun command with its node rank,
     as a second machine sharing the run directory would."""
@@ -210,6 +217,12 @@ def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
         time.sleep(0.2)
     line = command_file.read_text().splitlines()[-1].split()
     assert line[0] == "msrun" and "--node_rank=0" in line
+    # Node 0's scheduler must own the port first: on one machine node 1 starts a scheduler
+    # too (see below), and whichever binds first wins.
+    port = int(next(a for a in line if a.startswith("--master_port=")).split("=")[1])
+    while not _listening(port):
+        assert time.time() < deadline + 60 and node0.poll() is None, node0.communicate()[0]
+        time.sleep(0.2)
     node1_args = [a if a != "--node_rank=0" else "--node_rank=1" for a in line[1:]]
     node1 = subprocess.run([sys.executable, "-m", "mindspore.parallel.cluster.run",
                             *node1_args], cwd=tmp_path, capture_output=True, text=True,
