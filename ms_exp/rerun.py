@@ -6,6 +6,7 @@ that could make it differ from the original is listed: package and Python versio
 project's commit and a dirty tree, the dataset's fingerprint, and config values the
 recorded overrides no longer produce (changed defaults).
 """
+import platform
 import tempfile
 from typing import List, Sequence, Tuple
 
@@ -95,8 +96,6 @@ def list_differences(tags, recorded_config, overrides: Sequence[str],
         before = tags.get(f"ms_exp.version.{name}")
         if before and before != version:
             lines.append(f"{name} {before} then, {version} now")
-    import platform
-
     if tags.get("ms_exp.python") not in (None, platform.python_version()):
         lines.append(f"Python {tags['ms_exp.python']} then, {platform.python_version()} now")
     state = provenance.git_state(provenance.PROJECT_DIR)

@@ -6,7 +6,6 @@ in the job's MLflow run.
 """
 import json
 import os
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -233,7 +232,6 @@ def _report(result: JobResult, tracker, uri: str) -> None:
         lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
                      f"{tracker.experiment_id}/runs/{tracker.run_id}")
     print("\n".join(lines), flush=True)
-    sys.stdout.flush()
 
 
 def _artifact_name(path: Optional[Path]) -> str:

@@ -213,24 +213,11 @@ def validate_model(cfg, dataset_cfg) -> None:
     elif cfg.name == "resnet":
         require(cfg.depth in RESNET_DEPTHS, "model.depth", cfg.depth, one_of(RESNET_DEPTHS))
         require(cfg.width > 0, "model.width", cfg.width, "a number > 0")
-        size = image_size(dataset_cfg)
-        if size is not None:
-            require(size >= RESNET_MIN_IMAGE_SIZE, "model", "resnet",
-                    f"images of at least {RESNET_MIN_IMAGE_SIZE}x{RESNET_MIN_IMAGE_SIZE}; "
-                    f"dataset={dataset_cfg.name} has {size}x{size} (use model=mlp)")
-
-
-def image_size(dataset_cfg) -> Optional[int]:
-    """The smaller spatial side of the dataset's images, where the config fixes it."""
-    if dataset_cfg.name == "digits":
-        return 8
-    if dataset_cfg.name == "mnist":
-        return 28
-    if dataset_cfg.name == "imagenet":
-        return dataset_cfg.image_size
-    if dataset_cfg.name == "synthetic" and len(dataset_cfg.image_shape) == 3:
-        return min(dataset_cfg.image_shape[1:])
-    return None
+        # validate_dataset ran first, so a declared image folder exists.
+        size = min(declared_shape(dataset_cfg)[0][1:])
+        require(size >= RESNET_MIN_IMAGE_SIZE, "model", "resnet",
+                f"images of at least {RESNET_MIN_IMAGE_SIZE}x{RESNET_MIN_IMAGE_SIZE}; "
+                f"dataset={dataset_cfg.name} has {size}x{size} (use model=mlp)")
 
 
 def declared_shape(dataset_cfg) -> Tuple[Tuple[int, int, int], int]:
