@@ -12,6 +12,8 @@ from typing import List, Optional
 import mindspore as ms
 from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 
+from ms_exp.boost.snapshots import SNAPSHOT_PREFIX, snapshot_files
+
 BEST_NAME = "best.ckpt"
 BEST_METRIC = "accuracy"
 
@@ -62,6 +64,36 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
     if cfg.keep_best:
         callbacks.append(BestCheckpoint(network, directory))
     return callbacks
+
+
+class WeightSnapshots(Callback):
+    """Stage one of dimension-reduction training: weight-only snapshots from
+    ``start_epoch`` on, ``per_epoch`` times per epoch, by MindSpore's own ModelCheckpoint
+    with ``CheckpointConfig(saved_network=network)`` as the tutorial saves them.
+
+    ModelCheckpoint cannot start late, so steps before ``start_epoch`` and between
+    snapshots are not passed on to it; on the steps that are, its own counter
+    (``save_checkpoint_steps=interval``) agrees and it saves."""
+
+    def __init__(self, cfg, network, directory: Path, steps_per_epoch: int):
+        super().__init__()
+        self.start_epoch = cfg.start_epoch
+        self.interval = max(1, steps_per_epoch // cfg.per_epoch)
+        self.directory = Path(directory)
+        config = CheckpointConfig(save_checkpoint_steps=self.interval,
+                                  keep_checkpoint_max=cfg.keep_max, saved_network=network)
+        self.saver = ModelCheckpoint(prefix=SNAPSHOT_PREFIX, directory=str(directory),
+                                     config=config)
+
+    def on_train_step_end(self, run_context):
+        params = run_context.original_args()
+        step_in_epoch = (params.cur_step_num - 1) % params.batch_num + 1
+        if params.cur_epoch_num >= self.start_epoch and step_in_epoch % self.interval == 0:
+            self.saver.step_end(run_context)
+
+    def on_train_end(self, run_context):
+        count = len(snapshot_files(self.directory))
+        print(f"{count} weight snapshots in {self.directory}", flush=True)
 
 
 def last_checkpoint(directory: Path, prefix: str) -> Optional[Path]:

@@ -6,6 +6,7 @@ override is refused with one line and exit status 2, and no run directory or MLf
 is created for it.
 """
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,6 +19,7 @@ from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.config.validate import validate
 from ms_exp.rerun import split_from_run, rerun_arguments
+from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2
 EXIT_INTERRUPTED = 130
@@ -87,12 +89,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"ms_exp: error: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     sys.argv = [sys.argv[0], *argv]
+    # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED
+    # too, not leave it RUNNING (each job's own run already handles it, DESIGN.md 7).
+    guard = nullcontext()
+    if args.multirun:
+        from ms_exp.tracking.lifecycle import terminate_as_interrupt
+        guard = terminate_as_interrupt()
     try:
-        hydra_job()
+        with guard:
+            hydra_job()
     except KeyboardInterrupt as interrupt:
+        end_active_sweep("KILLED")
         print(f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); the run was marked KILLED",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BaseException:
+        # A failed job of a multirun: Hydra exits (SystemExit) without on_multirun_end.
+        end_active_sweep("FAILED")
+        raise
     return 0
 
 

@@ -17,6 +17,7 @@ from ms_exp.console import tee_output
 from ms_exp.launch import COMMAND_FILE, is_distributed, launch, log_dir, save_command
 from ms_exp.tracking.lifecycle import tracked_run
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
+from ms_exp.tracking.sweep import parent_run_id
 from ms_exp.tracking.tracker import flatten
 
 RESOLVED_CONFIG = "config.yaml"
@@ -57,6 +58,11 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     or, for a distributed job, in the ranks msrun starts."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.boost.mode == "dim_reduce":
+        from ms_exp.boost.stage_one import fill_stage_one
+
+        # Recorded as found (run id, paths), so ranks and re-runs need no MLflow lookup.
+        fill_stage_one(cfg)
     config_file = run_dir / RESOLVED_CONFIG
     OmegaConf.save(cfg, config_file, resolve=True)
     tracking = cfg.tracking
@@ -71,7 +77,9 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     }
     with tee_output(run_dir / "console.log"), \
             tracked_run(tracking.enabled, uri, tracking.experiment_name,
-                        tracking.run_name or default_run_name(cfg), tags) as tracker:
+                        tracking.run_name or default_run_name(cfg), tags,
+                        # In a multirun, the sweep's parent run (ms_exp/tracking/sweep.py).
+                        parent_run_id=parent_run_id(uri, tracking.experiment_name)) as tracker:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         tracker.log_params(flatten(resolved))
         tracker.log_artifact(config_file, "config")
@@ -147,13 +155,18 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         from ms_exp.parallel.emulation import apply_strategies
 
         apply_strategies(network, strategies)
-    optimizer = create_optimizer(cfg.optimizer, network.trainable_params(), steps_per_epoch,
-                                 epochs)
+    optimizer = None
+    if cfg.boost.mode != "dim_reduce":  # AutoBoost brings its own SGD(learning_rate=1)
+        optimizer = create_optimizer(cfg.optimizer, network.trainable_params(),
+                                     steps_per_epoch, epochs)
     metrics = {"accuracy": nn.Top1CategoricalAccuracy(), "loss": nn.Loss()}
     if spec.num_classes > 5:
         metrics["top_5_accuracy"] = nn.Top5CategoricalAccuracy()
-    model = ms.Model(network, loss_fn=create_loss(cfg.loss), optimizer=optimizer,
-                     metrics=metrics, boost_level=cfg.boost.level)
+    if cfg.boost.mode == "dim_reduce":
+        model = _dim_reduce_model(cfg, network, metrics, runtime, run_dir, tracker)
+    else:
+        model = ms.Model(network, loss_fn=create_loss(cfg.loss), optimizer=optimizer,
+                         metrics=metrics, boost_level=cfg.boost.level)
 
     ckpt_dir = rank_dir(run_dir, runtime.rank_id)
     mlflow_metrics = MlflowMetrics(tracker, cfg.dataset.batch_size * runtime.group_size,
@@ -161,6 +174,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     callbacks = [LossMonitor(cfg.trainer.loss_print_interval), TimeMonitor(), mlflow_metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode)
+    if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
+        callbacks.append(_snapshot_callback(cfg, network, run_dir, steps_per_epoch, tracker))
     if runtime.emulated:
         from ms_exp.parallel.emulation import SemiAutoLayouts
 
@@ -173,8 +188,14 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, epochs))
 
-    model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
-              dataset_sink_mode=False)
+    try:
+        model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
+                  dataset_sink_mode=False)
+    finally:
+        if cfg.boost.mode == "dim_reduce" and runtime.rank_id == 0:
+            from ms_exp.boost.pca import remove_work_dir
+
+            remove_work_dir(run_dir)
 
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
     final_eval = mlflow_metrics.eval_history[-1] if mlflow_metrics.eval_history else {}
@@ -186,6 +207,42 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         best_checkpoint=best.path if best and best.path.exists() else None)
 
 
+def _snapshot_callback(cfg: DictConfig, network, run_dir: Path, steps_per_epoch: int, tracker):
+    from ms_exp.boost.snapshots import SNAPSHOT_DIR
+    from ms_exp.checkpoint import WeightSnapshots
+    from ms_exp.config.errors import require
+
+    snapshots = cfg.checkpoint.snapshots
+    require(snapshots.per_epoch <= steps_per_epoch, "checkpoint.snapshots.per_epoch",
+            snapshots.per_epoch, f"at most the {steps_per_epoch} steps of an epoch")
+    directory = (run_dir / SNAPSHOT_DIR).resolve()
+    tracker.set_tags({"ms_exp.snapshots.dir": str(directory)})
+    return WeightSnapshots(snapshots, network, directory, steps_per_epoch)
+
+
+def _dim_reduce_model(cfg: DictConfig, network, metrics, runtime, run_dir: Path, tracker):
+    from ms_exp.boost.dim_reduce import build_dim_reduce_model, load_stage_one_weights
+    from ms_exp.optim import create_loss
+
+    boost = cfg.boost
+    load_stage_one_weights(network, Path(boost.pretrained_weight_path))
+    snapshots = Path(boost.weight_load_dir) if boost.weight_load_dir else None
+    model, plan = build_dim_reduce_model(boost, snapshots, network, create_loss(cfg.loss),
+                                         metrics, runtime, run_dir)
+    if runtime.rank_id != 0:
+        return model
+    where = f" ({plan.cache})" if plan.cache else ""
+    print(f"PCA matrix: {plan.source}{where}; {boost.n_components} components", flush=True)
+    tracker.set_tags({"ms_exp.pca.source": plan.source,
+                      "ms_exp.pca.cache": str(plan.cache or boost.pca_mat_path or "")})
+    if plan.source == "computed":
+        # The matrix belongs to stage one: log it there once (here if stage one has no run).
+        owner = boost.stage_one_run_id or tracker.run_id
+        if tracker.enabled:
+            tracker.client.log_artifact(owner, str(plan.cache), "pca")
+    return model
+
+
 def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
     """Logs and checkpoints into the run, also after a failure (they explain it)."""
     for log in sorted(run_dir.glob("*.log")):
@@ -193,6 +250,7 @@ def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
     ranks_logs = log_dir(cfg.parallel, run_dir) if is_distributed(cfg.parallel) else None
     if ranks_logs is not None and ranks_logs.is_dir():
         tracker.log_artifacts(ranks_logs, "logs/ranks")
+    _log_snapshots(tracker, run_dir, cfg)
     strategy = Path(cfg.checkpoint.strategy.save_file or "")
     if strategy.name and strategy.is_file():
         tracker.log_artifact(strategy, "strategy")
@@ -209,6 +267,19 @@ def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
         for path in (last_checkpoint(rank, cfg.checkpoint.prefix), rank / BEST_NAME):
             if path is not None and path.is_file():
                 tracker.log_artifact(path, f"checkpoints/{rank.name}")
+
+
+def _log_snapshots(tracker, run_dir: Path, cfg: DictConfig) -> None:
+    from ms_exp.boost.snapshots import SNAPSHOT_DIR, snapshot_files
+
+    directory = run_dir / SNAPSHOT_DIR
+    files = snapshot_files(directory)
+    if not files:
+        return
+    tracker.set_tags({"ms_exp.snapshots.count": str(len(files))})
+    if cfg.tracking.log_checkpoints.value != "none":
+        for path in files:
+            tracker.log_artifact(path, SNAPSHOT_DIR)
 
 
 def _report(result: JobResult, tracker, uri: str) -> None:

@@ -120,6 +120,16 @@ class StrategyFile:
 
 
 @dataclass
+class WeightSnapshots:
+    """Weight-only snapshots (``CheckpointConfig(saved_network=network)``) for stage one of
+    dimension-reduction training: their PCA spans the subspace stage two trains in."""
+
+    per_epoch: int = 0  # 0: no snapshots
+    start_epoch: int = 1  # the tutorial drops early weights: snapshots from this epoch on
+    keep_max: int = 100
+
+
+@dataclass
 class CheckpointSchema:
     save: bool = True
     integrated_save: bool = True
@@ -129,6 +139,7 @@ class CheckpointSchema:
     keep_checkpoint_max: int = 5
     keep_best: bool = True
     strategy: StrategyFile = field(default_factory=StrategyFile)
+    snapshots: WeightSnapshots = field(default_factory=WeightSnapshots)
 
 
 # --- boost -----------------------------------------------------------------------------
@@ -138,6 +149,28 @@ class CheckpointSchema:
 class BoostOff:
     mode: str = "off"
     level: str = "O0"  # Model(boost_level=...): O0 disables every boost algorithm
+
+
+@dataclass
+class BoostDimReduce:
+    """Stage two of dimension-reduction training: mindspore.boost's DimReduce (quasi-Newton
+    steps with line search in the span of the stage-one snapshots' principal components).
+    The keys below the stage-one source are MindSpore's own ``dim_reduce`` keys."""
+
+    mode: str = "dim_reduce"
+    level: str = "O1"  # AutoBoost level; O1 or O2 (the tutorial uses O1)
+    # Stage one: an MLflow run id ("latest": the newest finished run that kept snapshots),
+    # or the paths below.
+    stage_one_run_id: Optional[str] = None
+    pretrained_weight_path: Optional[str] = None  # stage one's final checkpoint
+    weight_load_dir: Optional[str] = None  # stage one's snapshot folder
+    pca_mat_path: Optional[str] = None  # a PCA matrix (.npy) computed before
+    n_components: int = 32
+    rho: float = 0.55
+    gamma: float = 0.9
+    alpha: float = 0.001
+    sigma: float = 0.4
+    timeout: int = 1800  # seconds a rank waits for rank 0's PCA matrix
 
 
 # --- placement -------------------------------------------------------------------------
@@ -288,7 +321,7 @@ GROUP_SCHEMAS = {
         "sliced": CheckpointSchema,
         "none": CheckpointSchema,
     },
-    "boost": {"off": BoostOff},
+    "boost": {"off": BoostOff, "dim_reduce": BoostDimReduce},
     "placement": {"device": DevicePlacement},
     "dataset": {
         "digits": DigitsDataset,

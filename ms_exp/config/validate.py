@@ -41,6 +41,11 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_tracking(cfg.tracking)
     if cfg.parallel.mode == "semi_auto":
         validate_shard_strategies(cfg)
+    from ms_exp.boost.validate import validate_dim_reduce, validate_snapshots
+
+    validate_snapshots(cfg)
+    if cfg.boost.mode == "dim_reduce":
+        validate_dim_reduce(cfg)
 
 
 def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:

@@ -1,0 +1,1 @@
+"""The ``boost`` group: mindspore.boost algorithms (dimension-reduction training)."""

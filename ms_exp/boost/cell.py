@@ -1,0 +1,104 @@
+"""The stage-two training cell: MindSpore's ``BoostTrainOneStepCell`` with two fixes.
+
+1. ``BoostTrainOneStepCell._no_sens_impl`` (the path ``Model`` takes without a loss scale)
+   computes the loss and the DimReduce update but has no ``return``, so every step's output
+   is None and LossMonitor, MLflow and the console see no loss (DESIGN.md, decision 6).
+   ``LossReturningBoostCell`` returns it.
+2. With more than one rank, MindSpore's ``DimReduce`` (a) sums the ranks' parts of the
+   projected gradient with one ``Broadcast`` per rank, which fails on CPU ("Memcpy error"
+   in BroadcastCPUKernelMod), and (b) averages the loss over ranks with ``//``, a floor
+   division, so the line search compares floor(mean loss) and almost never accepts a step.
+   ``DataParallelDimReduce`` sums the parts with one AllReduce (the same sum: every rank
+   adds every rank's part) and divides the loss with ``/``.
+"""
+import numpy as np
+from mindspore import nn, ops
+from mindspore.boost import BoostTrainOneStepCell
+from mindspore.boost.dim_reduce import DimReduce
+# MindSpore's own graph functions, so the fixed methods do exactly what the originals do.
+from mindspore.boost.dim_reduce import _pca_projection, _save_weight, _scale_grad
+from mindspore.ops import composite as C
+
+
+class _AllReduceEach(nn.Cell):
+    """AllReduce(SUM) of every tensor of a tuple: the sum over ranks of each rank's part."""
+
+    def __init__(self):
+        super().__init__()
+        self.allreduce = ops.AllReduce()
+        self.hyper_map = C.HyperMap()
+
+    def construct(self, parts):
+        return self.hyper_map(self.allreduce, parts)
+
+
+class DataParallelDimReduce(DimReduce):
+    def _set_local_pca_mat(self, pca_mat_local, n_components, parameter_tuple):
+        super()._set_local_pca_mat(pca_mat_local, n_components, parameter_tuple)
+        if self.rank_size > 1:
+            # DimReduce.construct adds broadcast(part) over this list onto zeros.
+            self.broadcast_list = nn.CellList([_AllReduceEach()])
+
+    def _generate_gk(self, weight, loss, old_grad, loss_scale):
+        weight = ops.depend(weight, loss)
+        old_grad = ops.depend(old_grad, weight)
+        old_grad = self.hyper_map(ops.partial(_scale_grad, loss_scale), old_grad)
+        old_loss = self.allreduce(loss) / self.rank_size
+        gk_local = self.hyper_map(_pca_projection, self.pca_list_local, old_grad)
+        gk_local = ops.addn(gk_local)
+        gk_pad = self.allgather(gk_local)
+        gk_pad = ops.reshape(gk_pad, (-1, 1))
+        gk = gk_pad[0:self.n_components, :]
+        return gk, old_loss, gk_local
+
+    def _find_rho(self, gk, dk, dn, old_loss, weight, weight_clone, rho, *inputs):
+        res = self.false_flag
+        sn = self.hyper_map(ops.partial(self.mul, -1 * rho), dn)
+        sn = ops.depend(sn, old_loss)
+        update = self.optimizer(sn)
+        new_loss = ops.depend(self.network(*inputs), update)
+        new_loss = self.allreduce(new_loss) / self.rank_size
+        old_loss_delta = old_loss + self.sigma * rho * ops.squeeze(
+            self.matmul(ops.transpose(gk, (1, 0)), dk))
+        if old_loss_delta > new_loss:
+            _save_weight(self.sk, rho * dk)
+            res = self.true_flag
+        weight_clone = ops.depend(weight_clone, old_loss_delta)
+        restore = self.hyper_map(_save_weight, weight, weight_clone)
+        return ops.depend(res, restore)
+
+
+class LossReturningBoostCell(BoostTrainOneStepCell):
+    """``BoostTrainOneStepCell`` whose no-sens path returns the loss (fix 1 above); with
+    several ranks its DimReduce is ``DataParallelDimReduce`` (fix 2)."""
+
+    def __init__(self, network, optimizer, sens=None):
+        # DimReduce is a Cell with auto_prefix: assigning it the optimizer renames the
+        # network's own parameters to "optimizer.<name>", so checkpoints of stage two would
+        # no longer load into the network. The names are put back below.
+        names = {id(p): p.name for p in network.get_parameters()}
+        super().__init__(network, optimizer, sens)
+        if self.enable_dim_reduce and self.dim_reduce.rank_size > 1:
+            old = self.dim_reduce
+            # Rebuilt from the tensors MindSpore already loaded: pca_list_local holds this
+            # rank's rows of the PCA matrix, split per parameter.
+            self.dim_reduce = DataParallelDimReduce(
+                old.network, old.optimizer, self.weights,
+                np.concatenate([part.asnumpy() for part in old.pca_list_local], axis=1),
+                old.n_components, float(old.rho_list[1].asnumpy()), old.gamma, old.alpha,
+                old.sigma, old.rank, old.rank_size)
+        for param in network.get_parameters():
+            param.name = names.get(id(param), param.name)
+
+    def _no_sens_impl(self, *inputs):
+        loss = self.network(*inputs)
+        sens = ops.fill(loss.dtype, loss.shape, self.sens)
+        grads = self.grad_no_sens(self.network, self.weights)(*inputs)
+        grads = self.grad_reducer(grads)
+        if self.use_grad_accumulation:
+            return self.gradient_accumulation_process(loss, grads, sens, *inputs)
+        if self.enable_dim_reduce:
+            return ops.depend(loss, self.dim_reduce(loss, grads, sens, self.weights,
+                                                    self.weights_clone, *inputs))
+        return ops.depend(loss, self.optimizer(grads))
+

@@ -1,0 +1,83 @@
+"""Stage two of dimension-reduction training, built from MindSpore's own pieces.
+
+The tutorial passes ``boost_level="O1"`` and a ``boost_config_dict`` to ``Model``. ms_exp
+makes the same two calls Model would (``AutoBoost(level, dict)`` and its
+``network_auto_process_train``) itself, for three reasons:
+
+- ``AutoBoost`` is a process-wide singleton that keeps the first configuration it was
+  given: in one process (a Hydra sweep runs its jobs one after another) every later job
+  would silently train with the first job's rho, gamma and sigma, and a stage two after any
+  earlier ``Model`` would not boost at all. It is reset before each job's build.
+- the training cell must return its loss (``LossReturningBoostCell``);
+- the PCA step must use a private folder and a cached matrix (``ms_exp.boost.pca``).
+"""
+from pathlib import Path
+from typing import Dict, Tuple
+
+from mindspore import Model, nn
+from mindspore.boost import AutoBoost
+
+from ms_exp.boost.cell import LossReturningBoostCell
+from ms_exp.boost.pca import PcaPlan, pca_for_rank
+
+
+def boost_config_dict(boost_cfg, device_number: int, weight_load_dir, pca_mat_path) -> Dict:
+    """The tutorial's dictionary with MindSpore's real key names: ``n_components`` and
+    ``common.device_number`` (the tutorial's ``n_component`` and ``device_num`` are
+    silently ignored by MindSpore 2.10)."""
+    return {
+        "boost": {"mode": "manual", "dim_reduce": True},
+        "common": {"device_number": device_number},
+        "dim_reduce": {
+            "rho": boost_cfg.rho,
+            "gamma": boost_cfg.gamma,
+            "alpha": boost_cfg.alpha,
+            "sigma": boost_cfg.sigma,
+            "n_components": boost_cfg.n_components,
+            "pca_mat_path": str(pca_mat_path) if pca_mat_path else None,
+            "weight_load_dir": str(weight_load_dir) if weight_load_dir else None,
+            "timeout": boost_cfg.timeout,
+        },
+    }
+
+
+def reset_auto_boost() -> None:
+    """Forget the AutoBoost singleton's configuration (see the module docstring)."""
+    AutoBoost._instance = None
+
+
+def build_dim_reduce_model(boost_cfg, snapshots: Path, network: nn.Cell, loss: nn.Cell,
+                           metrics, runtime, run_dir: Path) -> Tuple[Model, PcaPlan]:
+    # One PCA computer per node, as MindSpore's device_number means; ranks of one node
+    # share the run directory.
+    device_number = runtime.group_size
+    with pca_for_rank(boost_cfg, snapshots, run_dir, runtime.rank_id,
+                      runtime.group_size) as plan:
+        reset_auto_boost()
+        boost = AutoBoost(boost_cfg.level, boost_config_dict(
+            boost_cfg, device_number, plan.work_dir, plan.pca_mat_path))
+        # Replaces the optimizer with SGD(learning_rate=1) flagged for dim_reduce.
+        network, optimizer = boost.network_auto_process_train(
+            network, nn.SGD(network.trainable_params(), learning_rate=1.0))
+    if runtime.rank_id != 0:
+        print(f"rank {runtime.rank_id}: waiting up to {boost_cfg.timeout} s for rank 0's "
+              "PCA matrix", flush=True)
+    # Waits (up to boost.timeout) for rank 0's split of the matrix, then builds DimReduce.
+    train_cell = LossReturningBoostCell(nn.WithLossCell(network, loss), optimizer)
+    train_cell.set_train()
+    # Model must not run AutoBoost again on the finished cell.
+    reset_auto_boost()
+    model = Model(train_cell, eval_network=nn.WithEvalCell(network, loss), metrics=metrics,
+                  eval_indexes=[0, 1, 2])
+    return model, plan
+
+
+def load_stage_one_weights(network: nn.Cell, path: Path) -> None:
+    """The stage-one final checkpoint (optimizer state in it is ignored)."""
+    import mindspore as ms
+
+    missing, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(path)))
+    if missing:
+        raise ValueError(f"boost.pretrained_weight_path={path}: lacks parameters "
+                         f"{', '.join(missing[:5])} of this network")
+    print(f"stage two starts from the stage-one weights in {path}", flush=True)

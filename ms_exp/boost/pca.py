@@ -1,0 +1,147 @@
+"""The PCA matrix of a stage-one snapshot folder: computed once, cached, reused.
+
+MindSpore computes the matrix while the stage-two training cell is built
+(``AutoBoost.network_auto_process_train``) and writes it, its per-rank splits and an
+end marker into ``weight_load_dir`` (or next to ``pca_mat_path``), deleting any it finds
+there first. Pointed at a shared snapshot folder, jobs running at the same time would
+delete each other's files, and every job of a sweep would redo the same PCA. So:
+
+- each job hands MindSpore a private work folder, ``<run dir>/pca``, shared only by the
+  job's own ranks and removed when the job ends;
+- the matrix is cached in ``<snapshot folder>/ms_exp_pca/pca_mat_n<K>.npy`` (MindSpore
+  reads only ``*.ckpt`` files from that folder) together with the snapshot listing it was
+  computed from; under a file lock one job computes it (MindSpore's own PCA, reading the
+  snapshots through links in its work folder) and publishes it, the others reuse it;
+- ranks other than 0 only wait for rank 0's split, as in MindSpore; rank 0 starts only
+  once they have cleared their stale files, which MindSpore does at the same moment rank 0
+  writes the new ones.
+"""
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+from ms_exp.boost.snapshots import snapshot_files
+
+# MindSpore's names: the matrix it computes in weight_load_dir, and its end marker.
+MINDSPORE_MATRIX = "pca_mat_temp.npy"
+CACHE_FOLDER = "ms_exp_pca"
+# MindSpore refuses paths with other characters (mindspore.boost.base._check_path).
+_MINDSPORE_PATH = re.compile(r"^[_A-Za-z0-9/.-]+$")
+
+
+@dataclass
+class PcaPlan:
+    """What one rank passes to MindSpore and what happened to the matrix."""
+
+    work_dir: Path
+    pca_mat_path: Optional[Path]  # None: MindSpore computes from weight_load_dir
+    source: str  # given | cached | computed | rank k waits for rank 0
+    cache: Optional[Path] = None
+
+
+def work_dir(run_dir: Path) -> Path:
+    """The job's private folder for MindSpore's PCA files (the same for all its ranks)."""
+    path = (Path(run_dir) / "pca").resolve()
+    if _MINDSPORE_PATH.match(str(path)):
+        return path
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()).resolve() / f"ms_exp_pca_{digest}"
+
+
+def cache_dir(snapshots: Path) -> Path:
+    """Beside the snapshots it was computed from; a user cache if that folder is read-only."""
+    local = Path(snapshots) / CACHE_FOLDER
+    if os.access(snapshots, os.W_OK) or os.access(local, os.W_OK):
+        return local
+    digest = hashlib.sha256(str(Path(snapshots).resolve()).encode()).hexdigest()[:16]
+    return Path.home() / ".cache" / "ms_exp" / "pca" / digest
+
+
+def snapshot_listing(snapshots: Path) -> list:
+    """What the cached matrix depends on: every snapshot's name, size and mtime."""
+    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in snapshot_files(snapshots)]
+
+
+@contextmanager
+def pca_for_rank(boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int,
+                 group_size: int) -> Iterator[PcaPlan]:
+    """Prepare this rank's work folder; the caller builds MindSpore's boost network inside
+    the ``with`` block. A matrix rank 0 computed is published to the cache on exit."""
+    work = work_dir(run_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    if rank != 0:
+        yield PcaPlan(work, None, "rank 0's")
+        (work / f"rank_{rank}.cleared").touch()
+        return
+    _wait_for_ranks(work, group_size, boost_cfg.timeout)
+    if boost_cfg.pca_mat_path:
+        _link_or_copy(Path(boost_cfg.pca_mat_path).expanduser(), work / MINDSPORE_MATRIX)
+        yield PcaPlan(work, work / MINDSPORE_MATRIX, "given")
+        return
+    cache = cache_dir(snapshots)
+    cache.mkdir(parents=True, exist_ok=True)
+    matrix = cache / f"pca_mat_n{boost_cfg.n_components}.npy"
+    listing_file = matrix.with_suffix(".json")
+    listing = snapshot_listing(snapshots)
+    with open(matrix.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if matrix.is_file() and listing_file.is_file() and \
+                json.loads(listing_file.read_text()) == listing:
+            _link_or_copy(matrix, work / MINDSPORE_MATRIX)
+            yield PcaPlan(work, work / MINDSPORE_MATRIX, "cached", matrix)
+            return
+        for snapshot in snapshot_files(snapshots):
+            link = work / snapshot.name
+            if not link.exists():
+                link.symlink_to(snapshot.resolve())
+        yield PcaPlan(work, None, "computed", matrix)
+        _publish(work / MINDSPORE_MATRIX, matrix)
+        _publish_text(json.dumps(listing), listing_file)
+
+
+def _wait_for_ranks(work: Path, group_size: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    waiting = [r for r in range(1, group_size)]
+    while waiting:
+        waiting = [r for r in waiting if not (work / f"rank_{r}.cleared").exists()]
+        if waiting and time.monotonic() > deadline:
+            raise TimeoutError(f"ranks {waiting} did not reach the PCA step within "
+                               f"boost.timeout={timeout} s")
+        time.sleep(0.05 if waiting else 0)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link costs nothing; MindSpore only reads this file, never rewrites it."""
+    if target.exists():
+        target.unlink()
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _publish(source: Path, target: Path) -> None:
+    """Copy under a temporary name and rename: readers never see half a matrix."""
+    partial = target.with_name(target.name + ".partial")
+    shutil.copyfile(source, partial)
+    os.replace(partial, target)
+
+
+def _publish_text(text: str, target: Path) -> None:
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, target)
+
+
+def remove_work_dir(run_dir: Path) -> None:
+    """The work folder only holds copies and splits of the matrix: drop it after training."""
+    shutil.rmtree(work_dir(run_dir), ignore_errors=True)

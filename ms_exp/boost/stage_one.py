@@ -1,0 +1,119 @@
+"""Where stage two finds stage one: its final weights and its snapshot folder.
+
+Either given as paths (``boost.pretrained_weight_path``, ``boost.weight_load_dir``) or
+looked up from the stage-one MLflow run (``boost.stage_one_run_id``, or ``latest``: the
+newest finished run in the experiment that kept snapshots). A run's files are read from
+its run directory when it is on this machine, otherwise downloaded from its artifacts.
+Explicit paths win over what the run provides.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ms_exp.config.errors import ConfigError
+
+LATEST = "latest"
+SNAPSHOTS_TAG = "ms_exp.snapshots.dir"
+# Where downloaded stage-one artifacts are kept, below the working directory.
+DOWNLOADS = Path(".ms_exp") / "stage_one"
+
+
+@dataclass
+class StageOne:
+    run_id: Optional[str]
+    weights: Optional[Path]
+    snapshots: Optional[Path]
+
+
+def resolve_stage_one(boost_cfg, tracking_cfg) -> StageOne:
+    run_id = boost_cfg.stage_one_run_id
+    weights = boost_cfg.pretrained_weight_path
+    snapshots = boost_cfg.weight_load_dir
+    if run_id:
+        run_id, run_weights, run_snapshots = _from_run(run_id, tracking_cfg)
+        weights = weights or run_weights
+        snapshots = snapshots or run_snapshots
+    if not weights:
+        raise ConfigError("boost.pretrained_weight_path", None,
+                          "stage one's final checkpoint (or boost.stage_one_run_id=<run id>|"
+                          "latest); run +experiment=dim_reduce_stage_one first",
+                          problem="boost=dim_reduce needs the stage-one weights")
+    return StageOne(run_id, Path(weights).expanduser(),
+                    Path(snapshots).expanduser() if snapshots else None)
+
+
+def fill_stage_one(cfg) -> StageOne:
+    """Write what ``resolve_stage_one`` found into ``cfg.boost``."""
+    stage = resolve_stage_one(cfg.boost, cfg.tracking)
+    cfg.boost.stage_one_run_id = stage.run_id
+    cfg.boost.pretrained_weight_path = str(stage.weights)
+    cfg.boost.weight_load_dir = str(stage.snapshots) if stage.snapshots else None
+    return stage
+
+
+def _from_run(run_id: str, tracking_cfg):
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from ms_exp.tracking.store import resolve_tracking_uri, sqlite_path
+
+    uri = resolve_tracking_uri(tracking_cfg.uri)
+    db = sqlite_path(uri)
+    if db is not None and not db.is_file():
+        raise ConfigError("boost.stage_one_run_id", run_id,
+                          f"a run in an existing store ({db} does not exist)")
+    client = MlflowClient(uri)
+    if run_id == LATEST:
+        run = _latest_stage_one(client, tracking_cfg.experiment_name, uri)
+    else:
+        try:
+            run = client.get_run(run_id)
+        except MlflowException:
+            raise ConfigError("boost.stage_one_run_id", run_id,
+                              f"the id of a run in {uri}", problem="no such run") from None
+    tags = run.data.tags
+    if SNAPSHOTS_TAG not in tags:
+        raise ConfigError("boost.stage_one_run_id", run.info.run_id,
+                          "a stage-one run (checkpoint.snapshots.per_epoch >= 1)",
+                          problem="this run kept no weight snapshots")
+    run_dir = Path(tags.get("ms_exp.run_dir", ""))
+    last = tags.get("ms_exp.checkpoint.last", "")
+    weights = run_dir / last if last else None
+    snapshots = Path(tags[SNAPSHOTS_TAG])
+    if weights is not None and not weights.is_file() or not snapshots.is_dir():
+        weights, snapshots = _download(client, run.info.run_id, last)
+    return run.info.run_id, weights, snapshots
+
+
+def _latest_stage_one(client, experiment_name: str, uri: str):
+    experiment = client.get_experiment_by_name(experiment_name)
+    runs = []
+    if experiment is not None:
+        runs = client.search_runs(
+            [experiment.experiment_id],
+            filter_string=f"attributes.status = 'FINISHED' and tags.`{SNAPSHOTS_TAG}` LIKE '%'",
+            order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise ConfigError("boost.stage_one_run_id", LATEST,
+                          f"a finished stage-one run in experiment {experiment_name!r} of "
+                          f"{uri}; run +experiment=dim_reduce_stage_one first",
+                          problem="there is none")
+    return runs[0]
+
+
+def _download(client, run_id: str, last: str):
+    """Stage one ran elsewhere: fetch its final checkpoint and snapshots from MLflow."""
+    from mlflow.artifacts import download_artifacts
+
+    target = (DOWNLOADS / run_id).resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        snapshots = download_artifacts(run_id=run_id, artifact_path="snapshots",
+                                       dst_path=str(target), tracking_uri=client.tracking_uri)
+        weights = download_artifacts(run_id=run_id, artifact_path=last, dst_path=str(target),
+                                     tracking_uri=client.tracking_uri) if last else None
+    except Exception as error:  # MLflow raises several types for a missing artifact
+        raise ConfigError("boost.stage_one_run_id", run_id,
+                          "a stage-one run whose run directory or artifacts still exist",
+                          problem=f"its files are gone ({type(error).__name__})") from None
+    return (Path(weights) if weights else None), Path(snapshots)

@@ -1,0 +1,237 @@
+"""Dimension-reduction training: stage one's snapshots, stage two's DimReduce, the PCA
+cache, sweeps, data parallel and the refusals (issue: boost=dim_reduce)."""
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ms_exp.config.compose import preflight
+from ms_exp.config.errors import InvalidConfig
+from conftest import FAST, free_port, run_cli, train
+
+# digits: 44 steps per epoch at batch 32. Snapshots from epoch 2, 6 per epoch: 12.
+STAGE_ONE = ("+experiment=dim_reduce_stage_one", "trainer.epochs=3",
+             "checkpoint.snapshots.start_epoch=2", "checkpoint.snapshots.per_epoch=6")
+STAGE_TWO = "+experiment=dim_reduce_stage_two"
+STEPS = 44
+
+
+@pytest.fixture(scope="module")
+def stage_one(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("dim_reduce"), *STAGE_ONE)
+
+
+def test_stage_one_keeps_weight_snapshots_from_its_start_epoch_and_records_them(stage_one):
+    import mindspore as ms
+
+    snapshots = sorted((stage_one.run_dir / "snapshots").glob("*.ckpt"))
+    names = sorted(p.name for p in snapshots)
+    assert names == sorted(f"snapshot-{e}_{s}.ckpt" for e in (2, 3)
+                           for s in (7, 14, 21, 28, 35, 42))
+    # Weight-only (saved_network): the network's parameters, no optimizer state.
+    assert set(ms.load_checkpoint(str(snapshots[0]))) == {
+        f"layer{i}.{w}" for i in (1, 2, 3) for w in ("weight", "bias")}
+    final = ms.load_checkpoint(str(stage_one.run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt"))
+    assert any(name.startswith("moments.") for name in final)
+    run = stage_one.store.get_run(stage_one.run_id)
+    assert run.data.tags["ms_exp.snapshots.count"] == "12"
+    assert run.data.tags["ms_exp.snapshots.dir"] == str(stage_one.run_dir / "snapshots")
+    logged = {a.path for a in stage_one.store.list_artifacts(stage_one.run_id, "snapshots")}
+    assert logged == {f"snapshots/{n}" for n in names}
+    assert run.data.tags["ms_exp.checkpoint.last"] == "checkpoints/rank_0/checkpoint-3_44.ckpt"
+
+
+def test_stage_two_has_a_finite_loss_every_step_and_logs_its_pca_once(stage_one):
+    result = train(stage_one.cwd, STAGE_TWO, f"boost.stage_one_run_id={stage_one.run_id}",
+                   "boost.n_components=8", "trainer.loss_print_interval=1")
+    store = result.store
+    losses = store.get_metric_history(result.run_id, "train/loss")
+    assert [m.step for m in losses] == list(range(1, 2 * STEPS + 1))
+    assert all(math.isfinite(m.value) for m in losses)
+    printed = [float(line.rsplit(" ", 1)[1]) for line in result.stdout.splitlines()
+               if ", loss is " in line]
+    assert len(printed) == 2 * STEPS and all(math.isfinite(v) for v in printed)
+    run = store.get_run(result.run_id)
+    params = run.data.params
+    assert params["boost.stage_one_run_id"] == stage_one.run_id
+    assert params["boost.pretrained_weight_path"].endswith("checkpoint-3_44.ckpt")
+    assert params["boost.weight_load_dir"] == str(stage_one.run_dir / "snapshots")
+    assert run.data.tags["ms_exp.pca.source"] == "computed"
+    assert "PCA matrix: computed" in result.stdout
+    # The matrix belongs to stage one: cached beside its snapshots and logged to its run.
+    cache = stage_one.run_dir / "snapshots/ms_exp_pca/pca_mat_n8.npy"
+    assert run.data.tags["ms_exp.pca.cache"] == str(cache)
+    assert np.load(cache).shape == (8, 64 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10)
+    assert {a.path for a in store.list_artifacts(stage_one.run_id, "pca")} == \
+        {"pca/pca_mat_n8.npy"}
+    # MindSpore's temporary files stayed out of the snapshot folder and were cleaned up.
+    assert sorted(p.name for p in (stage_one.run_dir / "snapshots").iterdir()
+                  if not p.name.endswith(".ckpt")) == ["ms_exp_pca", "snapshot-graph.meta"]
+    assert not (result.run_dir / "pca").exists()
+    assert run.data.metrics["eval/loss"] < _eval_loss(stage_one)
+    # Its checkpoints load into the network again: ms_exp.eval gives the run's accuracy.
+    evaluated = run_cli("ms_exp.eval", ["--run-id", result.run_id], stage_one.cwd)
+    assert evaluated.rc == 0, evaluated.stderr[-2000:]
+    assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
+
+
+def test_boost_keys_reach_mindspore_under_their_real_names():
+    from mindspore.boost import AutoBoost
+    from omegaconf import OmegaConf
+
+    from ms_exp.boost.dim_reduce import boost_config_dict, reset_auto_boost
+
+    cfg = OmegaConf.create({"rho": 0.4, "gamma": 0.8, "alpha": 0.002, "sigma": 0.2,
+                            "n_components": 6, "timeout": 77})
+    reset_auto_boost()
+    boost = AutoBoost("O1", boost_config_dict(cfg, 2, "/snap", "/p.npy"))
+    assert boost.boost_config["dim_reduce"] is True
+    assert (boost.rho, boost.gamma, boost.alpha, boost.sigma, boost.n_components,
+            boost.timeout, boost.device_number, boost.weight_load_dir, boost.pca_mat_path) == \
+        (0.4, 0.8, 0.002, 0.2, 6, 77, 2, "/snap", "/p.npy")
+    reset_auto_boost()
+
+
+def test_sweep_jobs_share_one_pca_and_each_trains_with_its_own_rho(stage_one):
+    result = run_cli("ms_exp.run", ["-m", *FAST, STAGE_TWO, "boost.n_components=4",
+                                    "trainer.epochs=1", "boost.rho=0.3,0.8"], stage_one.cwd)
+    assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    store = result.store
+    children = [r for r in store.search_runs(
+        [store.get_experiment_by_name("ms_exp").experiment_id],
+        filter_string="attributes.run_name = 'dim_reduce-stage-two'")
+        if r.data.params["boost.n_components"] == "4"]
+    by_rho = {r.data.params["boost.rho"]: r for r in children}
+    assert sorted(by_rho) == ["0.3", "0.8"]
+    # Jobs run one after another in one process: the first computes, the second reuses.
+    sources = sorted(r.data.tags["ms_exp.pca.source"] for r in children)
+    assert sources == ["cached", "computed"]
+    assert result.stdout.count("PCA matrix: computed") == 1
+    # MindSpore's AutoBoost is a singleton; without the reset both jobs would use rho=0.3.
+    losses = {rho: run.data.metrics["eval/loss"] for rho, run in by_rho.items()}
+    assert losses["0.3"] != losses["0.8"]
+    parents = {r.data.tags.get("mlflow.parentRunId") for r in children}
+    assert len(parents) == 1 and None not in parents
+
+
+def test_jobs_at_the_same_time_compute_the_pca_once_and_do_not_clobber(stage_one):
+    args = [*FAST, STAGE_TWO, "boost.n_components=6", "trainer.epochs=1"]
+    jobs = [subprocess.Popen([sys.executable, "-m", "ms_exp.run", *args,
+                              f"hydra.run.dir=concurrent/{i}"], cwd=stage_one.cwd,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i in range(2)]
+    outputs = [job.communicate(timeout=300)[0] for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    sources = sorted(line.split()[2].rstrip(";") for out in outputs
+                     for line in out.splitlines() if line.startswith("PCA matrix:"))
+    assert sources == ["cached", "computed"]
+
+
+def test_a_given_pca_matrix_is_used_as_is(stage_one, tmp_path):
+    matrix = tmp_path / "mine.npy"
+    np.save(matrix, np.load(stage_one.run_dir / "snapshots/ms_exp_pca/pca_mat_n8.npy"))
+    result = train(stage_one.cwd, STAGE_TWO, "boost.n_components=8", "trainer.epochs=1",
+                   f"boost.pca_mat_path={matrix}")
+    assert "PCA matrix: given" in result.stdout
+    assert result.store.get_run(result.run_id).data.tags["ms_exp.pca.source"] == "given"
+
+
+def test_stage_two_data_parallel_on_two_workers(stage_one):
+    result = train(stage_one.cwd, STAGE_TWO, "parallel=data", "boost.n_components=10",
+                   "trainer.epochs=1", f"parallel.launcher.master_port={free_port()}")
+    logs = result.run_dir / "log_output"
+    rank0 = (logs / "worker_0.log").read_text()
+    rank1 = (logs / "worker_1.log").read_text()
+    assert "PCA matrix: computed" in rank0
+    assert "rank 1: waiting up to 1800 s for rank 0's PCA matrix" in rank1
+    run = result.store.get_run(result.run_id)
+    assert run.data.params["boost.n_components"] == "10"
+    losses = result.store.get_metric_history(result.run_id, "train/loss")
+    assert len(losses) == STEPS // 2 and all(math.isfinite(m.value) for m in losses)
+    # It trains (held-out loss below stage one's) and the ranks stay in step.
+    assert run.data.metrics["eval/loss"] < _eval_loss(stage_one)
+    import mindspore as ms
+
+    ranks = [ms.load_checkpoint(str(result.run_dir / f"checkpoints/rank_{r}/checkpoint-1_22.ckpt"))
+             for r in (0, 1)]
+    for name in ("layer1.weight", "layer3.bias"):
+        np.testing.assert_array_equal(ranks[0][name].asnumpy(), ranks[1][name].asnumpy())
+
+
+def _eval_loss(result) -> float:
+    return result.store.get_run(result.run_id).data.metrics["eval/loss"]
+
+
+def test_dim_reduce_without_stage_one_weights_is_refused_before_anything_runs(tmp_path):
+    result = run_cli("ms_exp.run", [*FAST, STAGE_TWO, "boost.stage_one_run_id=null"], tmp_path)
+    assert result.rc == 2
+    assert result.stderr.strip() == (
+        "ms_exp: error: boost.pretrained_weight_path=null: boost=dim_reduce needs the "
+        "stage-one weights; expected stage one's final checkpoint (or "
+        "boost.stage_one_run_id=<run id>|latest); run +experiment=dim_reduce_stage_one first")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _refusal(stage_one, monkeypatch, *overrides) -> str:
+    monkeypatch.chdir(stage_one.cwd)
+    with pytest.raises(InvalidConfig) as refused:
+        preflight([STAGE_TWO, f"boost.stage_one_run_id={stage_one.run_id}", *overrides])
+    return str(refused.value)
+
+
+def test_bad_stage_two_inputs_are_refused_with_one_line(stage_one, tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    wide = tmp_path / "wide.npy"
+    np.save(wide, np.zeros((8, 100), dtype=np.float32))
+    snapshots = stage_one.run_dir / "snapshots"
+    stage_one_weights = stage_one.run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt"
+    cases = {
+        ("boost.weight_load_dir=/no/such/folder",):
+            "boost.weight_load_dir='/no/such/folder': not allowed; expected a folder that exists",
+        (f"boost.weight_load_dir={empty}",):
+            f"boost.weight_load_dir={str(empty)!r}: not allowed; expected a folder of stage-one "
+            "weight snapshots (*.ckpt); it has none",
+        ("boost.n_components=16",):
+            f"boost.n_components=16: not allowed; expected at most the 12 snapshots in "
+            f"{snapshots} (PCA cannot find more components than samples)",
+        (f"boost.pca_mat_path={wide}", "boost.n_components=8"):
+            f"boost.pca_mat_path={str(wide)!r}: not allowed; expected a matrix 301066 wide, one "
+            "column per trainable weight of this network (it is 8x100)",
+        ("model.hidden_size=64", "boost.n_components=8"):
+            f"boost.pretrained_weight_path={str(stage_one_weights)!r}: not allowed; expected a "
+            "checkpoint of this network (layer1.weight is [64, 512], not [64, 64]",
+        ("boost.n_components=5", "parallel=data"):
+            "boost.n_components=5: not allowed; expected a multiple of parallel.device_num (2)",
+        ("optimizer.name=momentum",):
+            "optimizer.name='momentum': not allowed; expected sgd with boost=dim_reduce",
+        ("boost.rho=1.5",): "boost.rho=1.5: not allowed; expected a number in (0, 1)",
+        ("parallel=semi_auto",): "parallel='semi_auto': not allowed; expected stand_alone or data",
+        ("boost.stage_one_run_id=0123456789abcdef",):
+            "boost.stage_one_run_id='0123456789abcdef': no such run",
+    }
+    for overrides, message in cases.items():
+        text = _refusal(stage_one, monkeypatch, *overrides)
+        assert text.startswith(message), (overrides, text)
+        assert "\n" not in text
+
+
+def test_latest_without_any_stage_one_run_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from mlflow import MlflowClient
+
+    MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()  # an empty store
+    with pytest.raises(InvalidConfig, match=r"^boost.stage_one_run_id='latest': there is none; "
+                       r"expected a finished stage-one run in experiment 'ms_exp'"):
+        preflight([STAGE_TWO])
+
+
+def test_snapshot_settings_are_checked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidConfig, match=r"^checkpoint.snapshots.start_epoch=20: not "
+                       r"allowed; expected an epoch from 1 to trainer.epochs \(12\)$"):
+        preflight(["+experiment=dim_reduce_stage_one", "checkpoint.snapshots.start_epoch=20"])
+    with pytest.raises(InvalidConfig, match=r"^checkpoint.snapshots.per_epoch=-1"):
+        preflight(["checkpoint.snapshots.per_epoch=-1"])
