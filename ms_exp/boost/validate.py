@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ms_exp.boost.snapshots import snapshot_files
-from ms_exp.config.errors import ConfigError, one_of, require
+from ms_exp.config.errors import one_of, require
 
 LEVELS = ("O1", "O2")
 

@@ -1,0 +1,136 @@
+"""Does dimension-reduction stage two beat simply training on? Measured over several seeds.
+
+For each seed, on the bundled digits (real handwritten digits, held-out 20%):
+  stage one      +experiment=dim_reduce_stage_one (12 epochs, 40 weight snapshots)
+  dim_reduce     +experiment=dim_reduce_stage_two from it: 2 epochs of DimReduce
+  continue x2    stage one's own optimizer for 2 more epochs  (12 + 2 epochs)
+  continue x8    stage one's own optimizer for 8 more epochs  (12 + 8: 4x as many)
+"Continuing" is a longer run with the same seed: training is deterministic (a re-run is
+bit-for-bit, tests/test_reproduce.py) and the learning rate is constant, so its first 12
+epochs are stage one; the script checks that its accuracy after epoch 12 equals stage
+one's. Held-out accuracy is read back from MLflow.
+
+    python benchmarks/dim_reduce.py                 # 5 seeds, about 6 minutes on 2 cores
+    python benchmarks/dim_reduce.py --seeds 1 2 3 --extra boost.n_components=16
+
+Writes benchmarks/results/dim_reduce.md (table) and dim_reduce.png (plot).
+"""
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+RESULTS = Path(__file__).resolve().parent / "results"
+STAGE_ONE_EPOCHS = 12
+STEPS_PER_EPOCH = 44  # digits, batch 32
+ARMS = ("stage one", "dim_reduce +2", "continue +2", "continue +8")
+
+
+def run(workdir: Path, *overrides: str) -> str:
+    """One ms_exp job; returns its MLflow run id."""
+    command = [sys.executable, "-m", "ms_exp.run", "trainer.progress_bar=never", *overrides]
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(command)}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    line = next(l for l in done.stdout.splitlines() if l.startswith("MLflow run "))
+    return line.split()[2]
+
+
+def accuracy_at(client: MlflowClient, run_id: str, step=None) -> float:
+    history = client.get_metric_history(run_id, "eval/accuracy")
+    if step is None:
+        return history[-1].value
+    return next(m.value for m in history if m.step == step)
+
+
+def measure(seeds, extra, workdir: Path):
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    rows = []
+    for seed in seeds:
+        common = [f"trainer.seed={seed}", *extra]
+        stage_one = run(workdir, "+experiment=dim_reduce_stage_one", *common)
+        print(f"seed {seed}: stage one {stage_one}", flush=True)
+        stage_two = run(workdir, "+experiment=dim_reduce_stage_two",
+                        f"boost.stage_one_run_id={stage_one}", *common)
+        longer = {n: run(workdir, "+experiment=dim_reduce_stage_one",
+                         f"trainer.epochs={STAGE_ONE_EPOCHS + n}",
+                         "checkpoint.snapshots.per_epoch=0", *common) for n in (2, 8)}
+        base = accuracy_at(client, stage_one)
+        for n, run_id in longer.items():
+            same = accuracy_at(client, run_id, STAGE_ONE_EPOCHS * STEPS_PER_EPOCH)
+            if same != base:
+                sys.exit(f"seed {seed}: the {STAGE_ONE_EPOCHS + n}-epoch run is not stage one "
+                         f"continued ({same} != {base} after epoch {STAGE_ONE_EPOCHS})")
+        row = {"seed": seed, "stage one": base,
+               "dim_reduce +2": accuracy_at(client, stage_two),
+               "continue +2": accuracy_at(client, longer[2]),
+               "continue +8": accuracy_at(client, longer[8])}
+        print("  " + ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "seed"),
+              flush=True)
+        rows.append(row)
+    return rows
+
+
+def table(rows, extra) -> str:
+    lines = ["| seed | " + " | ".join(ARMS) + " |", "|---" * (len(ARMS) + 1) + "|"]
+    for row in rows:
+        lines.append(f"| {row['seed']} | " + " | ".join(f"{row[a]:.4f}" for a in ARMS) + " |")
+    means = [statistics.mean(r[a] for r in rows) for a in ARMS]
+    spreads = [statistics.stdev(r[a] for r in rows) if len(rows) > 1 else 0.0 for a in ARMS]
+    lines.append("| mean ± sd | " + " | ".join(f"{m:.4f} ± {s:.4f}"
+                                                for m, s in zip(means, spreads)) + " |")
+    wins = sum(r["dim_reduce +2"] > r["continue +2"] for r in rows)
+    header = (f"Held-out accuracy on digits (360 images), {len(rows)} seeds"
+              + (f", overrides: {' '.join(extra)}" if extra else "") + ".\n"
+              f"dim_reduce +2 beats continue +2 in {wins} of {len(rows)} seeds.\n\n")
+    return header + "\n".join(lines) + "\n"
+
+
+def plot(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for index, arm in enumerate(ARMS):
+        values = [r[arm] for r in rows]
+        axes.scatter([index] * len(values), values, alpha=0.6)
+        axes.errorbar(index + 0.15, statistics.mean(values),
+                      yerr=statistics.stdev(values) if len(values) > 1 else 0,
+                      fmt="o", color="black", capsize=4)
+    for row in rows:
+        axes.plot(range(len(ARMS)), [row[a] for a in ARMS], color="grey", alpha=0.3)
+    axes.set_xticks(range(len(ARMS)), ARMS)
+    axes.set_ylabel("held-out accuracy")
+    axes.set_title("Dimension-reduction stage two vs training on (digits, per seed)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--extra", nargs="*", default=[],
+                        help="overrides for every job, e.g. model.hidden_size=256")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where runs and mlflow.db go (default: a temporary folder)")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ms_exp_dim_reduce_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"runs and MLflow store in {workdir}", flush=True)
+    rows = measure(args.seeds, args.extra, workdir)
+    RESULTS.mkdir(exist_ok=True)
+    text = table(rows, args.extra)
+    (RESULTS / "dim_reduce.md").write_text(text)
+    plot(rows, RESULTS / "dim_reduce.png")
+    print(text)
+    print(f"written: {RESULTS / 'dim_reduce.md'}, {RESULTS / 'dim_reduce.png'}")
+
+
+if __name__ == "__main__":
+    main()
