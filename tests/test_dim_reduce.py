@@ -235,3 +235,21 @@ def test_snapshot_settings_are_checked(tmp_path, monkeypatch):
         preflight(["+experiment=dim_reduce_stage_one", "checkpoint.snapshots.start_epoch=20"])
     with pytest.raises(InvalidConfig, match=r"^checkpoint.snapshots.per_epoch=-1"):
         preflight(["checkpoint.snapshots.per_epoch=-1"])
+
+
+def test_stage_one_files_come_from_mlflow_when_its_run_dir_is_gone(stage_one, monkeypatch):
+    from ms_exp.boost.stage_one import resolve_stage_one
+    from ms_exp.config.compose import compose_config
+
+    monkeypatch.chdir(stage_one.cwd)
+    cfg = compose_config([STAGE_TWO, f"boost.stage_one_run_id={stage_one.run_id}"])
+    moved = stage_one.run_dir.with_name(stage_one.run_dir.name + "-elsewhere")
+    stage_one.run_dir.rename(moved)
+    try:
+        found = resolve_stage_one(cfg.boost, cfg.tracking)
+    finally:
+        moved.rename(stage_one.run_dir)
+    downloads = stage_one.cwd / ".ms_exp/stage_one" / stage_one.run_id
+    assert found.weights == downloads / "checkpoint-3_44.ckpt"
+    assert found.snapshots == downloads / "snapshots"
+    assert len(list(found.snapshots.glob("*.ckpt"))) == 12 and found.weights.is_file()
