@@ -50,18 +50,21 @@ def parse_args(argv: List[str]):
 def print_help(overrides: List[str]) -> None:
     cfg = compose_config(overrides)
     experiments = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+    launchers = sorted(p.stem for p in (CONF_DIR / "hydra" / "launcher").glob("*.yaml"))
     groups = "\n".join(f"  {group:<11} {', '.join(options)}"
                        for group, options in GROUP_SCHEMAS.items())
     print(f"""ms_exp: one MindSpore training run from Hydra config groups, recorded in MLflow.
 
 usage: python -m ms_exp.run [group=option ...] [key=value ...]
        python -m ms_exp.run -m key=a,b,c ...        (a sweep: one job per combination)
+       python -m ms_exp.report SWEEP_DIR|PARENT_RUN_ID   (a sweep's table and plots)
        python -m ms_exp.run --from-run RUN_ID [key=value ...]   (re-run a recorded run)
        python -m ms_exp.run --cfg job               (print the resolved config)
 
 == Config groups (group=option) ==
 {groups}
   +experiment {', '.join(experiments)}   (presets in experiments/)
+  hydra/launcher {', '.join(launchers)}   (with -m: jobs at the same time, or on SLURM)
 
 == Config (override any key=value) ==
 {OmegaConf.to_yaml(cfg)}

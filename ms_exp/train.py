@@ -15,9 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp import provenance
 from ms_exp.console import tee_output
 from ms_exp.launch import COMMAND_FILE, is_distributed, launch, log_dir, save_command
+from ms_exp.tracking.finished import DIGEST_TAG, config_digest, find_finished, skip_note
 from ms_exp.tracking.lifecycle import tracked_run
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
-from ms_exp.tracking.sweep import parent_run_id
+from ms_exp.tracking.sweep import child_run_name, parent_run_id
 from ms_exp.tracking.tracker import flatten
 
 RESOLVED_CONFIG = "config.yaml"
@@ -63,11 +64,17 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
 
         # Recorded as found (run id, paths), so ranks and re-runs need no MLflow lookup.
         fill_stage_one(cfg)
-    config_file = run_dir / RESOLVED_CONFIG
-    OmegaConf.save(cfg, config_file, resolve=True)
     tracking = cfg.tracking
     uri = resolve_tracking_uri(tracking.uri)
+    digest = config_digest(cfg, run_dir)
+    if tracking.enabled and tracking.skip_finished:
+        earlier = _finished_before(cfg, run_dir, uri, digest, overrides)
+        if earlier is not None:
+            return earlier
+    config_file = run_dir / RESOLVED_CONFIG
+    OmegaConf.save(cfg, config_file, resolve=True)
     tags = {
+        DIGEST_TAG: digest,
         "ms_exp.parallel_mode": cfg.parallel.mode,
         "ms_exp.device_num": str(cfg.parallel.device_num),
         "ms_exp.dataset": cfg.dataset.name,
@@ -75,11 +82,15 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
         "ms_exp.run_dir": str(run_dir.resolve()),
         "ms_exp.overrides": " ".join(overrides),
     }
+    # In a multirun: a child of the sweep's parent run, named by its swept values.
+    parent = parent_run_id(uri, tracking.experiment_name)
+    run_name = tracking.run_name or default_run_name(cfg)
+    if parent:
+        tags["ms_exp.sweep.id"] = parent
+        run_name = child_run_name(list(overrides)) or run_name
     with tee_output(run_dir / "console.log"), \
-            tracked_run(tracking.enabled, uri, tracking.experiment_name,
-                        tracking.run_name or default_run_name(cfg), tags,
-                        # In a multirun, the sweep's parent run (ms_exp/tracking/sweep.py).
-                        parent_run_id=parent_run_id(uri, tracking.experiment_name)) as tracker:
+            tracked_run(tracking.enabled, uri, tracking.experiment_name, run_name, tags,
+                        parent_run_id=parent) as tracker:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         tracker.log_params(flatten(resolved))
         tracker.log_artifact(config_file, "config")
@@ -97,6 +108,25 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
             _log_outputs(tracker, run_dir, cfg)
         _report(result, tracker, uri)
         return result
+
+
+def _finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
+                     overrides: List[str]) -> Optional[JobResult]:
+    """The result of a FINISHED run with this config, if there is one (skip_finished)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    earlier = find_finished(client, cfg.tracking.experiment_name, digest)
+    if earlier is None:
+        return None
+    print(skip_note(earlier), flush=True)
+    parent = parent_run_id(uri, cfg.tracking.experiment_name)
+    if parent:
+        client.set_tag(parent, f"ms_exp.sweep.skipped.{earlier.info.run_id}",
+                       " ".join(overrides)[:5000])
+    final_eval = {k: v for k, v in earlier.data.metrics.items() if k.startswith("eval/")}
+    return JobResult(run_dir=run_dir, run_id=earlier.info.run_id, final_eval=final_eval,
+                     best_accuracy=None, last_checkpoint=None, best_checkpoint=None)
 
 
 def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
@@ -128,8 +158,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     from mindspore import nn
     from mindspore.train import LossMonitor, TimeMonitor
 
-    from ms_exp.checkpoint import (BestCheckpoint, create_checkpoint_callbacks,
-                                   last_checkpoint, rank_dir)
+    from ms_exp.checkpoint import (BestCheckpoint, TimedModelCheckpoint,
+                                   create_checkpoint_callbacks, last_checkpoint, rank_dir)
     from ms_exp.data import Shard, create_datasets
     from ms_exp.models import create_network
     from ms_exp.optim import create_loss, create_optimizer
@@ -197,6 +227,10 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
 
             remove_work_dir(run_dir)
 
+    saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
+    if saver is not None:
+        # Step 0, as checkpoint/bytes_rank_<r>: one total per run, not a training curve.
+        tracker.log_metrics({"checkpoint/save_time_s": saver.save_time_s}, step=0)
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
     final_eval = mlflow_metrics.eval_history[-1] if mlflow_metrics.eval_history else {}
     return JobResult(
@@ -254,6 +288,7 @@ def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
     strategy = Path(cfg.checkpoint.strategy.save_file or "")
     if strategy.name and strategy.is_file():
         tracker.log_artifact(strategy, "strategy")
+    _log_checkpoint_bytes(tracker, run_dir, cfg)
     ckpt_root = run_dir / "checkpoints"
     choice = cfg.tracking.log_checkpoints.value
     if choice == "none" or not ckpt_root.is_dir():
@@ -267,6 +302,19 @@ def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
         for path in (last_checkpoint(rank, cfg.checkpoint.prefix), rank / BEST_NAME):
             if path is not None and path.is_file():
                 tracker.log_artifact(path, f"checkpoints/{rank.name}")
+
+
+def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig) -> None:
+    """``checkpoint/bytes_rank_<r>`` for every rank folder, measured here in the launching
+    process: all ranks write under the one run directory."""
+    if not cfg.checkpoint.save:
+        return
+    from ms_exp.checkpoint import checkpoint_bytes
+
+    sizes = checkpoint_bytes(run_dir, cfg.checkpoint.prefix)
+    if sizes:
+        tracker.log_metrics({f"checkpoint/bytes_rank_{rank}": size
+                             for rank, size in sizes.items()}, step=0)
 
 
 def _log_snapshots(tracker, run_dir: Path, cfg: DictConfig) -> None:

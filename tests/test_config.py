@@ -70,8 +70,8 @@ def test_help_lists_every_group_and_option(tmp_path):
     for group, options in GROUP_SCHEMAS.items():
         line = next(l for l in result.stdout.splitlines() if l.strip().startswith(group + " "))
         assert all(option in line for option in options), line
-    assert "+experiment dim_reduce_stage_one, dim_reduce_stage_two, model_saving, "\
-           "model_saving_integrated, model_saving_sliced" in \
+    assert "+experiment dim_reduce_search, dim_reduce_stage_one, dim_reduce_stage_two, "\
+           "model_saving, model_saving_integrated, model_saving_sliced" in \
         result.stdout
     assert "schema/" not in result.stdout
     assert not (tmp_path / "outputs").exists()

@@ -101,7 +101,7 @@ def test_sweep_jobs_share_one_pca_and_each_trains_with_its_own_rho(stage_one):
     store = result.store
     children = [r for r in store.search_runs(
         [store.get_experiment_by_name("ms_exp").experiment_id],
-        filter_string="attributes.run_name = 'dim_reduce-stage-two'")
+        filter_string="attributes.run_name LIKE 'rho=%'")
         if r.data.params["boost.n_components"] == "4"]
     by_rho = {r.data.params["boost.rho"]: r for r in children}
     assert sorted(by_rho) == ["0.3", "0.8"]
@@ -253,3 +253,25 @@ def test_stage_one_files_come_from_mlflow_when_its_run_dir_is_gone(stage_one, mo
     assert found.weights == downloads / "checkpoint-3_44.ckpt"
     assert found.snapshots == downloads / "snapshots"
     assert len(list(found.snapshots.glob("*.ckpt"))) == 12 and found.weights.is_file()
+
+
+def test_optuna_search_preset_maximises_accuracy_over_rho_gamma_sigma(stage_one):
+    result = run_cli("ms_exp.run", ["-m", *FAST, "+experiment=dim_reduce_search",
+                                    "hydra.sweeper.n_trials=2", "trainer.epochs=1",
+                                    "boost.n_components=8"], stage_one.cwd)
+    assert result.rc == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    store = result.store
+    parent = store.search_runs(["1"], "attributes.run_name = 'dim_reduce-stage-two-sweep'",
+                               order_by=["attributes.start_time DESC"])[0]
+    assert parent.data.params["boost.rho"] == "interval(0.3, 0.8)"
+    trials = store.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert len(trials) == 2
+    for trial in trials:
+        rho = float(trial.data.params["boost.rho"])
+        assert 0.3 <= rho <= 0.8 and trial.info.run_name.startswith(f"rho={rho:.4g},gamma=")
+    # The sweeper got each job's final eval accuracy and reports the best one.
+    best = store.download_artifacts(parent.info.run_id, "sweep/optimization_results.yaml")
+    import yaml
+
+    results = yaml.safe_load(open(best))
+    assert results["best_value"] == max(t.data.metrics["eval/accuracy"] for t in trials)

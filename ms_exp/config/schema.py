@@ -295,6 +295,8 @@ class TrackingConfig:
     log_checkpoints: CheckpointArtifacts = CheckpointArtifacts.last
     # Set by `--from-run`: the run this one reproduces (tagged ms_exp.rerun_of).
     rerun_of: Optional[str] = None
+    # Do not train a job whose config already has a FINISHED run in the experiment.
+    skip_finished: bool = False
 
 
 @dataclass

@@ -6,7 +6,7 @@ any job starts: jobs creating a fresh SQLite store or a new experiment at the sa
 runs (DESIGN.md, decision 7). The parent's id goes down to the jobs in environment
 variables; a job's run carries it as the ``mlflow.parentRunId`` tag, which is how the
 MLflow UI nests runs. When the sweep ends, the parent gets the job counts, its status and
-``sweep/summary.csv`` (one row per child: swept values, final accuracy and loss).
+the sweep report of ``ms_exp.report`` (tables and plots under ``report/``).
 
 Hydra's basic sweeper re-raises a failed job's exception once the batch has run and Ctrl-C
 unwinds straight through it; in both cases Hydra never calls ``on_multirun_end``, so
@@ -15,10 +15,9 @@ unwinds straight through it; in both cases Hydra never calls ``on_multirun_end``
 MLflow is imported only once a sweep starts: ``ms_exp.run`` imports this module, and a
 refused command line must not pay for MLflow.
 """
-import csv
+import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -34,8 +33,8 @@ from ms_exp.provenance import command_line
 PARENT_RUN_ID = "MS_EXP_PARENT_RUN_ID"
 PARENT_TRACKING_URI = "MS_EXP_PARENT_TRACKING_URI"
 PARENT_EXPERIMENT = "MS_EXP_PARENT_EXPERIMENT_NAME"
-_ENVIRONMENT = (PARENT_RUN_ID, PARENT_TRACKING_URI, PARENT_EXPERIMENT)
-SUMMARY_METRICS = ("eval/accuracy", "train/loss")
+SWEPT_KEYS = "MS_EXP_SWEPT_KEYS"  # JSON list: the keys a job's run name is made of
+_ENVIRONMENT = (PARENT_RUN_ID, PARENT_TRACKING_URI, PARENT_EXPERIMENT, SWEPT_KEYS)
 
 _active: Optional["SweepRun"] = None
 
@@ -52,6 +51,29 @@ def parent_run_id(tracking_uri: str, experiment_name: str) -> Optional[str]:
     return os.environ.get(PARENT_RUN_ID)
 
 
+def child_run_name(overrides: List[str]) -> Optional[str]:
+    """A job's run name in a sweep: its swept values, ``rho=0.4,gamma=0.9,sigma=0.2``, so
+    runs are told apart at a glance in the UI's run list and charts."""
+    keys = json.loads(os.environ.get(SWEPT_KEYS) or "[]")
+    values = override_values(" ".join(overrides))
+    keys = [key for key in keys if key in values]
+    if not keys:
+        return None
+    last = [key.rsplit(".", 1)[-1] for key in keys]
+    # The last part of the key is enough unless two swept keys share it.
+    labels = last if len(set(last)) == len(last) else keys
+    return ",".join(f"{label}={_short(values[key])}" for label, key in zip(labels, keys))
+
+
+def _short(value: str) -> str:
+    """Sampled floats (Optuna) to 4 significant digits; anything else as written."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return value if len(value) <= 8 else f"{number:.4g}"
+
+
 def end_active_sweep(status: str) -> None:
     """End the running sweep's parent run with ``status`` (FAILED, KILLED); no-op if none.
 
@@ -64,12 +86,31 @@ def end_active_sweep(status: str) -> None:
         print(f"ms_exp: could not end the sweep's MLflow run: {error}", file=sys.stderr)
 
 
-def swept_keys(overrides: List[str]) -> List[str]:
-    """The keys a multirun's command line sweeps (``a=1,2``, ``model=mlp,resnet``)."""
+def swept_keys(config: DictConfig) -> List[str]:
+    """The keys a multirun sweeps: on its command line (``a=1,2``, ``model=mlp,resnet``)
+    and in the sweeper's own ``params`` (Hydra's ``hydra.sweeper.params``, Optuna's search
+    space)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    return [o.key_or_group for o in parsed if o.is_sweep_override()]
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    keys = [o.key_or_group.lstrip("+~") for o in parsed if o.is_sweep_override()]
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    return keys + [str(key) for key in params if str(key) not in keys]
+
+
+def sweep_params(config: DictConfig) -> Dict[str, str]:
+    """The parent run's params: every override of the sweep's command line as written
+    (``boost.rho`` -> ``0.4,0.55,0.7``), and the sweeper's search space."""
+    from omegaconf import OmegaConf
+
+    params = {}
+    for line in config.hydra.overrides.task:
+        key, _, value = line.partition("=")
+        params[key.lstrip("+~")] = value
+    for key, value in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items():
+        params.setdefault(str(key), str(value))
+    return params
 
 
 def override_values(line: str) -> Dict[str, str]:
@@ -114,22 +155,26 @@ class SweepRun(Callback):
             "ms_exp.command": command_line()[:5000],
         })
         self.tracker = Tracker(client, run.info.run_id, experiment_id)
-        self.swept = swept_keys(overrides)
+        self.tracker.log_params(sweep_params(config))
+        self.swept = swept_keys(config)
         os.environ.update({PARENT_RUN_ID: run.info.run_id, PARENT_TRACKING_URI: uri,
-                           PARENT_EXPERIMENT: tracking.experiment_name})
+                           PARENT_EXPERIMENT: tracking.experiment_name,
+                           SWEPT_KEYS: json.dumps(self.swept)})
         _active = self
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+        # Called here only for in-process launchers; with joblib or submitit it runs in the
+        # job's process, so finish() also counts from the store.
         self.jobs += 1
         if job_return.status == JobStatus.FAILED:
             self.failed.append(f"#{config.hydra.job.num} {' '.join(job_return.overrides)}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        # Only reached when no job raised; another sweeper may still report failed jobs.
-        self.finish("FAILED" if self.failed else "FINISHED")
+        self.finish("FINISHED")
 
     def finish(self, status: str) -> None:
-        """Summarise the children and end the parent run; only the first call counts."""
+        """Count and summarise the children, end the parent run (FAILED if any job failed);
+        only the first call counts."""
         global _active
         tracker, self.tracker = self.tracker, None
         # Cleared first: a later run in this process (tests call main() again) must not
@@ -140,36 +185,53 @@ class SweepRun(Callback):
         if tracker is None:
             return
         try:
-            if self.failed:
-                tracker.set_tags({"ms_exp.sweep.failed_jobs": "; ".join(self.failed)[:5000]})
-            tracker.log_metrics({"sweep/jobs": self.jobs,
-                                 "sweep/failed_jobs": len(self.failed)}, step=0)
-            self._log_summary(tracker)
+            children = _children(tracker)
+            failed_runs = [c for c in children if c.info.status == "FAILED"]
+            # A job can also fail before its run exists (only the callback saw it).
+            failed = self.failed or [f"{c.info.run_name}: {c.data.tags.get('ms_exp.error', '')}"
+                                     for c in failed_runs]
+            failures = max(len(self.failed), len(failed_runs))
+            if failures and status == "FINISHED":
+                status = "FAILED"
+            if failed:
+                tracker.set_tags({"ms_exp.sweep.failed_jobs": "; ".join(failed)[:5000]})
+            # Jobs skipped as already finished (tracking.skip_finished) tagged the parent.
+            tags = tracker.client.get_run(tracker.run_id).data.tags
+            skipped = sum(key.startswith("ms_exp.sweep.skipped.") for key in tags)
+            finished = sum(c.info.status == "FINISHED" for c in children)
+            tracker.log_metrics({"sweep/jobs": max(self.jobs, len(children) + skipped),
+                                 "sweep/finished_jobs": finished,
+                                 "sweep/failed_jobs": failures,
+                                 "sweep/skipped_jobs": skipped}, step=0)
+            # Optuna's best trial, written by the sweeper into the sweep folder.
+            best = Path(tags.get("ms_exp.sweep.dir", "")) / "optimization_results.yaml"
+            if best.is_file():
+                tracker.log_artifact(best, "sweep")
+            _log_report(tracker)
         finally:
             tracker.finish(status)
 
-    def _log_summary(self, tracker) -> None:
-        children, token = [], None
-        while True:
-            page = tracker.client.search_runs(
-                [tracker.experiment_id], f"tags.mlflow.parentRunId = '{tracker.run_id}'",
-                max_results=1000, order_by=["attributes.start_time ASC"], page_token=token)
-            children.extend(page)
-            token = page.token
-            if not token:
-                break
-        columns = ["run_id", "run_name", "status", *self.swept, *SUMMARY_METRICS]
-        with tempfile.TemporaryDirectory() as scratch:
-            path = Path(scratch) / "summary.csv"
-            with open(path, "w", newline="") as f:
-                writer = csv.DictWriter(f, columns)
-                writer.writeheader()
-                for child in children:
-                    values = override_values(child.data.tags.get("ms_exp.overrides", ""))
-                    writer.writerow({
-                        "run_id": child.info.run_id, "run_name": child.info.run_name,
-                        "status": child.info.status,
-                        **{key: values.get(key, "") for key in self.swept},
-                        # data.metrics holds each metric's value at its last step.
-                        **{m: child.data.metrics.get(m, "") for m in SUMMARY_METRICS}})
-            tracker.log_artifact(path, "sweep")
+
+def _log_report(tracker) -> None:
+    """The sweep report (ms_exp.report) as artifacts of the parent; a report that cannot be
+    made is said, but never changes the sweep's status."""
+    from ms_exp.report import write_report
+
+    try:
+        report = write_report(tracker.client, tracker.run_id)
+    except Exception as error:
+        print(f"ms_exp: no sweep report: {error}", file=sys.stderr)
+        return
+    print(report.markdown, flush=True)
+
+
+def _children(tracker) -> list:
+    children, token = [], None
+    while True:
+        page = tracker.client.search_runs(
+            [tracker.experiment_id], f"tags.mlflow.parentRunId = '{tracker.run_id}'",
+            max_results=1000, order_by=["attributes.start_time ASC"], page_token=token)
+        children.extend(page)
+        token = page.token
+        if not token:
+            return children

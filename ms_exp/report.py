@@ -1,0 +1,375 @@
+"""``python -m ms_exp.report``: one table and a few plots that compare the jobs of a sweep.
+
+    python -m ms_exp.report multirun/2025-01-31/12-00-00 [--metric eval/accuracy]
+    python -m ms_exp.report <parent run id> [--tracking-uri URI]
+
+The sweep is found in MLflow, by its parent run's id or by its folder (the parent's
+``ms_exp.sweep.dir`` tag; a job folder ``<sweep dir>/<n>`` names its sweep too). Logged as
+artifacts of the parent run under ``report/``:
+
+- ``summary.csv`` and ``summary.md``: one row per job with its swept values, status, final
+  ``eval/accuracy``, ``eval/loss`` and ``train/loss``, duration, the error of a failed job,
+  and what saving checkpoints cost (``ckpt_save_s``, ``ckpt_bytes_rank_<r>``, from the
+  ``checkpoint/*`` metrics of every run); sorted by the metric, best first;
+- ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
+  true/false) and ``train_loss.png``, every job's loss curve overlaid.
+
+The sweep callback writes it when a sweep ends (``write_report``); this command writes it
+again, e.g. for another ``--metric`` or a sweep recorded before reports existed.
+"""
+import argparse
+import csv
+import math
+import re
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+
+from ms_exp.tracking.store import is_local_store, resolve_tracking_uri, sqlite_path, ui_command
+from ms_exp.tracking.sweep import override_values
+
+PROG = "ms_exp.report"
+DEFAULT_METRIC = "eval/accuracy"
+REPORT_DIR = "report"
+FINAL_METRICS = ("eval/accuracy", "eval/loss", "train/loss")
+LOSS_CURVE = "train/loss"
+SAVE_TIME = "checkpoint/save_time_s"
+_BYTES_METRIC = re.compile(r"checkpoint/bytes_rank_(\d+)$")
+# Metrics where smaller is better; anything else (accuracy, throughput) is best when larger.
+_LOWER_IS_BETTER = ("loss", "error", "time", "bytes")
+_CELL_CHARS = 80  # in summary.md (a failed job's error); summary.csv keeps all of it
+
+
+class ReportError(Exception):
+    """A one-line reason why there is no report (unknown sweep, metric no job has)."""
+
+
+@dataclass
+class SweepReport:
+    parent_run_id: str
+    experiment_id: str
+    artifact_uri: str  # where summary.csv, summary.md and the plots were logged
+    files: List[str]
+    markdown: str  # summary.md: a title line and the table
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the sweep and its jobs
+
+def _all_pages(search, **kwargs) -> list:
+    items, token = [], None
+    while True:
+        page = search(**kwargs, page_token=token)
+        items.extend(page)
+        token = page.token
+        if not token:
+            return items
+
+
+def child_runs(client: MlflowClient, parent: Run) -> List[Run]:
+    return _all_pages(client.search_runs, experiment_ids=[parent.info.experiment_id],
+                      filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+                      max_results=1000, order_by=["attributes.start_time ASC"])
+
+
+def find_sweep(client: MlflowClient, target: str) -> str:
+    """The parent run id of ``target``: a parent run id, a sweep folder or a job folder."""
+    if "/" not in target and not Path(target).exists():  # run ids never hold a slash
+        return _parent_by_id(client, target)
+    folder = Path(target).resolve()
+    experiments = _all_pages(client.search_experiments, max_results=1000)
+    parents = _all_pages(client.search_runs,
+                         experiment_ids=[e.experiment_id for e in experiments],
+                         filter_string="tags.`ms_exp.sweep` = 'true'", max_results=1000)
+    by_dir = {p.data.tags.get("ms_exp.sweep.dir"): p.info.run_id for p in parents}
+    for candidate in (folder, folder.parent):
+        if str(candidate) in by_dir:
+            return by_dir[str(candidate)]
+    raise ReportError(f"no sweep recorded for folder {folder} in {client.tracking_uri}")
+
+
+def _parent_by_id(client: MlflowClient, run_id: str) -> str:
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise ReportError(f"no run {run_id!r} in {client.tracking_uri}") from None
+    if run.data.tags.get("ms_exp.sweep") == "true":
+        return run_id
+    sweep = run.data.tags.get("ms_exp.sweep.id")  # a job of a sweep
+    hint = f" (its sweep is run {sweep})" if sweep else ""
+    raise ReportError(f"run {run_id} is not the parent run of a sweep{hint}")
+
+
+def swept_keys(parent: Run, children: Sequence[Run]) -> List[str]:
+    """The keys the sweep varied: its command line (the parent's ``ms_exp.sweep.overrides``
+    tag, in order) and its params (they add the sweeper's own search space); for a parent
+    ms_exp did not make, the params whose values differ between the jobs."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    lines = parent.data.tags.get("ms_exp.sweep.overrides", "").split()
+    lines += [f"{key}={value}" for key, value in parent.data.params.items()]
+    parser, keys = OverridesParser.create(), []
+    for line in lines:
+        try:
+            override = parser.parse_overrides([line])[0]
+        except OverrideParseException:  # a param that is no override; not a swept key
+            continue
+        key = override.key_or_group.lstrip("+~")
+        if override.is_sweep_override() and key not in keys:
+            keys.append(key)
+    return keys or _differing_params(children)
+
+
+def _differing_params(children: Sequence[Run]) -> List[str]:
+    names = sorted({name for child in children for name in child.data.params})
+    return [name for name in names
+            if len({child.data.params.get(name) for child in children}) > 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+def lower_is_better(metric: str) -> bool:
+    return any(word in metric for word in _LOWER_IS_BETTER)
+
+
+def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str):
+    """``(columns, rows)``: one row per job, best ``metric`` first."""
+    ranks = sorted({int(m.group(1)) for child in children for name in child.data.metrics
+                    if (m := _BYTES_METRIC.match(name))})
+    with_save_time = any(SAVE_TIME in child.data.metrics for child in children)
+    metrics = [metric] + [m for m in FINAL_METRICS if m != metric]
+    columns = ["run_name", "job", "status", *keys, *metrics, "duration_s",
+               *(["ckpt_save_s"] if with_save_time else []),
+               *[f"ckpt_bytes_rank_{rank}" for rank in ranks], "error", "run_id"]
+    rows = []
+    for child in children:
+        values = override_values(child.data.tags.get("ms_exp.overrides", ""))
+        found = child.data.metrics  # each metric's value at its last step
+        info = child.info
+        rows.append({
+            "run_name": info.run_name,
+            "job": Path(child.data.tags.get("ms_exp.run_dir", "")).name,
+            "status": info.status,
+            # As the job's command line wrote it; a key swept by other means from params.
+            **{key: values.get(key, child.data.params.get(key, "")) for key in keys},
+            **{m: found.get(m) for m in metrics},
+            "duration_s": (info.end_time - info.start_time) / 1000 if info.end_time else None,
+            "ckpt_save_s": found.get(SAVE_TIME),
+            **{f"ckpt_bytes_rank_{r}": _whole(found.get(f"checkpoint/bytes_rank_{r}"))
+               for r in ranks},
+            "error": child.data.tags.get("ms_exp.error", ""),
+            "run_id": info.run_id,
+        })
+    sign = 1 if lower_is_better(metric) else -1
+    rows.sort(key=lambda row: _rank(row[metric], sign))
+    return columns, [{c: row[c] for c in columns} for row in rows]
+
+
+def _usable(value: Optional[float]) -> bool:
+    """False for a job without the metric and for NaN (a diverged loss): NaN neither sorts
+    nor plots."""
+    return value is not None and not math.isnan(value)
+
+
+def _rank(value: Optional[float], sign: int):
+    return (0, sign * value) if _usable(value) else (1, 0.0)
+
+
+def _whole(value: Optional[float]) -> Optional[int]:
+    # MLflow hands every metric back as a float; a byte count reads better without ".0".
+    return None if value is None else int(value)
+
+
+def _md_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 100 else f"{value:.1f}"
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    return text if len(text) <= _CELL_CHARS else text[:_CELL_CHARS - 3] + "..."
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Dict]) -> str:
+    """The table without run ids (in summary.csv) and without columns empty in every row."""
+    shown = [c for c in columns
+             if c != "run_id" and any(row[c] not in (None, "") for row in rows)]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(_md_cell(row[c]) for c in shown) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _write_tables(folder: Path, title: str, columns, rows) -> str:
+    with open(folder / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    markdown = f"{title}\n\n{markdown_table(columns, rows)}\n"
+    (folder / "summary.md").write_text(markdown)
+    return markdown
+
+
+# ---------------------------------------------------------------------------------------------
+# The plots
+
+def _figure():
+    # Figure() draws with Agg and leaves pyplot's global backend and state alone: the sweep
+    # callback calls this inside the training process.
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    return figure, figure.subplots()
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _short_names(keys: Sequence[str]) -> List[str]:
+    """The last part of each dotted key (``rho`` for ``boost.rho``) unless two share it."""
+    last = [key.rsplit(".", 1)[-1] for key in keys]
+    return last if len(set(last)) == len(last) else list(keys)
+
+
+def _as_numbers(values: Iterable[str]) -> Optional[List[float]]:
+    try:
+        return [float(value) for value in values]
+    except ValueError:
+        return None
+
+
+def plot_metric_against(folder: Path, rows, key: str, metric: str) -> None:
+    """``metric`` for every job against the value of ``key``: a numeric axis when every
+    value is a number, else one category per value (true/false, mlp/resnet)."""
+    points = [(str(row[key]), row[metric]) for row in rows if _usable(row[metric])]
+    if not points:
+        return
+    figure, axes = _figure()
+    numbers = _as_numbers(x for x, _ in points)
+    if numbers is not None:
+        xs = numbers
+        by_x = defaultdict(list)
+        for x, (_, y) in zip(xs, points):
+            by_x[x].append(y)
+        # Through the mean over the other swept keys' values: a plain line for one key.
+        ordered = sorted(by_x)
+        axes.plot(ordered, [statistics.mean(by_x[x]) for x in ordered], color="grey")
+    else:
+        categories = sorted({x for x, _ in points})
+        xs = [categories.index(x) for x, _ in points]
+        axes.set_xticks(range(len(categories)), categories)
+        axes.set_xlim(-0.5, len(categories) - 0.5)
+    axes.scatter(xs, [y for _, y in points], zorder=3)
+    axes.set_xlabel(key)
+    axes.set_ylabel(metric)
+    axes.set_title(f"{metric} against {key} ({len(points)} jobs)")
+    axes.grid(alpha=0.3)
+    figure.savefig(folder / f"{_slug(metric)}_vs_{_slug(key)}.png", dpi=110)
+
+
+def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[str]) -> None:
+    figure, axes = _figure()
+    labels = _short_names(keys)
+    drawn = 0
+    for row in rows:
+        history = sorted(client.get_metric_history(row["run_id"], LOSS_CURVE),
+                         key=lambda m: m.step)
+        if not history:
+            continue
+        label = ", ".join(f"{name}={row[key]}" for name, key in zip(labels, keys))
+        axes.plot([m.step for m in history], [m.value for m in history],
+                  label=label or row["run_name"], linewidth=1)
+        drawn += 1
+    if not drawn:
+        return
+    axes.set_xlabel("global step")
+    axes.set_ylabel(LOSS_CURVE)
+    axes.set_title(f"{LOSS_CURVE} of {drawn} jobs")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.savefig(folder / "train_loss.png", dpi=110)
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+def write_report(client: MlflowClient, parent_run_id: str,
+                 metric: str = DEFAULT_METRIC) -> SweepReport:
+    """Write the sweep's report and log it into the parent run under ``report/``.
+
+    Works on a running parent (the sweep callback, before it ends the run) as on a finished
+    one. Raises ReportError when the sweep has no jobs or none of them logged ``metric``."""
+    parent = client.get_run(parent_run_id)
+    children = child_runs(client, parent)
+    if not children:
+        raise ReportError(f"sweep run {parent_run_id} has no child runs")
+    logged = {name for child in children for name in child.data.metrics}
+    if logged and metric not in logged:
+        raise ReportError(f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
+                          + ", ".join(sorted(logged)))
+    keys = swept_keys(parent, children)
+    columns, rows = summary_table(children, keys, metric)
+    title = (f"Sweep {parent.info.run_name} ({parent_run_id}): {len(rows)} jobs, by {metric}, "
+             f"{'lowest' if lower_is_better(metric) else 'highest'} first")
+    with tempfile.TemporaryDirectory(prefix="ms_exp_report_") as scratch:
+        folder = Path(scratch)
+        markdown = _write_tables(folder, title, columns, rows)
+        for key in keys:
+            plot_metric_against(folder, rows, key, metric)
+        plot_loss_curves(folder, client, rows, keys)
+        client.log_artifacts(parent_run_id, scratch, REPORT_DIR)
+        files = sorted(p.name for p in folder.iterdir())
+    return SweepReport(parent_run_id, parent.info.experiment_id,
+                       f"{parent.info.artifact_uri}/{REPORT_DIR}", files, markdown)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep", help="the sweep's folder (multirun/<date>/<time>), one of "
+                                      "its job folders, or its parent run id")
+    parser.add_argument("--tracking-uri",
+                        help="MLflow store of the sweep (default: sqlite:///mlflow.db here)")
+    parser.add_argument("--metric", default=DEFAULT_METRIC,
+                        help=f"what the jobs are ranked and plotted by (default: {DEFAULT_METRIC})")
+    return parser
+
+
+def _open_store(uri: Optional[str]) -> MlflowClient:
+    uri = resolve_tracking_uri(uri)
+    database = sqlite_path(uri)
+    if database is not None and not database.is_file():  # MlflowClient would create one
+        raise ReportError(f"no MLflow store at {database} (run this where the sweep ran, "
+                          "or pass --tracking-uri)")
+    return MlflowClient(uri)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        client = _open_store(args.tracking_uri)
+        report = write_report(client, find_sweep(client, args.sweep), args.metric)
+    except ReportError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    uri = client.tracking_uri
+    print(report.markdown)
+    print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")
+    print(f"open it with: {ui_command(uri)}")
+    if is_local_store(uri):
+        print("  then browse to http://127.0.0.1:5000/#/experiments/"
+              f"{report.experiment_id}/runs/{report.parent_run_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
