@@ -73,21 +73,7 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
             return earlier
     config_file = run_dir / RESOLVED_CONFIG
     OmegaConf.save(cfg, config_file, resolve=True)
-    tags = {
-        DIGEST_TAG: digest,
-        "ms_exp.parallel_mode": cfg.parallel.mode,
-        "ms_exp.device_num": str(cfg.parallel.device_num),
-        "ms_exp.dataset": cfg.dataset.name,
-        "ms_exp.model": cfg.model.name,
-        "ms_exp.run_dir": str(run_dir.resolve()),
-        "ms_exp.overrides": " ".join(overrides),
-    }
-    # In a multirun: a child of the sweep's parent run, named by its swept values.
-    parent = parent_run_id(uri, tracking.experiment_name)
-    run_name = tracking.run_name or default_run_name(cfg)
-    if parent:
-        tags["ms_exp.sweep.id"] = parent
-        run_name = child_run_name(list(overrides)) or run_name
+    run_name, tags, parent = _run_identity(cfg, run_dir, overrides, uri, digest)
     with tee_output(run_dir / "console.log"), \
             tracked_run(tracking.enabled, uri, tracking.experiment_name, run_name, tags,
                         parent_run_id=parent) as tracker:
@@ -108,6 +94,27 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
             _log_outputs(tracker, run_dir, cfg)
         _report(result, tracker, uri)
         return result
+
+
+def _run_identity(cfg: DictConfig, run_dir: Path, overrides: List[str], uri: str,
+                  digest: str):
+    """The MLflow run's name, tags and parent: in a multirun a child of the sweep's parent
+    run, named by its swept values."""
+    tags = {
+        DIGEST_TAG: digest,
+        "ms_exp.parallel_mode": cfg.parallel.mode,
+        "ms_exp.device_num": str(cfg.parallel.device_num),
+        "ms_exp.dataset": cfg.dataset.name,
+        "ms_exp.model": cfg.model.name,
+        "ms_exp.run_dir": str(run_dir.resolve()),
+        "ms_exp.overrides": " ".join(overrides),
+    }
+    parent = parent_run_id(uri, cfg.tracking.experiment_name)
+    run_name = cfg.tracking.run_name or default_run_name(cfg)
+    if parent:
+        tags["ms_exp.sweep.id"] = parent
+        run_name = child_run_name(list(overrides)) or run_name
+    return run_name, tags, parent
 
 
 def _finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,

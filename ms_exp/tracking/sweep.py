@@ -185,7 +185,10 @@ class SweepRun(Callback):
         if tracker is None:
             return
         try:
-            children = _children(tracker)
+            from ms_exp.report import child_runs
+
+            parent = tracker.client.get_run(tracker.run_id)
+            children = child_runs(tracker.client, parent)
             failed_runs = [c for c in children if c.info.status == "FAILED"]
             # A job can also fail before its run exists (only the callback saw it).
             failed = self.failed or [f"{c.info.run_name}: {c.data.tags.get('ms_exp.error', '')}"
@@ -196,7 +199,7 @@ class SweepRun(Callback):
             if failed:
                 tracker.set_tags({"ms_exp.sweep.failed_jobs": "; ".join(failed)[:5000]})
             # Jobs skipped as already finished (tracking.skip_finished) tagged the parent.
-            tags = tracker.client.get_run(tracker.run_id).data.tags
+            tags = parent.data.tags
             skipped = sum(key.startswith("ms_exp.sweep.skipped.") for key in tags)
             finished = sum(c.info.status == "FINISHED" for c in children)
             tracker.log_metrics({"sweep/jobs": max(self.jobs, len(children) + skipped),
@@ -224,14 +227,3 @@ def _log_report(tracker) -> None:
         return
     print(report.markdown, flush=True)
 
-
-def _children(tracker) -> list:
-    children, token = [], None
-    while True:
-        page = tracker.client.search_runs(
-            [tracker.experiment_id], f"tags.mlflow.parentRunId = '{tracker.run_id}'",
-            max_results=1000, order_by=["attributes.start_time ASC"], page_token=token)
-        children.extend(page)
-        token = page.token
-        if not token:
-            return children
