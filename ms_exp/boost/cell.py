@@ -1,4 +1,4 @@
-"""The stage-two training cell: MindSpore's ``BoostTrainOneStepCell`` with two fixes.
+"""The stage-two training cell: MindSpore's ``BoostTrainOneStepCell`` with three fixes.
 
 1. ``BoostTrainOneStepCell._no_sens_impl`` (the path ``Model`` takes without a loss scale)
    computes the loss and the DimReduce update but has no ``return``, so every step's output
@@ -8,11 +8,16 @@
    projected gradient with one ``Broadcast`` per rank, which fails on CPU ("Memcpy error"
    in BroadcastCPUKernelMod), and (b) averages the loss over ranks with ``//``, a floor
    division, so the line search compares floor(mean loss) and almost never accepts a step.
-   ``DataParallelDimReduce`` sums the parts with one AllReduce (the same sum: every rank
-   adds every rank's part) and divides the loss with ``/``.
+   ``FixedDimReduce`` sums the parts with one AllReduce (the same sum: every rank adds
+   every rank's part) and divides the loss with ``/``.
+3. DimReduce's line search runs the network in training mode with trial weights, then puts
+   the weights back but not BatchNorm's moving statistics, which every trial pass updated:
+   a ResNet's held-out accuracy fell from 0.48 to 0.03 after stage two, and back to 0.44
+   with stage one's statistics. ``FixedDimReduce`` restores the network's non-trainable
+   parameters after each trial as well.
 """
 import numpy as np
-from mindspore import nn, ops
+from mindspore import ParameterTuple, nn, ops
 from mindspore.boost import BoostTrainOneStepCell
 from mindspore.boost.dim_reduce import DimReduce
 # MindSpore's own graph functions, so the fixed methods do exactly what the originals do.
@@ -32,7 +37,18 @@ class _AllReduceEach(nn.Cell):
         return self.hyper_map(self.allreduce, parts)
 
 
-class DataParallelDimReduce(DimReduce):
+class FixedDimReduce(DimReduce):
+    """DimReduce with fixes 2 and 3 of the module docstring; otherwise MindSpore's own."""
+
+    keep_stats = False
+
+    def keep_statistics(self, params) -> None:
+        """Restore ``params`` (BatchNorm's moving statistics) after each line-search trial."""
+        if params:
+            self.stats = ParameterTuple(params)
+            self.stats_clone = self.stats.clone(prefix="stats_clone", init="same")
+            self.keep_stats = True
+
     def _set_local_pca_mat(self, pca_mat_local, n_components, parameter_tuple):
         super()._set_local_pca_mat(pca_mat_local, n_components, parameter_tuple)
         if self.rank_size > 1:
@@ -43,10 +59,10 @@ class DataParallelDimReduce(DimReduce):
         weight = ops.depend(weight, loss)
         old_grad = ops.depend(old_grad, weight)
         old_grad = self.hyper_map(ops.partial(_scale_grad, loss_scale), old_grad)
-        old_loss = self.allreduce(loss) / self.rank_size
+        old_loss = self.allreduce(loss) / self.rank_size if self.rank_size > 1 else loss
         gk_local = self.hyper_map(_pca_projection, self.pca_list_local, old_grad)
         gk_local = ops.addn(gk_local)
-        gk_pad = self.allgather(gk_local)
+        gk_pad = self.allgather(gk_local) if self.rank_size > 1 else gk_local
         gk_pad = ops.reshape(gk_pad, (-1, 1))
         gk = gk_pad[0:self.n_components, :]
         return gk, old_loss, gk_local
@@ -55,9 +71,15 @@ class DataParallelDimReduce(DimReduce):
         res = self.false_flag
         sn = self.hyper_map(ops.partial(self.mul, -1 * rho), dn)
         sn = ops.depend(sn, old_loss)
+        if self.keep_stats:
+            sn = ops.depend(sn, self.hyper_map(_save_weight, self.stats_clone, self.stats))
         update = self.optimizer(sn)
         new_loss = ops.depend(self.network(*inputs), update)
-        new_loss = self.allreduce(new_loss) / self.rank_size
+        if self.keep_stats:
+            saved = ops.depend(self.stats_clone, new_loss)
+            new_loss = ops.depend(new_loss, self.hyper_map(_save_weight, self.stats, saved))
+        if self.rank_size > 1:
+            new_loss = self.allreduce(new_loss) / self.rank_size
         old_loss_delta = old_loss + self.sigma * rho * ops.squeeze(
             self.matmul(ops.transpose(gk, (1, 0)), dk))
         if old_loss_delta > new_loss:
@@ -69,8 +91,8 @@ class DataParallelDimReduce(DimReduce):
 
 
 class LossReturningBoostCell(BoostTrainOneStepCell):
-    """``BoostTrainOneStepCell`` whose no-sens path returns the loss (fix 1 above); with
-    several ranks its DimReduce is ``DataParallelDimReduce`` (fix 2)."""
+    """``BoostTrainOneStepCell`` whose no-sens path returns the loss (fix 1 above) and whose
+    DimReduce is ``FixedDimReduce`` (fixes 2 and 3)."""
 
     def __init__(self, network, optimizer, sens=None):
         # DimReduce is a Cell with auto_prefix: assigning it the optimizer renames the
@@ -78,15 +100,16 @@ class LossReturningBoostCell(BoostTrainOneStepCell):
         # no longer load into the network. The names are put back below.
         names = {id(p): p.name for p in network.get_parameters()}
         super().__init__(network, optimizer, sens)
-        if self.enable_dim_reduce and self.dim_reduce.rank_size > 1:
+        if self.enable_dim_reduce:
             old = self.dim_reduce
             # Rebuilt from the tensors MindSpore already loaded: pca_list_local holds this
             # rank's rows of the PCA matrix, split per parameter.
-            self.dim_reduce = DataParallelDimReduce(
+            self.dim_reduce = FixedDimReduce(
                 old.network, old.optimizer, self.weights,
                 np.concatenate([part.asnumpy() for part in old.pca_list_local], axis=1),
                 old.n_components, float(old.rho_list[1].asnumpy()), old.gamma, old.alpha,
                 old.sigma, old.rank, old.rank_size)
+            self.dim_reduce.keep_statistics(network.untrainable_params())
         for param in network.get_parameters():
             param.name = names.get(id(param), param.name)
 
