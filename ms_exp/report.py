@@ -33,7 +33,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 
-from ms_exp.tracking.store import is_local_store, resolve_tracking_uri, sqlite_path, ui_command
+from ms_exp.tracking.store import (is_local_store, missing_database, resolve_tracking_uri,
+                                   ui_command)
 from ms_exp.tracking.sweep import override_values
 
 PROG = "ms_exp.report"
@@ -346,8 +347,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _open_store(uri: Optional[str]) -> MlflowClient:
     uri = resolve_tracking_uri(uri)
-    database = sqlite_path(uri)
-    if database is not None and not database.is_file():  # MlflowClient would create one
+    database = missing_database(uri)
+    if database is not None:
         raise ReportError(f"no MLflow store at {database} (run this where the sweep ran, "
                           "or pass --tracking-uri)")
     return MlflowClient(uri)

@@ -45,15 +45,15 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from ms_exp.tracking.store import (quiet_artifact_downloads, resolve_tracking_uri,
-                                       sqlite_path)
+    from ms_exp.tracking.store import (missing_database, quiet_artifact_downloads,
+                                       resolve_tracking_uri)
 
     quiet_artifact_downloads()
     flags = [a for a in extra if a.startswith("-")]
     extra = [a for a in extra if not a.startswith("-")]
     uri = resolve_tracking_uri(_tracking_uri(extra))
-    database = sqlite_path(uri)
-    if database is not None and not database.is_file():  # MlflowClient would create it
+    database = missing_database(uri)
+    if database is not None:
         raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database} "
                             "(name the run's store with tracking.uri=...)")
     client = MlflowClient(uri)

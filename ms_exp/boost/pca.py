@@ -104,8 +104,8 @@ def pca_for_rank(boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int,
             if not link.exists():
                 link.symlink_to(snapshot.resolve())
         yield PcaPlan(work, None, "computed", matrix)
-        _publish(work / MINDSPORE_MATRIX, matrix)
-        _publish_text(json.dumps(listing), listing_file)
+        _publish(matrix, lambda partial: shutil.copyfile(work / MINDSPORE_MATRIX, partial))
+        _publish(listing_file, lambda partial: partial.write_text(json.dumps(listing)))
 
 
 def _wait_for_ranks(work: Path, group_size: int, timeout: float) -> None:
@@ -129,16 +129,10 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _publish(source: Path, target: Path) -> None:
-    """Copy under a temporary name and rename: readers never see half a matrix."""
+def _publish(target: Path, write) -> None:
+    """``write`` a temporary file, then rename it: readers never see half a file."""
     partial = target.with_name(target.name + ".partial")
-    shutil.copyfile(source, partial)
-    os.replace(partial, target)
-
-
-def _publish_text(text: str, target: Path) -> None:
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(text)
+    write(partial)
     os.replace(partial, target)
 
 

@@ -55,11 +55,11 @@ def _from_run(run_id: str, tracking_cfg):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from ms_exp.tracking.store import resolve_tracking_uri, sqlite_path
+    from ms_exp.tracking.store import missing_database, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_cfg.uri)
-    db = sqlite_path(uri)
-    if db is not None and not db.is_file():
+    db = missing_database(uri)
+    if db is not None:
         raise ConfigError("boost.stage_one_run_id", run_id,
                           f"a run in an existing store ({db} does not exist)")
     client = MlflowClient(uri)
@@ -80,7 +80,7 @@ def _from_run(run_id: str, tracking_cfg):
     last = tags.get("ms_exp.checkpoint.last", "")
     weights = run_dir / last if last else None
     snapshots = Path(tags[SNAPSHOTS_TAG])
-    if weights is not None and not weights.is_file() or not snapshots.is_dir():
+    if (weights is not None and not weights.is_file()) or not snapshots.is_dir():
         weights, snapshots = _download(client, run.info.run_id, last)
     return run.info.run_id, weights, snapshots
 

@@ -32,6 +32,13 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(uri[len("sqlite:///"):])
 
 
+def missing_database(uri: str) -> Optional[Path]:
+    """The SQLite file of ``uri`` if it does not exist: commands that only read a store
+    refuse it, since ``MlflowClient`` would silently create an empty one."""
+    database = sqlite_path(uri)
+    return database if database is not None and not database.is_file() else None
+
+
 def is_local_store(uri: str) -> bool:
     return sqlite_path(uri) is not None or urlparse(uri).scheme in ("", "file")
 
