@@ -17,7 +17,6 @@ from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 from ms_exp.boost.snapshots import SNAPSHOT_PREFIX, snapshot_files
 
 BEST_NAME = "best.ckpt"
-BEST_METRIC = "accuracy"
 
 
 def rank_dir(run_dir: Path, rank_id: int) -> Path:
@@ -73,33 +72,36 @@ def checkpoint_bytes(run_dir: Path, prefix: str) -> Dict[int, int]:
 
 
 class BestCheckpoint(Callback):
-    """Save the network's weights whenever an evaluation beats the best accuracy so far.
+    """Save the network's weights whenever an evaluation beats the best ``metric`` so far
+    (accuracy, or AUC for Wide&Deep: ms_exp.metrics.best_metric).
 
     Written to a temporary name and renamed, so ``best.ckpt`` is never half-written."""
 
-    def __init__(self, network, directory: Path):
+    def __init__(self, network, directory: Path, metric: str = "accuracy"):
         super().__init__()
         self.network = network
+        self.metric = metric
         self.path = Path(directory) / BEST_NAME
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
 
     def on_eval_end(self, run_context):
         params = run_context.original_args()
-        accuracy = params.eval_results.get(BEST_METRIC)
-        if accuracy is None or (self.best is not None and accuracy <= self.best):
-            return
+        value = params.eval_results.get(self.metric)
+        if value is None or value != value or (self.best is not None and value <= self.best):
+            return  # value != value: NaN (an AUC over one class) is never a best
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name("best.partial.ckpt")
         ms.save_checkpoint(self.network, str(partial))
         os.replace(partial, self.path)
-        self.best, self.best_epoch = float(accuracy), params.cur_epoch_num
-        print(f"epoch: {params.cur_epoch_num} new best {BEST_METRIC}: {accuracy:.4f} "
+        self.best, self.best_epoch = float(value), params.cur_epoch_num
+        print(f"epoch: {params.cur_epoch_num} new best {self.metric}: {value:.4f} "
               f"saved to {self.path}", flush=True)
 
 
 def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
-                                parallel_mode: str) -> List[Callback]:
+                                parallel_mode: str, best_metric: str = "accuracy"
+                                ) -> List[Callback]:
     callbacks: List[Callback] = []
     if cfg.save:
         if not cfg.integrated_save and parallel_mode == "stand_alone":
@@ -112,7 +114,7 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
         callbacks.append(TimedModelCheckpoint(prefix=cfg.prefix, directory=str(directory),
                                               config=config))
     if cfg.keep_best:
-        callbacks.append(BestCheckpoint(network, directory))
+        callbacks.append(BestCheckpoint(network, directory, best_metric))
     return callbacks
 
 

@@ -5,8 +5,8 @@
 
 Builds the run's network and eval dataset from the config the run recorded, loads the
 checkpoint (``load_checkpoint``), runs ``Model.eval`` with top-1 (and top-5 when there are
-more than five classes) accuracy, prints the tutorial's ``result: ... ckpt= ...`` line,
-and records the result in MLflow as a child run of the evaluated run.
+more than five classes) accuracy, or AUC and log loss for Wide&Deep, prints the
+tutorial's ``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of the evaluated run.
 """
 import argparse
 import sys
@@ -87,26 +87,32 @@ def merge_run(source: str, workdir: Path, uri: str) -> Path:
 
 def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     import mindspore as ms
-    from mindspore import nn
 
     from ms_exp.context import init_env
     from ms_exp.data import create_datasets
+    from ms_exp.metrics import classification_metrics
     from ms_exp.models import create_network
     from ms_exp.optim import create_loss
+    from ms_exp.placement import create_placement
 
     # Evaluation needs one process whatever the run trained with: every rank of a data
     # parallel run holds the same weights.
     init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
     _, eval_set, spec = create_datasets(cfg.dataset)
-    network = create_network(cfg.model, spec)
+    network = create_network(cfg.model, spec, create_placement(cfg.placement))
     not_loaded, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(checkpoint)))
     if not_loaded:
         raise ConfigError("--checkpoint", str(checkpoint),
                           f"a checkpoint of this network (missing {', '.join(not_loaded)})")
-    metrics = {"accuracy": nn.Top1CategoricalAccuracy(), "loss": nn.Loss()}
-    if spec.num_classes > 5:
-        metrics["top_5_accuracy"] = nn.Top5CategoricalAccuracy()
-    model = ms.Model(network, loss_fn=create_loss(cfg.loss), metrics=metrics)
+    if cfg.model.name == "wide_deep":
+        from ms_exp.metrics import CLICK_EVAL_INDEXES, click_metrics
+        from ms_exp.models.wide_deep import PredictWithSigmoid
+
+        model = ms.Model(network, eval_network=PredictWithSigmoid(network),
+                         metrics=click_metrics(), eval_indexes=CLICK_EVAL_INDEXES)
+    else:
+        model = ms.Model(network, loss_fn=create_loss(cfg.loss),
+                         metrics=classification_metrics(spec.num_classes))
     result = model.eval(eval_set, dataset_sink_mode=False)
     print("result:", result, "ckpt=", checkpoint, flush=True)
     return result

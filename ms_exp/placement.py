@@ -1,11 +1,63 @@
-"""The ``placement`` group: where parameters and optimizer state live.
+"""The ``placement`` group: where embedding tables and their optimizer state live.
 
-``device`` keeps everything on the training device, which needs no change to the network
-or optimizer; it is described in the log so the run says where its tables were.
+``device`` keeps everything on the training device. ``host_device`` is the hybrid-training
+tutorial: embedding tables are ``nn.EmbeddingLookup(target="CPU")`` (kept in host memory,
+looked up by a host kernel, sparse row gradients) and the optimizers that update them run
+host kernels (``optimizer.target = "CPU"``: FusedSparseFtrl, FusedSparseLazyAdam, the
+tutorial's ``primitive_target`` CPU); the dense layers stay on the device.
 """
+from dataclasses import dataclass
+
+# Models that have embedding tables to place on the host.
+MODELS_WITH_TABLES = ("wide_deep",)
 
 
-def describe_placement(placement_cfg, device_target: str) -> str:
+@dataclass(frozen=True)
+class Placement:
+    host_tables: bool
+
+    @property
+    def embedding_target(self) -> str:
+        """``target`` of ``nn.EmbeddingLookup``."""
+        return "CPU" if self.host_tables else "DEVICE"
+
+    def place_sparse_optimizer(self, optimizer) -> None:
+        """Run ``optimizer``'s update on host kernels when the tables live on the host."""
+        if self.host_tables:
+            optimizer.target = "CPU"
+
+
+def create_placement(placement_cfg) -> Placement:
+    return Placement(host_tables=placement_cfg.mode == "host_device")
+
+
+def describe_placement(placement_cfg, device_target: str, host_bytes: int = 0) -> str:
+    """One console line saying where the run's parameters are."""
     if placement_cfg.mode == "device":
         return f"placement=device: every parameter and optimizer state on {device_target}"
-    raise ValueError(f"placement.mode={placement_cfg.mode!r}: not supported by this build")
+    tables = f"embedding tables ({readable_size(host_bytes)})" if host_bytes else \
+        "embedding tables"
+    line = (f"placement=host_device: {tables} and their sparse optimizers (FTRL, LazyAdam) "
+            f"on the host, dense layers on {device_target}")
+    if device_target == "CPU":
+        line += ("; on a CPU-only machine host and device are the same memory and "
+                 "processor, so only the kernels differ (host EmbeddingLookup, "
+                 "FusedSparseFtrl, FusedSparseLazyAdam)")
+    return line
+
+
+def readable_size(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size / 2**10:.1f} KiB"
+
+
+def host_parameter_names(network, placement: Placement):
+    """Names of the network's parameters that live on the host under ``placement``."""
+    if not placement.host_tables:
+        return []
+    from mindspore import nn
+
+    return [cell.embedding_table.name for _, cell in network.cells_and_names()
+            if isinstance(cell, nn.EmbeddingLookup) and cell.target == "CPU"]

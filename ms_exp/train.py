@@ -30,9 +30,10 @@ class JobResult:
     run_dir: Path
     run_id: Optional[str]
     final_eval: Dict[str, float]
-    best_accuracy: Optional[float]
+    best_value: Optional[float]  # of best_metric, the eval metric best.ckpt maximises
     last_checkpoint: Optional[Path]
     best_checkpoint: Optional[Path]
+    best_metric: str = "accuracy"
 
     def save(self) -> None:
         """Rank 0 of a distributed job hands its result to the launching process."""
@@ -133,7 +134,7 @@ def _finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
                        " ".join(overrides)[:5000])
     final_eval = {k: v for k, v in earlier.data.metrics.items() if k.startswith("eval/")}
     return JobResult(run_dir=run_dir, run_id=earlier.info.run_id, final_eval=final_eval,
-                     best_accuracy=None, last_checkpoint=None, best_checkpoint=None)
+                     best_value=None, last_checkpoint=None, best_checkpoint=None)
 
 
 def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
@@ -162,22 +163,21 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
     # MindSpore is imported only once the config is known to be good.
     import mindspore as ms
-    from mindspore import nn
     from mindspore.train import LossMonitor, TimeMonitor
 
     from ms_exp.checkpoint import (BestCheckpoint, TimedModelCheckpoint,
                                    create_checkpoint_callbacks, last_checkpoint, rank_dir)
     from ms_exp.data import Shard, create_datasets
+    from ms_exp.metrics import best_metric, classification_metrics
     from ms_exp.models import create_network
     from ms_exp.optim import create_loss, create_optimizer
-    from ms_exp.placement import describe_placement
+    from ms_exp.placement import create_placement
     from ms_exp.progress import ProgressBar, wants_progress_bar
     from ms_exp.tracking.callback import MlflowMetrics
 
     tracker.set_tags({"ms_exp.device_target": runtime.device_target,
                       "ms_exp.mode": runtime.mode,
                       "ms_exp.parallel_emulated": str(runtime.emulated).lower()})
-    print(describe_placement(cfg.placement, runtime.device_target), flush=True)
     shard = Shard(runtime.group_size, runtime.rank_id) if runtime.shard_data else Shard()
     train_set, eval_set, spec = create_datasets(cfg.dataset, shard)
     steps_per_epoch = train_set.get_dataset_size()
@@ -186,31 +186,48 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
           f"held-out samples of shape {spec.image_shape}, {spec.num_classes} classes, "
           f"{steps_per_epoch} steps per epoch", flush=True)
 
-    network = create_network(cfg.model, spec)
+    placement = create_placement(cfg.placement)
+    network = create_network(cfg.model, spec, placement)
+    _report_placement(cfg, network, placement, runtime.device_target, tracker)
+    wide_deep = cfg.model.name == "wide_deep"
     strategies = cfg.parallel.strategies if runtime.parallel_mode == "semi_auto" else {}
     if strategies and not runtime.emulated:
         from ms_exp.parallel.emulation import apply_strategies
 
         apply_strategies(network, strategies)
     optimizer = None
-    if cfg.boost.mode != "dim_reduce":  # AutoBoost brings its own SGD(learning_rate=1)
+    # AutoBoost brings its own SGD(learning_rate=1); Wide&Deep its FTRL and (Lazy)Adam.
+    if cfg.boost.mode != "dim_reduce" and not wide_deep:
         optimizer = create_optimizer(cfg.optimizer, network.trainable_params(),
                                      steps_per_epoch, epochs)
-    metrics = {"accuracy": nn.Top1CategoricalAccuracy(), "loss": nn.Loss()}
-    if spec.num_classes > 5:
-        metrics["top_5_accuracy"] = nn.Top5CategoricalAccuracy()
-    if cfg.boost.mode == "dim_reduce":
-        model = _dim_reduce_model(cfg, network, metrics, runtime, run_dir, tracker)
+    loss_names = ()
+    if wide_deep:
+        from ms_exp.models.wide_deep import LOSS_NAMES
+
+        model = _wide_deep_model(cfg.model, network, placement)
+        loss_names = LOSS_NAMES
+    elif cfg.boost.mode == "dim_reduce":
+        model = _dim_reduce_model(cfg, network, classification_metrics(spec.num_classes),
+                                  runtime, run_dir, tracker)
     else:
         model = ms.Model(network, loss_fn=create_loss(cfg.loss), optimizer=optimizer,
-                         metrics=metrics, boost_level=cfg.boost.level)
+                         metrics=classification_metrics(spec.num_classes),
+                         boost_level=cfg.boost.level)
 
     ckpt_dir = rank_dir(run_dir, runtime.rank_id)
     mlflow_metrics = MlflowMetrics(tracker, cfg.dataset.batch_size * runtime.group_size,
-                                   cfg.tracking.log_every_n_steps)
-    callbacks = [LossMonitor(cfg.trainer.loss_print_interval), TimeMonitor(), mlflow_metrics]
+                                   cfg.tracking.log_every_n_steps, loss_names)
+    interval = cfg.trainer.loss_print_interval
+    if loss_names:
+        from ms_exp.loss_parts import LossPartsMonitor
+
+        monitor = LossPartsMonitor(loss_names, interval)
+    else:
+        monitor = LossMonitor(interval)
+    callbacks = [monitor, TimeMonitor(), mlflow_metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
-                                             steps_per_epoch, runtime.parallel_mode)
+                                             steps_per_epoch, runtime.parallel_mode,
+                                             best_metric(cfg.model.name))
     if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
         callbacks.append(_snapshot_callback(cfg, network, run_dir, steps_per_epoch, tracker))
     if runtime.emulated:
@@ -234,18 +251,55 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
 
             remove_work_dir(run_dir)
 
+    # Step 0: one total per run, not a training curve.
+    tracker.log_metrics({"system/peak_host_memory_mb": peak_host_memory_mb()}, step=0)
     saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
     if saver is not None:
-        # Step 0, as checkpoint/bytes_rank_<r>: one total per run, not a training curve.
         tracker.log_metrics({"checkpoint/save_time_s": saver.save_time_s}, step=0)
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
     final_eval = mlflow_metrics.eval_history[-1] if mlflow_metrics.eval_history else {}
     return JobResult(
         run_dir=run_dir, run_id=tracker.run_id, final_eval=final_eval,
-        best_accuracy=best.best if best else None,
+        best_value=best.best if best else None, best_metric=best_metric(cfg.model.name),
         last_checkpoint=last_checkpoint(ckpt_dir, cfg.checkpoint.prefix)
         if cfg.checkpoint.save else None,
         best_checkpoint=best.path if best and best.path.exists() else None)
+
+
+def peak_host_memory_mb() -> float:
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _report_placement(cfg: DictConfig, network, placement, device_target: str,
+                      tracker) -> None:
+    """Say where the parameters are: the console line, and for host tables which
+    parameters and how many bytes (tag ms_exp.placement.host_params, metric
+    placement/host_table_mb)."""
+    from ms_exp.placement import describe_placement, host_parameter_names
+
+    names = host_parameter_names(network, placement)
+    params = {p.name: p for p in network.get_parameters()}
+    host_bytes = sum(params[name].nbytes for name in names)
+    print(describe_placement(cfg.placement, device_target, host_bytes), flush=True)
+    tracker.set_tags({"ms_exp.placement": cfg.placement.mode})
+    if names:
+        tracker.set_tags({"ms_exp.placement.host_params": ",".join(names)})
+        tracker.log_metrics({"placement/host_table_mb": host_bytes / 2**20}, step=0)
+
+
+def _wide_deep_model(model_cfg, network, placement):
+    """``Model`` over the model zoo's two-optimizer train step, evaluated by AUC."""
+    import mindspore as ms
+
+    from ms_exp.metrics import CLICK_EVAL_INDEXES, click_metrics
+    from ms_exp.models.wide_deep import PredictWithSigmoid, create_train_step
+
+    return ms.Model(create_train_step(model_cfg, network, placement),
+                    eval_network=PredictWithSigmoid(network), metrics=click_metrics(),
+                    eval_indexes=CLICK_EVAL_INDEXES)
 
 
 def _snapshot_callback(cfg: DictConfig, network, run_dir: Path, steps_per_epoch: int, tracker):
@@ -350,7 +404,7 @@ def _report(result: JobResult, tracker, uri: str) -> None:
         lines.append(f"last checkpoint: {result.last_checkpoint}")
     if result.best_checkpoint:
         lines.append(f"best checkpoint: {result.best_checkpoint} "
-                     f"(accuracy {result.best_accuracy:.4f})")
+                     f"({result.best_metric} {result.best_value:.4f})")
     if tracker.enabled:
         lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) "
                      f"in {uri}")

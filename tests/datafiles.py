@@ -3,7 +3,9 @@
 Nothing here downloads anything or imports MindSpore: MNIST is written as the four
 big-endian idx files ``mindspore.dataset.MnistDataset`` reads, and the image folder as real
 JPEG files (Pillow, which MindSpore itself depends on) in the ``train/<class>`` and
-``val/<class>`` layout ``ImageFolderDataset`` reads.
+``val/<class>`` layout ``ImageFolderDataset`` reads. Criteo-format text (what
+``ms_exp.data.criteo_convert`` takes) comes from ``ms_exp.data.criteo_sample``, re-exported
+here.
 """
 import struct
 from pathlib import Path
@@ -102,3 +104,11 @@ def write_image_folder(root: Path, classes: Sequence[str] = ("cat", "dog", "fox"
                 image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB")
                 image.save(folder / f"{name}_{split}_{i:04d}.JPEG", format="JPEG", quality=90)
     return root
+
+
+# --- Criteo ---------------------------------------------------------------------------
+
+# The Criteo-format generator lives in the package (``python -m ms_exp.data.criteo_sample``);
+# tests import it from here as before.
+from ms_exp.data.criteo_sample import (  # noqa: E402,F401
+    CRITEO_MALFORMED_KINDS, criteo_lines, malformed_criteo_line, write_criteo_text)

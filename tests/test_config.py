@@ -87,8 +87,8 @@ def test_cfg_job_prints_the_resolved_config(tmp_path):
 
 BAD_INPUTS = {
     "unknown group option": (["dataset=cifar"],
-                             "dataset='cifar': unknown option; expected one of digits, "
-                             "imagenet, mnist, synthetic"),
+                             "dataset='cifar': unknown option; expected one of criteo, "
+                             "digits, imagenet, mnist, synthetic"),
     "unknown key": (["model.hiden_size=3"],
                     "model.hiden_size=3: unknown key; expected one of hidden_size, name, "
                     "weight_init"),

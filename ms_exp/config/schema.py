@@ -181,6 +181,15 @@ class DevicePlacement:
     mode: str = "device"
 
 
+@dataclass
+class HostDevicePlacement:
+    """The hybrid-training tutorial: embedding tables (``nn.EmbeddingLookup(target="CPU")``)
+    and their sparse optimizers (``optimizer.target = "CPU"``) in host memory, the dense
+    layers on the device."""
+
+    mode: str = "host_device"
+
+
 # --- dataset ---------------------------------------------------------------------------
 
 
@@ -234,6 +243,17 @@ class SyntheticDataset(DatasetCommon):
     data_seed: int = 0
 
 
+@dataclass
+class CriteoDataset(DatasetCommon):
+    """MindRecord files written by ``python -m ms_exp.data.criteo_convert`` from Criteo's
+    tab-separated text (label, 13 integer fields, 26 hexadecimal categorical fields), each
+    record holding the converter's ``--samples-per-record`` samples."""
+
+    name: str = "criteo"
+    path: Optional[str] = None  # the converter's output folder; None: DATA_PATH
+    batch_size: int = 1000  # a multiple of the data's samples per record (1000 by default)
+
+
 # --- model -----------------------------------------------------------------------------
 
 
@@ -249,6 +269,25 @@ class ResNetModel:
     name: str = "resnet"
     depth: int = 50
     width: float = 1.0
+
+
+@dataclass
+class WideDeepModel:
+    """Wide&Deep as in MindSpore's model zoo: a wide linear part and a deep MLP over the
+    embeddings of every field, trained with FTRL (wide) and Adam or LazyAdam (deep)."""
+
+    name: str = "wide_deep"
+    # None: the dataset's vocabulary (criteo_meta.json). Larger allocates bigger tables, as
+    # the model zoo's fixed vocab_size does (the scale setting of the hybrid tutorial).
+    vocab_size: Optional[int] = None
+    emb_dim: int = 80
+    deep_layers: List[int] = field(default_factory=lambda: [1024, 512, 256, 128])
+    keep_prob: float = 1.0  # dropout keep probability of the deep layers
+    init_range: float = 0.01  # uniform(-r, r) for the embedding tables
+    l2_coef: float = 8e-5  # L2 on the deep embedding table, added to deep_loss
+    wide_lr: float = 5e-2  # FTRL
+    deep_lr: float = 3.5e-4  # Adam / LazyAdam
+    loss_scale: float = 1024.0  # the sens both gradients are scaled by
 
 
 # --- sections of config.yaml that are not groups ---------------------------------------
@@ -324,14 +363,15 @@ GROUP_SCHEMAS = {
         "none": CheckpointSchema,
     },
     "boost": {"off": BoostOff, "dim_reduce": BoostDimReduce},
-    "placement": {"device": DevicePlacement},
+    "placement": {"device": DevicePlacement, "host_device": HostDevicePlacement},
     "dataset": {
         "digits": DigitsDataset,
         "mnist": MnistDataset,
         "imagenet": ImageNetDataset,
         "synthetic": SyntheticDataset,
+        "criteo": CriteoDataset,
     },
-    "model": {"mlp": MlpModel, "resnet": ResNetModel},
+    "model": {"mlp": MlpModel, "resnet": ResNetModel, "wide_deep": WideDeepModel},
 }
 
 

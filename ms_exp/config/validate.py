@@ -5,6 +5,7 @@ before Hydra creates a run directory or MLflow a run. Every refusal is a ConfigE
 line with the key, the value and what is allowed.
 """
 import dataclasses
+import json
 import os
 import socket
 import tempfile
@@ -14,6 +15,8 @@ from typing import Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
+from ms_exp.data.criteo import samples_per_record
+from ms_exp.data.criteo_convert import EVAL_FILE, FIELD_SIZE, META_FILE, TRAIN_FILE
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require
@@ -35,7 +38,12 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_parallel(cfg.parallel)
     validate_checkpoint(cfg.checkpoint)
     validate_dataset(cfg.dataset)
+    if cfg.model.name == "wide_deep" or cfg.dataset.name == "criteo":
+        from ms_exp.models.validate import validate_wide_deep
+
+        validate_wide_deep(cfg)
     validate_model(cfg.model, cfg.dataset)
+    validate_placement(cfg.placement, cfg.model)
     validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
     validate_loss(cfg.loss)
     validate_tracking(cfg.tracking)
@@ -171,6 +179,8 @@ def validate_dataset(cfg) -> None:
                 f"a folder with the MNIST idx files ({', '.join(missing)} missing)")
     elif name == "imagenet":
         validate_image_folder(cfg)
+    elif name == "criteo":
+        validate_criteo(cfg)
     elif name == "synthetic":
         positive("dataset", cfg, "num_samples", "num_eval_samples")
         require(cfg.num_classes >= 2, "dataset.num_classes", cfg.num_classes,
@@ -202,6 +212,38 @@ def validate_image_folder(cfg) -> None:
                 f"null or at least the {folders} class folders under {cfg.train_dir}")
 
 
+def validate_criteo(cfg) -> None:
+    """The converter's output folder: both record files and a meta file of the current
+    format that names the vocabulary size, sample counts and samples per record; the batch
+    size a multiple of the samples per record, and (when dropping the remainder) at most the
+    training split."""
+    root = existing_dir("dataset.path", cfg.path)
+    missing = [f for f in (TRAIN_FILE, EVAL_FILE, META_FILE) if not (root / f).is_file()]
+    require(not missing, "dataset.path", cfg.path,
+            f"a folder written by the Criteo converter ({', '.join(missing)} missing); "
+            "convert raw text with `python -m ms_exp.data.criteo_convert RAW OUT_DIR`")
+    try:
+        meta = json.loads((root / META_FILE).read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError("dataset.path", cfg.path, f"a readable {META_FILE} "
+                          f"({' '.join(str(error).split())})") from None
+    counts = ("vocab_size", "train_samples")
+    bad = [key for key in counts if not (isinstance(meta, dict) and
+                                         isinstance(meta.get(key), int) and meta[key] >= 1)]
+    require(not bad, "dataset.path", cfg.path,
+            f"a {META_FILE} with positive integers {' and '.join(counts)} "
+            f"({', '.join(bad)} missing or not one); convert again with "
+            "`python -m ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`")
+    size = samples_per_record(cfg, meta)
+    if cfg.drop_remainder:
+        records = meta["train_records"]
+        samples = records * size
+        require(cfg.batch_size <= samples, "dataset.batch_size", cfg.batch_size,
+                f"at most the {samples} training samples ({records} records of {size}) in "
+                f"{root} (with dataset.drop_remainder=true a smaller set gives 0 steps per "
+                "epoch)")
+
+
 def existing_dir(key: str, value: Optional[str]) -> Path:
     require(value is not None, key, value,
             "a folder that exists (set it, or the DATA_PATH environment variable)")
@@ -225,9 +267,9 @@ def validate_model(cfg, dataset_cfg) -> None:
                 f"dataset={dataset_cfg.name} has {size}x{size} (use model=mlp)")
 
 
-def declared_shape(dataset_cfg) -> Tuple[Tuple[int, int, int], int]:
-    """(C, H, W) and class count of a dataset as its config declares them, without reading
-    any sample."""
+def declared_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
+    """(C, H, W) (or (fields,) for Criteo) and class count of a dataset as its config
+    declares them, without reading any sample."""
     name = dataset_cfg.name
     if name == "digits":
         return (1, 8, 8), 10
@@ -238,6 +280,8 @@ def declared_shape(dataset_cfg) -> Tuple[Tuple[int, int, int], int]:
         train = Path(dataset_cfg.path).expanduser() / dataset_cfg.train_dir
         classes = dataset_cfg.num_classes or sum(p.is_dir() for p in train.iterdir())
         return (3, size, size), classes
+    if name == "criteo":
+        return (FIELD_SIZE,), 2
     return tuple(dataset_cfg.image_shape), dataset_cfg.num_classes
 
 
@@ -256,6 +300,15 @@ def validate_shard_strategies(cfg) -> None:
                             batch_size=cfg.dataset.batch_size)
     except InvalidConfig as error:
         raise InvalidConfig(f"parallel.strategies: {error}") from None
+
+
+def validate_placement(cfg, model_cfg) -> None:
+    from ms_exp.placement import MODELS_WITH_TABLES
+
+    if cfg.mode == "host_device":
+        require(model_cfg.name in MODELS_WITH_TABLES, "placement", "host_device",
+                f"a model with embedding tables to keep on the host (model=wide_deep); "
+                f"model={model_cfg.name} has none, use placement=device")
 
 
 def validate_optimizer(cfg, epochs: int) -> None:

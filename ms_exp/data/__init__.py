@@ -13,6 +13,8 @@ def create_datasets(dataset_cfg, shard: Shard = Shard()):
         from ms_exp.data.imagenet import create_imagenet as create
     elif name == "synthetic":
         from ms_exp.data.synthetic import create_synthetic as create
+    elif name == "criteo":
+        from ms_exp.data.criteo import create_criteo as create
     else:
         raise ValueError(f"dataset.name={name!r}: no such dataset")
     return create(dataset_cfg, shard)

@@ -11,10 +11,11 @@ IMAGE_EXTENSIONS = [f".{case(ext)}" for ext in ("jpeg", "jpg", "png", "bmp")
 
 @dataclass(frozen=True)
 class DataSpec:
-    image_shape: Tuple[int, int, int]  # (C, H, W) as the network sees it
+    image_shape: Tuple[int, ...]  # one sample as the network sees it: (C, H, W), or (fields,)
     num_classes: int
     train_size: int  # samples this rank trains on per epoch, before batching
     eval_size: int
+    vocab_size: int = 0  # rows of the id space of categorical data (Criteo), else 0
 
 
 @dataclass(frozen=True)

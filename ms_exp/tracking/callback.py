@@ -2,10 +2,11 @@
 
 Metric names are stable and always stepped by the global training step, so the MLflow UI
 can overlay runs: ``train/loss``, ``train/step_time_ms``, ``train/samples_per_s``,
-``train/epoch_time_s``, and ``eval/<metric>`` after each epoch's evaluation.
+``train/epoch_time_s``, and ``eval/<metric>`` after each epoch's evaluation. A network with
+several losses (Wide&Deep) adds ``train/<name>`` for each, ``train/loss`` being its first.
 """
 import time
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 from mindspore.train import Callback
 
@@ -19,8 +20,10 @@ def loss_value(net_outputs) -> float:
 
 
 class MlflowMetrics(Callback):
-    def __init__(self, tracker, samples_per_step: int, log_every_n_steps: int):
+    def __init__(self, tracker, samples_per_step: int, log_every_n_steps: int,
+                 loss_names: Sequence[str] = ()):
         super().__init__()
+        self.loss_names = tuple(loss_names)
         self.tracker = tracker
         self.samples_per_step = samples_per_step
         self.every = log_every_n_steps
@@ -42,11 +45,17 @@ class MlflowMetrics(Callback):
         self._epoch_step_times.append(step_time)
         self.global_step = params.cur_step_num
         if self.global_step % self.every == 0:
-            self.tracker.log_metrics({
+            metrics = {
                 "train/loss": loss_value(params.net_outputs),
                 "train/step_time_ms": step_time * 1000.0,
                 "train/samples_per_s": self.samples_per_step / step_time,
-            }, step=self.global_step)
+            }
+            if self.loss_names:
+                from ms_exp.loss_parts import loss_parts
+
+                parts = loss_parts(params.net_outputs, self.loss_names)
+                metrics.update({f"train/{name}": value for name, value in parts.items()})
+            self.tracker.log_metrics(metrics, step=self.global_step)
 
     def on_eval_end(self, run_context):
         results = run_context.original_args().eval_results

@@ -1,0 +1,95 @@
+"""Criteo as MindRecord (the converter's output) with mindspore.dataset.MindDataset.
+
+Each sample is 39 (id, weight) pairs plus a float label, the layout of MindSpore's
+Wide&Deep model zoo. The converter packs ``samples_per_record`` N consecutive samples of a
+split into each record (``criteo_meta.json`` says N; 1000 unless converted with
+``--samples-per-record``), so the reader batches ``batch_size // N`` records and a map
+flattens them: batches come out as ``feat_ids`` int32 [batch_size, 39], ``feat_vals``
+float32 [batch_size, 39], ``label`` float32 [batch_size, 1], in that order because the
+network is called as ``net(ids, vals, label)``. ``dataset.batch_size`` must therefore be a
+multiple of N (validation refuses others).
+
+Consequences of packing: ``dataset.shuffle`` shuffles records, not samples (the N samples
+of a record stay together and in file order, as in the model zoo); sharding deals out
+records; and each split's last record was filled up by the converter with the split's first
+samples, so an epoch reads at most N - 1 samples of a split twice (``padded_samples`` in
+the meta). Evaluation reads every record, keeping a last batch of fewer records. The
+vocabulary size also comes from ``criteo_meta.json``.
+"""
+import json
+from pathlib import Path
+
+from ms_exp.config.errors import ConfigError, require
+from ms_exp.data.criteo_convert import (EVAL_FILE, FIELD_SIZE, META_FILE, META_FORMAT,
+                                        TRAIN_FILE)
+from ms_exp.data.spec import DataSpec, Shard
+
+COLUMNS = ["feat_ids", "feat_vals", "label"]
+RECONVERT = "convert again with `python -m ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`"
+
+
+def read_meta(path) -> dict:
+    """The converter's ``criteo_meta.json`` in folder ``path``."""
+    return json.loads((Path(path).expanduser() / META_FILE).read_text())
+
+
+def samples_per_record(cfg, meta: dict) -> int:
+    """The N of the converted folder ``cfg.path``, after checking that its meta file is of
+    the current format and that ``cfg.batch_size`` is a multiple of N. ConfigError (one
+    line) otherwise."""
+    found = meta.get("format")
+    if found != META_FORMAT:
+        detail = " (one sample per record)" if found == 1 else ""
+        raise ConfigError("dataset.path", cfg.path,
+                          f"a folder written by this version of the Criteo converter "
+                          f"({META_FILE} format {META_FORMAT}; this one is format "
+                          f"{found}{detail}); {RECONVERT}")
+    size = meta.get("samples_per_record")
+    records = meta.get("train_records")
+    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                for v in (size, records))
+    require(valid, "dataset.path", cfg.path,
+            f"a {META_FILE} with positive integers samples_per_record and train_records; "
+            f"{RECONVERT}")
+    require(cfg.batch_size % size == 0, "dataset.batch_size", cfg.batch_size,
+            f"a multiple of {size}, the samples per record (samples_per_record) of "
+            f"{cfg.path}; or convert the data again with a --samples-per-record that "
+            "divides the batch size")
+    return size
+
+
+def create_criteo(cfg, shard: Shard):
+    # Imported here: read_meta runs in preflight, before MindSpore may be imported.
+    import mindspore.dataset as ds
+
+    # Expanded as validation expands it: MindSpore's readers take "~/criteo" literally.
+    root = Path(cfg.path).expanduser()
+    meta = read_meta(root)
+    size = samples_per_record(cfg, meta)
+    records_per_batch = cfg.batch_size // size
+    workers = cfg.num_parallel_workers
+    train = ds.MindDataset(str(root / TRAIN_FILE), columns_list=COLUMNS, shuffle=cfg.shuffle,
+                           num_parallel_workers=workers, **shard.reader_args())
+    evaluation = ds.MindDataset(str(root / EVAL_FILE), columns_list=COLUMNS, shuffle=False,
+                                num_parallel_workers=workers)
+    # Records, then samples: with shards, MindDataset gives every rank
+    # ceil(records / shards) records, repeating a few.
+    spec = DataSpec(image_shape=(FIELD_SIZE,), num_classes=2,
+                    train_size=train.get_dataset_size() * size,
+                    eval_size=evaluation.get_dataset_size() * size,
+                    vocab_size=int(meta["vocab_size"]))
+    # Only the training set drops a ragged last batch: evaluation reads every record.
+    train = train.batch(records_per_batch, drop_remainder=cfg.drop_remainder)
+    evaluation = evaluation.batch(records_per_batch, drop_remainder=False)
+    return unpack(train, workers), unpack(evaluation, workers), spec
+
+
+def _flatten(ids, vals, labels):
+    """[records, N, ...] -> [records * N, ...]."""
+    return (ids.reshape(-1, FIELD_SIZE), vals.reshape(-1, FIELD_SIZE), labels.reshape(-1, 1))
+
+
+def unpack(dataset, workers: int):
+    """Batches of records as batches of samples."""
+    return dataset.map(_flatten, input_columns=COLUMNS, output_columns=COLUMNS,
+                       num_parallel_workers=workers)

@@ -1,0 +1,170 @@
+"""Wide&Deep, as MindSpore's model zoo (recommend/wide_and_deep) builds it.
+
+Every sample is ``field_size`` (id, weight) pairs: Criteo's 13 integer fields as one id each
+weighted by the scaled value, its 26 categorical fields as the category's id weighted 1.
+The wide part is a linear model (a one-column embedding table plus a bias), the deep part
+an MLP over the weighted embeddings; their logits add up.
+
+Training follows the model zoo's ``TrainStepWrap``: the loss cell returns two losses,
+``wide_loss`` (the log loss) and ``deep_loss`` (log loss plus L2 on the embeddings), the
+wide parameters get the gradient of the first and FTRL, the deep parameters the gradient
+of the second and Adam. Under ``placement=host_device`` the tables are
+``nn.EmbeddingLookup(target="CPU")`` (sparse row gradients) and both optimizers are the
+sparse ones run by host kernels (FTRL and LazyAdam with ``target = "CPU"``).
+"""
+from typing import List
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore.common.initializer import Uniform
+
+from ms_exp.placement import Placement
+
+# Parameters whose name contains this belong to the wide part (the model zoo's split).
+WIDE = "wide"
+LOSS_NAMES = ("wide_loss", "deep_loss")
+
+
+class WideDeepModel(nn.Cell):
+    """``(ids, weights)`` of shape (batch, fields) -> (logits (batch, 1), deep embeddings)."""
+
+    def __init__(self, vocab_size: int, field_size: int, emb_dim: int, deep_layers: List[int],
+                 keep_prob: float, init_range: float, placement: Placement):
+        super().__init__()
+        self.field_size, self.emb_dim = field_size, emb_dim
+        table = dict(param_init=Uniform(init_range), target=placement.embedding_target,
+                     sparse=placement.host_tables)
+        self.wide_embedding = nn.EmbeddingLookup(vocab_size, 1, **table)
+        self.wide_bias = Parameter(Tensor(np.zeros(1, np.float32)), name="wide_bias")
+        self.deep_embedding = nn.EmbeddingLookup(vocab_size, emb_dim, **table)
+        layers = []
+        width = field_size * emb_dim
+        for size in deep_layers:
+            layers.append(nn.Dense(width, size, activation="relu"))
+            if keep_prob < 1.0:
+                layers.append(nn.Dropout(p=1.0 - keep_prob))
+            width = size
+        layers.append(nn.Dense(width, 1))
+        self.deep_layers = nn.SequentialCell(layers)
+
+    def construct(self, ids, weights):
+        mask = weights.reshape(-1, self.field_size, 1)
+        wide = ops.reduce_sum(self.wide_embedding(ids) * mask, 1) + self.wide_bias
+        embeddings = self.deep_embedding(ids) * mask
+        deep = self.deep_layers(embeddings.reshape(-1, self.field_size * self.emb_dim))
+        return wide + deep, embeddings
+
+
+class WideDeepLoss(nn.Cell):
+    """``(ids, weights, label)`` -> ``(wide_loss, deep_loss)``.
+
+    The model zoo's deep loss adds L2 over the whole deep table. That term's gradient is
+    dense: with host tables MindSpore 2.10 cannot add it to the lookup's row gradient
+    ("Unsupported op [RowTensorAdd] on CPU"), and it would touch every row each step, the
+    cost host tables exist to avoid (the model zoo drops it in its host and
+    parameter-server modes). Here the L2 is over the embeddings the batch looks up, under
+    both placements, so ``device`` and ``host_device`` train the same loss."""
+
+    def __init__(self, network: WideDeepModel, l2_coef: float):
+        super().__init__(auto_prefix=False)  # keeps the network's parameter names
+        self.network = network
+        self.l2_coef = l2_coef
+        self.log_loss = ops.SigmoidCrossEntropyWithLogits()
+
+    def construct(self, ids, weights, label):
+        logits, embeddings = self.network(ids, weights)
+        wide_loss = self.log_loss(logits, label).mean()
+        deep_loss = wide_loss + self.l2_coef * ops.reduce_sum(ops.square(embeddings)) / 2
+        return wide_loss, deep_loss
+
+
+class _OneLoss(nn.Cell):
+    def __init__(self, loss_cell: WideDeepLoss, index: int):
+        super().__init__(auto_prefix=False)
+        self.loss_cell, self.index = loss_cell, index
+
+    def construct(self, ids, weights, label):
+        return self.loss_cell(ids, weights, label)[self.index]
+
+
+class WideDeepTrainStep(nn.Cell):
+    """One step: FTRL on the wide parameters with ``wide_loss``'s gradient, Adam/LazyAdam
+    on the deep ones with ``deep_loss``'s, both scaled by ``loss_scale`` (the model zoo's
+    ``sens``). Returns both losses. In data parallel the gradients are averaged over the
+    ranks (``DistributedGradReducer`` gathers sparse row gradients)."""
+
+    def __init__(self, loss_cell: WideDeepLoss, placement: Placement, wide_lr: float,
+                 deep_lr: float, loss_scale: float):
+        super().__init__(auto_prefix=False)
+        self.loss_cell = loss_cell
+        self.loss_cell.set_train()
+        params = loss_cell.trainable_params()
+        self.wide_params = ParameterTuple([p for p in params if WIDE in p.name])
+        self.deep_params = ParameterTuple([p for p in params if WIDE not in p.name])
+        self.wide_optimizer = nn.FTRL(self.wide_params, learning_rate=wide_lr, l1=1e-8,
+                                      l2=1e-8, initial_accum=1.0, loss_scale=loss_scale)
+        deep_optimizer = nn.LazyAdam if placement.host_tables else nn.Adam
+        self.deep_optimizer = deep_optimizer(self.deep_params, learning_rate=deep_lr, eps=1e-8,
+                                             loss_scale=loss_scale)
+        placement.place_sparse_optimizer(self.wide_optimizer)
+        placement.place_sparse_optimizer(self.deep_optimizer)
+        self.wide_grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        self.deep_grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        self.wide_loss = _OneLoss(loss_cell, 0)
+        self.deep_loss = _OneLoss(loss_cell, 1)
+        self.loss_scale = loss_scale
+        self.reduce_wide = self.reduce_deep = None
+        if ms.get_auto_parallel_context("parallel_mode") == ms.ParallelMode.DATA_PARALLEL:
+            from mindspore.communication import get_group_size
+
+            mean = ms.get_auto_parallel_context("gradients_mean")
+            self.reduce_wide = nn.DistributedGradReducer(self.wide_params, mean,
+                                                         get_group_size())
+            self.reduce_deep = nn.DistributedGradReducer(self.deep_params, mean,
+                                                         get_group_size())
+
+    def construct(self, ids, weights, label):
+        wide_loss, deep_loss = self.loss_cell(ids, weights, label)
+        wide_sens = ops.fill(wide_loss.dtype, wide_loss.shape, self.loss_scale)
+        deep_sens = ops.fill(deep_loss.dtype, deep_loss.shape, self.loss_scale)
+        wide_grads = self.wide_grad(self.wide_loss, self.wide_params)(ids, weights, label,
+                                                                      wide_sens)
+        deep_grads = self.deep_grad(self.deep_loss, self.deep_params)(ids, weights, label,
+                                                                      deep_sens)
+        if self.reduce_wide is not None:
+            wide_grads = self.reduce_wide(wide_grads)
+            deep_grads = self.reduce_deep(deep_grads)
+        return (ops.depend(wide_loss, self.wide_optimizer(wide_grads)),
+                ops.depend(deep_loss, self.deep_optimizer(deep_grads)))
+
+
+class PredictWithSigmoid(nn.Cell):
+    """The eval network: ``(log loss, click probabilities, labels)``, read by ``Model``
+    with eval_indexes [0, 1, 2] (ms_exp.metrics.click_metrics)."""
+
+    def __init__(self, network: WideDeepModel):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.log_loss = ops.SigmoidCrossEntropyWithLogits()
+
+    def construct(self, ids, weights, label):
+        logits, _ = self.network(ids, weights)
+        return self.log_loss(logits, label).mean(), ops.sigmoid(logits), label
+
+
+def create_wide_deep(model_cfg, field_size: int, dataset_vocab_size: int,
+                     placement: Placement) -> WideDeepModel:
+    """The network, its tables sized to ``model.vocab_size`` or else the dataset's ids."""
+    return WideDeepModel(vocab_size=model_cfg.vocab_size or dataset_vocab_size,
+                         field_size=field_size, emb_dim=model_cfg.emb_dim,
+                         deep_layers=list(model_cfg.deep_layers),
+                         keep_prob=model_cfg.keep_prob, init_range=model_cfg.init_range,
+                         placement=placement)
+
+
+def create_train_step(model_cfg, network: WideDeepModel,
+                      placement: Placement) -> WideDeepTrainStep:
+    return WideDeepTrainStep(WideDeepLoss(network, model_cfg.l2_coef), placement,
+                             wide_lr=model_cfg.wide_lr, deep_lr=model_cfg.deep_lr,
+                             loss_scale=model_cfg.loss_scale)
