@@ -8,7 +8,7 @@ The sweep is found in MLflow, by its parent run's id or by its folder (the paren
 artifacts of the parent run under ``report/``:
 
 - ``summary.csv`` and ``summary.md``: one row per job with its swept values, status, final
-  ``eval/accuracy``, ``eval/loss`` and ``train/loss``, duration, the error of a failed job,
+  ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration, the error of a failed job,
   and what saving checkpoints cost (``ckpt_save_s``, ``ckpt_bytes_rank_<r>``, from the
   ``checkpoint/*`` metrics of every run); sorted by the metric, best first;
 - ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
@@ -38,9 +38,12 @@ from ms_exp.tracking.store import (is_local_store, missing_database, resolve_tra
 from ms_exp.tracking.sweep import override_values
 
 PROG = "ms_exp.report"
-DEFAULT_METRIC = "eval/accuracy"
+# The first of these that the jobs logged ranks them unless --metric says otherwise:
+# classifiers log accuracy, Wide&Deep logs AUC.
+DEFAULT_METRICS = ("eval/accuracy", "eval/auc")
+DEFAULT_METRIC = DEFAULT_METRICS[0]
 REPORT_DIR = "report"
-FINAL_METRICS = ("eval/accuracy", "eval/loss", "train/loss")
+FINAL_METRICS = ("eval/accuracy", "eval/auc", "eval/loss", "train/loss")
 LOSS_CURVE = "train/loss"
 SAVE_TIME = "checkpoint/save_time_s"
 _BYTES_METRIC = re.compile(r"checkpoint/bytes_rank_(\d+)$")
@@ -148,7 +151,8 @@ def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str):
     ranks = sorted({int(m.group(1)) for child in children for name in child.data.metrics
                     if (m := _BYTES_METRIC.match(name))})
     with_save_time = any(SAVE_TIME in child.data.metrics for child in children)
-    metrics = [metric] + [m for m in FINAL_METRICS if m != metric]
+    logged = {name for child in children for name in child.data.metrics}
+    metrics = [metric] + [m for m in FINAL_METRICS if m != metric and m in logged]
     columns = ["run_name", "job", "status", *keys, *metrics, "duration_s",
                *(["ckpt_save_s"] if with_save_time else []),
                *[f"ckpt_bytes_rank_{rank}" for rank in ranks], "error", "run_id"]
@@ -304,7 +308,7 @@ def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[st
 # The report
 
 def write_report(client: MlflowClient, parent_run_id: str,
-                 metric: str = DEFAULT_METRIC) -> SweepReport:
+                 metric: Optional[str] = None) -> SweepReport:
     """Write the sweep's report and log it into the parent run under ``report/``.
 
     Works on a running parent (the sweep callback, before it ends the run) as on a finished
@@ -314,6 +318,8 @@ def write_report(client: MlflowClient, parent_run_id: str,
     if not children:
         raise ReportError(f"sweep run {parent_run_id} has no child runs")
     logged = {name for child in children for name in child.data.metrics}
+    if metric is None:
+        metric = next((m for m in DEFAULT_METRICS if m in logged), DEFAULT_METRIC)
     if logged and metric not in logged:
         raise ReportError(f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
                           + ", ".join(sorted(logged)))
@@ -340,8 +346,9 @@ def _parser() -> argparse.ArgumentParser:
                                       "its job folders, or its parent run id")
     parser.add_argument("--tracking-uri",
                         help="MLflow store of the sweep (default: sqlite:///mlflow.db here)")
-    parser.add_argument("--metric", default=DEFAULT_METRIC,
-                        help=f"what the jobs are ranked and plotted by (default: {DEFAULT_METRIC})")
+    parser.add_argument("--metric",
+                        help="what the jobs are ranked and plotted by (default: the first "
+                             f"of {', '.join(DEFAULT_METRICS)} the jobs logged)")
     return parser
 
 

@@ -179,3 +179,23 @@ def test_bad_wide_deep_input_is_refused_in_one_line(workdir, capsys, criteo, arg
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert list(workdir.iterdir()) == []
+
+
+def test_a_placement_sweep_is_one_parent_run_ranked_by_auc(tmp_path, criteo):
+    result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", *TINY,
+                                    f"dataset.path={criteo}", "trainer.epochs=1",
+                                    "placement=device,host_device"], tmp_path)
+    assert result.rc == 0, result.stderr[-3000:]
+    store = result.store
+    experiment = store.get_experiment_by_name("ms_exp")
+    runs = store.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    assert {c.data.params["placement.mode"] for c in children} == {"device", "host_device"}
+    # The sweep report ranks Wide&Deep jobs by AUC (classifiers: by accuracy).
+    assert "by eval/auc, highest first" in result.stdout
+    summary = Path(store.download_artifacts(parents[0].info.run_id, "report/summary.csv",
+                                            str(tmp_path)))
+    header = summary.read_text().splitlines()[0].split(",")
+    assert "eval/auc" in header and "eval/accuracy" not in header
