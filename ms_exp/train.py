@@ -163,12 +163,13 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
     # MindSpore is imported only once the config is known to be good.
     import mindspore as ms
-    from mindspore.train import LossMonitor, TimeMonitor
+    from mindspore.train import LossMonitor
 
     from ms_exp.checkpoint import (BestCheckpoint, TimedModelCheckpoint,
                                    create_checkpoint_callbacks, last_checkpoint, rank_dir)
     from ms_exp.data import Shard, create_datasets
     from ms_exp.metrics import best_metric, classification_metrics
+    from ms_exp.monitors import FitTimeMonitor
     from ms_exp.models import create_network
     from ms_exp.optim import create_loss, create_optimizer
     from ms_exp.placement import create_placement
@@ -219,12 +220,12 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
                                    cfg.tracking.log_every_n_steps, loss_names)
     interval = cfg.trainer.loss_print_interval
     if loss_names:
-        from ms_exp.loss_parts import LossPartsMonitor
+        from ms_exp.monitors import LossPartsMonitor
 
         monitor = LossPartsMonitor(loss_names, interval)
     else:
         monitor = LossMonitor(interval)
-    callbacks = [monitor, TimeMonitor(), mlflow_metrics]
+    callbacks = [monitor, FitTimeMonitor(), mlflow_metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode,
                                              best_metric(cfg.model.name))

@@ -29,6 +29,17 @@ def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
     assert not (default_run.cwd / "mlruns").exists()
 
 
+def test_train_epoch_time_is_the_epochs_training_not_the_evaluation(default_run):
+    """MindSpore's TimeMonitor under Model.fit counts "Train epoch time" from the
+    evaluation's start; ms_exp's counts the epoch's training steps."""
+    printed = [float(t) for t in re.findall(r"^Train epoch time: ([0-9.]+) ms",
+                                            default_run.stdout, re.M)]
+    steps = default_run.store.get_metric_history(default_run.run_id, "train/step_time_ms")
+    last_epoch = sum(m.value for m in steps if m.step > 9 * 44)  # epoch 10: steps 397..440
+    assert len(printed) == 10
+    assert 0.8 * last_epoch < printed[-1] < 1.5 * last_epoch + 50
+
+
 def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(default_run):
     client = default_run.store
     run = client.get_run(default_run.run_id)

@@ -51,7 +51,7 @@ class MlflowMetrics(Callback):
                 "train/samples_per_s": self.samples_per_step / step_time,
             }
             if self.loss_names:
-                from ms_exp.loss_parts import loss_parts
+                from ms_exp.monitors import loss_parts
 
                 parts = loss_parts(params.net_outputs, self.loss_names)
                 metrics.update({f"train/{name}": value for name, value in parts.items()})
