@@ -1,0 +1,222 @@
+"""What ms_exp costs at training time, against the plain MindSpore script a user would
+write instead (benchmarks/baselines/plain_digits.py: the same network, data, batch, steps,
+optimizer, LossMonitor and ModelCheckpoint, ``Model.train``).
+
+Every arm is timed the same way, from outside: the command's stdout is read line by line
+and each ``epoch: E step: S, loss is ...`` line (LossMonitor, printing every step in every
+arm) is stamped when it arrives.
+
+- time to the first step: from starting the command to the first loss line;
+- step time: the median gap between consecutive loss lines of one epoch, epochs 2 on (the
+  gaps across an epoch's end hold checkpointing and ms_exp's evaluation: not steps).
+
+Arms, interleaved (all arms once, then again) so that drift on the machine spreads evenly:
+
+  plain       python benchmarks/baselines/plain_digits.py
+  ms_exp      python -m ms_exp.run  (default store: sqlite:///mlflow.db, a metric batch
+              every step)
+  no_tracking python -m ms_exp.run tracking.enabled=false
+  server      python -m ms_exp.run tracking.uri=http://127.0.0.1:<port> (a local
+              `mlflow server` started once for the whole benchmark)
+
+Targets (issue 8): ms_exp / plain step time <= 1.03; time to first step at most 2 s more
+than plain; logging every step at most 3% slower than tracking off, for both stores.
+
+    python benchmarks/overhead.py                 # 5 rounds, about 5 minutes on 2 cores
+    python benchmarks/overhead.py --rounds 7 --epochs 6
+
+Writes benchmarks/results/overhead.md and overhead.png.
+"""
+import argparse
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+BASELINE = ROOT / "benchmarks" / "baselines" / "plain_digits.py"
+LOSS_LINE = re.compile(rb"^epoch: (\d+) step: (\d+), loss is ")
+ARMS = ("plain", "ms_exp", "no_tracking", "server")
+STEP_RATIO_TARGET = 1.03
+STARTUP_TARGET_S = 2.0
+LOGGING_TARGET = 1.03
+
+
+def command(arm: str, epochs: int, workdir: Path, server_uri: str) -> List[str]:
+    if arm == "plain":
+        return [sys.executable, str(BASELINE), "--epochs", str(epochs),
+                "--ckpt-dir", str(workdir / "plain_ckpt")]
+    line = [sys.executable, "-m", "ms_exp.run", f"trainer.epochs={epochs}",
+            "trainer.loss_print_interval=1", "trainer.progress_bar=never"]
+    if arm == "no_tracking":
+        line.append("tracking.enabled=false")
+    elif arm == "server":
+        line.append(f"tracking.uri={server_uri}")
+    return line
+
+
+def timed_run(line: List[str], cwd: Path) -> Dict[str, float]:
+    """Start ``line``, stamp every loss line, and reduce the stamps to the two figures."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
+    process = subprocess.Popen(line, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+    stamps = []  # (epoch, arrival)
+    for raw in process.stdout:
+        match = LOSS_LINE.match(raw)
+        if match:
+            stamps.append((int(match.group(1)), time.perf_counter()))
+    if process.wait() != 0 or not stamps:
+        sys.exit(f"failed ({process.returncode}): {' '.join(line)}")
+    gaps = [later - earlier for (e1, earlier), (e2, later) in zip(stamps, stamps[1:])
+            if e1 == e2 and e1 >= 2]
+    return {"first_step_s": stamps[0][1] - start, "step_ms": statistics.median(gaps) * 1000,
+            "wall_s": time.perf_counter() - start}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(workdir: Path):
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{workdir / 'server.db'}",
+         "--default-artifact-root", str(workdir / "server_artifacts")],
+        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return server, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    sys.exit("mlflow server did not start within 120 s")
+
+
+def measure(args, workdir: Path) -> Dict[str, List[Dict[str, float]]]:
+    server, uri = start_server(workdir)
+    results = {arm: [] for arm in ARMS}
+    try:
+        for round_ in range(1, args.rounds + 1):
+            for arm in ARMS:
+                run = timed_run(command(arm, args.epochs, workdir, uri), workdir)
+                results[arm].append(run)
+                print(f"round {round_}/{args.rounds} {arm:<12} first step "
+                      f"{run['first_step_s']:5.2f} s, step {run['step_ms']:6.3f} ms",
+                      flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return results
+
+
+def spread(values: List[float], fmt: str) -> str:
+    return (f"{statistics.median(values):{fmt}} "
+            f"({min(values):{fmt}}-{max(values):{fmt}})")
+
+
+def verdict(values: List[float], target: float) -> str:
+    """Met or missed by the median, and whether the rounds agree: when a quarter or more of
+    them fall on the other side of the target, the median alone does not settle it."""
+    met = statistics.median(values) <= target
+    text = "met" if met else "**missed**"
+    other_side = sum((v > target) if met else (v <= target) for v in values)
+    if other_side >= max(2, len(values) / 4):
+        text += (f" ({other_side} of {len(values)} rounds on the other side: not resolved "
+                 "by this measurement)")
+    return text
+
+
+def table(results, args) -> str:
+    import mindspore
+    import mlflow
+
+    per_round = range(args.rounds)
+    step = {arm: [r["step_ms"] for r in results[arm]] for arm in ARMS}
+    first = {arm: [r["first_step_s"] for r in results[arm]] for arm in ARMS}
+    # Ratios within a round (arms of one round ran back to back), then their median.
+    step_ratio = [step["ms_exp"][i] / step["plain"][i] for i in per_round]
+    startup = [first["ms_exp"][i] - first["plain"][i] for i in per_round]
+    logging = {arm: [step[arm][i] / step["no_tracking"][i] for i in per_round]
+               for arm in ("ms_exp", "server")}
+    lines = [
+        f"Default job (digits, the tutorials' Network, batch 32, {args.epochs} epochs of 44 "
+        f"steps), {args.rounds} interleaved rounds; median (min-max).",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, mindspore {mindspore.__version__}, mlflow "
+        f"{mlflow.__version__}, CPU only.",
+        "",
+        "Command: `" + " ".join(["python benchmarks/overhead.py", *sys.argv[1:]]) + "`",
+        "",
+        "| arm | step time (ms) | time to first step (s) |",
+        "|---|---|---|",
+    ]
+    for arm in ARMS:
+        lines.append(f"| {arm} | {spread(step[arm], '.3f')} | {spread(first[arm], '.2f')} |")
+    lines += [
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| step time ms_exp / plain <= {STEP_RATIO_TARGET} | {spread(step_ratio, '.3f')} | "
+        f"{verdict(step_ratio, STEP_RATIO_TARGET)} |",
+        f"| time to first step, ms_exp - plain <= {STARTUP_TARGET_S:.0f} s | "
+        f"{spread(startup, '+.2f')} s | {verdict(startup, STARTUP_TARGET_S)} |",
+        f"| logging every step, default store / tracking off <= {LOGGING_TARGET} | "
+        f"{spread(logging['ms_exp'], '.3f')} | {verdict(logging['ms_exp'], LOGGING_TARGET)} |",
+        f"| logging every step, local server / tracking off <= {LOGGING_TARGET} | "
+        f"{spread(logging['server'], '.3f')} | {verdict(logging['server'], LOGGING_TARGET)} |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (steps, first) = plt.subplots(1, 2, figsize=(11, 4))
+    for axis, key, label in ((steps, "step_ms", "step time (ms)"),
+                             (first, "first_step_s", "time to first step (s)")):
+        axis.boxplot([[r[key] for r in results[arm]] for arm in ARMS],
+                     tick_labels=list(ARMS))
+        axis.set_ylabel(label)
+        axis.grid(True, axis="y", alpha=0.3)
+    figure.suptitle("ms_exp against the plain MindSpore script (default job, CPU)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=5)
+    args = parser.parse_args()
+    if args.rounds < 1 or args.epochs < 2:
+        parser.error("--rounds >= 1 and --epochs >= 2 (step times come from epochs 2 on)")
+    RESULTS.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ms_exp_bench_overhead_") as scratch:
+        results = measure(args, Path(scratch))
+    text = table(results, args)
+    (RESULTS / "overhead.md").write_text(text)
+    plot(results, RESULTS / "overhead.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
