@@ -624,12 +624,17 @@ def check_paths(options: Options) -> None:
                 raise usage_error("OUT_DIR", str(out_dir), f"holds {what}, which replacing "
                                   "it would delete", "a folder that holds neither RAW nor "
                                   "the current folder")
-    parent = out_dir.absolute().parent
+    check_creatable("OUT_DIR", out_dir, "folder")
+
+
+def check_creatable(name: str, path: Path, kind: str) -> None:
+    """Refuse ``path`` unless its nearest existing ancestor is a folder we can write in."""
+    parent = path.absolute().parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise usage_error("OUT_DIR", str(out_dir), f"cannot be created ({parent} is not a "
-                          "writable folder)", "a folder path under a writable folder")
+        raise usage_error(name, str(path), f"cannot be created ({parent} is not a "
+                          "writable folder)", f"a {kind} path under a writable folder")
 
 
 def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO] = None

@@ -24,7 +24,8 @@ from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ms_exp.data.criteo_convert import UsageError, _integer, _Parser, usage_error
+from ms_exp.data.criteo_convert import (UsageError, _integer, _Parser, check_creatable,
+                                        usage_error)
 
 PROG = "ms_exp.data.criteo_sample"
 CRITEO_DENSE = 13
@@ -222,12 +223,7 @@ def check_out_file(out_file: Path, overwrite: bool) -> None:
     if out_file.exists() and not overwrite:
         raise usage_error("OUT_FILE", str(out_file), "file exists",
                           "a new file name, or --overwrite to replace it")
-    parent = out_file.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise usage_error("OUT_FILE", str(out_file), f"cannot be created ({parent} is not a "
-                          "writable folder)", "a file path under a writable folder")
+    check_creatable("OUT_FILE", out_file, "file")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -10,6 +10,8 @@ from typing import Dict, List, Sequence
 
 from mindspore.train import Callback
 
+from ms_exp.monitors import loss_parts
+
 
 def loss_value(net_outputs) -> float:
     """The loss of a train step's outputs (a Tensor, or (loss, overflow, scale) with a
@@ -51,8 +53,6 @@ class MlflowMetrics(Callback):
                 "train/samples_per_s": self.samples_per_step / step_time,
             }
             if self.loss_names:
-                from ms_exp.monitors import loss_parts
-
                 parts = loss_parts(params.net_outputs, self.loss_names)
                 metrics.update({f"train/{name}": value for name, value in parts.items()})
             self.tracker.log_metrics(metrics, step=self.global_step)
