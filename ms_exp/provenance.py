@@ -17,6 +17,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -133,6 +134,23 @@ def record(tracker, cfg, run_dir: Path) -> Dict[str, str]:
         dataset = Dataset(name=fingerprint["name"], digest=fingerprint["digest"],
                           source_type="local", source=json.dumps({"uri": fingerprint["source"]}),
                           profile=json.dumps(profile))
-        tracker.client.log_inputs(tracker.run_id, datasets=[DatasetInput(
-            dataset, tags=[InputTag("mlflow.data.context", "training")])])
+        log_dataset_input(tracker.client, tracker.run_id, DatasetInput(
+            dataset, tags=[InputTag("mlflow.data.context", "training")]))
     return tags
+
+
+def log_dataset_input(client, run_id: str, dataset_input, attempts: int = 3) -> None:
+    """``log_inputs`` that survives jobs of a parallel sweep registering the same dataset at
+    once: MLflow's SQL store checks for the dataset, then inserts it, so the slower job's
+    insert fails on the UNIQUE constraint (seen in a joblib sweep: the job ended FAILED).
+    By then the dataset exists, and trying again links the run to it."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(1, attempts + 1):
+        try:
+            client.log_inputs(run_id, datasets=[dataset_input])
+            return
+        except MlflowException as error:
+            if "UNIQUE constraint failed" not in str(error) or attempt == attempts:
+                raise
+            time.sleep(0.1 * attempt)

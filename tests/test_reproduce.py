@@ -108,3 +108,31 @@ def test_unknown_run_id_or_store_is_one_line(original, tmp_path):
     assert result.rc == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"ms_exp: error: --from-run={'0' * 32}: no such run in sqlite:///")
+
+
+def test_a_dataset_registered_by_two_jobs_at_once_is_retried_not_fatal():
+    """The race a joblib sweep hit: MLflow's SQL store checks for the dataset, then inserts
+    it, so the second of two concurrent jobs failed on the UNIQUE constraint."""
+    from mlflow.exceptions import MlflowException
+
+    from ms_exp.provenance import log_dataset_input
+
+    class RacingClient:
+        calls = 0
+
+        def log_inputs(self, run_id, datasets):
+            self.calls += 1
+            if self.calls == 1:
+                raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: "
+                                      "datasets.experiment_id, datasets.name, datasets.digest")
+
+    client = RacingClient()
+    log_dataset_input(client, "run", object())
+    assert client.calls == 2
+
+    class BrokenClient:
+        def log_inputs(self, run_id, datasets):
+            raise MlflowException("something else")
+
+    with pytest.raises(MlflowException, match="something else"):
+        log_dataset_input(BrokenClient(), "run", object())
