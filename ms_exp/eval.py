@@ -105,11 +105,9 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
         raise ConfigError("--checkpoint", str(checkpoint),
                           f"a checkpoint of this network (missing {', '.join(not_loaded)})")
     if cfg.model.name == "wide_deep":
-        from ms_exp.metrics import CLICK_EVAL_INDEXES, click_metrics
-        from ms_exp.models.wide_deep import PredictWithSigmoid
+        from ms_exp.models.wide_deep import evaluation
 
-        model = ms.Model(network, eval_network=PredictWithSigmoid(network),
-                         metrics=click_metrics(), eval_indexes=CLICK_EVAL_INDEXES)
+        model = ms.Model(network, **evaluation(network))
     else:
         model = ms.Model(network, loss_fn=create_loss(cfg.loss),
                          metrics=classification_metrics(spec.num_classes))

@@ -53,11 +53,11 @@ def readable_size(size: int) -> str:
     return f"{size / 2**10:.1f} KiB"
 
 
-def host_parameter_names(network, placement: Placement):
-    """Names of the network's parameters that live on the host under ``placement``."""
+def host_tables(network, placement: Placement):
+    """The network's parameters that live on the host under ``placement``."""
     if not placement.host_tables:
         return []
     from mindspore import nn
 
-    return [cell.embedding_table.name for _, cell in network.cells_and_names()
+    return [cell.embedding_table for _, cell in network.cells_and_names()
             if isinstance(cell, nn.EmbeddingLookup) and cell.target == "CPU"]

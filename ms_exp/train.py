@@ -279,11 +279,11 @@ def _report_placement(cfg: DictConfig, network, placement, device_target: str,
     """Say where the parameters are: the console line, and for host tables which
     parameters and how many bytes (tag ms_exp.placement.host_params, metric
     placement/host_table_mb)."""
-    from ms_exp.placement import describe_placement, host_parameter_names
+    from ms_exp.placement import describe_placement, host_tables
 
-    names = host_parameter_names(network, placement)
-    params = {p.name: p for p in network.get_parameters()}
-    host_bytes = sum(params[name].nbytes for name in names)
+    tables = host_tables(network, placement)
+    names = [table.name for table in tables]
+    host_bytes = sum(table.nbytes for table in tables)
     print(describe_placement(cfg.placement, device_target, host_bytes), flush=True)
     tracker.set_tags({"ms_exp.placement": cfg.placement.mode})
     if names:
@@ -295,12 +295,9 @@ def _wide_deep_model(model_cfg, network, placement):
     """``Model`` over the model zoo's two-optimizer train step, evaluated by AUC."""
     import mindspore as ms
 
-    from ms_exp.metrics import CLICK_EVAL_INDEXES, click_metrics
-    from ms_exp.models.wide_deep import PredictWithSigmoid, create_train_step
+    from ms_exp.models.wide_deep import create_train_step, evaluation
 
-    return ms.Model(create_train_step(model_cfg, network, placement),
-                    eval_network=PredictWithSigmoid(network), metrics=click_metrics(),
-                    eval_indexes=CLICK_EVAL_INDEXES)
+    return ms.Model(create_train_step(model_cfg, network, placement), **evaluation(network))
 
 
 def _snapshot_callback(cfg: DictConfig, network, run_dir: Path, steps_per_epoch: int, tracker):

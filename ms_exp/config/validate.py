@@ -5,7 +5,6 @@ before Hydra creates a run directory or MLflow a run. Every refusal is a ConfigE
 line with the key, the value and what is allowed.
 """
 import dataclasses
-import json
 import os
 import socket
 import tempfile
@@ -15,7 +14,7 @@ from typing import Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
-from ms_exp.data.criteo import samples_per_record
+from ms_exp.data.criteo import read_meta, samples_per_record
 from ms_exp.data.criteo_convert import EVAL_FILE, FIELD_SIZE, META_FILE, TRAIN_FILE
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 
@@ -223,7 +222,7 @@ def validate_criteo(cfg) -> None:
             f"a folder written by the Criteo converter ({', '.join(missing)} missing); "
             "convert raw text with `python -m ms_exp.data.criteo_convert RAW OUT_DIR`")
     try:
-        meta = json.loads((root / META_FILE).read_text())
+        meta = read_meta(root)
     except (OSError, ValueError) as error:
         raise ConfigError("dataset.path", cfg.path, f"a readable {META_FILE} "
                           f"({' '.join(str(error).split())})") from None

@@ -153,6 +153,15 @@ class PredictWithSigmoid(nn.Cell):
         return self.log_loss(logits, label).mean(), ops.sigmoid(logits), label
 
 
+def evaluation(network: WideDeepModel) -> dict:
+    """``Model`` keywords that evaluate ``network`` by AUC and log loss, for training and
+    for ms_exp.eval alike."""
+    from ms_exp.metrics import CLICK_EVAL_INDEXES, click_metrics
+
+    return {"eval_network": PredictWithSigmoid(network), "metrics": click_metrics(),
+            "eval_indexes": CLICK_EVAL_INDEXES}
+
+
 def create_wide_deep(model_cfg, field_size: int, dataset_vocab_size: int,
                      placement: Placement) -> WideDeepModel:
     """The network, its tables sized to ``model.vocab_size`` or else the dataset's ids."""

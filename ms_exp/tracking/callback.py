@@ -47,14 +47,13 @@ class MlflowMetrics(Callback):
         self._epoch_step_times.append(step_time)
         self.global_step = params.cur_step_num
         if self.global_step % self.every == 0:
-            metrics = {
-                "train/loss": loss_value(params.net_outputs),
-                "train/step_time_ms": step_time * 1000.0,
-                "train/samples_per_s": self.samples_per_step / step_time,
-            }
-            if self.loss_names:
-                parts = loss_parts(params.net_outputs, self.loss_names)
-                metrics.update({f"train/{name}": value for name, value in parts.items()})
+            metrics = {f"train/{name}": value for name, value in
+                       loss_parts(params.net_outputs, self.loss_names).items()}
+            # The first of several losses is the loss; converted once, above.
+            metrics["train/loss"] = (metrics[f"train/{self.loss_names[0]}"] if self.loss_names
+                                     else loss_value(params.net_outputs))
+            metrics["train/step_time_ms"] = step_time * 1000.0
+            metrics["train/samples_per_s"] = self.samples_per_step / step_time
             self.tracker.log_metrics(metrics, step=self.global_step)
 
     def on_eval_end(self, run_context):
