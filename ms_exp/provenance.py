@@ -102,12 +102,11 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
             "file_list": files}
 
 
-def record(tracker, cfg, run_dir: Path) -> Dict[str, str]:
-    """Log everything above on the run; return the tags (used to compare on re-run)."""
-    from mlflow.entities import Dataset, DatasetInput, InputTag
-
+def record(tracker, dataset_cfg, run_dir: Path, command: str) -> Dict[str, str]:
+    """Write everything above into ``run_dir/provenance`` and log it on the run (for a job,
+    in its MLflow sidecar process); return the tags."""
     tags: Dict[str, str] = {"ms_exp.python": platform.python_version(),
-                            "ms_exp.command": command_line()}
+                            "ms_exp.command": command}
     folder = Path(run_dir) / "provenance"
     folder.mkdir(exist_ok=True)
     trees = {"project": PROJECT_DIR, "workdir": Path.cwd()}
@@ -124,10 +123,12 @@ def record(tracker, cfg, run_dir: Path) -> Dict[str, str]:
     for name, version in package_versions().items():
         tags[f"ms_exp.version.{name}"] = version
     (folder / "requirements.txt").write_text(requirements())
-    fingerprint = dataset_fingerprint(cfg.dataset)
+    fingerprint = dataset_fingerprint(dataset_cfg)
     tags["ms_exp.dataset_fingerprint"] = fingerprint["digest"]
     (folder / "dataset.json").write_text(json.dumps(fingerprint, indent=2))
     if tracker.enabled:
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
         tracker.set_tags(tags)
         tracker.log_artifacts(folder, "provenance")
         profile = {k: fingerprint[k] for k in ("files", "bytes")}

@@ -89,7 +89,7 @@ def list_differences(tags, recorded_config, overrides: Sequence[str],
                      extra: Sequence[str]) -> List[str]:
     from ms_exp import provenance
     from ms_exp.config.compose import compose_config
-    from ms_exp.tracking.tracker import flatten
+    from ms_exp.tracking.params import flatten
 
     lines = []
     for name, version in provenance.package_versions().items():

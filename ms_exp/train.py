@@ -19,7 +19,7 @@ from ms_exp.tracking.finished import DIGEST_TAG, config_digest, find_finished, s
 from ms_exp.tracking.lifecycle import tracked_run
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
 from ms_exp.tracking.sweep import child_run_name, parent_run_id
-from ms_exp.tracking.tracker import flatten
+from ms_exp.tracking.params import flatten
 
 RESOLVED_CONFIG = "config.yaml"
 RESULT_FILE = "result.json"
@@ -83,7 +83,7 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
         tracker.log_artifact(config_file, "config")
         if hydra_dir is not None and Path(hydra_dir).is_dir():
             tracker.log_artifacts(Path(hydra_dir), "hydra")
-        provenance.record(tracker, cfg, run_dir)
+        tracker.record_provenance(cfg.dataset, run_dir, provenance.command_line())
         if tracking.rerun_of:
             tracker.set_tags({"ms_exp.rerun_of": tracking.rerun_of})
         try:
@@ -243,6 +243,9 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, epochs))
 
+    # The MLflow run is created by the sidecar meanwhile (ms_exp/tracking/sidecar.py); a
+    # store that cannot be reached stops the job here, before training.
+    tracker.wait_for_run()
     try:
         model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
                   dataset_sink_mode=False)
@@ -331,8 +334,7 @@ def _dim_reduce_model(cfg: DictConfig, network, metrics, runtime, run_dir: Path,
     if plan.source == "computed":
         # The matrix belongs to stage one: log it there once (here if stage one has no run).
         owner = boost.stage_one_run_id or tracker.run_id
-        if tracker.enabled:
-            tracker.client.log_artifact(owner, str(plan.cache), "pca")
+        tracker.log_artifact_to(owner, plan.cache, "pca")
     return model
 
 

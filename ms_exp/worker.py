@@ -17,7 +17,8 @@ from ms_exp.train import RESOLVED_CONFIG, train
 
 
 def attach_tracker(rank_id: int):
-    from ms_exp.tracking.tracker import DisabledTracker, Tracker
+    from ms_exp.tracking.lifecycle import DisabledTracker
+    from ms_exp.tracking.tracker import Tracker
 
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if rank_id != 0 or not run_id:

@@ -223,6 +223,34 @@ def test_interrupted_run_is_marked_killed(tmp_path, signum):
     assert client.get_metric_history(run.info.run_id, "train/loss")  # flushed before ending
 
 
+def test_a_killed_job_leaves_no_run_running_and_no_process_behind(tmp_path):
+    # SIGKILL cannot be caught: the MLflow sidecar sees its job's pipe close and ends the run.
+    process, _ = _start_long_run(tmp_path)
+    sidecars = _sidecars_of(process.pid)
+    assert len(sidecars) == 1
+    process.kill()
+    process.communicate(timeout=60)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    deadline = time.time() + 60
+    while client.search_runs(["1"])[0].info.status == "RUNNING":
+        assert time.time() < deadline, "the run was left RUNNING"
+        time.sleep(0.5)
+    (run,) = client.search_runs(["1"])
+    assert run.info.status == "KILLED"
+    assert "ended without ending the run" in run.data.tags["ms_exp.ended_by"]
+    assert client.get_metric_history(run.info.run_id, "train/loss")
+    deadline = time.time() + 30
+    while Path(f"/proc/{sidecars[0]}").exists():
+        assert time.time() < deadline, "the sidecar process outlived its job"
+        time.sleep(0.2)
+
+
+def _sidecars_of(pid: int):
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [child for child in children
+            if b"ms_exp.tracking.sidecar" in Path(f"/proc/{child}/cmdline").read_bytes()]
+
+
 def test_crash_marks_the_run_failed_with_its_error(tmp_path):
     # A fresh process: MindSpore's device cannot be set again once kernels have run here.
     code = """

@@ -3,17 +3,17 @@
 MLflow leaves a run RUNNING when the process gets SIGTERM and marks Ctrl-C FAILED
 (DESIGN.md, decision 7). Here SIGTERM and SIGINT become an exception in the main thread, so training
 unwinds through the same path as Ctrl-C, and both end the run KILLED; any other exception
-ends it FAILED with the error recorded as a tag.
+ends it FAILED with the error recorded as a tag. The run itself is kept by the job's MLflow
+sidecar process (ms_exp/tracking/sidecar.py), which also ends it KILLED when the job's
+process dies without a word (SIGKILL).
 """
 import signal
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
-from mlflow import MlflowClient
-from mlflow.entities import RunStatus
-
-from ms_exp.tracking.store import ensure_experiment
-from ms_exp.tracking.tracker import DisabledTracker, Tracker
+from ms_exp import provenance
+from ms_exp.tracking.sidecar import SidecarTracker
 
 
 class Terminated(KeyboardInterrupt):
@@ -39,29 +39,41 @@ def terminate_as_interrupt() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+class DisabledTracker:
+    """Stands in for Tracker when ``tracking.enabled=false``: every call does nothing."""
+
+    enabled = False
+    run_id = None
+    experiment_id = None
+    tracking_uri = None
+
+    def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
+        # Written into the run directory even when nothing is recorded in MLflow.
+        provenance.record(self, dataset_cfg, Path(run_dir), command)
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 @contextmanager
 def tracked_run(enabled: bool, tracking_uri: str, experiment_name: str, run_name: str,
                 tags: Mapping[str, str],
-                parent_run_id: Optional[str] = None) -> Iterator[Union[Tracker, DisabledTracker]]:
-    """Yield a Tracker for a new run; end the run FINISHED, KILLED or FAILED."""
+                parent_run_id: Optional[str] = None
+                ) -> Iterator[Union[SidecarTracker, DisabledTracker]]:
+    """Yield a tracker for a new run (created by the sidecar process while the job goes
+    on); end the run FINISHED, KILLED or FAILED."""
     if not enabled:
         with terminate_as_interrupt():
             yield DisabledTracker()
         return
-    client = MlflowClient(tracking_uri)
-    experiment_id = ensure_experiment(client, experiment_name)
-    run_tags = dict(tags)
-    if parent_run_id:
-        run_tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
-    tracker = Tracker(client, run.info.run_id, experiment_id)
-    status = RunStatus.to_string(RunStatus.FAILED)
+    tracker = SidecarTracker(tracking_uri, experiment_name, run_name, tags, parent_run_id)
+    status = "FAILED"
     try:
         with terminate_as_interrupt():
             yield tracker
-        status = RunStatus.to_string(RunStatus.FINISHED)
+        status = "FINISHED"
     except KeyboardInterrupt as interrupt:
-        status = RunStatus.to_string(RunStatus.KILLED)
+        status = "KILLED"
         tracker.set_tags({"ms_exp.ended_by": str(interrupt) or "KeyboardInterrupt"})
         raise
     except BaseException as error:

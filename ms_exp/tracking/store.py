@@ -10,10 +10,11 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlparse
 
-from mlflow import MlflowClient
+if TYPE_CHECKING:  # MLflow is imported where a store is opened, not by every job
+    from mlflow import MlflowClient
 
 DEFAULT_DB_NAME = "mlflow.db"
 
@@ -56,7 +57,7 @@ def ui_command(uri: str) -> str:
     return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
 
 
-def ensure_experiment(client: MlflowClient, name: str) -> str:
+def ensure_experiment(client: "MlflowClient", name: str) -> str:
     """Return the id of experiment ``name``, creating it (and its artifact folder) if new."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:

@@ -1,4 +1,7 @@
-"""One MLflow run seen from training code: params, metrics, tags, artifacts, status.
+"""One MLflow run seen from the process that records it: params, metrics, tags, artifacts,
+status. A job's run is recorded by its sidecar process (ms_exp/tracking/sidecar.py), which
+replays the job's calls here; rank 0 of a distributed job and a sweep's parent run use a
+Tracker directly.
 
 Metrics are collected here and handed to MLflow's asynchronous logging
 (``log_batch(synchronous=False)``) as one batch about every ``SUBMIT_SECONDS``, so a
@@ -10,10 +13,12 @@ default job's 4.4 ms step; collecting them takes 8 us (README, Framework overhea
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import List, Mapping, Optional
 
-from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
+
+from ms_exp import provenance
+from ms_exp.tracking.params import param_value
 
 # MLflow refuses more than 100 params in one log_batch call.
 _PARAMS_PER_BATCH = 100
@@ -30,7 +35,7 @@ class Tracker:
 
     enabled = True
 
-    def __init__(self, client: MlflowClient, run_id: str, experiment_id: str):
+    def __init__(self, client, run_id: str, experiment_id: str):
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
@@ -43,7 +48,7 @@ class Tracker:
         return self.client.tracking_uri
 
     def log_params(self, params: Mapping[str, object]) -> None:
-        items = [Param(key, _param_value(value)) for key, value in params.items()]
+        items = [Param(key, param_value(value)) for key, value in params.items()]
         for start in range(0, len(items), _PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, params=items[start:start + _PARAMS_PER_BATCH])
 
@@ -54,6 +59,13 @@ class Tracker:
         if (len(self._buffer) >= _METRICS_PER_BATCH - 50
                 or time.monotonic() - self._submitted >= SUBMIT_SECONDS):
             self._submit()
+
+    def log_metric_rows(self, rows: List[list]) -> None:
+        """``[key, value, timestamp_ms, step]`` rows, as the sidecar receives them."""
+        metrics = [Metric(key, float(value), int(stamp), int(step))
+                   for key, value, stamp, step in rows]
+        for start in range(0, len(metrics), _METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=metrics[start:start + _METRICS_PER_BATCH])
 
     def _submit(self) -> None:
         """Hand the collected metrics to MLflow's asynchronous queue."""
@@ -75,6 +87,19 @@ class Tracker:
     def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
         self.client.log_artifacts(self.run_id, str(directory), artifact_path)
 
+    def log_artifact_to(self, run_id: str, path: Path, artifact_path: Optional[str] = None) -> None:
+        """Into another run (a stage-one run owns the PCA matrix its snapshots gave)."""
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
+        from omegaconf import OmegaConf
+
+        # The sidecar receives the dataset config as plain JSON.
+        provenance.record(self, OmegaConf.create(dataset_cfg), Path(run_dir), command)
+
+    def wait_for_run(self) -> None:
+        """The run exists from the start here (see SidecarTracker)."""
+
     def flush(self) -> None:
         """Wait until every collected metric is in the store."""
         self._submit()
@@ -87,38 +112,6 @@ class Tracker:
         self.client.set_terminated(self.run_id, status=status)
 
 
-class DisabledTracker:
-    """Stands in for Tracker when ``tracking.enabled=false``: every call does nothing."""
-
-    enabled = False
-    run_id = None
-    experiment_id = None
-    tracking_uri = None
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: None
-
-
-def _param_value(value) -> str:
-    # MLflow stores at most 6000 characters per param; long lists are cut, not refused.
-    text = "null" if value is None else str(value)
-    return text if len(text) <= 6000 else text[:5997] + "..."
-
-
 def _done(operation) -> bool:
     futures = getattr(operation, "_operation_futures", None)
     return futures is not None and all(f.done() for f in futures)
-
-
-def flatten(tree: Mapping, prefix: str = "") -> Dict[str, object]:
-    """Dotted names for every leaf: ``{"checkpoint": {"integrated_save": True}}`` gives
-    ``{"checkpoint.integrated_save": True}``. Lists are leaves (MLflow params are strings)."""
-    flat: Dict[str, object] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-

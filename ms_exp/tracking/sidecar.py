@@ -1,0 +1,270 @@
+"""A job's MLflow run kept by a second process, the sidecar, so training never waits for MLflow.
+
+Importing MLflow, opening its store, creating the run and recording its provenance cost the
+default job about 2 s before its first step, on the core MindSpore starts on (README,
+Framework overhead). A thread would not hide it: both sides are Python holding the GIL. So
+the job starts ``python -m ms_exp.tracking.sidecar`` first and carries on; the sidecar
+creates the run on the other core while MindSpore imports, builds the data and the network.
+
+Every tracker call becomes one JSON line on the sidecar's stdin, written by a thread so a
+slow store never holds up a step; the sidecar replays it on a :class:`Tracker`. Metrics are
+collected and sent about every ``SUBMIT_SECONDS``. The job waits for the sidecar only where
+it needs an answer: before the first step (:meth:`SidecarTracker.wait_for_run`, so a store
+that cannot be reached still stops the job before training), for the run's id, and at
+``flush``/``finish``. A call the store refused is reported there: the run ends FAILED with
+the error as a tag, and the job raises :class:`TrackingFailed`.
+
+The sidecar ignores SIGINT and SIGTERM (Ctrl-C reaches the whole process group) so it can
+still record the status the job ends with; if the job's process dies without ending the run
+(SIGKILL), the sidecar's stdin closes and it ends the run KILLED.
+"""
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Tuple
+
+SUBMIT_SECONDS = 0.5
+# What the sidecar may be asked to do: Tracker's recording methods, nothing else.
+RECORDING_CALLS = ("log_params", "log_metric_rows", "set_tags", "log_artifact",
+                   "log_artifacts", "log_artifact_to", "record_provenance")
+ENDED_WITHOUT_STATUS = "the job's process ended without ending the run (killed?)"
+
+
+class TrackingFailed(RuntimeError):
+    """The sidecar could not create the run, or MLflow refused something sent to it."""
+
+
+class SidecarTracker:
+    """The job's side: the interface of :class:`ms_exp.tracking.tracker.Tracker`."""
+
+    enabled = True
+
+    def __init__(self, tracking_uri: str, experiment_name: str, run_name: str,
+                 tags: Mapping[str, str], parent_run_id: Optional[str] = None):
+        self.tracking_uri = tracking_uri
+        self._process = subprocess.Popen([sys.executable, "-m", __name__],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True)
+        self._outbox: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_lines, name="ms_exp-sidecar",
+                                         daemon=True)
+        self._writer.start()
+        self._rows: List[list] = []
+        self._submitted = time.monotonic()
+        self._ids: Optional[Tuple[str, str]] = None
+        self._start_error: Optional[TrackingFailed] = None
+        self._ended = False
+        self._send("start", tracking_uri=tracking_uri, experiment_name=experiment_name,
+                   run_name=run_name, tags=dict(tags), parent_run_id=parent_run_id)
+
+    # -- the run ------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self._run_ids()[0]
+
+    @property
+    def experiment_id(self) -> str:
+        return self._run_ids()[1]
+
+    def wait_for_run(self) -> None:
+        """Block until the sidecar has created the run; raise if it could not."""
+        self._run_ids()
+
+    def _run_ids(self) -> Tuple[str, str]:
+        if self._start_error is not None:
+            raise self._start_error
+        if self._ids is None:
+            try:
+                reply = self._reply()
+            except TrackingFailed as error:
+                self._start_error = error
+                raise
+            if "error" in reply:
+                self._start_error = TrackingFailed(
+                    f"tracking.uri={self.tracking_uri}: no MLflow run could be created: "
+                    f"{reply['error']}")
+                raise self._start_error
+            self._ids = (reply["run_id"], reply["experiment_id"])
+        return self._ids
+
+    # -- recording ----------------------------------------------------------------------
+    def log_params(self, params: Mapping[str, object]) -> None:
+        self._send("log_params", params=dict(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        self._rows.extend([key, float(value), now, int(step)] for key, value in metrics.items())
+        if time.monotonic() - self._submitted >= SUBMIT_SECONDS:
+            self._submit()
+
+    def set_tags(self, tags: Mapping[str, object]) -> None:
+        self._send("set_tags", tags={k: str(v) for k, v in tags.items()})
+
+    def log_artifact(self, path: Path, artifact_path: Optional[str] = None) -> None:
+        self._send("log_artifact", path=str(Path(path).absolute()), artifact_path=artifact_path)
+
+    def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
+        self._send("log_artifacts", directory=str(Path(directory).absolute()),
+                   artifact_path=artifact_path)
+
+    def log_artifact_to(self, run_id: str, path: Path, artifact_path: Optional[str] = None) -> None:
+        self._send("log_artifact_to", run_id=run_id, path=str(Path(path).absolute()),
+                   artifact_path=artifact_path)
+
+    def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
+        from omegaconf import OmegaConf
+
+        self._send("record_provenance", dataset_cfg=OmegaConf.to_container(
+            dataset_cfg, resolve=True, enum_to_str=True),
+                   run_dir=str(Path(run_dir).absolute()), command=command)
+
+    def flush(self) -> None:
+        """Wait until everything sent so far is in the store."""
+        self._submit()
+        self._run_ids()
+        self._send("flush")
+        self._raise_errors(self._reply())
+
+    def finish(self, status: str) -> None:
+        """End the run with ``status`` and wait for the sidecar to exit."""
+        if self._ended:
+            return
+        self._ended = True
+        self._submit()
+        try:
+            self._run_ids()
+        except TrackingFailed:
+            self._close()
+            return          # no run to end; the job has raised or raises this already
+        self._send("finish", status=status)
+        reply = self._reply()
+        self._close()
+        self._raise_errors(reply)
+
+    # -- the pipe -----------------------------------------------------------------------
+    def _submit(self) -> None:
+        self._submitted = time.monotonic()
+        if self._rows:
+            rows, self._rows = self._rows, []
+            self._send("log_metric_rows", rows=rows)
+
+    def _send(self, call: str, **arguments) -> None:
+        self._outbox.put({"call": call, **arguments})
+
+    def _write_lines(self) -> None:
+        stdin = self._process.stdin
+        while True:
+            message = self._outbox.get()
+            if message is None:
+                break
+            try:
+                stdin.write(json.dumps(message) + "\n")
+                stdin.flush()
+            except (OSError, ValueError):
+                break       # the sidecar is gone; _reply reports how it ended
+        try:
+            stdin.close()
+        except OSError:
+            pass
+
+    def _reply(self) -> Dict[str, object]:
+        line = self._process.stdout.readline()
+        if not line:
+            code = self._process.wait()
+            raise TrackingFailed(f"the MLflow sidecar process ended (exit status {code}) "
+                                 f"before answering; its error is printed above")
+        return json.loads(line)
+
+    def _close(self) -> None:
+        self._outbox.put(None)
+        self._writer.join()
+        self._process.wait()
+
+    @staticmethod
+    def _raise_errors(reply: Mapping[str, object]) -> None:
+        errors = reply.get("errors") or []
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise TrackingFailed(f"MLflow refused {errors[0]}{more}")
+
+
+# -- the sidecar process --------------------------------------------------------------------
+
+def _start_run(tracking_uri: str, experiment_name: str, run_name: str, tags: Dict[str, str],
+               parent_run_id: Optional[str]):
+    from mlflow import MlflowClient
+
+    from ms_exp.tracking.store import ensure_experiment
+    from ms_exp.tracking.tracker import Tracker
+
+    client = MlflowClient(tracking_uri)
+    experiment_id = ensure_experiment(client, experiment_name)
+    if parent_run_id:
+        tags = {**tags, "mlflow.parentRunId": parent_run_id}
+    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
+    return Tracker(client, run.info.run_id, experiment_id)
+
+
+def serve(requests, replies) -> int:
+    """Create the run from the first request, then record every following one into it."""
+    tracker = None
+    errors: List[str] = []
+
+    def answer(message: Mapping[str, object]) -> None:
+        replies.write(json.dumps(message) + "\n")
+        replies.flush()
+
+    for line in requests:
+        request = json.loads(line)
+        call = request.pop("call")
+        if call == "start":
+            try:
+                tracker = _start_run(**request)
+            except Exception as error:  # reported to the job, which stops before training
+                answer({"error": f"{type(error).__name__}: {error}"})
+                return 1
+            answer({"run_id": tracker.run_id, "experiment_id": tracker.experiment_id})
+        elif call == "flush":
+            tracker.flush()
+            answer({"errors": errors})
+        elif call == "finish":
+            status = request["status"]
+            if errors and status == "FINISHED":
+                tracker.set_tags({"ms_exp.error": f"MLflow refused {errors[0]}"[:5000]})
+                status = "FAILED"
+            tracker.finish(status)
+            answer({"errors": errors})
+            return 0
+        elif call in RECORDING_CALLS:
+            try:
+                getattr(tracker, call)(**request)
+            except Exception as error:  # kept for the job's finish; training goes on
+                errors.append(f"{call}: {type(error).__name__}: {error}")
+                if len(errors) == 1:
+                    print(f"ms_exp: warning: {errors[0]}", file=sys.stderr, flush=True)
+        else:
+            raise ValueError(f"unknown sidecar call {call!r}")
+    if tracker is not None:
+        tracker.set_tags({"ms_exp.ended_by": ENDED_WITHOUT_STATUS})
+        tracker.finish("KILLED")
+    return 0
+
+
+def main() -> int:
+    # Ctrl-C and a group's SIGTERM are for the job; the sidecar records how it ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Replies own stdout; anything MLflow prints goes to stderr.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return serve(sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
