@@ -24,6 +24,8 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from benchlib import command_line, machine_line
+
 RESULTS = Path(__file__).resolve().parent / "results"
 STAGE_ONE_EPOCHS = 12
 STEPS_PER_EPOCH = 44  # digits, batch 32
@@ -86,7 +88,8 @@ def table(rows, extra) -> str:
     wins = sum(r["dim_reduce +2"] > r["continue +2"] for r in rows)
     header = (f"Held-out accuracy on digits (360 images), {len(rows)} seeds"
               + (f", overrides: {' '.join(extra)}" if extra else "") + ".\n"
-              f"dim_reduce +2 beats continue +2 in {wins} of {len(rows)} seeds.\n\n")
+              f"dim_reduce +2 beats continue +2 in {wins} of {len(rows)} seeds.\n\n"
+              f"{machine_line()}\n\n{command_line('dim_reduce.py')}\n\n")
     return header + "\n".join(lines) + "\n"
 
 

@@ -10,11 +10,12 @@ arm) is stamped when it arrives.
 - step time: the median gap between consecutive loss lines of one epoch, epochs 2 on (the
   gaps across an epoch's end hold checkpointing and ms_exp's evaluation: not steps).
 
-Arms, interleaved (all arms once, then again) so that drift on the machine spreads evenly:
+Arms, interleaved (all arms once, then again) so that drift on the machine spreads evenly,
+after one untimed warm-up round (it creates the MLflow stores and fills the page cache):
 
   plain       python benchmarks/baselines/plain_digits.py
-  ms_exp      python -m ms_exp.run  (default store: sqlite:///mlflow.db, a metric batch
-              every step)
+  ms_exp      python -m ms_exp.run  (default store: sqlite:///mlflow.db, metrics of every
+              step, sent to the MLflow sidecar process about every 0.5 s)
   no_tracking python -m ms_exp.run tracking.enabled=false
   server      python -m ms_exp.run tracking.uri=http://127.0.0.1:<port> (a local
               `mlflow server` started once for the whole benchmark)
@@ -28,9 +29,6 @@ than plain; logging every step at most 3% slower than tracking off, for both sto
 Writes benchmarks/results/overhead.md and overhead.png.
 """
 import argparse
-import os
-import platform
-import re
 import socket
 import statistics
 import subprocess
@@ -40,10 +38,10 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+from benchlib import (RESULTS, ROOT, boxplot, command_line, machine_line, pyplot, spread,
+                      stamped_lines, step_gaps, verdict)
+
 BASELINE = ROOT / "benchmarks" / "baselines" / "plain_digits.py"
-LOSS_LINE = re.compile(rb"^epoch: (\d+) step: (\d+), loss is ")
 ARMS = ("plain", "ms_exp", "no_tracking", "server")
 STEP_RATIO_TARGET = 1.03
 STARTUP_TARGET_S = 2.0
@@ -65,21 +63,12 @@ def command(arm: str, epochs: int, workdir: Path, server_uri: str) -> List[str]:
 
 def timed_run(line: List[str], cwd: Path) -> Dict[str, float]:
     """Start ``line``, stamp every loss line, and reduce the stamps to the two figures."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    start = time.perf_counter()
-    process = subprocess.Popen(line, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL)
-    stamps = []  # (epoch, arrival)
-    for raw in process.stdout:
-        match = LOSS_LINE.match(raw)
-        if match:
-            stamps.append((int(match.group(1)), time.perf_counter()))
-    if process.wait() != 0 or not stamps:
-        sys.exit(f"failed ({process.returncode}): {' '.join(line)}")
-    gaps = [later - earlier for (e1, earlier), (e2, later) in zip(stamps, stamps[1:])
-            if e1 == e2 and e1 >= 2]
-    return {"first_step_s": stamps[0][1] - start, "step_ms": statistics.median(gaps) * 1000,
-            "wall_s": time.perf_counter() - start}
+    run = stamped_lines(line, cwd)
+    if not run["stamps"]:
+        sys.exit(f"no loss lines: {' '.join(line)}")
+    return {"first_step_s": run["stamps"][0][1] - run["start"],
+            "step_ms": statistics.median(step_gaps(run["stamps"])) * 1000,
+            "wall_s": run["end"] - run["start"]}
 
 
 def free_port() -> int:
@@ -110,6 +99,9 @@ def measure(args, workdir: Path) -> Dict[str, List[Dict[str, float]]]:
     server, uri = start_server(workdir)
     results = {arm: [] for arm in ARMS}
     try:
+        # Untimed: creates both MLflow stores and fills the page cache for every arm.
+        for arm in ARMS:
+            timed_run(command(arm, 2, workdir, uri), workdir)
         for round_ in range(1, args.rounds + 1):
             for arm in ARMS:
                 run = timed_run(command(arm, args.epochs, workdir, uri), workdir)
@@ -123,27 +115,7 @@ def measure(args, workdir: Path) -> Dict[str, List[Dict[str, float]]]:
     return results
 
 
-def spread(values: List[float], fmt: str) -> str:
-    return (f"{statistics.median(values):{fmt}} "
-            f"({min(values):{fmt}}-{max(values):{fmt}})")
-
-
-def verdict(values: List[float], target: float) -> str:
-    """Met or missed by the median, and whether the rounds agree: when a quarter or more of
-    them fall on the other side of the target, the median alone does not settle it."""
-    met = statistics.median(values) <= target
-    text = "met" if met else "**missed**"
-    other_side = sum((v > target) if met else (v <= target) for v in values)
-    if other_side >= max(2, len(values) / 4):
-        text += (f" ({other_side} of {len(values)} rounds on the other side: not resolved "
-                 "by this measurement)")
-    return text
-
-
 def table(results, args) -> str:
-    import mindspore
-    import mlflow
-
     per_round = range(args.rounds)
     step = {arm: [r["step_ms"] for r in results[arm]] for arm in ARMS}
     first = {arm: [r["first_step_s"] for r in results[arm]] for arm in ARMS}
@@ -156,11 +128,9 @@ def table(results, args) -> str:
         f"Default job (digits, the tutorials' Network, batch 32, {args.epochs} epochs of 44 "
         f"steps), {args.rounds} interleaved rounds; median (min-max).",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, mindspore {mindspore.__version__}, mlflow "
-        f"{mlflow.__version__}, CPU only.",
+        machine_line(),
         "",
-        "Command: `" + " ".join(["python benchmarks/overhead.py", *sys.argv[1:]]) + "`",
+        command_line("overhead.py"),
         "",
         "| arm | step time (ms) | time to first step (s) |",
         "|---|---|---|",
@@ -184,18 +154,11 @@ def table(results, args) -> str:
 
 
 def plot(results, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, (steps, first) = plt.subplots(1, 2, figsize=(11, 4))
     for axis, key, label in ((steps, "step_ms", "step time (ms)"),
                              (first, "first_step_s", "time to first step (s)")):
-        axis.boxplot([[r[key] for r in results[arm]] for arm in ARMS],
-                     tick_labels=list(ARMS))
-        axis.set_ylabel(label)
-        axis.grid(True, axis="y", alpha=0.3)
+        boxplot(axis, {arm: [r[key] for r in results[arm]] for arm in ARMS}, label)
     figure.suptitle("ms_exp against the plain MindSpore script (default job, CPU)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)

@@ -17,7 +17,6 @@ first two (compiling) steps; peak memory is the training process's ``ru_maxrss``
 Writes benchmarks/results/wide_deep_tables.md (table) and wide_deep_tables.png (plot).
 """
 import argparse
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 from mlflow import MlflowClient
+
+from benchlib import command_line, machine_line
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PLACEMENTS = ("device", "host_device")
@@ -103,16 +104,15 @@ def summary(samples, key):
 
 
 def table(results, args) -> str:
-    import mindspore
-
     lines = [
         f"Wide&Deep, `+experiment=wide_deep_hybrid`, emb_dim {args.emb_dim}, batch "
         f"{args.batch_size}, one epoch of {args.lines} generated Criteo-format lines; "
         f"median (min-max) of {args.repeats} interleaved runs per cell.",
-        f"Machine: {platform.machine()}, {__import__('os').cpu_count()} cores, "
-        f"{platform.python_version()}, mindspore {mindspore.__version__}, CPU only (host "
-        "and device are the same memory: the difference is in the kernels).",
-        f"Command: `python benchmarks/wide_deep_tables.py {' '.join(sys.argv[1:])}`".rstrip(),
+        "",
+        machine_line() + " Host and device are the same memory here: the difference is "
+        "in the kernels.",
+        "",
+        command_line("wide_deep_tables.py"),
         "",
         "| table rows | params (MB) | placement | step time (ms) | peak host memory (MB) |",
         "|---|---|---|---|---|",

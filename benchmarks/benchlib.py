@@ -1,0 +1,92 @@
+"""What every benchmark here shares: the header of a results table (machine, versions,
+command), median-and-spread cells, target verdicts, and timing a command from outside by
+stamping the lines it prints."""
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+# MindSpore's LossMonitor line, printed by the plain scripts and by ms_exp alike.
+LOSS_LINE = re.compile(rb"^epoch: (\d+) step: (\d+), loss is ")
+
+
+def machine_line() -> str:
+    import mindspore
+    import mlflow
+
+    return (f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+            f"{platform.python_version()}, mindspore {mindspore.__version__}, mlflow "
+            f"{mlflow.__version__}, CPU only.")
+
+
+def command_line(script: str) -> str:
+    """The command that produced a table, as the reader would type it."""
+    return "Command: `" + " ".join([f"python benchmarks/{script}", *sys.argv[1:]]) + "`"
+
+
+def spread(values: Sequence[float], fmt: str) -> str:
+    """``median (min-max)`` of ``values``."""
+    return (f"{statistics.median(values):{fmt}} "
+            f"({min(values):{fmt}}-{max(values):{fmt}})")
+
+
+def verdict(values: Sequence[float], target: float) -> str:
+    """Met or missed by the median, and whether the rounds agree: when a quarter or more of
+    them fall on the other side of the target, the median alone does not settle it."""
+    met = statistics.median(values) <= target
+    text = "met" if met else "**missed**"
+    other_side = sum((v > target) if met else (v <= target) for v in values)
+    if other_side >= max(2, len(values) / 4):
+        text += (f" ({other_side} of {len(values)} rounds on the other side: not resolved "
+                 "by this measurement)")
+    return text
+
+
+def stamped_lines(line: List[str], cwd: Path, pattern: re.Pattern = LOSS_LINE,
+                  env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
+    """Run ``line`` and stamp every stdout line matching ``pattern`` when it arrives.
+
+    Returns ``{"start": t0, "stamps": [(match, t), ...], "end": t}`` (perf_counter
+    seconds); exits the benchmark with the command when it fails."""
+    env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
+    process = subprocess.Popen(line, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+    stamps = []
+    for raw in process.stdout:
+        match = pattern.match(raw)
+        if match:
+            stamps.append((match, time.perf_counter()))
+    if process.wait() != 0:
+        sys.exit(f"failed ({process.returncode}): {' '.join(line)}")
+    return {"start": start, "stamps": stamps, "end": time.perf_counter()}
+
+
+def step_gaps(stamps, from_epoch: int = 2) -> List[float]:
+    """Seconds between consecutive loss lines of one epoch, epochs ``from_epoch`` on (gaps
+    across an epoch's end hold checkpointing and evaluation: not steps)."""
+    return [later - earlier
+            for (m1, earlier), (m2, later) in zip(stamps, stamps[1:])
+            if int(m1.group(1)) == int(m2.group(1)) >= from_epoch]
+
+
+def boxplot(axis, groups: Dict[str, Sequence[float]], ylabel: str) -> None:
+    axis.boxplot([list(v) for v in groups.values()], tick_labels=list(groups))
+    axis.set_ylabel(ylabel)
+    axis.grid(True, axis="y", alpha=0.3)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
