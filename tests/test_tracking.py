@@ -54,3 +54,24 @@ def test_everything_sent_is_in_the_store_after_flush(tmp_path):
     tracker.finish("FINISHED")
     run = client.get_run(tracker.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["ms_exp.placement"] == "device"
+
+
+def test_the_next_job_of_a_process_reuses_its_sidecar(tmp_path, monkeypatch):
+    # A sweep's jobs under the basic launcher run in one process: starting a sidecar per
+    # job would pay MLflow's import every time.
+    runs = []
+    for job in ("first", "second"):
+        workdir = tmp_path / job
+        workdir.mkdir()
+        monkeypatch.chdir(workdir)
+        uri = f"sqlite:///{workdir / 'mlflow.db'}"
+        tracker = SidecarTracker(uri, "exp", job, {})
+        tracker.log_metrics({"train/loss": len(runs) + 1.0}, step=1)
+        tracker.finish("FINISHED")
+        runs.append((uri, tracker.run_id, tracker._process.pid))
+    (uri1, run1, pid1), (uri2, run2, pid2) = runs
+    assert pid1 == pid2
+    assert MlflowClient(uri1).get_run(run1).data.metrics == {"train/loss": 1.0}
+    second = MlflowClient(uri2).get_run(run2)
+    assert second.info.status == "FINISHED" and second.data.metrics == {"train/loss": 2.0}
+    assert second.info.run_name == "second"

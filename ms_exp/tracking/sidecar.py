@@ -48,9 +48,9 @@ class SidecarTracker:
     def __init__(self, tracking_uri: str, experiment_name: str, run_name: str,
                  tags: Mapping[str, str], parent_run_id: Optional[str] = None):
         self.tracking_uri = tracking_uri
-        self._process = subprocess.Popen([sys.executable, "-m", __name__],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         text=True)
+        self._process = _idle_sidecar() or subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
         self._outbox: "queue.SimpleQueue" = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_lines, name="ms_exp-sidecar",
                                          daemon=True)
@@ -60,8 +60,10 @@ class SidecarTracker:
         self._ids: Optional[Tuple[str, str]] = None
         self._start_error: Optional[TrackingFailed] = None
         self._ended = False
+        # A sidecar kept from an earlier job of this process works where this job does.
         self._send("start", tracking_uri=tracking_uri, experiment_name=experiment_name,
-                   run_name=run_name, tags=dict(tags), parent_run_id=parent_run_id)
+                   run_name=run_name, tags=dict(tags), parent_run_id=parent_run_id,
+                   cwd=os.getcwd(), environ=_mlflow_environment())
 
     # -- the run ------------------------------------------------------------------------
     @property
@@ -144,7 +146,8 @@ class SidecarTracker:
             return          # no run to end; the job has raised or raises this already
         self._send("finish", status=status)
         reply = self._reply()
-        self._close()
+        self._stop_writer()
+        _IDLE.append(self._process)     # the next job of this process starts faster
         self._raise_errors(reply)
 
     # -- the pipe -----------------------------------------------------------------------
@@ -168,10 +171,6 @@ class SidecarTracker:
                 stdin.flush()
             except (OSError, ValueError):
                 break       # the sidecar is gone; _reply reports how it ended
-        try:
-            stdin.close()
-        except OSError:
-            pass
 
     def _reply(self) -> Dict[str, object]:
         line = self._process.stdout.readline()
@@ -181,9 +180,16 @@ class SidecarTracker:
                                  f"before answering; its error is printed above")
         return json.loads(line)
 
-    def _close(self) -> None:
+    def _stop_writer(self) -> None:
         self._outbox.put(None)
         self._writer.join()
+
+    def _close(self) -> None:
+        self._stop_writer()
+        try:
+            self._process.stdin.close()
+        except OSError:
+            pass
         self._process.wait()
 
     @staticmethod
@@ -194,10 +200,38 @@ class SidecarTracker:
             raise TrackingFailed(f"MLflow refused {errors[0]}{more}")
 
 
+# Sidecars whose run has ended, kept for the next job of this process (a sweep's jobs under
+# Hydra's basic launcher, or in a joblib worker): starting one costs MLflow's import again,
+# about 2 s of every job there. Each exits when this process does (its stdin closes).
+_IDLE: List[subprocess.Popen] = []
+
+
+def _idle_sidecar() -> Optional[subprocess.Popen]:
+    while _IDLE:
+        process = _IDLE.pop()
+        if process.poll() is None:
+            return process
+    return None
+
+
+def _mlflow_environment() -> Dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key.startswith("MLFLOW_")}
+
+
 # -- the sidecar process --------------------------------------------------------------------
 
+def _take_environment(cwd: str, environ: Dict[str, str]) -> None:
+    """The job's working directory and MLflow variables (a kept sidecar may have served a
+    job with others)."""
+    os.chdir(cwd)
+    for key in [k for k in os.environ if k.startswith("MLFLOW_") and k not in environ]:
+        del os.environ[key]
+    os.environ.update(environ)
+
+
 def _start_run(tracking_uri: str, experiment_name: str, run_name: str, tags: Dict[str, str],
-               parent_run_id: Optional[str]):
+               parent_run_id: Optional[str], cwd: str, environ: Dict[str, str]):
+    _take_environment(cwd, environ)
     from mlflow import MlflowClient
 
     from ms_exp.tracking.store import ensure_experiment
@@ -212,7 +246,8 @@ def _start_run(tracking_uri: str, experiment_name: str, run_name: str, tags: Dic
 
 
 def serve(requests, replies) -> int:
-    """Create the run from the first request, then record every following one into it."""
+    """Create a run from a ``start`` request, record every following request into it until
+    ``finish``; then wait for the next ``start``, until stdin closes."""
     tracker = None
     errors: List[str] = []
 
@@ -229,6 +264,7 @@ def serve(requests, replies) -> int:
             except Exception as error:  # reported to the job, which stops before training
                 answer({"error": f"{type(error).__name__}: {error}"})
                 return 1
+            errors = []
             answer({"run_id": tracker.run_id, "experiment_id": tracker.experiment_id})
         elif call == "flush":
             tracker.flush()
@@ -239,8 +275,8 @@ def serve(requests, replies) -> int:
                 tracker.set_tags({"ms_exp.error": f"MLflow refused {errors[0]}"[:5000]})
                 status = "FAILED"
             tracker.finish(status)
+            tracker = None
             answer({"errors": errors})
-            return 0
         elif call in RECORDING_CALLS:
             try:
                 getattr(tracker, call)(**request)
