@@ -1,15 +1,19 @@
 """What every benchmark here shares: the header of a results table (machine, versions,
 command), median-and-spread cells, target verdicts, and timing a command from outside by
 stamping the lines it prints."""
+import argparse
 import os
 import platform
 import re
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -90,3 +94,57 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def row(*cells: str) -> str:
+    """One line of a markdown table."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def store_uri(workdir: Path) -> str:
+    return f"sqlite:///{workdir / 'mlflow.db'}"
+
+
+def make_store_template(scratch: Path) -> Path:
+    """An empty, migrated MLflow store to copy into every working directory."""
+    from mlflow import MlflowClient
+
+    template = scratch / "template"
+    template.mkdir()
+    MlflowClient(store_uri(template)).search_experiments()  # creates and migrates it
+    return template / "mlflow.db"
+
+
+def workdir_with_store(template: Path, workdir: Path) -> Path:
+    workdir.mkdir(parents=True)
+    shutil.copy(template, workdir / "mlflow.db")
+    return workdir
+
+
+def rounds_parser(doc: str, epochs: int) -> argparse.ArgumentParser:
+    """``--rounds`` and ``--epochs``, the options every timing benchmark takes."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    return parser
+
+
+def measure_and_write(name: str, args, measure: Callable, table: Callable,
+                      plot: Callable) -> None:
+    """``measure(args, scratch)`` in a scratch folder, then write results/<name>.md from
+    ``table(results, args)`` and results/<name>.png with ``plot(results, args, path)``, and
+    print the table."""
+    RESULTS.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"ms_exp_bench_{name}_") as scratch:
+        results = measure(args, Path(scratch))
+    text = table(results, args)
+    (RESULTS / f"{name}.md").write_text(text)
+    plot(results, args, RESULTS / f"{name}.png")
+    print(text)

@@ -28,18 +28,16 @@ than plain; logging every step at most 3% slower than tracking off, for both sto
 
 Writes benchmarks/results/overhead.md and overhead.png.
 """
-import argparse
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
 
-from benchlib import (RESULTS, ROOT, boxplot, command_line, machine_line, pyplot, spread,
-                      stamped_lines, step_gaps, verdict)
+from benchlib import (ROOT, boxplot, command_line, free_port, machine_line, measure_and_write,
+                      pyplot, rounds_parser, spread, stamped_lines, step_gaps, verdict)
 
 BASELINE = ROOT / "benchmarks" / "baselines" / "plain_digits.py"
 ARMS = ("plain", "ms_exp", "no_tracking", "server")
@@ -69,12 +67,6 @@ def timed_run(line: List[str], cwd: Path) -> Dict[str, float]:
     return {"first_step_s": run["stamps"][0][1] - run["start"],
             "step_ms": statistics.median(step_gaps(run["stamps"])) * 1000,
             "wall_s": run["end"] - run["start"]}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_server(workdir: Path):
@@ -153,7 +145,7 @@ def table(results, args) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results, path: Path) -> None:
+def plot(results, args, path: Path) -> None:
     plt = pyplot()
     figure, (steps, first) = plt.subplots(1, 2, figsize=(11, 4))
     for axis, key, label in ((steps, "step_ms", "step time (ms)"),
@@ -165,20 +157,11 @@ def plot(results, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=5)
+    parser = rounds_parser(__doc__, epochs=5)
     args = parser.parse_args()
     if args.rounds < 1 or args.epochs < 2:
         parser.error("--rounds >= 1 and --epochs >= 2 (step times come from epochs 2 on)")
-    RESULTS.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ms_exp_bench_overhead_") as scratch:
-        results = measure(args, Path(scratch))
-    text = table(results, args)
-    (RESULTS / "overhead.md").write_text(text)
-    plot(results, RESULTS / "overhead.png")
-    print(text)
+    measure_and_write("overhead", args, measure, table, plot)
 
 
 if __name__ == "__main__":
