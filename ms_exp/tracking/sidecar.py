@@ -148,7 +148,9 @@ class SidecarTracker:
         reply = self._reply()
         self._stop_writer()
         _IDLE.append(self._process)     # the next job of this process starts faster
-        self._raise_errors(reply)
+        if status == "FINISHED":
+            # Otherwise the job is raising its own error already (a refusal was warned of).
+            self._raise_errors(reply)
 
     # -- the pipe -----------------------------------------------------------------------
     def _submit(self) -> None:
