@@ -102,9 +102,12 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
             "file_list": files}
 
 
-def record(tracker, dataset_cfg, run_dir: Path, command: str) -> Dict[str, str]:
+def record(tracker, dataset_cfg, run_dir: Path, command: str) -> None:
     """Write everything above into ``run_dir/provenance`` and log it on the run (for a job,
-    in its MLflow sidecar process); return the tags."""
+    in its MLflow sidecar process). ``dataset_cfg`` may be plain JSON (the sidecar's)."""
+    from omegaconf import OmegaConf
+
+    dataset_cfg = OmegaConf.create(dataset_cfg)
     tags: Dict[str, str] = {"ms_exp.python": platform.python_version(),
                             "ms_exp.command": command}
     folder = Path(run_dir) / "provenance"
@@ -137,7 +140,6 @@ def record(tracker, dataset_cfg, run_dir: Path, command: str) -> Dict[str, str]:
                           profile=json.dumps(profile))
         log_dataset_input(tracker.client, tracker.run_id, DatasetInput(
             dataset, tags=[InputTag("mlflow.data.context", "training")]))
-    return tags
 
 
 def log_dataset_input(client, run_id: str, dataset_input, attempts: int = 3) -> None:

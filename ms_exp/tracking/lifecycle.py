@@ -49,7 +49,7 @@ class DisabledTracker:
 
     def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
         # Written into the run directory even when nothing is recorded in MLflow.
-        provenance.record(self, dataset_cfg, Path(run_dir), command)
+        provenance.record(self, dataset_cfg, run_dir, command)
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None

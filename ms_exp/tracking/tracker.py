@@ -49,8 +49,8 @@ class Tracker:
 
     def log_params(self, params: Mapping[str, object]) -> None:
         items = [Param(key, param_value(value)) for key, value in params.items()]
-        for start in range(0, len(items), _PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=items[start:start + _PARAMS_PER_BATCH])
+        for batch in _batches(items, _PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=batch)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
@@ -64,15 +64,14 @@ class Tracker:
         """``[key, value, timestamp_ms, step]`` rows, as the sidecar receives them."""
         metrics = [Metric(key, float(value), int(stamp), int(step))
                    for key, value, stamp, step in rows]
-        for start in range(0, len(metrics), _METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[start:start + _METRICS_PER_BATCH])
+        for batch in _batches(metrics, _METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=batch)
 
     def _submit(self) -> None:
         """Hand the collected metrics to MLflow's asynchronous queue."""
         self._submitted = time.monotonic()
-        while self._buffer:
-            batch = self._buffer[:_METRICS_PER_BATCH]
-            del self._buffer[:_METRICS_PER_BATCH]
+        buffer, self._buffer = self._buffer, []
+        for batch in _batches(buffer, _METRICS_PER_BATCH):
             operation = self.client.log_batch(self.run_id, metrics=batch, synchronous=False)
             self._pending.append(operation)
         if len(self._pending) > 256:
@@ -92,10 +91,7 @@ class Tracker:
         self.client.log_artifact(run_id, str(path), artifact_path)
 
     def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
-        from omegaconf import OmegaConf
-
-        # The sidecar receives the dataset config as plain JSON.
-        provenance.record(self, OmegaConf.create(dataset_cfg), Path(run_dir), command)
+        provenance.record(self, dataset_cfg, run_dir, command)
 
     def wait_for_run(self) -> None:
         """The run exists from the start here (see SidecarTracker)."""
@@ -110,6 +106,11 @@ class Tracker:
     def finish(self, status: str) -> None:
         self.flush()
         self.client.set_terminated(self.run_id, status=status)
+
+
+def _batches(items: List, size: int):
+    """``items`` in slices of at most ``size``: MLflow's limits for one log_batch call."""
+    return (items[start:start + size] for start in range(0, len(items), size))
 
 
 def _done(operation) -> bool:
