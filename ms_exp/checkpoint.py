@@ -5,11 +5,19 @@ integrated_save)`` writes into one folder per rank, ``<run dir>/checkpoints/rank
 the model-saving tutorial lays them out; ``BestCheckpoint`` keeps ``best.ckpt`` by eval
 accuracy next to them. What saving costs (seconds in ``ModelCheckpoint``, bytes it left per
 rank) is measured here, so a sweep over ``integrated_save`` can compare the two.
+
+Every checkpoint is written with MindSpore's CRC32 (``crc_check=True``) and read back through
+:func:`load_verified`, so a truncated or corrupt file is refused by name instead of loading
+wrong weights (without the CRC, a flipped byte in the tensor data loads silently).
+``ModelCheckpoint`` removes the oldest file before it writes the next one; with
+``keep_checkpoint_max=1`` a save that fails or is killed would leave no checkpoint at all.
+Here old files are removed only after the new one is written (:class:`TimedModelCheckpoint`).
 """
+import json
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import mindspore as ms
 from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
@@ -17,6 +25,55 @@ from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 from ms_exp.boost.snapshots import SNAPSHOT_PREFIX, snapshot_files
 
 BEST_NAME = "best.ckpt"
+# What best.ckpt scored, so a resumed run does not replace it with a worse one.
+BEST_RECORD = "best.json"
+# ModelCheckpoint's own removal happens before the next save; it is kept out of the way.
+_NEVER_REMOVE = 2**31 - 1
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint file that cannot be read back whole; the message names the file."""
+
+
+def load_verified(path: Path, **kwargs) -> dict:
+    """``load_checkpoint(path, crc_check=True)``, with a failure naming the file and why.
+
+    MindSpore reports a CRC mismatch as "May not have permission to read it"."""
+    try:
+        return ms.load_checkpoint(str(path), crc_check=True, **kwargs)
+    except (ValueError, RuntimeError, OSError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DamagedCheckpoint(f"checkpoint {path} is damaged (truncated or corrupt: MindSpore's "
+                                f"CRC check or parse failed: {reason})") from None
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise DamagedCheckpoint unless ``path`` reads back whole. The CRC covers the whole
+    file; only one entry is kept, so the weights are not held in memory for nothing."""
+    kept: List[str] = []
+
+    def first_entry_only(name: str) -> bool:
+        if kept:
+            return False
+        kept.append(name)
+        return True
+
+    load_verified(path, choice_func=first_entry_only)
+
+
+def checkpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:
+    """(epoch, step in epoch) of a ``<prefix>-<epoch>_<step>.ckpt`` name, else None."""
+    epoch, _, step = path.stem[len(prefix) + 1:].partition("_")
+    if path.name.startswith(prefix + "-") and path.suffix == ".ckpt" \
+            and epoch.isdigit() and step.isdigit():
+        return int(epoch), int(step)
+    return None
+
+
+def numbered_checkpoints(directory: Path, prefix: str) -> List[Path]:
+    """The ``<prefix>-<epoch>_<step>.ckpt`` files of ``directory``, oldest first."""
+    found = [(checkpoint_position(p, prefix), p) for p in Path(directory).glob(f"{prefix}-*.ckpt")]
+    return [p for position, p in sorted(x for x in found if x[0] is not None)]
 
 
 def rank_dir(run_dir: Path, rank_id: int) -> Path:
@@ -24,16 +81,30 @@ def rank_dir(run_dir: Path, rank_id: int) -> Path:
 
 
 class TimedModelCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that adds up the seconds spent in its ``step_end`` and ``end``.
+    """``ModelCheckpoint`` that adds up the seconds spent in its ``step_end`` and ``end``,
+    keeps at most ``keep_max`` checkpoints by removing old ones only once a new one is
+    written, and can continue a resumed run (``start_step``).
 
     A subclass rather than a wrapper: ``Model`` looks for ``ModelCheckpoint`` instances
     among the callbacks (exception save, resume), and must still find this one. The
     ``on_train_*`` hooks that call them are timed: ``Model.fit`` refuses a callback class
     that defines ``step_end`` or ``end`` itself."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, prefix: str, directory: str, config: CheckpointConfig, keep_max: int,
+                 start_step: int = 0):
+        super().__init__(prefix=prefix, directory=directory, config=config)
         self.save_time_s = 0.0
+        self.keep_max = keep_max
+        if start_step:
+            # A resumed run writes on in its own folder: ModelCheckpoint would otherwise
+            # switch to "<prefix>_1-..." names because files of that prefix exist, and would
+            # save again on the first step because it counts from step 0.
+            self._prefix = prefix
+            self._last_triggered_step = start_step
+
+    def save_now(self, run_context) -> None:
+        """Save at the current step (an interrupted run's last checkpoint)."""
+        self.on_train_end(run_context)
 
     def on_train_step_end(self, run_context):
         self._timed(super().on_train_step_end, run_context)
@@ -52,10 +123,19 @@ class TimedModelCheckpoint(ModelCheckpoint):
 
     def _timed(self, call, run_context) -> None:
         start = time.perf_counter()
+        before = self.latest_ckpt_file_name
         try:
             call(run_context)
         finally:
             self.save_time_s += time.perf_counter() - start
+        if self.latest_ckpt_file_name != before:
+            self._remove_old()
+
+    def _remove_old(self) -> None:
+        """Keep the ``keep_max`` newest checkpoints; the one just written is among them."""
+        files = numbered_checkpoints(Path(self._directory), self._prefix)
+        for path in files[:max(0, len(files) - self.keep_max)]:
+            path.unlink(missing_ok=True)
 
 
 def checkpoint_bytes(run_dir: Path, prefix: str) -> Dict[int, int]:
@@ -84,6 +164,11 @@ class BestCheckpoint(Callback):
         self.path = Path(directory) / BEST_NAME
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
+        record = self.path.with_name(BEST_RECORD)
+        if self.path.is_file() and record.is_file():     # a resumed run's earlier best
+            earlier = json.loads(record.read_text())
+            if earlier.get("metric") == metric:
+                self.best, self.best_epoch = earlier["value"], earlier["epoch"]
 
     def on_eval_end(self, run_context):
         params = run_context.original_args()
@@ -92,16 +177,20 @@ class BestCheckpoint(Callback):
             return  # value != value: NaN (an AUC over one class) is never a best
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name("best.partial.ckpt")
-        ms.save_checkpoint(self.network, str(partial))
+        ms.save_checkpoint(self.network, str(partial), crc_check=True)
         os.replace(partial, self.path)
         self.best, self.best_epoch = float(value), params.cur_epoch_num
+        record = self.path.with_name(BEST_RECORD)
+        record.with_suffix(".partial").write_text(json.dumps(
+            {"metric": self.metric, "value": self.best, "epoch": self.best_epoch}))
+        os.replace(record.with_suffix(".partial"), record)
         print(f"epoch: {params.cur_epoch_num} new best {self.metric}: {value:.4f} "
               f"saved to {self.path}", flush=True)
 
 
 def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
-                                parallel_mode: str, best_metric: str = "accuracy"
-                                ) -> List[Callback]:
+                                parallel_mode: str, best_metric: str = "accuracy",
+                                start_step: int = 0) -> List[Callback]:
     callbacks: List[Callback] = []
     if cfg.save:
         if not cfg.integrated_save and parallel_mode == "stand_alone":
@@ -109,10 +198,11 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
                   "so its slice is the full set of weights", flush=True)
         config = CheckpointConfig(
             save_checkpoint_steps=cfg.save_checkpoint_steps or steps_per_epoch,
-            keep_checkpoint_max=cfg.keep_checkpoint_max,
-            integrated_save=cfg.integrated_save)
-        callbacks.append(TimedModelCheckpoint(prefix=cfg.prefix, directory=str(directory),
-                                              config=config))
+            keep_checkpoint_max=_NEVER_REMOVE, integrated_save=cfg.integrated_save,
+            # epoch_num and step_num: where a resumed run continues (ms_exp/resume.py).
+            append_info=["epoch_num", "step_num"], crc_check=True)
+        callbacks.append(TimedModelCheckpoint(cfg.prefix, str(directory), config,
+                                              cfg.keep_checkpoint_max, start_step))
     if cfg.keep_best:
         callbacks.append(BestCheckpoint(network, directory, best_metric))
     return callbacks
@@ -133,7 +223,8 @@ class WeightSnapshots(Callback):
         self.interval = max(1, steps_per_epoch // cfg.per_epoch)
         self.directory = Path(directory)
         config = CheckpointConfig(save_checkpoint_steps=self.interval,
-                                  keep_checkpoint_max=cfg.keep_max, saved_network=network)
+                                  keep_checkpoint_max=cfg.keep_max, saved_network=network,
+                                  crc_check=True)
         self.saver = ModelCheckpoint(prefix=SNAPSHOT_PREFIX, directory=str(directory),
                                      config=config)
 
@@ -150,9 +241,5 @@ class WeightSnapshots(Callback):
 
 def last_checkpoint(directory: Path, prefix: str) -> Optional[Path]:
     """The newest ``<prefix>-<epoch>_<step>.ckpt`` ModelCheckpoint left in ``directory``."""
-    candidates = []
-    for path in Path(directory).glob(f"{prefix}-*_*.ckpt"):
-        epoch, _, step = path.stem[len(prefix) + 1:].partition("_")
-        if epoch.isdigit() and step.isdigit():
-            candidates.append(((int(epoch), int(step)), path))
-    return max(candidates)[1] if candidates else None
+    files = numbered_checkpoints(directory, prefix)
+    return files[-1] if files else None

@@ -129,11 +129,16 @@ def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -
 def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
     """Optimizer states cloned from a sliced parameter but absent from the strategy file:
     transform_checkpoints would copy one rank's slice instead of merging them."""
-    import mindspore as ms
     from mindspore.parallel._tensor import _get_tensor_strategy
     sliced = {name for name, (dev_matrix, tensor_map) in layouts.items()
               if prod(_get_tensor_strategy(list(dev_matrix), list(tensor_map))) > 1}
-    for name in ms.load_checkpoint(str(rank0_file)):
+    from ms_exp.checkpoint import DamagedCheckpoint, load_verified
+
+    try:  # MindSpore parses its protobuf format: a checkpoint is never unpickled
+        names = list(load_verified(rank0_file))
+    except DamagedCheckpoint as error:
+        raise CkptError(str(error)) from None
+    for name in names:
         if name not in layouts and any(name.endswith("." + p) for p in sliced):
             print(f"{PROG}: warning: {name} is not in the strategy file, so "
                   f"transform_checkpoints copies one rank's slice of it instead of merging it",

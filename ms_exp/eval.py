@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp.config.compose import load_run_config
 from ms_exp.config.errors import ConfigError
 from ms_exp.config.schema import StandAloneParallel
-from ms_exp.checkpoint import BEST_NAME
+from ms_exp.checkpoint import BEST_NAME, DamagedCheckpoint, load_verified, verify_checkpoint
 from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
 from ms_exp.config.validate import choices_from_config, validate_for_evaluation
 from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
@@ -100,7 +100,11 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
     _, eval_set, spec = create_datasets(cfg.dataset)
     network = create_network(cfg.model, spec, create_placement(cfg.placement))
-    not_loaded, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(checkpoint)))
+    try:
+        weights = load_verified(checkpoint)
+    except DamagedCheckpoint as error:
+        raise CkptError(str(error)) from None
+    not_loaded, _ = ms.load_param_into_net(network, weights)
     if not_loaded:
         raise ConfigError("--checkpoint", str(checkpoint),
                           f"a checkpoint of this network (missing {', '.join(not_loaded)})")
@@ -146,6 +150,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if is_sliced_run(cfg) and Path(checkpoint).name != BEST_NAME:
                 checkpoint = merge_run(args.run_id or str(run_dir_of(Path(checkpoint))),
                                        Path(workdir), uri)
+            try:    # before an MLflow run is opened for the evaluation
+                verify_checkpoint(Path(checkpoint))
+            except DamagedCheckpoint as error:
+                raise CkptError(str(error)) from None
         except (ConfigError, CkptError) as error:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -84,7 +84,8 @@ def test_run_directory_holds_config_logs_and_per_rank_checkpoints(default_run):
     assert "epoch: 10 step: 44, loss is" in console
     ckpts = {p.name for p in (run_dir / "checkpoints" / "rank_0").iterdir()}
     # keep_checkpoint_max=5 of one checkpoint per epoch, the graph, and the best one.
-    assert ckpts == {"best.ckpt", "checkpoint-graph.meta",
+    # best.json: what best.ckpt scored, so a resumed run keeps the better one.
+    assert ckpts == {"best.ckpt", "best.json", "checkpoint-graph.meta",
                      *(f"checkpoint-{e}_44.ckpt" for e in range(6, 11))}
 
 

@@ -76,7 +76,9 @@ def load_stage_one_weights(network: nn.Cell, path: Path) -> None:
     """The stage-one final checkpoint (optimizer state in it is ignored)."""
     import mindspore as ms
 
-    missing, _ = ms.load_param_into_net(network, ms.load_checkpoint(str(path)))
+    from ms_exp.checkpoint import load_verified
+
+    missing, _ = ms.load_param_into_net(network, load_verified(path))
     if missing:
         raise ValueError(f"boost.pretrained_weight_path={path}: lacks parameters "
                          f"{', '.join(missing[:5])} of this network")

@@ -14,6 +14,7 @@ from typing import Dict, Set
 import mindspore as ms
 from mindspore.train import Callback
 
+from ms_exp.checkpoint import load_verified
 from ms_exp.parallel.layout import (Layout, checkpoint_layouts, flatten_strategies,
                                     operator_layouts, operator_strategies, slice_for_rank,
                                     write_strategy_file)
@@ -80,11 +81,11 @@ class SemiAutoLayouts(Callback):
 
     def _slice(self, path: Path) -> None:
         entries = []
-        for name, value in ms.load_checkpoint(str(path)).items():
+        for name, value in load_verified(path).items():
             array = value.asnumpy()
             if name in self.layouts:
                 array = slice_for_rank(array, self.layouts[name], self.rank_id)
             entries.append({"name": name, "data": ms.Tensor(array)})
         partial = path.with_name(f".{path.stem}.partial.ckpt")
-        ms.save_checkpoint(entries, str(partial))
+        ms.save_checkpoint(entries, str(partial), crc_check=True)
         os.replace(partial, path)

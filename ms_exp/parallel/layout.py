@@ -390,7 +390,7 @@ def write_sliced_checkpoints(param_dict: Mapping[str, Any], layouts: Mapping[str
                     "data": ms.Tensor(slice_for_rank(a, sliced[key], rank) if key in sliced else a)}
                    for key, a in arrays.items()]
         partial = rank_dir / f".{name[:-len('.ckpt')]}.partial.ckpt"
-        ms.save_checkpoint(entries, str(partial))
+        ms.save_checkpoint(entries, str(partial), crc_check=True)
         os.replace(partial, rank_dir / name)
     return sliced
 

@@ -1,0 +1,92 @@
+"""Checkpoints carry MindSpore's CRC and are checked when read; a damaged file is refused by
+name; the retention never removes the last good checkpoint."""
+import mindspore as ms
+import pytest
+from omegaconf import OmegaConf
+from mindspore import nn
+from mindspore.train import CheckpointConfig, ModelCheckpoint, RunContext
+from mindspore.train.callback import _InternalCallbackParam
+
+from conftest import run_cli, train
+from ms_exp.checkpoint import DamagedCheckpoint, create_checkpoint_callbacks, load_verified
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_is_caught_by_the_crc_and_named(tmp_path):
+    path = tmp_path / "net.ckpt"
+    ms.save_checkpoint(nn.Dense(64, 64), str(path), crc_check=True)
+    _flip_a_byte(path)
+    # Without the CRC, MindSpore reads the damaged weights as if nothing happened.
+    assert set(ms.load_checkpoint(str(path))) == {"weight", "bias"}
+    with pytest.raises(DamagedCheckpoint, match=f"checkpoint {path} is damaged"):
+        load_verified(path)
+
+
+def test_a_truncated_file_is_named(tmp_path):
+    path = tmp_path / "net.ckpt"
+    ms.save_checkpoint(nn.Dense(64, 64), str(path), crc_check=True)
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(DamagedCheckpoint, match=f"checkpoint {path} is damaged"):
+        load_verified(path)
+
+
+def _run_context(network, step):
+    params = _InternalCallbackParam()
+    params.train_network = network
+    params.cur_step_num, params.cur_epoch_num, params.batch_num = step, 1, 100
+    return RunContext(params)
+
+
+def _checkpoint_group(keep: int):
+    return OmegaConf.create({"save": True, "integrated_save": True, "prefix": "checkpoint",
+                             "save_checkpoint_steps": 1, "keep_checkpoint_max": keep,
+                             "keep_best": False})
+
+
+def _failing_save(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatch):
+    network = nn.Dense(8, 8)
+    (ours,) = create_checkpoint_callbacks(_checkpoint_group(keep=1), network, tmp_path / "ours",
+                                          steps_per_epoch=100, parallel_mode="stand_alone")
+    theirs = ModelCheckpoint("checkpoint", str(tmp_path / "theirs"),
+                             CheckpointConfig(save_checkpoint_steps=1, keep_checkpoint_max=1))
+    ours.on_train_step_end(_run_context(network, 1))
+    theirs.step_end(_run_context(network, 1))
+    import mindspore.train.callback._checkpoint as mindspore_checkpoint
+
+    monkeypatch.setattr(mindspore_checkpoint, "save_checkpoint", _failing_save)
+    with pytest.raises(OSError):
+        ours.on_train_step_end(_run_context(network, 2))
+    with pytest.raises(OSError):
+        theirs.step_end(_run_context(network, 2))
+    # MindSpore's ModelCheckpoint removes the oldest file before it writes the next one.
+    assert list((tmp_path / "theirs").glob("*.ckpt")) == []
+    (kept,) = (tmp_path / "ours").glob("*.ckpt")
+    assert kept.name == "checkpoint-1_1.ckpt"
+    assert int(load_verified(kept)["step_num"].asnumpy()) == 1
+    monkeypatch.undo()
+    ours.on_train_step_end(_run_context(network, 3))    # the next good one replaces it
+    assert [p.name for p in (tmp_path / "ours").glob("*.ckpt")] == ["checkpoint-1_3.ckpt"]
+
+
+def test_evaluating_a_damaged_checkpoint_is_refused_in_one_line(tmp_path):
+    result = train(tmp_path, "trainer.epochs=1")
+    checkpoint = result.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
+    _flip_a_byte(checkpoint)
+    evaluation = run_cli("ms_exp.eval", ["--checkpoint", str(checkpoint)], tmp_path)
+    assert evaluation.rc == 2
+    assert evaluation.stderr.strip().splitlines()[-1] == (
+        f"ms_exp.eval: error: checkpoint {checkpoint} is damaged (truncated or corrupt: "
+        "MindSpore's CRC check or parse failed: Failed to read the checkpoint file "
+        f"{checkpoint}. May not have permission to read it, please check the correct of the "
+        "file.)")
+    runs = result.store.search_runs(["1"])
+    assert len(runs) == 1      # no evaluation run was opened for it
