@@ -6,8 +6,14 @@ unwinds through the same path as Ctrl-C, and both end the run KILLED; any other 
 ends it FAILED with the error recorded as a tag. The run itself is kept by the job's MLflow
 sidecar process (ms_exp/tracking/sidecar.py), which also ends it KILLED when the job's
 process dies without a word (SIGKILL).
+
+While ``Model.fit`` runs, the first signal does not unwind at once: it waits for the end of
+the current step, where ms_exp.loop_control.StopOnSignal saves a checkpoint of that step and
+then raises, so an interrupted run can be resumed from where it stopped. A second signal
+stops at once.
 """
 import signal
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
@@ -20,8 +26,26 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread when the process receives SIGTERM or SIGINT."""
 
 
+class StepBoundary:
+    """Armed while training steps run: a signal is then held (``pending``) until the step
+    ends; StopOnSignal acts on it."""
+
+    armed = False
+    pending: Optional[str] = None
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.armed, cls.pending = False, None
+
+
 def _raise_terminated(signum, frame):
-    raise Terminated(f"received signal {signal.Signals(signum).name}")
+    name = signal.Signals(signum).name
+    if StepBoundary.armed and StepBoundary.pending is None:
+        StepBoundary.pending = f"received signal {name}"
+        print(f"ms_exp: {name}: stopping after this step and saving a checkpoint (send it "
+              "again to stop at once)", file=sys.stderr, flush=True)
+        return
+    raise Terminated(f"received signal {name}")
 
 
 # Both signals: Ctrl-C before MindSpore's runtime starts reaches Python as SIGINT; once it
@@ -58,15 +82,19 @@ class DisabledTracker:
 @contextmanager
 def tracked_run(enabled: bool, tracking_uri: str, experiment_name: str, run_name: str,
                 tags: Mapping[str, str],
-                parent_run_id: Optional[str] = None
+                parent_run_id: Optional[str] = None, run_id: Optional[str] = None,
+                offline_dir: Optional[Path] = None
                 ) -> Iterator[Union[SidecarTracker, DisabledTracker]]:
-    """Yield a tracker for a new run (created by the sidecar process while the job goes
-    on); end the run FINISHED, KILLED or FAILED."""
+    """Yield a tracker for a new run, or for run ``run_id`` reopened (created or reopened
+    by the sidecar process while the job goes on); end the run FINISHED, KILLED or FAILED.
+    With ``offline_dir`` (the run directory) a tracking server that cannot be reached does
+    not stop the job: its calls are kept there (ms_exp/tracking/journal.py)."""
     if not enabled:
         with terminate_as_interrupt():
             yield DisabledTracker()
         return
-    tracker = SidecarTracker(tracking_uri, experiment_name, run_name, tags, parent_run_id)
+    tracker = SidecarTracker(tracking_uri, experiment_name, run_name, tags, parent_run_id,
+                             run_id=run_id, offline_dir=offline_dir)
     status = "FAILED"
     try:
         with terminate_as_interrupt():

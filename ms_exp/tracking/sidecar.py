@@ -7,12 +7,19 @@ the job starts ``python -m ms_exp.tracking.sidecar`` first and carries on; the s
 creates the run on the other core while MindSpore imports, builds the data and the network.
 
 Every tracker call becomes one JSON line on the sidecar's stdin, written by a thread so a
-slow store never holds up a step; the sidecar replays it on a :class:`Tracker`. Metrics are
-collected and sent about every ``SUBMIT_SECONDS``. The job waits for the sidecar only where
-it needs an answer: before the first step (:meth:`SidecarTracker.wait_for_run`, so a store
-that cannot be reached still stops the job before training), for the run's id, and at
-``flush``/``finish``. A call the store refused is reported there: the run ends FAILED with
-the error as a tag, and the job raises :class:`TrackingFailed`.
+slow store never holds up a step; the sidecar hands it to a
+:class:`ms_exp.tracking.recorder.RunRecorder`. Metrics are collected and sent about every
+``SUBMIT_SECONDS``. The job waits for the sidecar only where it needs an answer: before the
+first step (:meth:`SidecarTracker.wait_for_run`, so a store that cannot be opened still
+stops the job before training), for the run's id, and at ``flush``/``finish``. A call the
+store refused is reported there: the run ends FAILED with the error as a tag, and the job
+raises :class:`TrackingFailed`. A tracking server that does not answer, at the start or
+later, stops nothing: the recorder warns once and keeps the calls in a journal in the run
+directory, delivered when the run ends if the server is back (ms_exp/tracking/journal.py);
+until then the job has no run id if the run could not even be created.
+
+A job resuming an earlier run passes its ``run_id``: the sidecar reopens that run instead of
+creating one. Rank 0 of a distributed job has a sidecar of its own, adding to the job's run.
 
 The sidecar ignores SIGINT and SIGTERM (Ctrl-C reaches the whole process group) so it can
 still record the status the job ends with; if the job's process dies without ending the run
@@ -29,11 +36,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from ms_exp.tracking.journal import new_journal_path
+
 SUBMIT_SECONDS = 0.5
 # What the sidecar may be asked to do: Tracker's recording methods, nothing else.
 RECORDING_CALLS = ("log_params", "log_metric_rows", "set_tags", "log_artifact",
                    "log_artifacts", "log_artifact_to", "record_provenance")
-ENDED_WITHOUT_STATUS = "the job's process ended without ending the run (killed?)"
 
 
 class TrackingFailed(RuntimeError):
@@ -46,8 +54,18 @@ class SidecarTracker:
     enabled = True
 
     def __init__(self, tracking_uri: str, experiment_name: str, run_name: str,
-                 tags: Mapping[str, str], parent_run_id: Optional[str] = None):
+                 tags: Mapping[str, str], parent_run_id: Optional[str] = None,
+                 run_id: Optional[str] = None, offline_dir: Optional[Path] = None,
+                 journal: Optional[Path] = None, ends_run: bool = True):
+        """``run_id``: reopen that run instead of creating one. ``offline_dir``: where a
+        journal is kept if the tracking server cannot be reached (the run directory);
+        without it an unreachable server is an error like any other. Rank 0 of a
+        distributed job passes the job's ``journal`` instead, and ``ends_run=False``: the
+        launching job ends the run (ms_exp/worker.py)."""
         self.tracking_uri = tracking_uri
+        if journal is None and offline_dir is not None:
+            journal = new_journal_path(offline_dir)
+        self.journal = Path(journal) if journal else None
         self._process = _idle_sidecar() or subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True)
@@ -60,22 +78,34 @@ class SidecarTracker:
         self._ids: Optional[Tuple[str, str]] = None
         self._start_error: Optional[TrackingFailed] = None
         self._ended = False
+        self.kept_journal: Optional[Path] = None
         # A sidecar kept from an earlier job of this process works where this job does.
         self._send("start", tracking_uri=tracking_uri, experiment_name=experiment_name,
                    run_name=run_name, tags=dict(tags), parent_run_id=parent_run_id,
+                   run_id=run_id, journal=str(self.journal) if self.journal else None,
+                   ends_run=ends_run,
                    cwd=os.getcwd(), environ=_mlflow_environment())
 
     # -- the run ------------------------------------------------------------------------
     @property
-    def run_id(self) -> str:
+    def run_id(self) -> Optional[str]:
+        """None while the server was unreachable from the start (the run is in the journal)."""
         return self._run_ids()[0]
 
     @property
-    def experiment_id(self) -> str:
+    def experiment_id(self) -> Optional[str]:
         return self._run_ids()[1]
 
+    @property
+    def offline_journal(self) -> Optional[Path]:
+        """The journal, once the server stopped answering (or rank 0 found it so)."""
+        if self.kept_journal is not None:
+            return self.kept_journal
+        return self.journal if self.journal is not None and self.journal.exists() else None
+
     def wait_for_run(self) -> None:
-        """Block until the sidecar has created the run; raise if it could not."""
+        """Block until the sidecar has created the run or started its journal; raise if it
+        could do neither."""
         self._run_ids()
 
     def _run_ids(self) -> Tuple[str, str]:
@@ -133,8 +163,9 @@ class SidecarTracker:
         self._send("flush")
         self._raise_errors(self._reply())
 
-    def finish(self, status: str) -> None:
-        """End the run with ``status`` and wait for the sidecar to exit."""
+    def finish(self, status: Optional[str]) -> None:
+        """End the run with ``status`` (None: only deliver what was sent, for rank 0) and
+        wait until the sidecar is done with it."""
         if self._ended:
             return
         self._ended = True
@@ -146,6 +177,7 @@ class SidecarTracker:
             return          # no run to end; the job has raised or raises this already
         self._send("finish", status=status)
         reply = self._reply()
+        self.kept_journal = Path(reply["journal"]) if reply.get("journal") else None
         self._stop_writer()
         _IDLE.append(self._process)     # the next job of this process starts faster
         if status == "FINISHED":
@@ -231,66 +263,56 @@ def _take_environment(cwd: str, environ: Dict[str, str]) -> None:
     os.environ.update(environ)
 
 
-def _start_run(tracking_uri: str, experiment_name: str, run_name: str, tags: Dict[str, str],
-               parent_run_id: Optional[str], cwd: str, environ: Dict[str, str]):
+def _open_run(cwd: str, environ: Dict[str, str], journal: Optional[str], ends_run: bool,
+              **spec):
     _take_environment(cwd, environ)
-    from mlflow import MlflowClient
+    from ms_exp.tracking.recorder import RunRecorder
 
-    from ms_exp.tracking.store import ensure_experiment
-    from ms_exp.tracking.tracker import Tracker
-
-    client = MlflowClient(tracking_uri)
-    experiment_id = ensure_experiment(client, experiment_name)
-    if parent_run_id:
-        tags = {**tags, "mlflow.parentRunId": parent_run_id}
-    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
-    return Tracker(client, run.info.run_id, experiment_id)
+    recorder = RunRecorder(spec, journal_path=journal, ends_run=ends_run)
+    recorder.open()
+    return recorder
 
 
 def serve(requests, replies) -> int:
-    """Create a run from a ``start`` request, record every following request into it until
+    """Open a run from a ``start`` request, record every following request into it until
     ``finish``; then wait for the next ``start``, until stdin closes."""
-    tracker = None
-    errors: List[str] = []
+    from ms_exp.tracking.recorder import ENDED_WITHOUT_STATUS
+
+    recorder = None
 
     def answer(message: Mapping[str, object]) -> None:
-        replies.write(json.dumps(message) + "\n")
-        replies.flush()
+        try:
+            replies.write(json.dumps(message) + "\n")
+            replies.flush()
+        except OSError:
+            # The job died before reading its answer (SIGKILL during start-up): stdin's end
+            # comes next, and the run must still be ended KILLED there.
+            pass
 
     for line in requests:
         request = json.loads(line)
         call = request.pop("call")
         if call == "start":
             try:
-                tracker = _start_run(**request)
+                recorder = _open_run(**request)
             except Exception as error:  # reported to the job, which stops before training
                 answer({"error": f"{type(error).__name__}: {error}"})
                 return 1
-            errors = []
-            answer({"run_id": tracker.run_id, "experiment_id": tracker.experiment_id})
+            answer({"run_id": recorder.run_id, "experiment_id": recorder.experiment_id})
         elif call == "flush":
-            tracker.flush()
-            answer({"errors": errors})
+            answer({"errors": recorder.flush()})
         elif call == "finish":
-            status = request["status"]
-            if errors and status == "FINISHED":
-                tracker.set_tags({"ms_exp.error": f"MLflow refused {errors[0]}"[:5000]})
-                status = "FAILED"
-            tracker.finish(status)
-            tracker = None
-            answer({"errors": errors})
+            kept = recorder.finish(request["status"])
+            answer({"errors": recorder.errors, "journal": str(kept) if kept else None})
+            recorder = None
         elif call in RECORDING_CALLS:
-            try:
-                getattr(tracker, call)(**request)
-            except Exception as error:  # kept for the job's finish; training goes on
-                errors.append(f"{call}: {type(error).__name__}: {error}")
-                if len(errors) == 1:
-                    print(f"ms_exp: warning: {errors[0]}", file=sys.stderr, flush=True)
+            recorder.record(call, request)
         else:
             raise ValueError(f"unknown sidecar call {call!r}")
-    if tracker is not None:
-        tracker.set_tags({"ms_exp.ended_by": ENDED_WITHOUT_STATUS})
-        tracker.finish("KILLED")
+    if recorder is not None:
+        if recorder.ends_run:
+            recorder.record("set_tags", {"tags": {"ms_exp.ended_by": ENDED_WITHOUT_STATUS}})
+        recorder.finish("KILLED")
     return 0
 
 

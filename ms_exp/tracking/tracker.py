@@ -43,6 +43,26 @@ class Tracker:
         self._buffer: List[Metric] = []
         self._submitted = time.monotonic()
 
+    @classmethod
+    def start(cls, client, experiment_name: str, run_name: str, tags: Mapping[str, str],
+              parent_run_id: Optional[str] = None, run_id: Optional[str] = None) -> "Tracker":
+        """Create a run, or with ``run_id`` reopen that one (a resumed job, or calls kept
+        while the store was unreachable): RUNNING again, everything appended to it."""
+        from ms_exp.tracking.store import ensure_experiment
+
+        if run_id:
+            experiment_id = client.get_run(run_id).info.experiment_id
+            client.update_run(run_id, status="RUNNING")
+            tracker = cls(client, run_id, experiment_id)
+            if tags:
+                tracker.set_tags(tags)
+            return tracker
+        experiment_id = ensure_experiment(client, experiment_name)
+        if parent_run_id:
+            tags = {**tags, "mlflow.parentRunId": parent_run_id}
+        run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
+        return cls(client, run.info.run_id, experiment_id)
+
     @property
     def tracking_uri(self) -> str:
         return self.client.tracking_uri
@@ -86,9 +106,20 @@ class Tracker:
     def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
         self.client.log_artifacts(self.run_id, str(directory), artifact_path)
 
-    def log_artifact_to(self, run_id: str, path: Path, artifact_path: Optional[str] = None) -> None:
-        """Into another run (a stage-one run owns the PCA matrix its snapshots gave)."""
-        self.client.log_artifact(run_id, str(path), artifact_path)
+    def log_artifact_to(self, run_id: Optional[str], path: Path,
+                        artifact_path: Optional[str] = None) -> None:
+        """Into another run (a stage-one run owns the PCA matrix its snapshots gave); None:
+        this one (its id was not known yet where the call was made: kept offline)."""
+        self.client.log_artifact(run_id or self.run_id, str(path), artifact_path)
+
+    def log_dataset(self, dataset_input: Mapping[str, object]) -> None:
+        """A dataset input as journaled offline (the JSON form of MLflow's proto)."""
+        from google.protobuf import json_format
+        from mlflow.entities import DatasetInput
+        from mlflow.protos.service_pb2 import DatasetInput as DatasetInputProto
+
+        proto = json_format.ParseDict(dataset_input, DatasetInputProto())
+        provenance.log_dataset_input(self.client, self.run_id, DatasetInput.from_proto(proto))
 
     def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
         provenance.record(self, dataset_cfg, run_dir, command)

@@ -1,0 +1,164 @@
+"""A run's MLflow calls kept on disk while its tracking server cannot be reached.
+
+A job does not stop because the team's MLflow server is down or goes away mid-run (issue
+7): from the first call the server does not answer, the job's calls go to a journal in its
+run directory, ``<run dir>/mlflow-offline/<started>-<pid>.jsonl``, one JSON line per call,
+written and flushed line by line so a job killed later keeps what it had. The lines are the
+sidecar's own requests (ms_exp/tracking/sidecar.py): the first is ``start`` (what is needed
+to create the run, or the id of the run that exists), then params, metric rows, tags,
+artifacts as paths into the run directory, the dataset input, and last ``finish`` with the
+status. MLflow credentials in ``MLFLOW_*`` variables are never written here; the upload
+uses the uploader's.
+
+The provenance (git state, packages, dataset) is taken when the job runs, not when it is
+uploaded: :class:`JournalTracker` runs ``provenance.record`` and keeps what it would send.
+
+Rank 0 of a distributed job appends to the same file as the job's sidecar (each line is one
+``write`` on a file opened for appending); whichever process creates the file writes the
+``start`` line and the one warning. ``<journal>.delivered`` counts the lines already in the
+store and names the run they went to, so an upload cut short goes on where it stopped.
+"""
+import json
+import os
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+
+OFFLINE_DIR = "mlflow-offline"
+UPLOAD_MODULE = "ms_exp.tracking.upload"
+# Names the job's journal for rank 0 of a distributed job (beside MLflow's MLFLOW_RUN_ID).
+JOURNAL_VARIABLE = "MS_EXP_MLFLOW_JOURNAL"
+
+
+def new_journal_path(run_dir: Path) -> Path:
+    """A journal of its own for every job, also for a job resumed in the same directory."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return Path(run_dir).absolute() / OFFLINE_DIR / f"{stamp}-{os.getpid()}.jsonl"
+
+
+def journals_in(run_dir: Path) -> List[Path]:
+    return sorted((Path(run_dir) / OFFLINE_DIR).glob("*.jsonl"))
+
+
+def run_dir_of(journal: Path) -> Path:
+    return Path(journal).parent.parent
+
+
+def upload_command(run_dir: Path) -> str:
+    return f"python -m {UPLOAD_MODULE} {Path(run_dir).absolute()}"
+
+
+def offline_note(uri: str, journal: Path, run_id: Optional[str]) -> str:
+    """The line of a job's report when (some of) its run is only in the journal."""
+    upload = upload_command(run_dir_of(journal))
+    if run_id is None:
+        return (f"MLflow run not recorded yet: {uri} was unreachable; kept in {journal}; "
+                f"upload with: {upload}")
+    return (f"{uri} stopped answering during the run: the calls since are kept in "
+            f"{journal}; upload with: {upload}")
+
+
+class Journal:
+    """Appends calls to a journal file, creating it with its ``start`` line if new."""
+
+    def __init__(self, path: Path, start: Mapping[str, object]):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+            self.created = True
+        except FileExistsError:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self.created = False
+        self.path = path
+        self._file = os.fdopen(fd, "a", buffering=1 << 20)
+        if self.created:
+            self.write("start", **start)
+
+    def write(self, call: str, **arguments) -> None:
+        self._file.write(json.dumps({"call": call, **arguments}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class JournalTracker:
+    """The recording calls of :class:`ms_exp.tracking.tracker.Tracker`, kept in a journal."""
+
+    enabled = True
+    run_id = None       # unknown until the journal is delivered
+
+    def __init__(self, journal: Journal):
+        self.journal = journal
+        self.client = _JournalClient(journal)
+
+    def __getattr__(self, call: str):
+        if call.startswith("_"):
+            raise AttributeError(call)
+        return lambda **arguments: self.journal.write(call, **arguments)
+
+    def record_provenance(self, dataset_cfg, run_dir: str, command: str) -> None:
+        from ms_exp import provenance
+
+        provenance.record(self, dataset_cfg, Path(run_dir), command)
+
+    # provenance.record passes Path objects and positional arguments
+    def set_tags(self, tags: Mapping[str, object]) -> None:
+        self.journal.write("set_tags", tags={k: str(v) for k, v in tags.items()})
+
+    def log_artifacts(self, directory, artifact_path: Optional[str] = None) -> None:
+        self.journal.write("log_artifacts", directory=str(Path(directory).absolute()),
+                           artifact_path=artifact_path)
+
+
+class _JournalClient:
+    """The one MLflow client call provenance.record makes itself (the dataset input)."""
+
+    def __init__(self, journal: Journal):
+        self.journal = journal
+
+    def log_inputs(self, run_id, datasets) -> None:
+        from google.protobuf import json_format
+
+        for dataset_input in datasets:
+            self.journal.write("log_dataset", dataset_input=json_format.MessageToDict(
+                dataset_input.to_proto()))
+
+
+def read(path: Path) -> List[Dict[str, object]]:
+    """The journal's calls; a last line cut off by a killed job is left out."""
+    calls = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            calls.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return calls
+
+
+class Progress:
+    """How many lines of a journal are in the store already, and in which run."""
+
+    def __init__(self, journal: Path):
+        self.path = Path(str(journal) + ".delivered")
+        saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.run_id: Optional[str] = saved.get("run_id")
+        self.lines: int = saved.get("lines", 0)
+
+    def save(self, run_id: str, lines: int) -> None:
+        self.run_id, self.lines = run_id, lines
+        part = self.path.with_suffix(".part")
+        part.write_text(json.dumps({"run_id": run_id, "lines": lines}))
+        os.replace(part, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def pending(calls: List[Mapping[str, object]], progress: Progress
+            ) -> Iterator[Tuple[int, Mapping[str, object]]]:
+    """(line number, call) for the calls after the start line not delivered yet."""
+    first = max(progress.lines, 1)
+    for number in range(first, len(calls)):
+        yield number, calls[number]

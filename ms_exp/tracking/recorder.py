@@ -1,0 +1,265 @@
+"""A job's calls applied to its MLflow run, as long as the store answers; kept if not.
+
+Two kinds of failure are told apart. MLflow refusing a call (a param changing its value, a
+value too long) is the job's mistake: one warning, training goes on, the run ends FAILED
+with the error as a tag and the job raises at its end. A store that does not answer (the
+team's server down at start or gone mid-run: refused connections, time-outs, a proxy's
+502/503/504) is nobody's mistake in the job: one warning, and from then on every call goes
+to the journal in the run directory (ms_exp/tracking/journal.py) until the run ends; then
+the store is tried once more and the journal delivered if it answers. Only HTTP stores fail
+that way; a local store (SQLite, a folder) that cannot be opened or written is a refusal,
+so a job whose store cannot be opened still stops before training.
+
+MLflow retries an HTTP request 7 times with backoff for about 4 minutes, 2 minutes each;
+here an outage has to show in seconds, so unless the user set them, one retry and a 10 s
+time-out (:func:`detect_outages_quickly`). Nothing the training loop does waits for that:
+the calls come from the sidecar's pipe or rank 0's thread.
+
+:func:`replay` delivers a journal; the sidecar calls it when the run ends, and so does
+``python -m ms_exp.tracking.upload`` afterwards.
+"""
+import os
+import sys
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+from ms_exp.tracking import journal as journals
+
+ENDED_WITHOUT_STATUS = "the job's process ended without ending the run (killed?)"
+_QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+_OUTAGE_STATUS = (502, 503, 504)
+
+
+class StoreUnreachable(RuntimeError):
+    """The tracking server did not answer; the journal stays for a later upload."""
+
+
+def detect_outages_quickly() -> None:
+    for key, value in _QUICK_HTTP.items():
+        os.environ.setdefault(key, value)
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) says the store did not answer."""
+    import requests
+    import urllib3
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (requests.ConnectionError, requests.Timeout,
+                              urllib3.exceptions.MaxRetryError,
+                              urllib3.exceptions.NewConnectionError,
+                              urllib3.exceptions.ProtocolError, ConnectionError, TimeoutError)):
+            return True
+        response = getattr(error, "response", None)
+        if getattr(response, "status_code", None) in _OUTAGE_STATUS:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def outage_reason(error: Optional[BaseException]) -> str:
+    text = str(error)
+    if "Connection refused" in text:
+        return "connection refused"
+    if "timed out" in text or "timeout" in text.lower():
+        return "no answer in time"
+    for status in _OUTAGE_STATUS:
+        if str(status) in text:
+            return f"HTTP {status}"
+    return "not reachable"
+
+
+class RunRecorder:
+    """Applies calls to one run: delivered while the store answers, journaled after.
+
+    ``spec`` is how to open the run (:meth:`Tracker.start`'s arguments and the tracking
+    URI). Without a ``journal_path`` a store that does not answer counts as a refusal, and
+    with ``strict`` it raises :class:`StoreUnreachable` (a replay must not journal itself).
+    ``ends_run=False`` for rank 0 of a distributed job, whose run the launching job ends.
+    """
+
+    def __init__(self, spec: Mapping[str, object], journal_path: Optional[Path] = None,
+                 ends_run: bool = True, strict: bool = False):
+        self.spec = dict(spec)
+        self.journal_path = Path(journal_path) if journal_path else None
+        self.ends_run = ends_run
+        self.strict = strict
+        self.tracker = None         # the run in the store, while it answers
+        self.journal = None         # a JournalTracker, once it does not
+        self.errors: List[str] = []
+
+    @property
+    def run_id(self) -> Optional[str]:
+        return self.tracker.run_id if self.tracker is not None else self.spec.get("run_id")
+
+    @property
+    def experiment_id(self) -> Optional[str]:
+        return self.tracker.experiment_id if self.tracker is not None else None
+
+    @property
+    def offline(self) -> bool:
+        return self.journal is not None
+
+    def open(self) -> None:
+        from mlflow import MlflowClient
+
+        from ms_exp.tracking.tracker import Tracker
+
+        detect_outages_quickly()
+        if not self.ends_run and not self.spec.get("run_id"):
+            self._go_offline(None)      # the launching job's run exists only in the journal
+            return
+        try:
+            arguments = {k: v for k, v in self.spec.items() if k != "tracking_uri"}
+            self.tracker = Tracker.start(MlflowClient(self.spec["tracking_uri"]), **arguments)
+        except Exception as error:
+            if self.strict and is_unreachable(error):
+                raise StoreUnreachable(outage_reason(error)) from error
+            if self.journal_path is None or not is_unreachable(error):
+                raise
+            self._go_offline(error)
+
+    def record(self, call: str, arguments: Mapping[str, object]) -> None:
+        if self.journal is None:
+            try:
+                getattr(self.tracker, call)(**arguments)
+                return
+            except Exception as error:
+                if self.strict and is_unreachable(error):
+                    raise StoreUnreachable(outage_reason(error)) from error
+                if self.journal_path is None or not is_unreachable(error):
+                    self._refused(call, error)
+                    return
+                self._go_offline(error)
+        getattr(self.journal, call)(**arguments)
+
+    def flush(self) -> List[str]:
+        if self.journal is None and self.tracker is not None:
+            self.record("flush", {})
+        return self.errors
+
+    def finish(self, status: Optional[str]) -> Optional[Path]:
+        """End the run with ``status`` (``None``: only flush, for rank 0); return the
+        journal if it could not be delivered."""
+        if self.errors and status == "FINISHED":
+            self.record("set_tags", {"tags": {"ms_exp.error":
+                                              f"MLflow refused {self.errors[0]}"[:5000]}})
+            status = "FAILED"
+        if not self.ends_run:
+            self.flush()
+            self._close_journal()
+            return self.journal_path if self.journal_path and self.journal_path.exists() else None
+        if self.journal is None and self.journal_path is not None and self.journal_path.exists():
+            self._go_offline(None)      # rank 0 kept its metrics there: they come first
+        self.record("finish", {"status": status})
+        if self.journal is None:
+            return None
+        self._close_journal()
+        try:
+            delivered = replay(self.journal_path)
+        except StoreUnreachable:
+            return self.journal_path
+        except Exception as error:  # noqa: BLE001 - the journal stays; the upload shows why
+            print(f"ms_exp: error: {self.journal_path}: not delivered ({type(error).__name__}:"
+                  f" {error}); upload with: "
+                  f"{journals.upload_command(journals.run_dir_of(self.journal_path))}",
+                  file=sys.stderr, flush=True)
+            return self.journal_path
+        print(f"ms_exp: {self.spec['tracking_uri']} answers again: {delivered}",
+              file=sys.stderr, flush=True)
+        return None
+
+    def _refused(self, call: str, error: Exception) -> None:
+        self.errors.append(f"{call}: {type(error).__name__}: {error}")
+        if len(self.errors) == 1:
+            print(f"ms_exp: warning: {self.errors[0]}", file=sys.stderr, flush=True)
+
+    def _go_offline(self, error: Optional[BaseException]) -> None:
+        start = {**self.spec, "run_id": self.run_id}
+        journal = journals.Journal(self.journal_path, start)
+        self.journal = journals.JournalTracker(journal)
+        self.tracker = None
+        if journal.created and error is not None:
+            run_dir = journals.run_dir_of(self.journal_path)
+            print(f"ms_exp: warning: tracking.uri={self.spec['tracking_uri']} is unreachable "
+                  f"({outage_reason(error)}); training goes on and its MLflow calls are kept "
+                  f"in {self.journal_path}; they are delivered when the run ends if the "
+                  f"server is back, else upload them with: "
+                  f"{journals.upload_command(run_dir)}", file=sys.stderr, flush=True)
+
+    def _close_journal(self) -> None:
+        if self.journal is not None:
+            self.journal.journal.close()
+
+
+class Delivered:
+    """What a replay put into the store, in words."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.run_id: Optional[str] = None
+        self.experiment_id: Optional[str] = None
+        self.tracking_uri: Optional[str] = None
+        self.counts: Dict[str, int] = {}
+        self.status: Optional[str] = None
+
+    def count(self, call: str, arguments: Mapping[str, object]) -> None:
+        sizes = {"log_params": ("params", "params"), "log_metric_rows": ("rows", "metric values"),
+                 "set_tags": ("tags", "tags")}
+        if call in sizes:
+            key, what = sizes[call]
+            self.counts[what] = self.counts.get(what, 0) + len(arguments[key])
+        elif call.startswith("log_artifact") or call == "log_dataset":
+            what = "datasets" if call == "log_dataset" else "artifact uploads"
+            self.counts[what] = self.counts.get(what, 0) + 1
+        elif call == "finish":
+            self.status = arguments["status"]
+
+    def __str__(self) -> str:
+        what = ", ".join(f"{name}: {n}" for name, n in self.counts.items()) or "nothing new"
+        ended = f", ended {self.status}" if self.status else ""
+        return (f"run {self.run_id} (experiment {self.experiment_id}) in {self.tracking_uri}: "
+                f"{what}{ended} (from {self.path})")
+
+
+def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
+    """Deliver the journal at ``path`` into its run (created if it never existed), in
+    ``tracking_uri`` if given, else the job's; remove it once all of it is in the store.
+    Raises :class:`StoreUnreachable` when the store does not answer: what was delivered is
+    counted in ``<journal>.delivered``, so the next replay goes on from there."""
+    path = Path(path)
+    calls = journals.read(path)
+    if not calls or calls[0].get("call") != "start":
+        raise ValueError(f"{path}: not an ms_exp MLflow journal (no start line)")
+    progress = journals.Progress(path)
+    spec = {k: v for k, v in calls[0].items() if k != "call"}
+    if tracking_uri:
+        spec["tracking_uri"] = tracking_uri
+    if progress.run_id:
+        spec["run_id"] = progress.run_id
+    recorder = RunRecorder(spec, strict=True)
+    recorder.open()
+    delivered = Delivered(path)
+    delivered.run_id, delivered.experiment_id = recorder.run_id, recorder.experiment_id
+    delivered.tracking_uri = spec["tracking_uri"]
+    progress.save(recorder.run_id, max(progress.lines, 1))
+    finished = False
+    for number, call in journals.pending(calls, progress):
+        arguments = {k: v for k, v in call.items() if k != "call"}
+        if call["call"] == "finish":
+            recorder.finish(arguments["status"])
+            finished = True
+        else:
+            recorder.record(call["call"], arguments)
+        delivered.count(call["call"], arguments)
+        progress.save(recorder.run_id, number + 1)
+    if not finished and not any(c.get("call") == "finish" for c in calls[:progress.lines]):
+        recorder.record("set_tags", {"tags": {"ms_exp.ended_by": ENDED_WITHOUT_STATUS}})
+        recorder.finish("KILLED")
+        delivered.status = "KILLED"
+    path.unlink()
+    progress.remove()
+    return delivered

@@ -1,0 +1,320 @@
+"""A tracking server that is down at start or dies mid-run: training finishes, the user sees
+one warning, and the metrics reach the run when the server answers again (when the run ends,
+or with ``python -m ms_exp.tracking.upload``). Also: a job reopening an earlier run.
+
+One real ``mlflow server`` serves the module; the tests reach it through a TCP relay on a
+port of their own, and stopping the relay is the server dying for the client (its
+connections dropped, new ones refused) without paying the server's 10-20 s start again.
+"""
+import select
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from conftest import FAST, free_port, run_cli
+from ms_exp.tracking.journal import journals_in
+from ms_exp.tracking.sidecar import SidecarTracker
+
+WARNING = "ms_exp: warning: "
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """``http://127.0.0.1:<port>`` of a real MLflow server with its own SQLite store."""
+    root = tmp_path_factory.mktemp("server")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
+         "--artifacts-destination", str(root / "artifacts")],
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert process.poll() is None, "mlflow server exited"
+                time.sleep(0.3)
+        else:
+            pytest.fail("mlflow server did not start within 120 s")
+        # Its first request opens the store: paid here, not by the first test.
+        MlflowClient(f"http://127.0.0.1:{port}").search_experiments()
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+class Relay:
+    """A TCP relay to the server on a port of its own: up or down at will."""
+
+    def __init__(self, target_port: int):
+        self.target = ("127.0.0.1", target_port)
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self._server = None
+        self._sockets = set()
+
+    def start(self) -> None:
+        relay = self
+
+        class Pipe(socketserver.BaseRequestHandler):
+            def handle(self):
+                upstream = socket.create_connection(relay.target)
+                relay._sockets.update((self.request, upstream))
+                try:
+                    ends = [self.request, upstream]
+                    while True:
+                        readable, _, _ = select.select(ends, [], [], 0.2)
+                        if relay._server is None:
+                            return
+                        for end in readable:
+                            data = end.recv(65536)
+                            if not data:
+                                return
+                            (upstream if end is self.request else self.request).sendall(data)
+                except OSError:
+                    return
+                finally:
+                    upstream.close()
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        server = socketserver.ThreadingTCPServer(("127.0.0.1", self.port), Pipe)
+        server.daemon_threads = True
+        self._server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        server.shutdown()
+        server.server_close()
+        for end in list(self._sockets):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._sockets.clear()
+
+
+@pytest.fixture
+def relay(server):
+    relay = Relay(server)
+    yield relay
+    if relay._server is not None:
+        relay.stop()
+
+
+@pytest.fixture(autouse=True)
+def own_sidecar(monkeypatch):
+    """A sidecar of each test's own: one kept from an earlier test writes its warnings into
+    that test's captured stderr."""
+    monkeypatch.setattr("ms_exp.tracking.sidecar._IDLE", [])
+
+
+def warnings_in(text: str):
+    return [line for line in text.splitlines() if line.startswith(WARNING)]
+
+
+def upload(run_dir: Path, cwd: Path):
+    return run_cli("ms_exp.tracking.upload", [str(run_dir)], cwd, timeout=120)
+
+
+def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_path):
+    job = run_cli("ms_exp.run", [*FAST, "trainer.epochs=1", f"tracking.uri={relay.uri}",
+                                 "tracking.experiment_name=outage"], tmp_path)
+    assert job.rc == 0, job.stderr[-3000:]
+    (warning,) = warnings_in(job.stderr)
+    assert f"tracking.uri={relay.uri} is unreachable" in warning
+    assert "training goes on" in warning
+    run_dir = job.run_dir
+    command = f"python -m ms_exp.tracking.upload {run_dir}"
+    assert warning.endswith(command)
+    (journal,) = journals_in(run_dir)
+    assert str(journal) in warning
+    assert (f"MLflow run not recorded yet: {relay.uri} was unreachable; kept in {journal}; "
+            f"upload with: {command}") in job.stdout
+
+    relay.start()
+    uploaded = upload(run_dir, tmp_path)
+    assert uploaded.rc == 0, uploaded.stderr
+    (delivered,) = [line for line in uploaded.stdout.splitlines()
+                    if line.startswith("delivered to run ")]
+    assert "ended FINISHED" in delivered and str(journal) in delivered
+    run_id = delivered.split()[3]
+    client = MlflowClient(relay.uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["trainer.epochs"] == "1"
+    assert "eval/accuracy" in run.data.metrics and "train/loss" in run.data.metrics
+    assert run.data.tags["ms_exp.command"].endswith(f"tracking.uri={relay.uri} "
+                                                    "tracking.experiment_name=outage")
+    assert [a.path for a in client.list_artifacts(run_id, "config")] == ["config/config.yaml"]
+    assert client.get_experiment(run.info.experiment_id).name == "outage"
+    assert not journals_in(run_dir)
+
+    again = upload(run_dir, tmp_path)
+    assert again.rc == 2 and "nothing to upload" in again.stderr
+    assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def test_a_server_dying_mid_run_gets_every_step_once_when_it_returns(relay, tmp_path, capfd):
+    relay.start()
+    tracker = SidecarTracker(relay.uri, "outage-mid-run", "dies", {}, offline_dir=tmp_path)
+    tracker.log_params({"optimizer.lr": 0.1})
+    for step in range(1, 11):
+        tracker.log_metrics({"train/loss": 1 / step}, step=step)
+    tracker.flush()
+    run_id = tracker.run_id
+
+    relay.stop()
+    started = time.monotonic()
+    for step in range(11, 31):
+        tracker.log_metrics({"train/loss": 1 / step}, step=step)
+    tracker.set_tags({"ms_exp.placement": "device"})
+    tracker.flush()
+    assert time.monotonic() - started < 10     # noticed in seconds, not MLflow's minutes
+    assert tracker.run_id == run_id
+    journal = tracker.offline_journal
+    assert journal is not None and journal.parent.parent == tmp_path
+    (warning,) = warnings_in(capfd.readouterr().err)
+    assert "is unreachable (connection refused)" in warning and str(journal) in warning
+
+    relay.start()
+    tracker.finish("FINISHED")
+    assert tracker.kept_journal is None and not journals_in(tmp_path)
+    client = MlflowClient(relay.uri)
+    steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+    assert sorted(steps) == list(range(1, 31))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["ms_exp.placement"] == "device"
+    err = capfd.readouterr().err
+    assert not warnings_in(err) and f"{relay.uri} answers again: run {run_id}" in err
+
+
+def test_a_journal_kept_at_the_end_is_uploaded_once(relay, tmp_path, capfd):
+    relay.start()
+    tracker = SidecarTracker(relay.uri, "outage-upload", "kept", {}, offline_dir=tmp_path)
+    tracker.log_metrics({"train/loss": 1.0}, step=1)
+    tracker.flush()
+    relay.stop()
+    tracker.log_metrics({"train/loss": 0.5}, step=2)
+    tracker.finish("FINISHED")          # still down: the journal stays, nothing raised
+    assert tracker.kept_journal is not None and tracker.kept_journal.is_file()
+    assert len(warnings_in(capfd.readouterr().err)) == 1
+    run_id = tracker.run_id
+    client = MlflowClient(relay.uri.replace(str(relay.port), str(relay.target[1])))
+    assert client.get_run(run_id).info.status == "RUNNING"
+
+    relay.start()
+    uploaded = upload(tmp_path, tmp_path)
+    assert uploaded.rc == 0, uploaded.stderr
+    assert f"delivered to run {run_id} " in uploaded.stdout
+    assert "metric values: 1," in uploaded.stdout and "ended FINISHED" in uploaded.stdout
+    assert [m.step for m in client.get_metric_history(run_id, "train/loss")] == [1, 2]
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_rank_zero_of_a_distributed_job_shares_the_jobs_journal(relay, tmp_path, capfd):
+    # Rank 0 adds to the job's run from a sidecar of its own (ms_exp/worker.py) and leaves
+    # ending it to the job; what it could not deliver, the job delivers at its end.
+    relay.start()
+    job = SidecarTracker(relay.uri, "outage-ranks", "data", {}, offline_dir=tmp_path)
+    run_id = job.run_id
+    rank0 = SidecarTracker(relay.uri, None, None, {}, run_id=run_id, journal=job.journal,
+                           ends_run=False)
+    for step in range(1, 6):
+        rank0.log_metrics({"train/loss": 1 / step}, step=step)
+    rank0.flush()
+    relay.stop()
+    for step in range(6, 11):
+        rank0.log_metrics({"train/loss": 1 / step}, step=step)
+    rank0.flush()
+    rank0.finish(None)
+    job.set_tags({"ms_exp.parallel_mode": "data"})
+    assert job.offline_journal == job.journal
+    assert len(warnings_in(capfd.readouterr().err)) == 1     # rank 0's; the job joins quietly
+
+    relay.start()
+    job.finish("FINISHED")
+    client = MlflowClient(relay.uri)
+    assert [m.step for m in client.get_metric_history(run_id, "train/loss")] == list(range(1, 11))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["ms_exp.parallel_mode"] == "data"
+    assert not journals_in(tmp_path)
+
+
+def test_an_upload_cut_short_goes_on_where_it_stopped(tmp_path, monkeypatch, capsys):
+    import requests
+
+    from ms_exp.tracking import upload
+    from ms_exp.tracking.journal import Journal
+    from ms_exp.tracking.tracker import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    journal = Journal(tmp_path / "mlflow-offline" / "job.jsonl", {
+        "tracking_uri": uri, "experiment_name": "exp", "run_name": "cut", "tags": {},
+        "parent_run_id": None, "run_id": None})
+    for step in range(1, 5):
+        journal.write("log_metric_rows", rows=[["train/loss", 1 / step, 1000 + step, step]])
+    journal.write("finish", status="FINISHED")
+    journal.close()
+    deliver = Tracker.log_metric_rows
+
+    def store_dies_at_step_3(tracker, rows):
+        if rows[0][3] == 3:
+            raise requests.ConnectionError("Connection refused")
+        deliver(tracker, rows)
+
+    monkeypatch.setattr(Tracker, "log_metric_rows", store_dies_at_step_3)
+    for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.setenv(key, "1")    # what the upload sets stays in this test
+    assert upload.main([str(tmp_path)]) == 1
+    assert "still unreachable" in capsys.readouterr().err
+    monkeypatch.setattr(Tracker, "log_metric_rows", deliver)
+    assert upload.main([str(tmp_path)]) == 0
+    assert "metric values: 2, ended FINISHED" in capsys.readouterr().out
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == \
+        [1, 2, 3, 4]
+    assert not list((tmp_path / "mlflow-offline").iterdir())
+
+
+def test_upload_without_a_journal_is_a_one_line_error(tmp_path):
+    result = run_cli("ms_exp.tracking.upload", [str(tmp_path)], tmp_path, timeout=60)
+    assert result.rc == 2
+    assert result.stderr.strip().splitlines() == [
+        f"ms_exp: error: RUN_DIR={tmp_path}: nothing to upload (no mlflow-offline/*.jsonl "
+        "journal there)"]
+
+
+def test_a_job_reopens_an_earlier_run_and_appends_to_it(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = SidecarTracker(uri, "exp", "resumable", {})
+    first.log_metrics({"train/loss": 1.0}, step=1)
+    first.finish("KILLED")
+    run_id = first.run_id
+
+    second = SidecarTracker(uri, "exp", "ignored", {"ms_exp.resumed": "yes"}, run_id=run_id)
+    second.wait_for_run()
+    client = MlflowClient(uri)
+    assert second.run_id == run_id
+    assert client.get_run(run_id).info.status == "RUNNING"
+    second.log_metrics({"train/loss": 0.5}, step=2)
+    second.finish("FINISHED")
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "resumable"
+    assert run.data.tags["ms_exp.resumed"] == "yes"
+    assert [m.step for m in client.get_metric_history(run_id, "train/loss")] == [1, 2]
+    assert len(client.search_runs([run.info.experiment_id])) == 1
