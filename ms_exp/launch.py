@@ -5,6 +5,7 @@ starts one ``python -m ms_exp.worker --run-dir <run dir>`` per rank, and every r
 the resolved config the parent wrote there (DESIGN.md, decision 2). The command is printed
 and saved as ``<run dir>/msrun_command.sh`` so it can be copied to a cluster node.
 """
+import ctypes
 import os
 import re
 import shlex
@@ -80,6 +81,31 @@ def interpreter_path_dir(run_dir: Path) -> Path:
     return folder
 
 
+_PR_SET_PDEATHSIG = 1
+try:    # loaded here, not in the forked child, where dlopen could meet a lock held at fork
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _LIBC = None
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies.
+
+    msrun and its ranks run in sessions of their own (so one signal stops them all), so
+    nothing else stops them when the launching process is killed outright (SIGKILL, out of
+    memory): they would train on into a run directory a resumed job may be writing to. The
+    launcher sets this for msrun, every rank and msrun's scheduler for themselves, so a
+    SIGKILL of the launcher takes the whole tree; a resumed job then continues from the last
+    checkpoint every rank holds. A thread polling the parent would not do: MindSpore's
+    scheduler holds the GIL while it waits for the ranks."""
+    prctl = getattr(_LIBC, "prctl", None)
+    if prctl is None:
+        return      # not Linux: the ranks outlive a killed launcher, as before
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)     # the parent died before we asked
+
+
 def launch(parallel_cfg, run_dir: Path, env: Dict[str, str]) -> None:
     """Run msrun to completion; on Ctrl-C or SIGTERM stop every rank, then re-raise.
 
@@ -92,6 +118,7 @@ def launch(parallel_cfg, run_dir: Path, env: Dict[str, str]) -> None:
                 "PATH": f"{interpreter_path_dir(run_dir)}{os.pathsep}{os.environ.get('PATH', '')}"}
     # A session of its own, so that every rank can be stopped with one signal.
     process = subprocess.Popen(command, env=full_env, start_new_session=True,
+                               preexec_fn=die_with_parent,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                errors="replace", bufsize=1)
     failed_pids: List[int] = []

@@ -15,6 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp import provenance
 from ms_exp.console import tee_output
 from ms_exp.launch import COMMAND_FILE, is_distributed, launch, log_dir, save_command
+from ms_exp.resume import (ResumePoint, clear_resume_point, find_resume_point,
+                           read_run_record, write_run_record)
 from ms_exp.tracking.finished import DIGEST_TAG, config_digest, find_finished, skip_note
 from ms_exp.tracking.lifecycle import tracked_run
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
@@ -72,14 +74,26 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
         earlier = _finished_before(cfg, run_dir, uri, digest, overrides)
         if earlier is not None:
             return earlier
+    own_dir = run_dir
+    resume = find_resume_point(cfg, own_dir, digest, uri)
+    run_dir = _prepare_run_dir(own_dir, resume)
     config_file = run_dir / RESOLVED_CONFIG
-    OmegaConf.save(cfg, config_file, resolve=True)
+    # What the run trains, not how this command reached it: a re-run (--from-run) or the
+    # ranks reading it must not resume again.
+    OmegaConf.save(_without_resume(cfg), config_file, resolve=True)
+    write_run_record(run_dir, digest=digest, status="RUNNING")
     run_name, tags, parent = _run_identity(cfg, run_dir, overrides, uri, digest)
+    status = "FAILED"
     with tee_output(run_dir / "console.log"), \
             tracked_run(tracking.enabled, uri, tracking.experiment_name, run_name, tags,
-                        parent_run_id=parent) as tracker:
-        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-        tracker.log_params(flatten(resolved))
+                        parent_run_id=parent,
+                        run_id=_resumed_run_id(resume, tracking),
+                        offline_dir=run_dir) as tracker:
+        if resume is None:
+            resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+            tracker.log_params(flatten(resolved))
+        else:
+            _announce_resume(resume, own_dir, tracker)
         tracker.log_artifact(config_file, "config")
         if hydra_dir is not None and Path(hydra_dir).is_dir():
             tracker.log_artifacts(Path(hydra_dir), "hydra")
@@ -91,10 +105,49 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
                 result = _train_with_msrun(cfg, run_dir, tracker, uri)
             else:
                 result = train_in_process(cfg, run_dir, tracker)
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
         finally:
+            write_run_record(run_dir, status=status)
             _log_outputs(tracker, run_dir, cfg)
         _report(result, tracker, uri)
         return result
+
+
+def _prepare_run_dir(own_dir: Path, resume: Optional[ResumePoint]) -> Path:
+    """The directory the job trains in: its own, or the one of the run it resumes, where it
+    leaves the resume point for the ranks (ms_exp/resume.py)."""
+    if resume is None:
+        clear_resume_point(own_dir)
+        return own_dir
+    resume.save()
+    return resume.run_dir
+
+
+def _announce_resume(resume: ResumePoint, own_dir: Path, tracker) -> None:
+    where = "" if own_dir == resume.run_dir else \
+        f" (this command's own folder {own_dir} keeps Hydra's record only)"
+    print(f"resuming the run in {resume.run_dir} from {resume.checkpoint}{where}", flush=True)
+    # MLflow refuses a param that changes value: the run keeps the params it started with,
+    # and the resumption is a tag.
+    tracker.set_tags({"ms_exp.resumed_from": f"{resume.checkpoint} (epoch {resume.epoch}, "
+                      f"step {resume.step_in_epoch} of it)"})
+
+
+def _without_resume(cfg: DictConfig) -> DictConfig:
+    saved = cfg.copy()
+    saved.trainer.resume = None
+    return saved
+
+
+def _resumed_run_id(resume: Optional[ResumePoint], tracking) -> Optional[str]:
+    """The MLflow run the resumed run directory trained into, which the job appends to;
+    None: a new run (tracking was off, or the job died before its first step)."""
+    if resume is None or not tracking.enabled:
+        return None
+    return read_run_record(resume.run_dir).get("run_id")
 
 
 def _run_identity(cfg: DictConfig, run_dir: Path, overrides: List[str], uri: str,
@@ -145,9 +198,14 @@ def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobR
     tracker.set_tags({"ms_exp.msrun_command": line[:5000]})
     env = {}
     if tracker.enabled:
-        # MLflow's own variables: rank 0 attaches to this run instead of starting one.
-        env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": tracker.run_id,
-               "MLFLOW_EXPERIMENT_ID": tracker.experiment_id}
+        # MLflow's own variables: rank 0 attaches to this run instead of starting one (with
+        # the server unreachable, to the job's journal: ms_exp/tracking/journal.py).
+        from ms_exp.tracking.journal import JOURNAL_VARIABLE
+
+        env = {key: value for key, value in {
+            "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": tracker.run_id,
+            "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
+            JOURNAL_VARIABLE: str(tracker.journal or "")}.items() if value}
     launch(cfg.parallel, run_dir, env)
     return JobResult.load(run_dir)
 
@@ -168,6 +226,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     from ms_exp.checkpoint import (BestCheckpoint, TimedModelCheckpoint,
                                    create_checkpoint_callbacks, last_checkpoint, rank_dir)
     from ms_exp.data import Shard, create_datasets
+    from ms_exp.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
     from ms_exp.metrics import best_metric, classification_metrics
     from ms_exp.monitors import FitTimeMonitor
     from ms_exp.models import create_network
@@ -175,6 +234,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     from ms_exp.placement import create_placement
     from ms_exp.progress import ProgressBar, wants_progress_bar
     from ms_exp.tracking.callback import MlflowMetrics
+    from ms_exp.tracking.lifecycle import StepBoundary
 
     tracker.set_tags({"ms_exp.device_target": runtime.device_target,
                       "ms_exp.mode": runtime.mode,
@@ -216,6 +276,13 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
                          boost_level=cfg.boost.level)
 
     ckpt_dir = rank_dir(run_dir, runtime.rank_id)
+    start_step = 0
+    resume = ResumePoint.load(run_dir)
+    if resume is not None:
+        from ms_exp.resume import restore
+
+        start_step = restore(resume, model.train_network, train_set, ckpt_dir,
+                             steps_per_epoch)
     mlflow_metrics = MlflowMetrics(tracker, cfg.dataset.batch_size * runtime.group_size,
                                    cfg.tracking.log_every_n_steps, loss_names)
     interval = cfg.trainer.loss_print_interval
@@ -228,7 +295,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     callbacks = [monitor, FitTimeMonitor(), mlflow_metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode,
-                                             best_metric(cfg.model.name))
+                                             best_metric(cfg.model.name), start_step)
     if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
         callbacks.append(_snapshot_callback(cfg, network, run_dir, steps_per_epoch, tracker))
     if runtime.emulated:
@@ -243,13 +310,28 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, epochs))
 
+    saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
+    if start_step:
+        callbacks.insert(0, StartAtStep(start_step))
+    if saver is not None:
+        callbacks.append(FlushAfterCheckpoint(saver, tracker))
+    callbacks.append(StopOnSignal(saver))
+
     # The MLflow run is created by the sidecar meanwhile (ms_exp/tracking/sidecar.py); a
     # store that cannot be reached stops the job here, before training.
     tracker.wait_for_run()
+    if runtime.rank_id == 0 and tracker.run_id:
+        # Where a resumed job appends (ms_exp/resume.py); read without asking MLflow.
+        write_run_record(run_dir, run_id=tracker.run_id)
     try:
-        model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
-                  dataset_sink_mode=False)
+        if start_step < epochs * steps_per_epoch:
+            model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
+                      dataset_sink_mode=False, initial_epoch=start_step // steps_per_epoch)
+        else:
+            print(f"the checkpoint is at the last step ({start_step}): nothing left to train",
+                  flush=True)
     finally:
+        StepBoundary.reset()
         if cfg.boost.mode == "dim_reduce" and runtime.rank_id == 0:
             from ms_exp.boost.pca import remove_work_dir
 
@@ -257,7 +339,6 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
 
     # Step 0: one total per run, not a training curve.
     tracker.log_metrics({"system/peak_host_memory_mb": peak_host_memory_mb()}, step=0)
-    saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
     if saver is not None:
         tracker.log_metrics({"checkpoint/save_time_s": saver.save_time_s}, step=0)
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
@@ -405,12 +486,16 @@ def _report(result: JobResult, tracker, uri: str) -> None:
     if result.best_checkpoint:
         lines.append(f"best checkpoint: {result.best_checkpoint} "
                      f"({result.best_metric} {result.best_value:.4f})")
-    if tracker.enabled:
+    if tracker.enabled and tracker.run_id is not None:
         lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) "
                      f"in {uri}")
         lines.append(f"open it with: {ui_command(uri)}")
         lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
                      f"{tracker.experiment_id}/runs/{tracker.run_id}")
+    if tracker.enabled and tracker.offline_journal is not None:
+        from ms_exp.tracking.journal import offline_note
+
+        lines.append(offline_note(uri, tracker.offline_journal, tracker.run_id))
     print("\n".join(lines), flush=True)
 
 

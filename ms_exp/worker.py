@@ -3,7 +3,8 @@
 Hydra does not run here: the launching process composed and validated the config and wrote
 it to ``<run dir>/config.yaml``; every rank reads it, so all ranks share one run directory
 and one MLflow run (DESIGN.md, decision 2). Rank 0 logs metrics into the run named by
-MLflow's own ``MLFLOW_RUN_ID``; the launching process ends the run.
+MLflow's own ``MLFLOW_RUN_ID`` (or, while the tracking server cannot be reached, into the
+job's journal named by ``MS_EXP_MLFLOW_JOURNAL``); the launching process ends the run.
 """
 import argparse
 import os
@@ -12,27 +13,33 @@ from pathlib import Path
 from typing import List, Optional
 
 from ms_exp.config.compose import load_run_config
-from ms_exp.launch import log_dir, record_worker_pid
+from ms_exp.launch import die_with_parent, log_dir, record_worker_pid
 from ms_exp.train import RESOLVED_CONFIG, train
 
 
 def attach_tracker(rank_id: int):
+    """Rank 0's tracker: a sidecar of its own (as a job's, so no step waits for MLflow)
+    that adds to the launching job's run and leaves ending it to the job. With the server
+    unreachable it keeps rank 0's calls in the job's journal, which the job delivers when
+    the run ends (ms_exp/tracking/journal.py); if the job found the server down from the
+    start, there is no run yet and they go straight there."""
+    from ms_exp.tracking.journal import JOURNAL_VARIABLE
     from ms_exp.tracking.lifecycle import DisabledTracker
-    from ms_exp.tracking.tracker import Tracker
+    from ms_exp.tracking.sidecar import SidecarTracker
 
     run_id = os.environ.get("MLFLOW_RUN_ID")
-    if rank_id != 0 or not run_id:
+    journal = os.environ.get(JOURNAL_VARIABLE)
+    if rank_id != 0 or not (run_id or journal):
         return DisabledTracker()
-    from mlflow import MlflowClient
-
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    return Tracker(client, run_id, os.environ.get("MLFLOW_EXPERIMENT_ID", ""))
+    return SidecarTracker(os.environ["MLFLOW_TRACKING_URI"], None, None, {}, run_id=run_id,
+                          journal=journal, ends_run=False)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ms_exp.worker", description=__doc__)
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    die_with_parent()       # msrun, which dies with the launching process
     from ms_exp.context import init_env
 
     cfg = load_run_config(args.run_dir / RESOLVED_CONFIG)
@@ -41,6 +48,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     tracker = attach_tracker(runtime.rank_id)
     result = train(cfg, args.run_dir, tracker, runtime)
     tracker.flush()
+    tracker.finish(None)
     if runtime.rank_id == 0:
         result.save()
     return 0

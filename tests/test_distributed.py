@@ -167,6 +167,38 @@ def _wait_for_training(process, run_dir: Path, timeout=120):
 LONG = ("trainer.epochs=300", "checkpoint=none", "trainer.loss_print_interval=1")
 
 
+def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path):
+    # The same command twice (the port too: it is part of the config the runs share).
+    job = ("trainer.epochs=30", "checkpoint.save_checkpoint_steps=5", "trainer.resume=auto",
+           "trainer.loss_print_interval=1", f"parallel.launcher.master_port={free_port()}")
+    process = _start(tmp_path, *job)
+    run_dir = tmp_path / "run"
+    deadline = time.time() + 120
+    log = run_dir / "log_output" / "worker_1.log"
+    while "epoch: 2 step: 12," not in (log.read_text(errors="replace") if log.is_file() else ""):
+        assert time.time() < deadline and process.poll() is None, "training did not start"
+        time.sleep(0.2)
+    process.kill()
+    process.communicate(timeout=60)
+    deadline = time.time() + 15
+    while _workers_of(run_dir):        # msrun, its scheduler and both ranks die with it
+        assert time.time() < deadline, "ranks outlived their killed launcher"
+        time.sleep(0.2)
+    resumed = _start(tmp_path, *job)
+    output = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, output[-3000:]
+    (point,) = set(re.findall(r"resumed from \S+/rank_\d/(checkpoint-\d+_\d+\.ckpt)",
+                              (run_dir / "log_output" / "worker_0.log").read_text() +
+                              (run_dir / "log_output" / "worker_1.log").read_text()))
+    epoch, step = map(int, re.match(r"checkpoint-(\d+)_(\d+)", point).groups())
+    assert (epoch - 1) * 22 + step >= 22 + 10      # where the killed job had got to
+    for rank in (0, 1):
+        assert (run_dir / f"checkpoints/rank_{rank}/checkpoint-30_22.ckpt").is_file()
+    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
+    assert run.info.status == "FINISHED" and run.data.tags["ms_exp.resumed_from"] == \
+        f"{point} (epoch {epoch}, step {step} of it)"
+
+
 def test_a_crashed_worker_stops_the_others_and_fails_the_run(tmp_path):
     process = _start(tmp_path, *LONG)
     run_dir = tmp_path / "run"

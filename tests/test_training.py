@@ -1,6 +1,7 @@
 """Training behaviour a user notices: both context modes, the checkpoint and tracking
 options, optimizers and schedules, and how a run ends (KILLED, FAILED)."""
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import FAST, run_cli, train
+from ms_exp.checkpoint import load_verified
 from ms_exp.config.compose import compose_config
 
 SHORT = ("trainer.epochs=2",)
@@ -85,7 +87,7 @@ def test_checkpoint_steps_and_keep_max_reach_model_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("choice,expected", [
-    ("all", {"checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt", "best.ckpt",
+    ("all", {"checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt", "best.ckpt", "best.json",
              "checkpoint-graph.meta"}),
     ("last", {"checkpoint-2_44.ckpt", "best.ckpt"}),
     ("none", set()),
@@ -191,9 +193,9 @@ def test_seed_makes_runs_repeatable(tmp_path):
         np.testing.assert_array_equal(a[name], b[name])
 
 
-def _start_long_run(tmp_path):
+def _start_long_run(tmp_path, checkpoint="none"):
     args = [sys.executable, "-m", "ms_exp.run", *FAST, "trainer.epochs=500",
-            "dataset=synthetic", "dataset.num_samples=4096", "checkpoint=none"]
+            "dataset=synthetic", "dataset.num_samples=4096", f"checkpoint={checkpoint}"]
     process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True,
                                env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"})
@@ -208,19 +210,32 @@ def _start_long_run(tmp_path):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_interrupted_run_is_marked_killed(tmp_path, signum):
-    process, _ = _start_long_run(tmp_path)
+def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signum):
+    process, _ = _start_long_run(tmp_path, checkpoint="integrated")
+    sidecars = _sidecars_of(process.pid)
     process.send_signal(signum)
     rest = process.communicate(timeout=120)[0]
     assert process.returncode == 130, rest
+    assert "stopping after this step and saving a checkpoint" in rest
     assert "the run was marked KILLED" in rest
+    # Saved at the step it stopped at, mid-epoch (the regular ones come once an epoch).
+    saved = Path(re.search(r"interrupted: checkpoint (\S+) saved", rest)[1])
+    epoch, step = map(int, re.fullmatch(r"checkpoint-(\d+)_(\d+)\.ckpt", saved.name).groups())
+    assert epoch >= 2 and 0 < step < 128
+    params = load_verified(saved)
+    assert int(params["step_num"].asnumpy()) == (epoch - 1) * 128 + step
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs(["1"])
     assert run.info.status == "KILLED"
     # MindSpore's native SIGINT handler re-raises Ctrl-C as SIGTERM once training runs.
     assert run.data.tags["ms_exp.ended_by"] in ("received signal SIGTERM",
                                                  "received signal SIGINT")
-    assert client.get_metric_history(run.info.run_id, "train/loss")  # flushed before ending
+    history = client.get_metric_history(run.info.run_id, "train/loss")  # flushed first
+    assert max(m.step for m in history) == (epoch - 1) * 128 + step
+    deadline = time.time() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in sidecars):
+        assert time.time() < deadline, "the sidecar process outlived its job"
+        time.sleep(0.2)
 
 
 def test_a_killed_job_leaves_no_run_running_and_no_process_behind(tmp_path):

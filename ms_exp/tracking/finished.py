@@ -2,8 +2,8 @@
 
 Every run is tagged with a digest of its resolved config (``ms_exp.config_digest``). Paths
 inside the job's own run directory (the strategy file's default location) are replaced by
-a placeholder and the ``tracking`` section and the progress bar are left out: they change
-where and how a result is recorded, not the result. With ``tracking.skip_finished=true`` a
+a placeholder and the ``tracking`` section, the progress bar and ``trainer.resume`` are left
+out: they change where and how a result is recorded or reached, not the result. With ``tracking.skip_finished=true`` a
 job whose digest matches a FINISHED run of the same experiment is not trained again; a
 re-run of a sweep with a failed or missing job therefore trains only those.
 """
@@ -15,7 +15,7 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 DIGEST_TAG = "ms_exp.config_digest"
-_NOT_PART_OF_THE_RESULT = (("tracking",), ("trainer", "progress_bar"))
+_NOT_PART_OF_THE_RESULT = (("tracking",), ("trainer", "progress_bar"), ("trainer", "resume"))
 
 
 def config_digest(cfg: DictConfig, run_dir: Path) -> str:

@@ -1,0 +1,245 @@
+"""Continuing an interrupted run (``trainer.resume``) from its last good checkpoint.
+
+Every job keeps a small record in its run directory, ``run.json``: the config digest, the
+MLflow run it records into and the status it ended with. A job killed outright (SIGKILL, a node lost) never updates it, so it
+still says RUNNING. ``trainer.resume=auto`` picks the newest run under the same outputs
+folder (``outputs/``, ``multirun/``) with this config's digest that did not finish; finding
+none, it starts a new run, so the same command can be submitted again and again. An MLflow
+run id, a run directory or one checkpoint file name the run explicitly (the config may then
+differ, e.g. more epochs).
+
+The checkpoint to continue from is chosen here, in the launching process, once for all
+ranks: the newest ``<prefix>-<epoch>_<step>.ckpt`` that every rank folder holds and that
+reads back whole under MindSpore's CRC check. A file that does not is reported by name and
+renamed ``*.ckpt.damaged`` (kept, never loaded, never counted by the retention). The choice
+goes to the ranks as ``resume.json``; each rank loads weights and optimizer state into the
+train network, sets the dataset to the step after the checkpoint (``set_init_step``, which
+replays MindSpore's shuffle order) and starts ``Model.fit`` at that epoch and step, so a
+resumed run ends with the weights an uninterrupted one would have (tests/test_resume.py).
+"""
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+RUN_RECORD = "run.json"
+RESUME_FILE = "resume.json"
+RESUME_ALLOWED = "auto, an MLflow run id, a run directory or a .ckpt file"
+DAMAGED_SUFFIX = ".damaged"
+
+
+class ResumeError(ValueError):
+    """The named run or checkpoint cannot be continued; the message is one line."""
+
+
+def is_run_id(value: str) -> bool:
+    return bool(re.fullmatch(r"[0-9a-f]{32}", value))
+
+
+# -- the run record -------------------------------------------------------------------------
+
+def write_run_record(run_dir: Path, **fields) -> None:
+    """Update fields of the record (digest, status, run_id: the MLflow run). Written whole
+    (a temporary file renamed), so a killed job leaves the previous version."""
+    path = Path(run_dir) / RUN_RECORD
+    record = {"started": time.time(), **read_run_record(run_dir), **fields,
+              "updated": time.time()}
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(json.dumps(record, indent=2))
+    os.replace(partial, path)
+
+
+def read_run_record(run_dir: Path) -> dict:
+    return _read_json(Path(run_dir) / RUN_RECORD) or {}
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# -- where to continue from -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ResumePoint:
+    run_dir: Path
+    checkpoint: str     # the file name, the same in every rank's folder
+    epoch: int          # of the checkpoint, counted from 1 as ModelCheckpoint names it
+    step_in_epoch: int
+
+    def save(self) -> None:
+        partial = self.run_dir / (RESUME_FILE + ".partial")
+        partial.write_text(json.dumps({**asdict(self), "run_dir": str(self.run_dir)}))
+        os.replace(partial, self.run_dir / RESUME_FILE)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Optional["ResumePoint"]:
+        fields = _read_json(Path(run_dir) / RESUME_FILE)
+        return cls(**{**fields, "run_dir": Path(fields["run_dir"])}) if fields else None
+
+
+def clear_resume_point(run_dir: Path) -> None:
+    (Path(run_dir) / RESUME_FILE).unlink(missing_ok=True)
+
+
+def find_resume_point(cfg, new_run_dir: Path, digest: str, uri: str) -> Optional[ResumePoint]:
+    """Where this job continues, or None for a new run (``trainer.resume`` unset, or
+    ``auto`` with nothing to continue)."""
+    value = cfg.trainer.resume
+    if value is None:
+        return None
+    prefix = cfg.checkpoint.prefix
+    ranks = cfg.parallel.device_num
+    if value == "auto":
+        for run_dir in unfinished_runs(outputs_root(new_run_dir), digest):
+            name = newest_good_checkpoint(run_dir, prefix, ranks)
+            if name is not None:
+                return _point(run_dir, name, prefix)
+            print(f"trainer.resume=auto: {run_dir} did not finish but has no good "
+                  "checkpoint to continue from", flush=True)
+        print("trainer.resume=auto: no unfinished run of this config under "
+              f"{outputs_root(new_run_dir)}; starting a new run", flush=True)
+        return None
+    run_dir, wanted = explicit_target(value, uri)
+    name = newest_good_checkpoint(run_dir, prefix, ranks, wanted)
+    if name is None:
+        raise ResumeError(f"trainer.resume={value!r}: no checkpoint {wanted or ''} that reads "
+                          f"back whole in all {ranks} rank folders of {run_dir / 'checkpoints'}")
+    return _point(run_dir, name, prefix)
+
+
+def explicit_target(value: str, uri: str) -> Tuple[Path, Optional[str]]:
+    """The run directory an explicit ``trainer.resume`` names, and the checkpoint file name
+    when it names one."""
+    if is_run_id(value):
+        return run_dir_of(uri, value), None
+    path = Path(value).resolve()
+    if path.is_file():
+        return path.parents[2], path.name    # <run dir>/checkpoints/rank_<r>/<file>
+    return path, None
+
+
+def common_checkpoints(run_dir: Path, prefix: str, ranks: int,
+                       wanted: Optional[str] = None) -> List[str]:
+    """Checkpoint names every rank folder holds (not read), oldest first."""
+    from ms_exp.checkpoint import numbered_checkpoints, rank_dir
+
+    folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
+    names = [{p.name for p in numbered_checkpoints(folder, prefix)} for folder in folders]
+    common = set.intersection(*names) if names else set()
+    if wanted is not None:
+        common &= {wanted}
+    return [p.name for p in numbered_checkpoints(folders[0], prefix) if p.name in common]
+
+
+def _point(run_dir: Path, name: str, prefix: str) -> ResumePoint:
+    from ms_exp.checkpoint import checkpoint_position
+
+    epoch, step = checkpoint_position(Path(name), prefix)
+    return ResumePoint(Path(run_dir).resolve(), name, epoch, step)
+
+
+def outputs_root(run_dir: Path) -> Path:
+    """The folder Hydra's run directories of this working directory are made in: the first
+    part of the run directory's path below it (``outputs``, ``multirun``)."""
+    run_dir = Path(run_dir).resolve()
+    try:
+        return Path.cwd() / run_dir.relative_to(Path.cwd()).parts[0]
+    except (ValueError, IndexError):
+        return run_dir.parent
+
+
+def unfinished_runs(root: Path, digest: str) -> List[Path]:
+    """Run directories under ``root`` of the config ``digest`` that did not finish, newest
+    first. This job's own directory is among them only if it is an earlier job's (a fixed
+    ``hydra.run.dir``): a new one has no record yet."""
+    found = []
+    for record_path in Path(root).glob(f"**/{RUN_RECORD}"):
+        record = _read_json(record_path)
+        if record and record.get("digest") == digest and record.get("status") != "FINISHED":
+            found.append((record.get("started", 0), record_path.parent.resolve()))
+    return [run_dir for _, run_dir in sorted(found, reverse=True)]
+
+
+def run_dir_of(uri: str, run_id: str) -> Path:
+    """The run directory an MLflow run was trained in (its ``ms_exp.run_dir`` tag)."""
+    from ms_exp.tracking.store import sqlite_path
+
+    database = sqlite_path(uri)
+    if database is not None and not database.is_file():
+        # Opening it would create an empty store.
+        raise ResumeError(f"no such run: there is no MLflow store at {database}")
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = MlflowClient(uri).get_run(run_id)
+    except MlflowException:
+        raise ResumeError(f"no such run in {uri}") from None
+    run_dir = run.data.tags.get("ms_exp.run_dir")
+    if not run_dir or not Path(run_dir).is_dir():
+        raise ResumeError(f"the run's directory {run_dir or '(not recorded)'} is not on this "
+                          "machine")
+    return Path(run_dir)
+
+
+def newest_good_checkpoint(run_dir: Path, prefix: str, ranks: int,
+                           wanted: Optional[str] = None) -> Optional[str]:
+    """The newest checkpoint name every rank folder holds and reads back whole; damaged
+    files met on the way are reported and renamed."""
+    from ms_exp.checkpoint import rank_dir
+
+    folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
+    for name in reversed(common_checkpoints(run_dir, prefix, ranks, wanted)):
+        if all(_is_good(folder / name) for folder in folders):
+            return name
+    return None
+
+
+def _is_good(path: Path) -> bool:
+    from ms_exp.checkpoint import DamagedCheckpoint, verify_checkpoint
+
+    try:
+        verify_checkpoint(path)
+    except DamagedCheckpoint as error:
+        kept = path.with_name(path.name + DAMAGED_SUFFIX)
+        os.replace(path, kept)
+        print(f"ms_exp: warning: {error}; not resuming from it (kept as {kept})", flush=True)
+        return False
+    return True
+
+
+# -- continuing in the ranks ----------------------------------------------------------------
+
+def restore(point: ResumePoint, train_network, train_set, ckpt_dir: Path,
+            steps_per_epoch: int) -> int:
+    """Load the checkpoint into the train network (weights and optimizer state) and move
+    the dataset to the step after it; return that global step."""
+    import mindspore as ms
+
+    from ms_exp.checkpoint import load_verified
+
+    path = Path(ckpt_dir) / point.checkpoint
+    params = load_verified(path)
+    step = params.pop("step_num", None)
+    params.pop("epoch_num", None)
+    # Checkpoints written before ms_exp recorded step_num: the name gives the same step.
+    global_step = int(step.asnumpy()) if step is not None else \
+        (point.epoch - 1) * steps_per_epoch + point.step_in_epoch
+    try:
+        not_loaded, _ = ms.load_param_into_net(train_network, params)
+    except (RuntimeError, ValueError) as error:   # a shape that differs: another network
+        raise ResumeError(f"checkpoint {path} does not fit this network and optimizer: "
+                          f"{str(error).strip().splitlines()[0]}") from None
+    if not_loaded:
+        raise ResumeError(f"checkpoint {path} lacks {', '.join(not_loaded[:5])} of this "
+                          "network and optimizer: it was saved by another config")
+    train_set.set_init_step(global_step)
+    print(f"resumed from {path}: epoch {point.epoch}, step {global_step} "
+          f"(weights and optimizer state)", flush=True)
+    return global_step
