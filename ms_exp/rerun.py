@@ -54,14 +54,16 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     uri = resolve_tracking_uri(_tracking_uri(extra))
     database = missing_database(uri)
     if database is not None:
-        raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database} "
-                            "(name the run's store with tracking.uri=...)")
+        raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database}; expected the "
+                            "id of a run in an existing store (name the run's store with "
+                            "tracking.uri=...)")
     client = MlflowClient(uri)
     try:
         run = client.get_run(run_id)
     except MlflowException as error:
         raise InvalidConfig(f"{FLAG}={run_id}: no such run in {uri} "
-                            f"({str(error).splitlines()[0][:200]})") from None
+                            f"({str(error).splitlines()[0][:200]}); expected the id of a run "
+                            "in that store") from None
     with tempfile.TemporaryDirectory(prefix="ms_exp_rerun_") as workdir:
         try:
             recorded = OmegaConf.load(client.download_artifacts(

@@ -13,13 +13,9 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
-MNIST_SIDE = 28
-IDX_IMAGES_MAGIC = 2051
-IDX_LABELS_MAGIC = 2049
-MNIST_FILES = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-}
+# The idx format's facts, as ms_exp's header checks hold them (one place for both).
+from ms_exp.data.headers import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, MNIST_SIDE
+from ms_exp.data.headers import MNIST_SPLITS as MNIST_FILES
 
 
 def write_idx_images(path: Path, images: np.ndarray) -> None:

@@ -101,8 +101,9 @@ def test_unknown_run_id_or_store_is_one_line(original, tmp_path):
     result = run_cli("ms_exp.run", ["--from-run", "0" * 32], tmp_path)
     assert result.rc == 2
     assert result.stderr.strip().splitlines() == [
-        f"ms_exp: error: --from-run={'0' * 32}: no MLflow store at {tmp_path / 'mlflow.db'} "
-        "(name the run's store with tracking.uri=...)"]
+        f"ms_exp: error: --from-run={'0' * 32}: no MLflow store at {tmp_path / 'mlflow.db'}; "
+        "expected the id of a run in an existing store (name the run's store with "
+        "tracking.uri=...)"]
     assert list(tmp_path.iterdir()) == []
     result = run_cli("ms_exp.run", ["--from-run", "0" * 32], original.cwd)
     assert result.rc == 2

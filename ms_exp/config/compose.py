@@ -16,7 +16,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import GROUP_SCHEMAS, Config, register_schemas
-from ms_exp.config.validate import choices_from_config, validate, writable_dir
+from ms_exp.config.validate import (choices_from_config, concurrent_master_ports,
+                                    output_folder, validate)
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
@@ -69,8 +70,10 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
         validate(cfg, cfg.hydra.runtime.choices)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-        writable_dir(key, output, Path(output))
+        output_folder(key, output)
         configs.append(cfg)
+    if multirun:
+        concurrent_master_ports(configs)
     return configs
 
 

@@ -26,6 +26,8 @@ class ConfigError(InvalidConfig):
 def _show(value) -> str:
     if value is None:
         return "null"
+    if isinstance(value, bool):  # as the user writes it on the command line and in YAML
+        return "true" if value else "false"
     if isinstance(value, str):
         return repr(value)
     return str(value)
@@ -60,6 +62,8 @@ def _reason(message: str) -> str:
     conversion = re.search(r"could not be converted to (\w+)", first)
     if conversion:
         return f"not allowed; expected {_TYPE_NAMES.get(conversion.group(1), conversion.group(1))}"
+    if "is not a valid bool" in first:  # OmegaConf's wording for booleans differs
+        return f"not allowed; expected {_TYPE_NAMES['Boolean']}"
     choices = re.search(r"expected one of \[(.*)\]", first)
     if choices:
         return f"not allowed; expected one of {choices.group(1)}"

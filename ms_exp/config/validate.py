@@ -5,7 +5,9 @@ before Hydra creates a run directory or MLflow a run. Every refusal is a ConfigE
 line with the key, the value and what is allowed.
 """
 import dataclasses
+import math
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -14,8 +16,10 @@ from typing import Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
-from ms_exp.data.criteo import read_meta, samples_per_record
+from ms_exp.data.criteo import COLUMNS as CRITEO_COLUMNS, read_meta, samples_per_record
 from ms_exp.data.criteo_convert import EVAL_FILE, FIELD_SIZE, META_FILE, TRAIN_FILE
+from ms_exp.data.headers import (count_files, first_file, image_signature,
+                                 mindrecord_columns, mnist_train_samples)
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require
@@ -28,6 +32,14 @@ RESNET_DEPTHS = (18, 50)
 RESNET_MIN_IMAGE_SIZE = 32
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+# scikit-learn's bundled handwritten digits (dataset=digits) hold this many images.
+DIGITS_SAMPLES = 1797
+# An output folder or store on a filesystem with less free space than this is refused: a
+# run writes its config, logs, checkpoints and MLflow rows there, and a disk that fills up
+# midway leaves half-written checkpoints and a run that never ends.
+MIN_FREE_BYTES = 64 * 1024 * 1024
+# Launchers that run several jobs of a sweep at the same time on this machine.
+CONCURRENT_LAUNCHERS = ("concurrent", "joblib", "submitit_local")
 
 
 def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
@@ -36,7 +48,10 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_trainer(cfg.trainer)
     validate_parallel(cfg.parallel)
     validate_checkpoint(cfg.checkpoint)
+    validate_checkpoint_choice(cfg.checkpoint, choices["checkpoint"])
+    validate_resume(cfg)
     validate_dataset(cfg.dataset)
+    validate_batch_fits(cfg.dataset, cfg.parallel)
     if cfg.model.name == "wide_deep" or cfg.dataset.name == "criteo":
         from ms_exp.models.validate import validate_wide_deep
 
@@ -53,6 +68,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_snapshots(cfg)
     if cfg.boost.mode == "dim_reduce":
         validate_dim_reduce(cfg)
+    validate_master_port_free(cfg.parallel)
 
 
 def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
@@ -106,6 +122,45 @@ def validate_trainer(cfg) -> None:
             one_of(DEVICE_TARGETS))
 
 
+def validate_resume(cfg) -> None:
+    """``trainer.resume``: where to continue from (ms_exp/resume.py finds the checkpoint)."""
+    resume = cfg.trainer.resume
+    if resume is None:
+        return
+    from ms_exp.resume import (RESUME_ALLOWED, ResumeError, common_checkpoints,
+                               explicit_target, is_run_id)
+    from ms_exp.tracking.store import resolve_tracking_uri
+
+    key = "trainer.resume"
+    require(cfg.checkpoint.save, key, resume,
+            "null with checkpoint=none (a run that saves no checkpoint cannot be resumed)")
+    # Neither keeps its state in the checkpoint: dim-reduce's PCA subspace and line search
+    # live in AutoBoost, stage one's snapshot series in its own ModelCheckpoint.
+    require(cfg.boost.mode != "dim_reduce", key, resume,
+            "null with boost=dim_reduce (its state is not in the checkpoints)")
+    require(not cfg.checkpoint.snapshots.per_epoch, key, resume,
+            "null with checkpoint.snapshots.per_epoch > 0 (the snapshot series cannot be "
+            "continued)")
+    if resume == "auto":
+        return
+    if not is_run_id(resume):
+        path = Path(resume)
+        require(path.exists(), key, resume, f"{RESUME_ALLOWED} that exists")
+        if path.is_file():
+            require(path.suffix == ".ckpt", key, resume, f"{RESUME_ALLOWED} (.ckpt)")
+        else:
+            require((path / "checkpoints").is_dir(), key, resume,
+                    f"{RESUME_ALLOWED} ({path} has no checkpoints/ folder)")
+    try:
+        run_dir, wanted = explicit_target(resume, resolve_tracking_uri(cfg.tracking.uri))
+    except ResumeError as error:
+        raise ConfigError(key, resume, f"{RESUME_ALLOWED} ({error})") from None
+    ranks = cfg.parallel.device_num
+    require(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted), key, resume,
+            f"a run with a {cfg.checkpoint.prefix}-<epoch>_<step>.ckpt in each of its {ranks} "
+            f"rank folders ({run_dir / 'checkpoints'})")
+
+
 def validate_parallel(cfg) -> None:
     if cfg.mode == "stand_alone":
         require(cfg.device_num == 1, "parallel.device_num", cfg.device_num,
@@ -124,6 +179,13 @@ def validate_parallel(cfg) -> None:
     require(1 <= local <= workers, "parallel.launcher.local_worker_num",
             launcher.local_worker_num, f"null or an integer from 1 to {workers}")
     nodes = -(-workers // local)
+    if nodes == 1:
+        # msrun starts its scheduler where master_addr points; with every worker here an
+        # address of another machine makes them wait cluster_time_out for nobody.
+        require(is_address_of_this_machine(launcher.master_addr),
+                "parallel.launcher.master_addr", launcher.master_addr,
+                f"an address of this machine, e.g. 127.0.0.1, when all {workers} workers run "
+                "here (set parallel.launcher.local_worker_num to spread them over nodes)")
     if nodes > 1:
         require(0 <= launcher.node_rank < nodes, "parallel.launcher.node_rank",
                 launcher.node_rank, f"this node's rank, 0 to {nodes - 1} ({workers} workers, "
@@ -136,6 +198,14 @@ def validate_parallel(cfg) -> None:
     positive("parallel.launcher", launcher, "cluster_time_out")
     require(launcher.join_timeout >= 0, "parallel.launcher.join_timeout",
             launcher.join_timeout, "seconds >= 0")
+
+
+def validate_master_port_free(cfg) -> None:
+    """Checked after every other key: a port other processes hold comes and goes, and must
+    not hide a mistake in the config itself."""
+    if cfg.mode == "stand_alone":
+        return
+    launcher = cfg.launcher
     if launcher.node_rank in (-1, 0) and is_local_address(launcher.master_addr):
         require(port_is_free(launcher.master_addr, launcher.master_port),
                 "parallel.launcher.master_port", launcher.master_port,
@@ -145,6 +215,18 @@ def validate_parallel(cfg) -> None:
 
 def is_local_address(address: str) -> bool:
     return address in ("127.0.0.1", "localhost", "::1") or address.startswith("127.")
+
+
+def is_address_of_this_machine(address: str) -> bool:
+    """Whether a socket can be bound to ``address`` here (a name is resolved first)."""
+    if is_local_address(address):
+        return True
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:  # not an address of this machine, or a name that does not resolve
+        return False
+    return True
 
 
 def port_is_free(address: str, port: int) -> bool:
@@ -165,6 +247,30 @@ def validate_checkpoint(cfg) -> None:
             "checkpoint.prefix", cfg.prefix, "a non-empty file-name prefix without slashes")
 
 
+def validate_checkpoint_choice(cfg, option: str) -> None:
+    """Keys that contradict the checkpoint option they were set on. checkpoint=integrated is
+    the default and the documented sweep varies its integrated_save (README), so only the
+    explicit options sliced and none are held to what their names say."""
+    if option == "sliced":
+        require(not cfg.integrated_save, "checkpoint.integrated_save", cfg.integrated_save,
+                "false with checkpoint=sliced, which saves each rank's slice (use "
+                "checkpoint=integrated for whole weights)")
+        require(cfg.save, "checkpoint.save", cfg.save,
+                "true with checkpoint=sliced (use checkpoint=none to save nothing)")
+    elif option == "none":
+        require(not cfg.save, "checkpoint.save", cfg.save,
+                "false with checkpoint=none (use checkpoint=integrated or checkpoint=sliced "
+                "to save checkpoints)")
+        require(not cfg.keep_best, "checkpoint.keep_best", cfg.keep_best,
+                "false with checkpoint=none, which writes no checkpoint (for best.ckpt alone "
+                "use checkpoint=integrated checkpoint.save=false)")
+    load_file = cfg.strategy.load_file
+    if load_file:
+        # MindSpore reads it only when the graph compiles, after the run has started.
+        require(Path(load_file).expanduser().is_file(), "checkpoint.strategy.load_file",
+                load_file, "'' (none) or a strategy file that exists")
+
+
 def validate_dataset(cfg) -> None:
     positive("dataset", cfg, "batch_size", "num_parallel_workers")
     name = cfg.name
@@ -176,6 +282,7 @@ def validate_dataset(cfg) -> None:
         missing = [f for f in MNIST_FILES if not (root / f).is_file()]
         require(not missing, "dataset.path", cfg.path,
                 f"a folder with the MNIST idx files ({', '.join(missing)} missing)")
+        mnist_train_samples("dataset.path", cfg.path, root)
     elif name == "imagenet":
         validate_image_folder(cfg)
     elif name == "criteo":
@@ -201,9 +308,15 @@ def validate_image_folder(cfg) -> None:
         classes = [p for p in split.iterdir() if p.is_dir()] if split.is_dir() else []
         require(bool(classes), f"dataset.{key}", cfg[key],
                 f"a folder of class folders under {root}")
-        has_images = any(f.suffix in IMAGE_EXTENSIONS for c in classes for f in c.iterdir())
-        require(has_images, f"dataset.{key}", cfg[key],
+        images = [f for f in (first_file(c, IMAGE_EXTENSIONS) for c in classes) if f]
+        require(bool(images), f"dataset.{key}", cfg[key],
                 f"class folders holding images ({', '.join(IMAGE_EXTENSIONS[:4])}, ...)")
+        # One file per class: enough to catch a folder of renamed or broken files, which
+        # ImageFolderDataset would stop on mid-epoch ("Decode: image decode failed").
+        for image in images:
+            require(image_signature(image) is not None, f"dataset.{key}", cfg[key],
+                    f"class folders of JPEG, PNG or BMP images ({image.parent.name}/"
+                    f"{image.name} is none of them)")
         folders = folders or len(classes)
     require(cfg.image_size >= 1, "dataset.image_size", cfg.image_size, "an integer >= 1")
     if cfg.num_classes is not None:
@@ -234,6 +347,15 @@ def validate_criteo(cfg) -> None:
             f"({', '.join(bad)} missing or not one); convert again with "
             "`python -m ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`")
     size = samples_per_record(cfg, meta)
+    for name in (TRAIN_FILE, EVAL_FILE):
+        schema = mindrecord_columns("dataset.path", cfg.path, root / name)
+        shapes = {column: list(schema.get(column, {}).get("shape", [])) for column in
+                  CRITEO_COLUMNS}
+        require(all(shape[:1] == [size] for shape in shapes.values()), "dataset.path",
+                cfg.path, f"MindRecord files of columns {', '.join(CRITEO_COLUMNS)} with "
+                f"{size} samples a record as {META_FILE} says ({name} has {shapes}); "
+                "convert again with `python -m ms_exp.data.criteo_convert RAW OUT_DIR "
+                "--overwrite`")
     if cfg.drop_remainder:
         records = meta["train_records"]
         samples = records * size
@@ -241,6 +363,39 @@ def validate_criteo(cfg) -> None:
                 f"at most the {samples} training samples ({records} records of {size}) in "
                 f"{root} (with dataset.drop_remainder=true a smaller set gives 0 steps per "
                 "epoch)")
+
+
+def validate_batch_fits(dataset_cfg, parallel_cfg) -> None:
+    """With drop_remainder a batch larger than the samples a rank reads gives 0 steps per
+    epoch, and MindSpore stops only in Model.fit ("There is no valid data in dataset").
+    Criteo is checked in validate_criteo, in records."""
+    if not dataset_cfg.drop_remainder or dataset_cfg.name == "criteo":
+        return
+    ranks = 1
+    if parallel_cfg.mode != "stand_alone" and not parallel_cfg.get("full_batch", False):
+        ranks = parallel_cfg.device_num  # each rank reads its own shard
+    batch = dataset_cfg.batch_size
+    samples = training_samples(dataset_cfg, enough=batch * ranks)
+    per_rank = math.ceil(samples / ranks)
+    readers = "" if ranks == 1 else f", {per_rank} on each of {ranks} ranks"
+    require(batch <= per_rank, "dataset.batch_size", batch,
+            f"at most the {samples} training samples of dataset={dataset_cfg.name}{readers} "
+            "(with dataset.drop_remainder=true a larger batch gives 0 steps per epoch)")
+
+
+def training_samples(cfg, enough: int) -> int:
+    """The training split's size, read from headers; image folders are counted only up to
+    ``enough`` files."""
+    if cfg.name == "digits":
+        # train_test_split holds out ceil(fraction * samples).
+        return DIGITS_SAMPLES - math.ceil(cfg.eval_fraction * DIGITS_SAMPLES)
+    if cfg.name == "mnist":
+        return mnist_train_samples("dataset.path", cfg.path, Path(cfg.path).expanduser())
+    if cfg.name == "imagenet":
+        train = Path(cfg.path).expanduser() / cfg.train_dir
+        return count_files(sorted(p for p in train.iterdir() if p.is_dir()),
+                           IMAGE_EXTENSIONS, enough)
+    return cfg.num_samples
 
 
 def existing_dir(key: str, value: Optional[str]) -> Path:
@@ -298,7 +453,10 @@ def validate_shard_strategies(cfg) -> None:
         validate_strategies(network, cfg.parallel.strategies, cfg.parallel.device_num,
                             batch_size=cfg.dataset.batch_size)
     except InvalidConfig as error:
-        raise InvalidConfig(f"parallel.strategies: {error}") from None
+        raise InvalidConfig(f"parallel.strategies: {error}; expected for each operator of the "
+                            "network one shard tuple per input, each factor dividing its "
+                            "dimension, the product dividing parallel.device_num "
+                            f"({cfg.parallel.device_num})") from None
 
 
 def validate_placement(cfg, model_cfg) -> None:
@@ -336,8 +494,11 @@ def validate_tracking(cfg) -> None:
         uri = cfg.uri
         if uri is None:
             writable_dir("tracking.uri", uri, Path.cwd())
+            enough_free_space("tracking.uri", uri, Path.cwd())
         elif uri.startswith("sqlite:///"):
-            writable_dir("tracking.uri", uri, Path(uri[len("sqlite:///"):]).parent)
+            store_folder = Path(uri[len("sqlite:///"):]).parent
+            writable_dir("tracking.uri", uri, store_folder)
+            enough_free_space("tracking.uri", uri, store_folder)
         else:
             scheme = uri.split("://", 1)[0] if "://" in uri else ""
             allowed = ("http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
@@ -346,15 +507,62 @@ def validate_tracking(cfg) -> None:
                     + ", ".join(allowed))
 
 
+def output_folder(key: str, value) -> None:
+    """A run or sweep folder: named, writable, and on a filesystem with room for a run."""
+    require(value is not None and str(value).strip() != "", key, value,
+            "a folder path (relative paths are below the working directory)")
+    writable_dir(key, value, Path(value))
+    enough_free_space(key, value, Path(value))
+
+
+def existing_ancestor(path: Path) -> Path:
+    """``path`` itself or the nearest folder above it that exists."""
+    existing = Path(path).expanduser().absolute()
+    while not existing.exists():
+        existing = existing.parent
+    return existing
+
+
+def enough_free_space(key: str, value, path: Path) -> None:
+    existing = existing_ancestor(path)
+    free = shutil.disk_usage(existing).free
+    require(free >= MIN_FREE_BYTES, key, value,
+            f"a folder on a filesystem with at least {MIN_FREE_BYTES} bytes "
+            f"({MIN_FREE_BYTES // 2**20} MiB) free ({existing} has {free} bytes free)")
+
+
+def concurrent_master_ports(configs) -> None:
+    """Distributed jobs that a launcher runs at the same time must not share a master
+    port: the second job's msrun cannot bind it, or its ranks join the first job's cluster."""
+    if not configs:
+        return
+    hydra_cfg = configs[0].hydra
+    launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
+    n_jobs = hydra_cfg.launcher.get("n_jobs", 2)
+    if launcher not in CONCURRENT_LAUNCHERS or n_jobs == 1:
+        return
+    first_job = {}
+    for number, cfg in enumerate(configs):
+        if cfg.parallel.mode == "stand_alone":
+            continue
+        port = cfg.parallel.launcher.master_port
+        address = (cfg.parallel.launcher.master_addr, port)
+        if address in first_job:
+            raise ConfigError("parallel.launcher.master_port", port,
+                              f"a different port for each distributed job that "
+                              f"hydra/launcher={launcher} runs at the same time (jobs "
+                              f"{first_job[address]} and {number} both use {port}; sweep it "
+                              f"too, e.g. parallel.launcher.master_port={port},{port + 1})")
+        first_job[address] = number
+
+
 def writable_dir(key: str, value, path: Path) -> None:
     """Refuse ``path`` unless it is, or can be created as, a folder we can write into.
 
     Probes with a real temporary file because permission bits say nothing for root or on
     read-only mounts; nothing is created if the check fails, and the probe is removed."""
     path = Path(path).expanduser().absolute()
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
+    existing = existing_ancestor(path)
     require(existing.is_dir(), key, value,
             f"a writable folder ({existing} is a file, not a folder)")
     try:

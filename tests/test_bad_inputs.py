@@ -1,0 +1,818 @@
+"""The bad-input corpus (issue 7): every kind of wrong command line, refused the same way.
+
+Each case calls ``python -m ms_exp.run``'s ``main()`` in-process, in an empty working
+directory, and checks what a user sees and what is left behind:
+
+- exit status 2 and exactly one stderr line, ``ms_exp: error: `` and then the whole
+  expected message (compared exactly, not as a fragment): the key, the value and what is
+  allowed;
+- nothing written: no ``outputs/`` or ``multirun/`` folder, no ``mlflow.db``, no
+  ``mlruns/``; and, run again over a working directory that already holds an MLflow store
+  with one finished run, that store byte for byte as it was (no run, experiment or tag
+  added) and still one run in it.
+
+Data files the cases read are real formats, broken on purpose (an idx file with the wrong
+magic number, a MindRecord file that is not one, ...), written outside the working
+directory. Placeholders in arguments and messages: ``<data>`` is the case's data folder,
+``<cwd>`` the working directory, ``<port>`` a port a test socket is listening on.
+"""
+import json
+import shutil
+import socket
+import sqlite3
+import struct
+import subprocess
+import sys
+from contextlib import ExitStack, closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import pytest
+
+from datafiles import (IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, malformed_criteo_line,
+                       write_image_folder, write_mnist)
+from ms_exp.config import validate
+from ms_exp.config.schema import LauncherConfig
+from ms_exp.data.criteo_sample import sample_lines
+from ms_exp.run import main
+
+ERROR = "ms_exp: error: "
+# A run id of the right shape that no store holds.
+UNKNOWN_RUN = "0123456789abcdef0123456789abcdef"
+CRITEO = ("dataset=criteo", "model=wide_deep", "dataset.path=<data>/criteo",
+          "dataset.batch_size=10")
+# What boost=dim_reduce requires of the optimizer (AutoBoost trains with SGD(lr=1)).
+DIM_REDUCE = ("boost=dim_reduce", "optimizer.name=sgd", "optimizer.lr=1",
+              "optimizer.momentum=0")
+MIB = 2 ** 20
+DEFAULT_MASTER_PORT = LauncherConfig.master_port
+
+
+@dataclass
+class Scene:
+    """What a case's setup may use: its data folder, pytest's monkeypatch, a stack for
+    resources to release after the call, and extra placeholders for argv and message."""
+
+    data: Path
+    cwd: Path
+    monkeypatch: pytest.MonkeyPatch
+    stack: ExitStack
+    placeholders: Dict[str, str] = field(default_factory=dict)
+
+    def fill(self, text: str) -> str:
+        for name, value in {"<data>": str(self.data), "<cwd>": str(self.cwd),
+                            **self.placeholders}.items():
+            text = text.replace(name, value)
+        return text
+
+
+@dataclass(frozen=True)
+class Bad:
+    argv: Tuple[str, ...]
+    message: str  # the line after "ms_exp: error: "
+    setup: Optional[Callable[[Scene], None]] = None
+    # Where the working directory starts: False, empty; True, holding an MLflow store with
+    # one finished run (for cases that read a store); BOTH, each way in turn (a sample of
+    # every kind of case, to show a refusal never writes to an existing store).
+    store: object = False
+
+
+BOTH = "both"
+
+
+def bad(*argv: str, message: str, setup=None, store=False) -> Bad:
+    return Bad(tuple(argv), message, setup, store)
+
+
+# --- data the cases read ----------------------------------------------------------------
+
+def mnist(scene: Scene) -> Path:
+    return write_mnist(scene.data / "mnist", train=20, test=10)
+
+
+def mnist_missing_file(scene: Scene) -> None:
+    (mnist(scene) / "t10k-labels-idx1-ubyte").unlink()
+
+
+def mnist_wrong_magic(scene: Scene) -> None:
+    images = mnist(scene) / "train-images-idx3-ubyte"
+    with open(images, "r+b") as f:
+        f.write(struct.pack(">I", IDX_LABELS_MAGIC))  # a labels file's magic
+
+
+def mnist_truncated(scene: Scene) -> None:
+    images = mnist(scene) / "t10k-images-idx3-ubyte"
+    with open(images, "r+b") as f:
+        f.truncate(images.stat().st_size - 100)  # a download cut short
+
+
+def mnist_too_few_labels(scene: Scene) -> None:
+    labels = mnist(scene) / "train-labels-idx1-ubyte"
+    labels.write_bytes(struct.pack(">II", IDX_LABELS_MAGIC, 19) + bytes(19))
+
+
+def mnist_wrong_size(scene: Scene) -> None:
+    images = mnist(scene) / "train-images-idx3-ubyte"
+    images.write_bytes(struct.pack(">IIII", IDX_IMAGES_MAGIC, 20, 32, 32) + bytes(20 * 32 * 32))
+
+
+def images(scene: Scene) -> Path:
+    return write_image_folder(scene.data / "images", per_class_train=2, per_class_val=1,
+                              size=8)
+
+
+def images_without_classes(scene: Scene) -> None:
+    root = images(scene)
+    train = root / "train"
+    for image in train.rglob("*.JPEG"):
+        image.rename(train / image.name)  # flattened: no class folders left
+    for folder in [p for p in train.iterdir() if p.is_dir()]:
+        folder.rmdir()
+
+
+def images_without_images(scene: Scene) -> None:
+    root = images(scene)
+    for image in (root / "val").rglob("*.JPEG"):
+        image.with_suffix(".txt").write_text("not an image\n")
+        image.unlink()
+
+
+def images_not_images(scene: Scene) -> None:
+    first, *others = sorted((images(scene) / "train" / "dog").glob("*.JPEG"))
+    for image in others:
+        image.unlink()
+    first.write_text("<html>404 Not Found</html>\n")  # a failed download, saved as JPEG
+
+
+# The converter's output, as far as preflight reads it: criteo_meta.json and two MindRecord
+# files with their indexes (the header only; the pages after it stay a hole).
+CRITEO_META = {"format": 2, "samples_per_record": 10, "field_size": 39, "vocab_size": 46,
+               "train_samples": 270, "eval_samples": 30, "train_records": 27,
+               "eval_records": 3}
+MINDRECORD_HEADER_SIZE = 4096
+
+
+def write_mindrecord_header(path: Path, samples_per_record: int = 10) -> None:
+    schema = {name: {"shape": [samples_per_record, width], "type": kind}
+              for name, width, kind in (("feat_ids", 39, "int32"), ("feat_vals", 39, "float32"),
+                                        ("label", 1, "float32"))}
+    header = json.dumps({"header_size": MINDRECORD_HEADER_SIZE, "page": [],
+                         "page_size": 65536, "schema": [{"blob_fields": list(schema),
+                                                         "schema": schema}],
+                         "version": "3.0"}).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(MINDRECORD_HEADER_SIZE + 1024)
+    Path(f"{path}.db").write_bytes(b"SQLite format 3\x00" + bytes(100))
+
+
+def criteo(scene: Scene) -> Path:
+    root = scene.data / "criteo"
+    root.mkdir()
+    (root / "criteo_meta.json").write_text(json.dumps(CRITEO_META))
+    for name in ("train.mindrecord", "eval.mindrecord"):
+        write_mindrecord_header(root / name)
+    return root
+
+
+def criteo_meta_not_json(scene: Scene) -> None:
+    (criteo(scene) / "criteo_meta.json").write_text('{"format": 2, "vocab_size": ')
+
+
+def criteo_first_format(scene: Scene) -> None:
+    (criteo(scene) / "criteo_meta.json").write_text(json.dumps({**CRITEO_META, "format": 1}))
+
+
+def criteo_not_mindrecord(scene: Scene) -> None:
+    # Raw Criteo text renamed: the mistake of skipping the converter.
+    (criteo(scene) / "train.mindrecord").write_text("0\t1\t5\t\t2\t68fd1e64\n")
+
+
+def criteo_without_index(scene: Scene) -> None:
+    (criteo(scene) / "eval.mindrecord.db").unlink()
+
+
+def criteo_truncated(scene: Scene) -> None:
+    with open(criteo(scene) / "train.mindrecord", "r+b") as f:
+        f.truncate(2000)  # a copy cut short, inside the header region
+
+
+def criteo_other_packing(scene: Scene) -> None:
+    write_mindrecord_header(criteo(scene) / "eval.mindrecord", samples_per_record=1)
+
+
+def file_in_the_way(scene: Scene) -> None:
+    (scene.data / "a_file").write_text("not a folder\n")
+
+
+def busy_port(scene: Scene) -> None:
+    listener = scene.stack.enter_context(socket.socket())
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    scene.placeholders["<port>"] = str(listener.getsockname()[1])
+
+
+def full_disk(scene: Scene) -> None:
+    """The filesystem under ``<data>/full`` has 1 MiB free; elsewhere the real numbers."""
+    full = scene.data / "full"
+    full.mkdir()
+    real = shutil.disk_usage
+
+    def disk_usage(path):
+        usage = real(path)
+        if Path(path) == full or full in Path(path).parents:
+            return usage._replace(free=MIB)
+        return usage
+
+    scene.monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+
+
+# --- the corpus -------------------------------------------------------------------------
+
+BAD_INPUTS = {
+    # --- wrong types
+    "batch size not an integer": bad(
+        "dataset.batch_size=abc",
+        store=BOTH,
+        message="dataset.batch_size='abc': not allowed; expected an integer"),
+    "learning rate not a number": bad(
+        "optimizer.lr=fast", message="optimizer.lr='fast': not allowed; expected a number"),
+    "epochs a fraction": bad(
+        "trainer.epochs=1.5", message="trainer.epochs=1.5: not allowed; expected an integer"),
+    "tracking switch not a boolean": bad(
+        "tracking.enabled=maybe",
+        message="tracking.enabled='maybe': not allowed; expected true or false"),
+    "image shape with a word": bad(
+        "dataset=synthetic", "dataset.image_shape=[1,x,28]",
+        message="dataset.image_shape[1]='x': not allowed; expected an integer"),
+    "context mode": bad(
+        "trainer.mode=eager",
+        message="trainer.mode='eager': not allowed; expected one of graph, pynative"),
+    "checkpoint artifacts": bad(
+        "tracking.log_checkpoints=some",
+        message="tracking.log_checkpoints='some': not allowed; expected one of all, last, none"),
+    "device target": bad(
+        "trainer.device_target=TPU",
+        message="trainer.device_target='TPU': not allowed; expected one of None, CPU, GPU, "
+                "Ascend"),
+    # --- out of range
+    "batch size 0": bad(
+        "dataset.batch_size=0",
+        message="dataset.batch_size=0: not allowed; expected an integer >= 1"),
+    "learning rate 0": bad(
+        "optimizer.lr=0", store=BOTH,
+        message="optimizer.lr=0.0: not allowed; expected a number > 0"),
+    "epochs 0": bad(
+        "trainer.epochs=0", message="trainer.epochs=0: not allowed; expected an integer >= 1"),
+    "keep no checkpoint": bad(
+        "checkpoint.keep_checkpoint_max=0",
+        message="checkpoint.keep_checkpoint_max=0: not allowed; expected an integer >= 1"),
+    "loss print interval 0": bad(
+        "trainer.loss_print_interval=0",
+        message="trainer.loss_print_interval=0: not allowed; expected an integer >= 1"),
+    "metric log interval 0": bad(
+        "tracking.log_every_n_steps=0",
+        message="tracking.log_every_n_steps=0: not allowed; expected an integer >= 1"),
+    "device id negative": bad(
+        "trainer.device_id=-1",
+        message="trainer.device_id=-1: not allowed; expected an integer >= 0"),
+    "momentum 1": bad(
+        "optimizer.momentum=1",
+        message="optimizer.momentum=1.0: not allowed; expected a number in [0, 1)"),
+    "warmup longer than training": bad(
+        "optimizer.warmup_epochs=20",
+        message="optimizer.warmup_epochs=20: not allowed; expected an integer from 0 to "
+                "trainer.epochs (10)"),
+    "label smoothing 1": bad(
+        "loss.label_smoothing=1",
+        message="loss.label_smoothing=1.0: not allowed; expected a number in [0, 1)"),
+    "stand-alone on two devices": bad(
+        "parallel.device_num=2",
+        message="parallel.device_num=2: not allowed; expected 1 for parallel=stand_alone"),
+    "strategies for another device count": bad(
+        "parallel=semi_auto", "parallel.device_num=3",
+        message="parallel.strategies: strategy for 'layer1.matmul': ((2, 1), (1, 2)) uses "
+                "2*1*2 = 4 devices, which does not divide device_num=3; expected for each "
+                "operator of the network one shard tuple per input, each factor dividing its "
+                "dimension, the product dividing parallel.device_num (3)"),
+    "dim-reduce rho 0": bad(
+        "boost=dim_reduce", "boost.rho=0",
+        store=BOTH,
+        message="boost.rho=0.0: not allowed; expected a number in (0, 1): the line search "
+                "tries steps 1 and rho"),
+    "dim-reduce gamma 1": bad(
+        "boost=dim_reduce", "boost.gamma=1",
+        message="boost.gamma=1.0: not allowed; expected a number in [0, 1): the residual "
+                "gradient's momentum"),
+    "dim-reduce alpha negative": bad(
+        "boost=dim_reduce", "boost.alpha=-0.1",
+        message="boost.alpha=-0.1: not allowed; expected a number >= 0: the residual "
+                "gradient's step"),
+    "dim-reduce sigma above 1": bad(
+        "boost=dim_reduce", "boost.sigma=1.5",
+        message="boost.sigma=1.5: not allowed; expected a number in (0, 1): the line "
+                "search's sufficient-decrease factor"),
+    "dim-reduce no components": bad(
+        "boost=dim_reduce", "boost.n_components=0",
+        message="boost.n_components=0: not allowed; expected an integer >= 1"),
+    "dim-reduce components not shared evenly": bad(
+        "boost=dim_reduce", "parallel=data", "boost.n_components=3",
+        message="boost.n_components=3: not allowed; expected a multiple of "
+                "parallel.device_num (2): each rank takes an equal share of the components"),
+    "synthetic data without samples": bad(
+        "dataset=synthetic", "dataset.num_samples=0",
+        message="dataset.num_samples=0: not allowed; expected an integer >= 1"),
+    "synthetic data of one class": bad(
+        "dataset=synthetic", "dataset.num_classes=1",
+        message="dataset.num_classes=1: not allowed; expected an integer >= 2"),
+    "digits held out entirely": bad(
+        "dataset.eval_fraction=1",
+        message="dataset.eval_fraction=1.0: not allowed; expected a fraction between 0 and "
+                "1 (exclusive)"),
+    "batch larger than the training set": bad(
+        "dataset.batch_size=1500",
+        message="dataset.batch_size=1500: not allowed; expected at most the 1437 training "
+                "samples of dataset=digits (with dataset.drop_remainder=true a larger batch "
+                "gives 0 steps per epoch)"),
+    "batch larger than each rank's shard": bad(
+        "parallel=data", "dataset=synthetic", "dataset.num_samples=100",
+        "dataset.batch_size=64",
+        message="dataset.batch_size=64: not allowed; expected at most the 100 training "
+                "samples of dataset=synthetic, 50 on each of 2 ranks (with "
+                "dataset.drop_remainder=true a larger batch gives 0 steps per epoch)"),
+    "master port below 1024": bad(
+        "parallel=data", "parallel.launcher.master_port=80",
+        message="parallel.launcher.master_port=80: not allowed; expected a port from 1024 "
+                "to 65535"),
+    "fusion indices not increasing": bad(
+        "parallel=data", "parallel.all_reduce_fusion_config=[35,20]",
+        message="parallel.all_reduce_fusion_config=[35, 20]: not allowed; expected "
+                "increasing positive gradient indices, e.g. [20, 35]"),
+    "resnet depth": bad(
+        "model=resnet", "dataset=synthetic", "dataset.image_shape=[3,32,32]",
+        "model.depth=34", message="model.depth=34: not allowed; expected one of 18, 50"),
+    # --- unknown keys
+    "unknown model key": bad(
+        "model.hiden_size=3",
+        store=BOTH,
+        message="model.hiden_size=3: unknown key; expected one of hidden_size, name, "
+                "weight_init"),
+    "unknown key added with +": bad(
+        "+optimizer.nesterov=true",
+        message="optimizer.nesterov=true: unknown key; expected one of name, lr, momentum, "
+                "weight_decay, schedule, warmup_epochs, min_lr"),
+    "the dim-reduce tutorial's n_component": bad(
+        "boost=dim_reduce", "boost.n_component=4",
+        message="boost.n_component=4: unknown key; expected one of alpha, gamma, level, mode, "
+                "n_components, pca_mat_path, pretrained_weight_path, rho, sigma, "
+                "stage_one_run_id, timeout, weight_load_dir"),
+    "unknown launcher key": bad(
+        "parallel=data", "parallel.launcher.port=9000",
+        message="parallel.launcher.port=9000: unknown key; expected one of cluster_time_out, "
+                "join_timeout, local_worker_num, log_dir, master_addr, master_port, "
+                "node_rank, worker_num"),
+    "unknown tracking key": bad(
+        "tracking.url=http://localhost:5000",
+        message="tracking.url=http://localhost:5000: unknown key; expected one of enabled, "
+                "experiment_name, log_checkpoints, log_every_n_steps, rerun_of, run_name, "
+                "skip_finished, uri"),
+    "unknown strategy-file key": bad(
+        "checkpoint.strategy.savefile=s.ckpt",
+        message="checkpoint.strategy.savefile=s.ckpt: unknown key; expected one of "
+                "load_file, only_trainable_params, save_file"),
+    "a path for the bundled digits": bad(
+        "+dataset.path=/data/mnist",
+        message="dataset.path='/data/mnist': unknown key; expected one of batch_size, "
+                "shuffle, num_parallel_workers, drop_remainder, name, eval_fraction, "
+                "split_seed, mean, std"),
+    # --- unknown options
+    "unknown dataset": bad(
+        "dataset=cifar",
+        store=BOTH,
+        message="dataset='cifar': unknown option; expected one of criteo, digits, imagenet, "
+                "mnist, synthetic"),
+    "unknown parallel mode": bad(
+        "parallel=pipeline",
+        message="parallel='pipeline': unknown option; expected one of auto, data, semi_auto, "
+                "stand_alone"),
+    "unknown model": bad(
+        "model=vgg", message="model='vgg': unknown option; expected one of mlp, resnet, "
+                             "wide_deep"),
+    "unknown experiment": bad(
+        "+experiment=model_savings",
+        message="experiment='model_savings': unknown option; expected one of "
+                "dim_reduce_search, dim_reduce_stage_one, dim_reduce_stage_two, "
+                "model_saving, model_saving_integrated, model_saving_sliced, "
+                "wide_deep_hybrid"),
+    "unknown launcher": bad(
+        "hydra/launcher=ray",
+        message="hydra/launcher='ray': unknown option; expected one of basic, concurrent, "
+                "joblib, slurm, submitit_local, submitit_slurm"),
+    "auto-parallel search mode": bad(
+        "parallel=auto", "parallel.search_mode=random",
+        message="parallel.search_mode='random': not allowed; expected one of "
+                "sharding_propagation, dynamic_programming, recursive_programming"),
+    # --- group choices that conflict
+    "dim-reduce with auto parallel": bad(
+        "boost=dim_reduce", "parallel=auto",
+        store=BOTH,
+        message="parallel='auto': not allowed; expected stand_alone or data with "
+                "boost=dim_reduce (DimReduce is data-parallel)"),
+    "dim-reduce with wide&deep": bad(
+        *CRITEO, "boost=dim_reduce", setup=criteo,
+        message="boost='dim_reduce': not allowed; expected off with model=wide_deep"),
+    "dim-reduce with an optimizer it ignores": bad(
+        "boost=dim_reduce",
+        message="optimizer.name='momentum': not allowed; expected sgd with boost=dim_reduce "
+                "(MindSpore trains stage two with SGD(learning_rate=1) whatever is "
+                "configured)"),
+    "host placement without embedding tables": bad(
+        "placement=host_device",
+        message="placement='host_device': not allowed; expected a model with embedding "
+                "tables to keep on the host (model=wide_deep); model=mlp has none, use "
+                "placement=device"),
+    "wide&deep on digits": bad(
+        "model=wide_deep",
+        message="model='wide_deep': not allowed; expected dataset=criteo (Criteo ids and "
+                "weights); dataset=digits is images"),
+    "criteo with the mlp": bad(
+        *CRITEO, "model=mlp", setup=criteo,
+        message="dataset='criteo': not allowed; expected model=wide_deep for Criteo ids and "
+                "weights; model=mlp reads images"),
+    "wide&deep semi-auto": bad(
+        *CRITEO, "parallel=semi_auto", setup=criteo,
+        message="parallel='semi_auto': not allowed; expected stand_alone or data with "
+                "model=wide_deep"),
+    "wide&deep with an optimizer it ignores": bad(
+        *CRITEO, "optimizer.lr=0.1", setup=criteo,
+        message="optimizer.lr=0.1: not allowed; expected its default 0.05 with "
+                "model=wide_deep, which does not read the optimizer section; set "
+                "model.wide_lr (FTRL) and model.deep_lr (Adam/LazyAdam)"),
+    "sliced checkpoints saved whole": bad(
+        "checkpoint=sliced", "checkpoint.integrated_save=true",
+        store=BOTH,
+        message="checkpoint.integrated_save=true: not allowed; expected false with "
+                "checkpoint=sliced, which saves each rank's slice (use "
+                "checkpoint=integrated for whole weights)"),
+    "sliced checkpoints not saved": bad(
+        "checkpoint=sliced", "checkpoint.save=false",
+        message="checkpoint.save=false: not allowed; expected true with checkpoint=sliced "
+                "(use checkpoint=none to save nothing)"),
+    "no checkpoints, saved": bad(
+        "checkpoint=none", "checkpoint.save=true",
+        message="checkpoint.save=true: not allowed; expected false with checkpoint=none (use "
+                "checkpoint=integrated or checkpoint=sliced to save checkpoints)"),
+    "no checkpoints, best kept": bad(
+        "checkpoint=none", "checkpoint.keep_best=true",
+        message="checkpoint.keep_best=true: not allowed; expected false with "
+                "checkpoint=none, which writes no checkpoint (for best.ckpt alone use "
+                "checkpoint=integrated checkpoint.save=false)"),
+    "resnet on 8x8 digits": bad(
+        "model=resnet",
+        message="model='resnet': not allowed; expected images of at least 32x32; "
+                "dataset=digits has 8x8 (use model=mlp)"),
+    "label smoothing the sparse loss": bad(
+        "loss.name=softmax_cross_entropy", "loss.label_smoothing=0.1",
+        message="loss.label_smoothing=0.1: not allowed; expected 0 with "
+                "loss.name=softmax_cross_entropy (use cross_entropy to smooth labels)"),
+    "workers other than devices": bad(
+        "parallel=data", "parallel.launcher.worker_num=4",
+        message="parallel.launcher.worker_num=4: not allowed; expected null or "
+                "parallel.device_num (2): one worker per device"),
+    "node rank beyond the nodes": bad(
+        "parallel=data", "parallel.launcher.local_worker_num=1", "parallel.launcher.node_rank=2",
+        message="parallel.launcher.node_rank=2: not allowed; expected this node's rank, 0 to "
+                "1 (2 workers, 1 on each node)"),
+    "master on another machine for a one-node job": bad(
+        "parallel=data", "parallel.launcher.master_addr=192.0.2.1",
+        message="parallel.launcher.master_addr='192.0.2.1': not allowed; expected an address "
+                "of this machine, e.g. 127.0.0.1, when all 2 workers run here (set "
+                "parallel.launcher.local_worker_num to spread them over nodes)"),
+    # --- paths that do not exist
+    "mnist folder missing": bad(
+        "dataset=mnist", "dataset.path=/no/such/mnist",
+        store=BOTH,
+        message="dataset.path='/no/such/mnist': not allowed; expected a folder that exists"),
+    "image folder not given": bad(
+        "dataset=imagenet",
+        message="dataset.path=null: not allowed; expected a folder that exists (set it, or "
+                "the DATA_PATH environment variable)"),
+    "criteo folder missing": bad(
+        "dataset=criteo", "model=wide_deep", "dataset.path=<data>/nowhere",
+        message="dataset.path='<data>/nowhere': not allowed; expected a folder that exists"),
+    "stage-one weights missing": bad(
+        *DIM_REDUCE, "boost.pretrained_weight_path=/no/such/stage_one.ckpt",
+        message="boost.pretrained_weight_path='/no/such/stage_one.ckpt': not allowed; "
+                "expected a .ckpt file that exists (stage one's final checkpoint)"),
+    "stage-one run without a store": bad(
+        *DIM_REDUCE, "boost.stage_one_run_id=latest", store=False,
+        message="boost.stage_one_run_id='latest': not allowed; expected a run in an "
+                "existing store (<cwd>/mlflow.db does not exist)"),
+    "stage-one run not in the store": bad(
+        *DIM_REDUCE, f"boost.stage_one_run_id={UNKNOWN_RUN}", store=True,
+        message=f"boost.stage_one_run_id='{UNKNOWN_RUN}': no such run; expected the id of a "
+                "run in sqlite:///<cwd>/mlflow.db"),
+    "strategy file to load missing": bad(
+        "parallel=semi_auto", "checkpoint.strategy.load_file=/no/such/strategy.ckpt",
+        message="checkpoint.strategy.load_file='/no/such/strategy.ckpt': not allowed; "
+                "expected '' (none) or a strategy file that exists"),
+    "re-run of a run not in the store": bad(
+        "--from-run", UNKNOWN_RUN, store=True,
+        message=f"--from-run={UNKNOWN_RUN}: no such run in sqlite:///<cwd>/mlflow.db (Run "
+                f"with id={UNKNOWN_RUN} not found); expected the id of a run in that store"),
+    "re-run without a store": bad(
+        f"--from-run={UNKNOWN_RUN}", store=False,
+        message=f"--from-run={UNKNOWN_RUN}: no MLflow store at <cwd>/mlflow.db; expected the "
+                "id of a run in an existing store (name the run's store with "
+                "tracking.uri=...)"),
+    "tracking URI scheme": bad(
+        "tracking.uri=ftp://mlflow.example",
+        message="tracking.uri='ftp://mlflow.example': not allowed; expected null "
+                "(sqlite:///mlflow.db here) or a URI of scheme sqlite, http, https, file, "
+                "databricks, postgresql, mysql, mssql"),
+    "tracking store under a file": bad(
+        "tracking.uri=sqlite:///<data>/a_file/mlflow.db", setup=file_in_the_way,
+        message="tracking.uri='sqlite:///<data>/a_file/mlflow.db': not allowed; expected a "
+                "writable folder (<data>/a_file is a file, not a folder)"),
+    # --- output folders: unwritable, unnamed, full
+    "run folder under a file": bad(
+        "hydra.run.dir=<data>/a_file/run", setup=file_in_the_way,
+        store=BOTH,
+        message="hydra.run.dir='<data>/a_file/run': not allowed; expected a writable folder "
+                "(<data>/a_file is a file, not a folder)"),
+    "sweep folder under a file": bad(
+        "-m", "hydra.sweep.dir=<data>/a_file/sweep", "trainer.epochs=1,2",
+        setup=file_in_the_way,
+        message="hydra.sweep.dir='<data>/a_file/sweep': not allowed; expected a writable "
+                "folder (<data>/a_file is a file, not a folder)"),
+    "run folder empty": bad(
+        "hydra.run.dir=",
+        message="hydra.run.dir='': not allowed; expected a folder path (relative paths are "
+                "below the working directory)"),
+    "run folder on a full disk": bad(
+        "hydra.run.dir=<data>/full/run", setup=full_disk,
+        store=BOTH,
+        message="hydra.run.dir='<data>/full/run': not allowed; expected a folder on a "
+                "filesystem with at least 67108864 bytes (64 MiB) free (<data>/full has "
+                "1048576 bytes free)"),
+    "sweep folder on a full disk": bad(
+        "-m", "hydra.sweep.dir=<data>/full/sweep", "trainer.epochs=1,2", setup=full_disk,
+        message="hydra.sweep.dir='<data>/full/sweep': not allowed; expected a folder on a "
+                "filesystem with at least 67108864 bytes (64 MiB) free (<data>/full has "
+                "1048576 bytes free)"),
+    "tracking store on a full disk": bad(
+        "tracking.uri=sqlite:///<data>/full/mlflow.db", setup=full_disk,
+        store=BOTH,
+        message="tracking.uri='sqlite:///<data>/full/mlflow.db': not allowed; expected a "
+                "folder on a filesystem with at least 67108864 bytes (64 MiB) free "
+                "(<data>/full has 1048576 bytes free)"),
+    # --- malformed dataset files
+    "mnist idx file missing": bad(
+        "dataset=mnist", "dataset.path=<data>/mnist", setup=mnist_missing_file,
+        message="dataset.path='<data>/mnist': not allowed; expected a folder with the MNIST "
+                "idx files (t10k-labels-idx1-ubyte missing)"),
+    "mnist idx magic number": bad(
+        "dataset=mnist", "dataset.path=<data>/mnist", setup=mnist_wrong_magic,
+        store=BOTH,
+        message="dataset.path='<data>/mnist': not allowed; expected MNIST idx files as "
+                "MnistDataset reads them (train-images-idx3-ubyte has magic number 2049, "
+                "not 2051)"),
+    "mnist idx file truncated": bad(
+        "dataset=mnist", "dataset.path=<data>/mnist", setup=mnist_truncated,
+        message="dataset.path='<data>/mnist': not allowed; expected MNIST idx files as "
+                "MnistDataset reads them (t10k-images-idx3-ubyte is 7756 bytes; its header "
+                "says 7856 (truncated or not an idx file))"),
+    "mnist labels fewer than images": bad(
+        "dataset=mnist", "dataset.path=<data>/mnist", setup=mnist_too_few_labels,
+        message="dataset.path='<data>/mnist': not allowed; expected MNIST idx files as "
+                "MnistDataset reads them (train-labels-idx1-ubyte holds 19 labels for 20 "
+                "images in train-images-idx3-ubyte)"),
+    "mnist images not 28x28": bad(
+        "dataset=mnist", "dataset.path=<data>/mnist", setup=mnist_wrong_size,
+        message="dataset.path='<data>/mnist': not allowed; expected MNIST idx files as "
+                "MnistDataset reads them (train-images-idx3-ubyte holds 32x32 images, not "
+                "28x28)"),
+    "image folder without class folders": bad(
+        "dataset=imagenet", "dataset.path=<data>/images", setup=images_without_classes,
+        message="dataset.train_dir='train': not allowed; expected a folder of class folders "
+                "under <data>/images"),
+    "image class folders without images": bad(
+        "dataset=imagenet", "dataset.path=<data>/images", setup=images_without_images,
+        message="dataset.eval_dir='val': not allowed; expected class folders holding images "
+                "(.jpeg, .JPEG, .Jpeg, .jpg, ...)"),
+    "image files that are not images": bad(
+        "dataset=imagenet", "dataset.path=<data>/images", setup=images_not_images,
+        store=BOTH,
+        message="dataset.train_dir='train': not allowed; expected class folders of JPEG, PNG "
+                "or BMP images (dog/dog_train_0000.JPEG is none of them)"),
+    "criteo meta file not JSON": bad(
+        *CRITEO, setup=criteo_meta_not_json,
+        message="dataset.path='<data>/criteo': not allowed; expected a readable "
+                "criteo_meta.json (Expecting value: line 1 column 29 (char 28))"),
+    "criteo folder of the first format": bad(
+        *CRITEO, setup=criteo_first_format,
+        message="dataset.path='<data>/criteo': not allowed; expected a folder written by "
+                "this version of the Criteo converter (criteo_meta.json format 2; this one "
+                "is format 1 (one sample per record)); convert again with `python -m "
+                "ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`"),
+    "criteo records not MindRecord": bad(
+        *CRITEO, setup=criteo_not_mindrecord,
+        store=BOTH,
+        message="dataset.path='<data>/criteo': not allowed; expected a folder of MindRecord "
+                "files written by the Criteo converter (train.mindrecord is not a MindRecord "
+                "file)"),
+    "criteo records without index": bad(
+        *CRITEO, setup=criteo_without_index,
+        message="dataset.path='<data>/criteo': not allowed; expected a folder of MindRecord "
+                "files written by the Criteo converter (eval.mindrecord has no index: "
+                "eval.mindrecord.db is missing)"),
+    "criteo records truncated": bad(
+        *CRITEO, setup=criteo_truncated,
+        message="dataset.path='<data>/criteo': not allowed; expected a folder of MindRecord "
+                "files written by the Criteo converter (train.mindrecord is 2000 bytes, "
+                "shorter than its 4096-byte header region: truncated)"),
+    "criteo records packed otherwise": bad(
+        *CRITEO, setup=criteo_other_packing,
+        message="dataset.path='<data>/criteo': not allowed; expected MindRecord files of "
+                "columns feat_ids, feat_vals, label with 10 samples a record as "
+                "criteo_meta.json says (eval.mindrecord has {'feat_ids': [1, 39], "
+                "'feat_vals': [1, 39], 'label': [1, 1]}); convert again with `python -m "
+                "ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`"),
+    "criteo batch not whole records": bad(
+        *CRITEO, "dataset.batch_size=15", setup=criteo,
+        message="dataset.batch_size=15: not allowed; expected a multiple of 10, the samples "
+                "per record (samples_per_record) of <data>/criteo; or convert the data again "
+                "with a --samples-per-record that divides the batch size"),
+    # --- ports in use
+    "master port in use": bad(
+        "parallel=data", "parallel.launcher.master_port=<port>", setup=busy_port,
+        store=BOTH,
+        message="parallel.launcher.master_port=<port>: not allowed; expected a free port "
+                "(another process is listening on 127.0.0.1:<port>)"),
+    "one master port for concurrent jobs": bad(
+        "-m", "hydra/launcher=concurrent", "parallel=data", "optimizer.lr=0.01,0.1",
+        store=BOTH,
+        message="parallel.launcher.master_port=8118: not allowed; expected a different port "
+                "for each distributed job that hydra/launcher=concurrent runs at the same "
+                "time (jobs 0 and 1 both use 8118; sweep it too, e.g. "
+                "parallel.launcher.master_port=8118,8119)"),
+    # --- resuming
+    "resume from a path that does not exist": bad(
+        "trainer.resume=/no/such/run",
+        message="trainer.resume='/no/such/run': not allowed; expected auto, an MLflow run id, "
+                "a run directory or a .ckpt file that exists"),
+    "resume from a folder that is not a run": bad(
+        "trainer.resume=<data>",
+        message="trainer.resume='<data>': not allowed; expected auto, an MLflow run id, a run "
+                "directory or a .ckpt file (<data> has no checkpoints/ folder)"),
+    "resume from a file that is not a checkpoint": bad(
+        "trainer.resume=<data>/notes.txt", setup=lambda scene: (
+            scene.data.mkdir(parents=True, exist_ok=True),
+            (scene.data / "notes.txt").write_text("not a checkpoint\n")),
+        message="trainer.resume='<data>/notes.txt': not allowed; expected auto, an MLflow run "
+                "id, a run directory or a .ckpt file (.ckpt)"),
+    "resume a run id the store does not have": bad(
+        f"trainer.resume={UNKNOWN_RUN}", store=True,
+        message=f"trainer.resume='{UNKNOWN_RUN}': not allowed; expected auto, an MLflow run "
+                "id, a run directory or a .ckpt file (no such run in sqlite:///<cwd>/mlflow.db)"),
+    "resume a run id without a store": bad(
+        f"trainer.resume={UNKNOWN_RUN}",
+        message=f"trainer.resume='{UNKNOWN_RUN}': not allowed; expected auto, an MLflow run "
+                "id, a run directory or a .ckpt file (no such run: there is no MLflow store at "
+                "<cwd>/mlflow.db)"),
+    "resume a run without checkpoints": bad(
+        "trainer.resume=<data>/run", setup=lambda scene: (
+            scene.data.joinpath("run/checkpoints/rank_0").mkdir(parents=True)),
+        message="trainer.resume='<data>/run': not allowed; expected a run with a "
+                "checkpoint-<epoch>_<step>.ckpt in each of its 1 rank folders "
+                "(<data>/run/checkpoints)"),
+    "resume a run that saves no checkpoint": bad(
+        "checkpoint=none", "trainer.resume=auto", store=BOTH,
+        message="trainer.resume='auto': not allowed; expected null with checkpoint=none (a "
+                "run that saves no checkpoint cannot be resumed)"),
+    "resume stage one's snapshot series": bad(
+        "checkpoint.snapshots.per_epoch=2", "trainer.resume=auto",
+        message="trainer.resume='auto': not allowed; expected null with "
+                "checkpoint.snapshots.per_epoch > 0 (the snapshot series cannot be continued)"),
+    # --- sweeps with one bad job
+    "one bad job of a sweep": bad(
+        "-m", "trainer.epochs=1,0",
+        store=BOTH,
+        message="trainer.epochs=0: not allowed; expected an integer >= 1"),
+    "one bad learning rate of a sweep": bad(
+        "-m", "optimizer.lr=0.1,-1",
+        message="optimizer.lr=-1.0: not allowed; expected a number > 0"),
+    "one sweep job without its data": bad(
+        "-m", "dataset=digits,mnist",
+        message="dataset.path=null: not allowed; expected a folder that exists (set it, or "
+                "the DATA_PATH environment variable)"),
+}
+
+
+@pytest.fixture(scope="module")
+def existing_store(tmp_path_factory) -> Path:
+    """An MLflow store with one finished run, as a working directory holds after a run."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{path}")
+    experiment = client.create_experiment("ms_exp", artifact_location=path.parent.as_uri())
+    run = client.create_run(experiment, run_name="earlier")
+    client.set_terminated(run.info.run_id)
+    return path
+
+
+def run_count(database: Path) -> int:
+    with closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as connection:
+        return connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+
+CASES = [pytest.param(case, with_store, id=f"{name}{' (store)' if with_store else ''}")
+         for name, case in BAD_INPUTS.items()
+         for with_store in (False, True) if case.store in (BOTH, with_store)]
+
+
+@pytest.mark.parametrize("case,with_store", CASES)
+def test_bad_input_is_refused_in_one_line_and_leaves_nothing(case, with_store, workdir,
+                                                             tmp_path_factory, existing_store,
+                                                             monkeypatch, capsys):
+    monkeypatch.delenv("DATA_PATH", raising=False)
+    # Other jobs on this machine may hold the default master port; the cases name it, and
+    # "master port in use" holds a port of its own.
+    port_is_free = validate.port_is_free
+    monkeypatch.setattr(validate, "port_is_free", lambda address, port:
+                        port == DEFAULT_MASTER_PORT or port_is_free(address, port))
+    with ExitStack() as stack:
+        scene = Scene(tmp_path_factory.mktemp("data"), workdir, monkeypatch, stack)
+        if case.setup:
+            case.setup(scene)
+        if with_store:
+            shutil.copy(existing_store, workdir / "mlflow.db")
+        rc = main([scene.fill(arg) for arg in case.argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (rc, err) == (2, [ERROR + scene.fill(case.message)])
+    left = sorted(p.name for p in workdir.iterdir())
+    if with_store:
+        assert left == ["mlflow.db"]  # no outputs/, multirun/, mlruns/, journal
+        assert (workdir / "mlflow.db").read_bytes() == existing_store.read_bytes()
+        assert run_count(workdir / "mlflow.db") == 1
+    else:
+        assert left == []  # no outputs/, multirun/, mlflow.db, mlruns/
+
+
+def test_the_corpus_holds_at_least_45_distinct_bad_inputs():
+    assert len({(case.argv, case.setup, case.store) for case in BAD_INPUTS.values()}) == \
+        len(BAD_INPUTS) >= 45
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux's read-only /proc")
+def test_read_only_output_directory_is_refused_even_for_root(workdir, capsys):
+    assert main(["hydra.run.dir=/proc/ms_exp_run"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    # The reason is the kernel's (EACCES, ENOENT, EROFS, ... depending on its version).
+    assert line.startswith(ERROR + "hydra.run.dir='/proc/ms_exp_run': not allowed; expected a "
+                           "writable folder (/proc: ") and line.endswith(")"), line
+    assert list(workdir.iterdir()) == []
+
+
+# --- the converter's raw input ----------------------------------------------------------
+
+CONVERTER = "ms_exp.data.criteo_convert"
+
+
+@pytest.mark.parametrize("kind", ["wrong field count", "bad integer"])
+def test_criteo_text_of_malformed_lines_is_refused_before_anything_is_written(
+        kind, workdir, tmp_path_factory, capsys):
+    from ms_exp.data.criteo_convert import main as convert
+
+    raw = tmp_path_factory.mktemp("raw") / "day_0.txt"
+    raw.write_text("".join(malformed_criteo_line(kind, line) + "\n"
+                           for line in sample_lines(5)))
+    assert convert([str(raw), "criteo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{CONVERTER}: error: RAW='{raw}': no valid line among 5 lines (5 {kind} "
+                   "(first at lines 1, 2, 3, 4, 5)); expected Criteo text: label 0/1, 13 "
+                   "integer and 26 hexadecimal fields, tab-separated"]
+    assert list(workdir.iterdir()) == []  # no OUT_DIR, no partial folder
+
+
+# --- refused before the heavy imports ---------------------------------------------------
+
+def test_refusal_happens_before_mindspore_is_imported(tmp_path):
+    """Range checks and the dataset header checks import neither MindSpore nor MLflow."""
+    scene = Scene(tmp_path / "data", tmp_path, pytest.MonkeyPatch(), ExitStack())
+    scene.data.mkdir()
+    mnist_wrong_magic(scene)
+    criteo_not_mindrecord(scene)
+    images_not_images(scene)
+    argvs: List[List[str]] = [
+        ["dataset.batch_size=0"], ["dataset=mnist", f"dataset.path={scene.data}/mnist"],
+        [scene.fill(arg) for arg in CRITEO],
+        ["dataset=imagenet", f"dataset.path={scene.data}/images"]]
+    code = ("import sys; from ms_exp.run import main; "
+            f"codes = [main(argv) for argv in {argvs!r}]; "
+            "print(codes, 'mindspore' in sys.modules, 'mlflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "data",
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[2, 2, 2, 2] False False"
