@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ms_exp.boost.snapshots import snapshot_files
-from ms_exp.config.errors import one_of, require
+from ms_exp.config.errors import ConfigError, one_of, require
 
 LEVELS = ("O1", "O2")
 
@@ -94,17 +94,20 @@ def _network_parameters(cfg):
 def _check_weights(path: Path, shapes) -> None:
     require(path.is_file() and path.suffix == ".ckpt", "boost.pretrained_weight_path",
             str(path), "a .ckpt file that exists (stage one's final checkpoint)")
-    mismatched = _mismatched_parameters(path, shapes)
+    mismatched = _mismatched_parameters(path, shapes, "boost.pretrained_weight_path")
     require(not mismatched, "boost.pretrained_weight_path", str(path),
             f"a checkpoint of this network ({mismatched}: was stage one trained with "
             "another model or dataset?)")
 
 
-def _mismatched_parameters(path: Path, shapes) -> str:
+def _mismatched_parameters(path: Path, shapes, key: str) -> str:
     """The first parameters of the network that ``path`` lacks or holds in another shape."""
-    import mindspore as ms
+    from ms_exp.checkpoint import DamagedCheckpoint, load_verified
 
-    saved = ms.load_checkpoint(str(path))
+    try:  # MindSpore parses its protobuf format: a checkpoint is never unpickled
+        saved = load_verified(path)
+    except DamagedCheckpoint as error:
+        raise ConfigError(key, str(path), f"a readable MindSpore checkpoint ({error})") from None
     problems = [f"{name} missing" if name not in saved else
                 f"{name} is {list(saved[name].shape)}, not {list(shape)}"
                 for name, shape in shapes.items()
@@ -115,7 +118,11 @@ def _mismatched_parameters(path: Path, shapes) -> str:
 def _check_pca_matrix(path: Path, n_components: int, size: int) -> None:
     require(path.is_file() and path.suffix == ".npy", "boost.pca_mat_path", str(path),
             "a .npy file that exists (MindSpore ignores any other path)")
-    shape = np.load(path, mmap_mode="r").shape  # reads the header, not the matrix
+    try:  # reads the header, not the matrix; never unpickles (object arrays are refused)
+        shape = np.load(path, mmap_mode="r", allow_pickle=False).shape
+    except (ValueError, OSError) as error:
+        raise ConfigError("boost.pca_mat_path", str(path), "a .npy file of numbers ("
+                          f"{str(error).splitlines()[0]})") from None
     require(len(shape) == 2 and shape[1] == size, "boost.pca_mat_path", str(path),
             f"a matrix {size} wide, one column per trainable weight of this network "
             f"(it is {'x'.join(map(str, shape))})")
@@ -134,6 +141,6 @@ def _check_snapshot_folder(folder, n_components: int, shapes) -> None:
     require(len(files) >= n_components, "boost.n_components", n_components,
             f"at most the {len(files)} snapshots in {folder} (PCA cannot find more "
             "components than samples)")
-    mismatched = _mismatched_parameters(files[0], shapes)
+    mismatched = _mismatched_parameters(files[0], shapes, key)
     require(not mismatched, key, str(folder),
             f"snapshots of this network ({files[0].name}: {mismatched})")

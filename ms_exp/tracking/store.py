@@ -8,6 +8,7 @@ the old file store for every later ``mlflow ui`` in that directory (DESIGN.md, d
 """
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -51,10 +52,11 @@ def quiet_artifact_downloads() -> None:
 
 
 def ui_command(uri: str) -> str:
-    """The command that opens this store in the MLflow UI, bound to the loopback address."""
+    """The command that opens this store in the MLflow UI, bound to the loopback address
+    (the URI shell-quoted: it is printed for the user to paste into a shell)."""
     if not is_local_store(uri):
         return f"open {uri} in a browser"
-    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+    return f"mlflow ui --backend-store-uri {shlex.quote(uri)} --host 127.0.0.1 --port 5000"
 
 
 def ensure_experiment(client: "MlflowClient", name: str) -> str:
