@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -153,9 +154,16 @@ _WORKER_DIED = re.compile(r"Worker process (\d+) exit with exception")
 def stop_ranks(process: subprocess.Popen, logs: Path, grace_seconds: int) -> None:
     """Stop msrun and every rank it started.
 
-    SIGINT first: msrun's own handler then kills its workers, which live in process groups
-    of their own. Whatever is left after the grace period is killed, msrun's group and
-    every rank that recorded its pid."""
+    The ranks first, with SIGTERM: each finishes its step, saves a checkpoint of it and
+    exits (ms_exp/worker.py); msrun's own Ctrl-C handler would SIGKILL them mid-step. Then
+    SIGINT to msrun, which kills what is left (its scheduler). Whatever is left after the
+    grace periods is killed, msrun's group and every rank that recorded its pid."""
+    ranks = _our_workers(logs)
+    for pid in ranks:
+        _kill(lambda: os.kill(pid, signal.SIGTERM))
+    deadline = time.monotonic() + grace_seconds
+    while any(Path(f"/proc/{pid}").exists() for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
     try:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=grace_seconds)
@@ -164,10 +172,14 @@ def stop_ranks(process: subprocess.Popen, logs: Path, grace_seconds: int) -> Non
         process.wait()
     except ProcessLookupError:
         pass
-    for pid_path in logs.glob("worker_*.pid"):
-        pid = int(pid_path.read_text().strip() or 0)
-        if pid and _is_our_worker(pid, logs):
-            _kill(lambda: os.kill(pid, signal.SIGKILL))
+    for pid in _our_workers(logs):
+        _kill(lambda: os.kill(pid, signal.SIGKILL))
+
+
+def _our_workers(logs: Path) -> List[int]:
+    """The ranks that recorded their pid and still run."""
+    pids = (int(path.read_text().strip() or 0) for path in logs.glob("worker_*.pid"))
+    return [pid for pid in pids if pid and _is_our_worker(pid, logs)]
 
 
 def _kill(action) -> None:

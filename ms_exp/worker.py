@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from ms_exp.config.compose import load_run_config
 from ms_exp.launch import die_with_parent, log_dir, record_worker_pid
+from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
 from ms_exp.train import RESOLVED_CONFIG, train
 
 
@@ -46,7 +47,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
     record_worker_pid(log_dir(cfg.parallel, args.run_dir), runtime.rank_id)
     tracker = attach_tracker(runtime.rank_id)
-    result = train(cfg, args.run_dir, tracker, runtime)
+    with terminate_as_interrupt():
+        try:
+            result = train(cfg, args.run_dir, tracker, runtime)
+        except Terminated as stop:
+            # Asked to stop by the launcher (ms_exp.launch.stop_ranks), checkpoint saved. A
+            # clean exit: msrun SIGKILLs every rank when one exits with an error, and the
+            # others may still be saving theirs.
+            print(f"rank {runtime.rank_id}: {stop}: stopped", file=sys.stderr, flush=True)
+            tracker.finish(None)
+            return 0
     tracker.flush()
     tracker.finish(None)
     if runtime.rank_id == 0:

@@ -216,8 +216,8 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(tmp_path):
     assert run.data.tags["ms_exp.error"].startswith("WorkersFailed:")
 
 
-def test_ctrl_c_stops_every_rank_and_kills_the_run(tmp_path):
-    process = _start(tmp_path, *LONG)
+def test_ctrl_c_stops_every_rank_at_a_checkpoint_and_kills_the_run(tmp_path):
+    process = _start(tmp_path, "trainer.epochs=300", "trainer.loss_print_interval=1")
     run_dir = tmp_path / "run"
     _wait_for_training(process, run_dir)
     assert len(_workers_of(run_dir)) >= 3  # msrun, its scheduler and the ranks
@@ -228,6 +228,13 @@ def test_ctrl_c_stops_every_rank_and_kills_the_run(tmp_path):
     assert _workers_of(run_dir) == []
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
     assert run.info.status == "KILLED"
+    # Each rank finished its step and saved it (mid-epoch: the regular saves are per epoch),
+    # the same step on both: they stop together, so a resumed job can start from it.
+    saved = []
+    for rank in (0, 1):
+        log = (run_dir / "log_output" / f"worker_{rank}.log").read_text()
+        saved.append(Path(re.search(r"interrupted: checkpoint (\S+) saved", log)[1]).name)
+    assert saved[0] == saved[1] and not saved[0].endswith("_22.ckpt"), saved
 
 
 def _listening(port: int) -> bool:
