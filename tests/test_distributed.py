@@ -169,7 +169,7 @@ LONG = ("trainer.epochs=300", "checkpoint=none", "trainer.loss_print_interval=1"
 
 def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path):
     # The same command twice (the port too: it is part of the config the runs share).
-    job = ("trainer.epochs=30", "checkpoint.save_checkpoint_steps=5", "trainer.resume=auto",
+    job = ("trainer.epochs=8", "checkpoint.save_checkpoint_steps=5", "trainer.resume=auto",
            "trainer.loss_print_interval=1", f"parallel.launcher.master_port={free_port()}")
     process = _start(tmp_path, *job)
     run_dir = tmp_path / "run"
@@ -193,7 +193,7 @@ def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path
     epoch, step = map(int, re.match(r"checkpoint-(\d+)_(\d+)", point).groups())
     assert (epoch - 1) * 22 + step >= 22 + 10      # where the killed job had got to
     for rank in (0, 1):
-        assert (run_dir / f"checkpoints/rank_{rank}/checkpoint-30_22.ckpt").is_file()
+        assert (run_dir / f"checkpoints/rank_{rank}/checkpoint-8_22.ckpt").is_file()
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
     assert run.info.status == "FINISHED" and run.data.tags["ms_exp.resumed_from"] == \
         f"{point} (epoch {epoch}, step {step} of it)"
