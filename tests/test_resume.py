@@ -117,3 +117,27 @@ def test_resume_auto_without_an_unfinished_run_starts_a_new_one(tmp_path):
     second = train(tmp_path, "trainer.epochs=1", "trainer.resume=auto")
     assert second.run_dir != first.run_dir     # the first one FINISHED: not continued
     assert len(second.store.search_runs(["1"])) == 2
+
+
+def test_explicit_checkpoint_then_run_id_extend_the_same_run(tmp_path):
+    first = train(tmp_path, "trainer.epochs=1", "checkpoint.save_checkpoint_steps=10")
+    folder = first.run_dir / "checkpoints/rank_0"
+    # From a checkpoint file, with more epochs than the run had: the run goes on from it.
+    second = train(tmp_path, "trainer.epochs=2", "checkpoint.save_checkpoint_steps=10",
+                   f"trainer.resume={folder / 'checkpoint-1_20.ckpt'}")
+    assert f"resumed from {folder / 'checkpoint-1_20.ckpt'}: epoch 1, step 20" in second.stdout
+    assert second.run_dir == first.run_dir and second.run_id == first.run_id
+    assert (folder / "checkpoint-2_44.ckpt").is_file()
+    # From an MLflow run id: its newest checkpoint, the end of epoch 2.
+    third = train(tmp_path, "trainer.epochs=3", "checkpoint.save_checkpoint_steps=10",
+                  f"trainer.resume={first.run_id}")
+    assert f"resumed from {folder / 'checkpoint-2_44.ckpt'}: epoch 2, step 88" in third.stdout
+    assert third.run_id == first.run_id
+    run = third.store.get_run(first.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["ms_exp.resumed_from"] == "checkpoint-2_44.ckpt (epoch 2, step 44 of it)"
+    steps = [m.step for m in third.store.get_metric_history(first.run_id, "eval/accuracy")]
+    # Every epoch's evaluation, across the three jobs; epoch 1 twice: the second job went
+    # back to step 20 and trained the rest of it again.
+    assert steps == [44, 44, 88, 132]
+    assert len(third.store.search_runs(["1"])) == 1
