@@ -6,6 +6,7 @@ in the job's MLflow run.
 """
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -176,8 +177,19 @@ def _finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
     """The result of a FINISHED run with this config, if there is one (skip_finished)."""
     from mlflow import MlflowClient
 
+    from ms_exp.tracking.recorder import detect_outages_quickly, is_unreachable
+
+    detect_outages_quickly()    # seconds, not MLflow's minutes of retries, for a dead server
     client = MlflowClient(uri)
-    earlier = find_finished(client, cfg.tracking.experiment_name, digest)
+    try:
+        earlier = find_finished(client, cfg.tracking.experiment_name, digest)
+    except Exception as error:
+        if not is_unreachable(error):
+            raise
+        print(f"ms_exp: warning: tracking.skip_finished: {uri} is unreachable, so whether "
+              "this config already finished is unknown; training it", file=sys.stderr,
+              flush=True)
+        return None
     if earlier is None:
         return None
     print(skip_note(earlier), flush=True)
