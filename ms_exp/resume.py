@@ -108,8 +108,9 @@ def find_resume_point(cfg, new_run_dir: Path, digest: str, uri: str) -> Optional
     run_dir, wanted = explicit_target(value, uri)
     name = newest_good_checkpoint(run_dir, prefix, ranks, wanted)
     if name is None:
-        raise ResumeError(f"trainer.resume={value!r}: no checkpoint {wanted or ''} that reads "
-                          f"back whole in all {ranks} rank folders of {run_dir / 'checkpoints'}")
+        what = f"checkpoint {wanted}" if wanted else "checkpoint"
+        raise ResumeError(f"trainer.resume={value!r}: no {what} that reads back whole in all "
+                          f"{ranks} rank folders of {run_dir / 'checkpoints'}")
     return _point(run_dir, name, prefix)
 
 
