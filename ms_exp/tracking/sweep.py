@@ -137,27 +137,24 @@ class SweepRun(Callback):
             return
         from mlflow import MlflowClient
 
-        from ms_exp.tracking.store import ensure_experiment, resolve_tracking_uri
+        from ms_exp.tracking.store import resolve_tracking_uri
         from ms_exp.tracking.tracker import Tracker
 
         # Resolved as run_job resolves it, so that parent and jobs agree on the store.
         uri = resolve_tracking_uri(tracking.uri)
-        client = MlflowClient(uri)
-        experiment_id = ensure_experiment(client, tracking.experiment_name)
         overrides = list(config.hydra.overrides.task)
         name = (f"{tracking.run_name}-sweep" if tracking.run_name else
                 f"sweep-{config.hydra.job.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        run = client.create_run(experiment_id, run_name=name, tags={
+        self.tracker = Tracker.start(MlflowClient(uri), tracking.experiment_name, name, {
             "ms_exp.sweep": "true",
             # Hydra does not change directory (version_base 1.3), so relative is to here.
             "ms_exp.sweep.dir": str(Path(config.hydra.sweep.dir).resolve()),
             "ms_exp.sweep.overrides": " ".join(overrides),
             "ms_exp.command": command_line()[:5000],
         })
-        self.tracker = Tracker(client, run.info.run_id, experiment_id)
         self.tracker.log_params(sweep_params(config))
         self.swept = swept_keys(config)
-        os.environ.update({PARENT_RUN_ID: run.info.run_id, PARENT_TRACKING_URI: uri,
+        os.environ.update({PARENT_RUN_ID: self.tracker.run_id, PARENT_TRACKING_URI: uri,
                            PARENT_EXPERIMENT: tracking.experiment_name,
                            SWEPT_KEYS: json.dumps(self.swept)})
         _active = self
