@@ -188,6 +188,13 @@ class BestCheckpoint(Callback):
               f"saved to {self.path}", flush=True)
 
 
+def save_interval_steps(cfg, steps_per_epoch: int) -> int:
+    """Steps between two checkpoints: ``save_checkpoint_steps``, else
+    ``save_checkpoint_epochs`` epochs (the model zoo ResNet's
+    ``save_checkpoint_epochs * step_size``)."""
+    return cfg.save_checkpoint_steps or cfg.save_checkpoint_epochs * steps_per_epoch
+
+
 def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
                                 parallel_mode: str, best_metric: str = "accuracy",
                                 start_step: int = 0) -> List[Callback]:
@@ -197,7 +204,7 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
             print("checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
                   "so its slice is the full set of weights", flush=True)
         config = CheckpointConfig(
-            save_checkpoint_steps=cfg.save_checkpoint_steps or steps_per_epoch,
+            save_checkpoint_steps=save_interval_steps(cfg, steps_per_epoch),
             keep_checkpoint_max=_NEVER_REMOVE, integrated_save=cfg.integrated_save,
             # epoch_num and step_num: where a resumed run continues (ms_exp/resume.py).
             append_info=["epoch_num", "step_num"], crc_check=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import mindspore as ms
 
 from ms_exp.config.validate import DEVICE_TARGETS
+from ms_exp.launch import environment_device_id
 
 PARALLEL_MODES = {
     "data": ms.ParallelMode.DATA_PARALLEL,
@@ -72,8 +73,10 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
     mode = trainer_cfg.mode.value
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
     target = ms.get_context("device_target")
-    # On CPU there is one device and no device id to choose, as init_env does.
-    device_id = 0 if target == "CPU" else trainer_cfg.device_id
+    # On CPU there is one device and no device id to choose, as init_env does. Elsewhere a
+    # launcher's DEVICE_ID (msrun: the local rank; rank table: START_ID + rank) comes first.
+    device_id = 0 if target == "CPU" else \
+        environment_device_id(trainer_cfg.device_id)
     ms.set_device(device_target=target, device_id=device_id)
     if parallel_cfg.mode == "stand_alone":
         # A stand-alone run has no sharding, so MindSpore writes no strategy file for it;

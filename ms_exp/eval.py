@@ -92,7 +92,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     from ms_exp.data import create_datasets
     from ms_exp.metrics import classification_metrics
     from ms_exp.models import create_network
-    from ms_exp.optim import create_loss
+    from ms_exp.losses import create_training_loss
     from ms_exp.placement import create_placement
 
     # Evaluation needs one process whatever the run trained with: every rank of a data
@@ -113,7 +113,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
 
         model = ms.Model(network, **evaluation(network))
     else:
-        model = ms.Model(network, loss_fn=create_loss(cfg.loss),
+        model = ms.Model(network, loss_fn=create_training_loss(cfg.loss, spec.num_classes),
                          metrics=classification_metrics(spec.num_classes))
     result = model.eval(eval_set, dataset_sink_mode=False)
     print("result:", result, "ckpt=", checkpoint, flush=True)

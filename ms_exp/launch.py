@@ -1,39 +1,126 @@
-"""Start the ranks of a distributed job with msrun, MindSpore's own launcher.
+"""Start the ranks of a distributed job: with msrun (MindSpore's own launcher, the
+default), mpirun (Open MPI), or one process per rank with a rank table (the Ascend script of
+the training-flow tutorial); ``parallel.launcher.style`` chooses.
 
-The process the user started keeps Hydra, the run directory and the MLflow run; msrun
-starts one ``python -m ms_exp.worker --run-dir <run dir>`` per rank, and every rank reads
-the resolved config the parent wrote there (DESIGN.md, decision 2). The command is printed
-and saved as ``<run dir>/msrun_command.sh`` so it can be copied to a cluster node.
+The process the user started keeps Hydra, the run directory and the MLflow run; every rank
+runs ``python -m ms_exp.worker --run-dir <run dir>`` and reads the resolved config the
+parent wrote there (DESIGN.md, decision 2). Each style is rendered from config into a
+LaunchPlan, the exact commands and environment of the processes it starts; the plan is
+printed, saved as the bash script ``<run dir>/launch_command.sh`` (to run again or copy to
+a cluster node) and run by ``launch``.
 """
 import ctypes
+import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from ms_exp.config.errors import ConfigError, require
 
 WORKER_MODULE = "ms_exp.worker"
-COMMAND_FILE = "msrun_command.sh"
+COMMAND_FILE = "launch_command.sh"
 # Lines of a failed rank's log shown to the user.
 FAILURE_TAIL_LINES = 20
+MSRUN, MPIRUN, RANK_TABLE = "msrun", "mpirun", "rank_table"
+# MindSpore's mpirun guide: on Ascend, ranks started by mpirun must not see a rank table.
+MPIRUN_UNSET = ("RANK_TABLE_FILE",)
+# Where the ranks learn who they are: mpirun sets Open MPI's variable, msrun and the
+# rank-table script RANK_ID (and DEVICE_ID, which HCCL and ms_exp.context read).
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "RANK_ID")
 
 
 class WorkersFailed(RuntimeError):
-    """msrun ended with an error; the message names the rank and quotes its log."""
+    """A rank ended with an error; the message names the rank and quotes its log."""
 
 
 def is_distributed(parallel_cfg) -> bool:
     return parallel_cfg.mode != "stand_alone"
 
 
+def launch_style(parallel_cfg) -> str:
+    style = parallel_cfg.launcher.style
+    return getattr(style, "value", style)
+
+
 def log_dir(parallel_cfg, run_dir: Path) -> Path:
     path = Path(parallel_cfg.launcher.log_dir).expanduser()
     return path if path.is_absolute() else Path(run_dir) / path
+
+
+def worker_argv(run_dir: Path) -> List[str]:
+    """One rank's command line; ``python`` is the launching interpreter when ms_exp runs it."""
+    return ["python", "-m", WORKER_MODULE, "--run-dir", str(Path(run_dir).resolve())]
+
+
+@dataclass(frozen=True)
+class LaunchProcess:
+    """One process a launch starts: its command line as a user types it, the variables it
+    adds to the launching environment and those it removes, and the file its output goes to
+    (None: the launching process's console, which is copied to the run's console.log)."""
+
+    argv: Tuple[str, ...]
+    env: Dict[str, str] = field(default_factory=dict)
+    unset: Tuple[str, ...] = ()
+    log: Optional[Path] = None
+
+    def shell_line(self, exported: Mapping[str, str] = None) -> str:
+        """The bash line that starts it (in the background when it has a log of its own)."""
+        words = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()
+                 if key not in (exported or {})]
+        line = " ".join([*words, shlex.join(self.argv)])
+        if self.log is not None:
+            line += f" > {shlex.quote(str(self.log))} 2>&1 &"
+        return line
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What ``launch`` runs for one style, and what ``launch_command.sh`` says."""
+
+    style: str
+    processes: Tuple[LaunchProcess, ...]
+    logs: Path  # the ranks' logs (and pid files)
+    note: str  # what the saved script is for
+
+    def exported(self) -> Dict[str, str]:
+        """Variables every process of a several-process plan sets alike (exported once)."""
+        if len(self.processes) < 2:
+            return {}
+        first, *rest = self.processes
+        return {key: value for key, value in first.env.items()
+                if all(other.env.get(key) == value for other in rest)}
+
+    def commands(self) -> str:
+        """The shell lines that start the processes: printed and tagged on the run."""
+        exported = self.exported()
+        unset = sorted({name for process in self.processes for name in process.unset})
+        lines = [f"unset {' '.join(unset)}"] if unset else []
+        if exported:
+            lines.append("export " + " ".join(f"{key}={shlex.quote(value)}"
+                                              for key, value in exported.items()))
+        lines += [process.shell_line(exported) for process in self.processes]
+        return "\n".join(lines)
+
+    def script(self) -> str:
+        lines = ["#!/usr/bin/env bash",
+                 f"# Started by ms_exp (parallel.launcher.style={self.style}); {self.note}."]
+        background = any(process.log is not None for process in self.processes)
+        if background:
+            lines.append(f"mkdir -p {shlex.quote(str(self.logs))}")
+        lines.append(self.commands())
+        if background:  # wait for every rank; fail if one did
+            lines += ["status=0", 'for pid in $(jobs -p); do wait "$pid" || status=$?; done',
+                      "exit $status"]
+        return "\n".join(lines) + "\n"
 
 
 def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
@@ -52,17 +139,69 @@ def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
         f"--cluster_time_out={launcher.cluster_time_out}",
         # msrun runs its task with the `python` found on PATH; launch() puts this
         # interpreter first there.
-        "python", "-m", WORKER_MODULE, "--run-dir", str(Path(run_dir).resolve()),
+        *worker_argv(run_dir),
     ]
 
 
+def msrun_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
+    process = LaunchProcess(("msrun", *msrun_arguments(parallel_cfg, run_dir)))
+    return LaunchPlan(MSRUN, (process,), log_dir(parallel_cfg, run_dir),
+                      "run it on each node (set --node_rank per node)")
+
+
+def mpirun_arguments(parallel_cfg, run_dir: Path,
+                     as_root: Optional[bool] = None) -> List[str]:
+    """mpirun's arguments and the worker command line, as MindSpore's mpirun guide gives
+    them: one rank per device, each rank's output in ``<log_dir>/1/rank.<r>/stdout``."""
+    if as_root is None:
+        as_root = os.geteuid() == 0
+    return ["-n", str(parallel_cfg.device_num),
+            *(["--allow-run-as-root"] if as_root else []),
+            "--output-filename", str(log_dir(parallel_cfg, run_dir).resolve()),
+            "--merge-stderr-to-stdout",
+            *parallel_cfg.launcher.mpirun_args,
+            *worker_argv(run_dir)]
+
+
+def mpirun_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
+    process = LaunchProcess(("mpirun", *mpirun_arguments(parallel_cfg, run_dir)),
+                            unset=MPIRUN_UNSET)
+    return LaunchPlan(MPIRUN, (process,), log_dir(parallel_cfg, run_dir).resolve(),
+                      f"mpirun starts all {parallel_cfg.device_num} ranks")
+
+
+def rank_table_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
+    """The training-flow tutorial's Ascend script: one process per rank on this server, all
+    with RANK_TABLE_FILE and RANK_SIZE, rank i with DEVICE_ID=START_ID+i and RANK_ID=i."""
+    launcher = parallel_cfg.launcher
+    table = str(Path(launcher.rank_table_file).expanduser().resolve())
+    logs = log_dir(parallel_cfg, run_dir).resolve()
+    size = parallel_cfg.device_num
+    processes = tuple(
+        LaunchProcess(tuple(worker_argv(run_dir)),
+                      {"RANK_TABLE_FILE": table, "RANK_SIZE": str(size),
+                       "DEVICE_ID": str(launcher.start_device_id + rank),
+                       "RANK_ID": str(rank)},
+                      log=logs / f"worker_{rank}.log")
+        for rank in range(size))
+    return LaunchPlan(RANK_TABLE, processes, logs,
+                      "one process per rank, as the training-flow tutorial's Ascend script")
+
+
+PLANS = {MSRUN: msrun_plan, MPIRUN: mpirun_plan, RANK_TABLE: rank_table_plan}
+
+
+def launch_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
+    return PLANS[launch_style(parallel_cfg)](parallel_cfg, run_dir)
+
+
 def save_command(parallel_cfg, run_dir: Path) -> str:
-    """Write the msrun line a user can copy to a cluster node; return it."""
-    line = shlex.join(["msrun", *msrun_arguments(parallel_cfg, run_dir)])
+    """Write the launch as a bash script a user can run or copy; return its commands."""
+    plan = launch_plan(parallel_cfg, run_dir)
     path = Path(run_dir) / COMMAND_FILE
-    path.write_text("#!/usr/bin/env bash\n# Started by ms_exp; run it on each node "
-                    "(set --node_rank per node).\n" + line + "\n")
-    return line
+    path.write_text(plan.script())
+    path.chmod(0o755)
+    return plan.commands()
 
 
 def interpreter_path_dir(run_dir: Path) -> Path:
@@ -108,15 +247,48 @@ def die_with_parent() -> None:
 
 
 def launch(parallel_cfg, run_dir: Path, env: Dict[str, str]) -> None:
-    """Run msrun to completion; on Ctrl-C or SIGTERM stop every rank, then re-raise.
+    """Run the job's launch plan to completion; on Ctrl-C or SIGTERM stop every rank, then
+    re-raise. ``env``: variables for every rank on top of the plan's (MLflow's)."""
+    plan = launch_plan(parallel_cfg, run_dir)
+    grace = parallel_cfg.launcher.join_timeout
+    if plan.style == RANK_TABLE:
+        _run_each_rank(plan, env, grace)
+    else:
+        _run_launcher(plan, run_dir, env, grace)
 
-    msrun's output (its own lines and the ranks' logs it tails) is copied to this process's
-    stdout, so it lands in the console and in the run's console.log, and read for the
-    pid of a worker that died."""
-    command = [sys.executable, "-m", "mindspore.parallel.cluster.run",
-               *msrun_arguments(parallel_cfg, run_dir)]
-    full_env = {**os.environ, **env,
-                "PATH": f"{interpreter_path_dir(run_dir)}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+def environment(process: LaunchProcess, env: Mapping[str, str]) -> Dict[str, str]:
+    """The launching environment, less what the process unsets, plus ``env`` and its own."""
+    full = {key: value for key, value in os.environ.items() if key not in process.unset}
+    return {**full, **env, **process.env}
+
+
+def with_this_interpreter(argv: Tuple[str, ...]) -> List[str]:
+    """The command line with the worker's ``python`` replaced by this interpreter."""
+    argv = list(argv)
+    for index in range(len(argv) - 2):
+        if argv[index:index + 3] == ["python", "-m", WORKER_MODULE]:
+            argv[index] = sys.executable
+    return argv
+
+
+def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
+                  grace: int) -> None:
+    """msrun or mpirun, which start the ranks themselves.
+
+    Their output (their own lines and the ranks' output they copy) is copied to this
+    process's stdout, so it lands in the console and in the run's console.log, and read
+    for the pid of a worker that died."""
+    (spec,) = plan.processes
+    full_env = environment(spec, env)
+    if plan.style == MSRUN:
+        # msrun runs the `python` on PATH: this interpreter's.
+        command = [sys.executable, "-m", "mindspore.parallel.cluster.run", *spec.argv[1:]]
+        full_env["PATH"] = f"{interpreter_path_dir(run_dir)}{os.pathsep}" \
+                           f"{os.environ.get('PATH', '')}"
+    else:
+        command = [shutil.which(spec.argv[0]) or spec.argv[0],
+                   *with_this_interpreter(spec.argv[1:])]
     # A session of its own, so that every rank can be stopped with one signal.
     process = subprocess.Popen(command, env=full_env, start_new_session=True,
                                preexec_fn=die_with_parent,
@@ -129,13 +301,83 @@ def launch(parallel_cfg, run_dir: Path, env: Dict[str, str]) -> None:
     try:
         returncode = process.wait()
     except BaseException:
-        stop_ranks(process, log_dir(parallel_cfg, run_dir), parallel_cfg.launcher.join_timeout)
+        stop_ranks(process, plan.logs, grace)
         raise
     finally:
         pump.join(timeout=5)
     if returncode != 0:
-        logs = log_dir(parallel_cfg, run_dir)
-        raise WorkersFailed(failure_report(logs, returncode, failed_pids))
+        raise WorkersFailed(failure_report(plan.logs, returncode, failed_pids, plan.style))
+
+
+def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int) -> None:
+    """The rank-table style: this process starts every rank, as the tutorial's script does.
+
+    Each rank's output goes to its own log; rank 0's is also copied to the console. When a
+    rank fails the others get ``grace`` seconds to finish, then are stopped."""
+    plan.logs.mkdir(parents=True, exist_ok=True)
+    ranks: List[subprocess.Popen] = []
+    pumps: List[threading.Thread] = []
+    try:
+        for rank, spec in enumerate(plan.processes):
+            process = subprocess.Popen(with_this_interpreter(spec.argv),
+                                       env=environment(spec, env), start_new_session=True,
+                                       preexec_fn=die_with_parent, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, errors="replace",
+                                       bufsize=1)
+            ranks.append(process)
+            pump = threading.Thread(target=_write_log, args=(process.stdout, spec.log,
+                                                             rank == 0), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        failed = _wait_for_ranks(ranks, grace)
+    except BaseException:
+        _stop_processes(ranks, grace)
+        raise
+    finally:
+        for pump in pumps:
+            pump.join(timeout=5)
+    if failed is not None:
+        raise WorkersFailed(failure_report(plan.logs, failed.returncode, [failed.pid], None))
+
+
+def _write_log(stream, log: Path, to_console: bool) -> None:
+    with open(log, "w") as out:
+        for line in stream:
+            out.write(line)
+            out.flush()
+            if to_console:
+                sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+def _wait_for_ranks(ranks: List[subprocess.Popen], grace: int) -> Optional[subprocess.Popen]:
+    """Wait for every rank; return the first that failed (the rest stopped), or None."""
+    failed, deadline = None, None
+    while any(rank.poll() is None for rank in ranks):
+        if failed is None:
+            failed = next((rank for rank in ranks if rank.poll()), None)
+            if failed is not None:
+                deadline = time.monotonic() + grace
+        if deadline is not None and time.monotonic() >= deadline:
+            _stop_processes(ranks, grace)
+            break
+        time.sleep(0.2)
+    return failed or next((rank for rank in ranks if rank.returncode), None)
+
+
+def _stop_processes(ranks: List[subprocess.Popen], grace: int) -> None:
+    """SIGTERM to every rank still running (each saves a checkpoint of its step and exits:
+    ms_exp/worker.py); after ``grace`` seconds SIGKILL to what is left, children included."""
+    for rank in ranks:
+        if rank.poll() is None:
+            _kill(lambda: rank.send_signal(signal.SIGTERM))
+    deadline = time.monotonic() + grace
+    while any(rank.poll() is None for rank in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for rank in ranks:
+        if rank.poll() is None:
+            _kill(lambda: os.killpg(rank.pid, signal.SIGKILL))
+            rank.wait()
 
 
 def _copy_output(stream, failed_pids: List[int]) -> None:
@@ -152,12 +394,13 @@ _WORKER_DIED = re.compile(r"Worker process (\d+) exit with exception")
 
 
 def stop_ranks(process: subprocess.Popen, logs: Path, grace_seconds: int) -> None:
-    """Stop msrun and every rank it started.
+    """Stop msrun (or mpirun) and every rank it started.
 
     The ranks first, with SIGTERM: each finishes its step, saves a checkpoint of it and
     exits (ms_exp/worker.py); msrun's own Ctrl-C handler would SIGKILL them mid-step. Then
-    SIGINT to msrun, which kills what is left (its scheduler). Whatever is left after the
-    grace periods is killed, msrun's group and every rank that recorded its pid."""
+    SIGINT to msrun, which kills what is left (its scheduler; mpirun: its ranks). Whatever
+    is left after the grace periods is killed, the launcher's group and every rank that
+    recorded its pid."""
     ranks = _our_workers(logs)
     for pid in ranks:
         _kill(lambda: os.kill(pid, signal.SIGTERM))
@@ -208,23 +451,155 @@ def record_worker_pid(logs: Path, rank: int) -> None:
     pid_file(logs, rank).write_text(str(os.getpid()))
 
 
-def failing_rank_log(logs: Path, failed_pids: List[int]) -> Optional[Path]:
-    """The log of the rank that failed: one with a Python traceback, else the one whose
-    worker msrun reported dead."""
-    for log in sorted(logs.glob("worker_*.log")):
+def rank_logs(logs: Path) -> Dict[int, Path]:
+    """Each rank's log: ``worker_<r>.log`` (msrun, rank table) or ``<job>/rank.<r>/stdout``
+    (mpirun's ``--output-filename``)."""
+    found: Dict[int, Path] = {}
+    for log in logs.glob("worker_*.log"):
+        rank = log.stem.rsplit("_", 1)[-1]
+        if rank.isdigit():
+            found[int(rank)] = log
+    for log in logs.glob("*/rank.*/stdout"):
+        rank = log.parent.name.split(".", 1)[-1]
+        if rank.isdigit():
+            found.setdefault(int(rank), log)
+    return dict(sorted(found.items()))
+
+
+def forget_worker_pid(logs: Path, rank: int) -> None:
+    """Remove the pid file of ``rank`` if this process wrote it."""
+    path = pid_file(logs, rank)
+    if path.is_file() and path.read_text().strip() == str(os.getpid()):
+        path.unlink()
+
+
+def failing_rank_log(logs: Path, failed_pids: List[int]) -> Optional[Tuple[int, Path]]:
+    """The rank that failed and its log: one with a Python traceback, else the one whose
+    worker the launcher reported dead."""
+    ranks = rank_logs(logs)
+    for rank, log in ranks.items():
         if "Traceback (most recent call last)" in log.read_text(errors="replace"):
-            return log
+            return rank, log
     for pid_path in sorted(logs.glob("worker_*.pid")):
-        if pid_path.read_text().strip() in {str(pid) for pid in failed_pids}:
-            return pid_path.with_suffix(".log")
+        rank = pid_path.stem.rsplit("_", 1)[-1]
+        if pid_path.read_text().strip() in {str(pid) for pid in failed_pids} \
+                and rank.isdigit() and int(rank) in ranks:
+            return int(rank), ranks[int(rank)]
     return None
 
 
-def failure_report(logs: Path, returncode: int, failed_pids: List[int] = ()) -> str:
-    log = failing_rank_log(logs, list(failed_pids))
-    if log is None or not log.is_file():
-        return f"msrun exited with status {returncode}; worker logs are in {logs}"
+def failure_report(logs: Path, returncode: int, failed_pids: List[int] = (),
+                   launcher: Optional[str] = MSRUN) -> str:
+    """``launcher``: the program whose exit status this is; None, the rank's own."""
+    found = failing_rank_log(logs, list(failed_pids))
+    status = f"{launcher} exit status" if launcher else "exit status"
+    if found is None:
+        return (f"{launcher or 'a rank'} exited with status {returncode}; worker logs are "
+                f"in {logs}")
+    rank, log = found
     tail = log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
-    rank = log.stem.rsplit("_", 1)[-1]
-    return (f"rank {rank} failed (msrun exit status {returncode}); last lines of {log}:\n"
+    return (f"rank {rank} failed ({status} {returncode}); last lines of {log}:\n"
             + "\n".join(tail))
+
+
+def environment_rank(environ: Mapping[str, str] = os.environ) -> Optional[int]:
+    """This rank's id as its launcher set it (before MindSpore's ``init``), or None."""
+    for name in RANK_VARIABLES:
+        value = environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def environment_device_id(configured: int, environ: Mapping[str, str] = os.environ) -> int:
+    """The device of this rank: ``DEVICE_ID`` when a launcher set it (msrun: the local rank;
+    the rank-table script: START_ID + rank), as the model zoo's scripts read it; else the
+    configured ``trainer.device_id``."""
+    value = environ.get("DEVICE_ID", "")
+    return int(value) if value.isdigit() else configured
+
+
+# --- preflight ---------------------------------------------------------------------------
+
+# What each style needs of the device, with MindSpore 2.10 (see LaunchStyle).
+STYLE_TARGETS = {MPIRUN: ("GPU", "Ascend"), RANK_TABLE: ("Ascend",)}
+STYLE_TARGET_REASONS = {
+    MPIRUN: "MindSpore 2.10 initialises no CPU communication under mpirun",
+    RANK_TABLE: "rank-table ranks talk over HCCL, which only Ascend has",
+}
+# Keys read by one style only: the style, and the value that means "unset".
+STYLE_ONLY_KEYS = {"rank_table_file": (RANK_TABLE, None), "start_device_id": (RANK_TABLE, 0),
+                   "mpirun_args": (MPIRUN, []), "local_worker_num": (MSRUN, None),
+                   "node_rank": (MSRUN, -1)}
+
+
+def validate_style_keys(parallel_cfg) -> None:
+    """Refuse keys the chosen launch style does not read (checked before msrun's own)."""
+    launcher = parallel_cfg.launcher
+    style = launch_style(parallel_cfg)
+    for key, (owner, unset) in STYLE_ONLY_KEYS.items():
+        value = launcher[key]
+        value = list(value) if owner == MPIRUN else value
+        require(style == owner or value == unset, f"parallel.launcher.{key}", value,
+                f"{'null' if unset is None else unset} with "
+                f"parallel.launcher.style={style} (only style={owner} reads it)")
+
+
+def validate_launch_style(cfg) -> None:
+    """Refuse, before anything starts, a launch style this job cannot run here. ``cfg``:
+    the whole config (the device target counts)."""
+    if not is_distributed(cfg.parallel):
+        return
+    launcher = cfg.parallel.launcher
+    style = launch_style(cfg.parallel)
+    if style == MSRUN:
+        return
+    target = cfg.trainer.device_target or "None"
+    allowed = STYLE_TARGETS[style]
+    require(target in allowed, "parallel.launcher.style", style,
+            f"trainer.device_target={' or '.join(allowed)} with it "
+            f"({STYLE_TARGET_REASONS[style]}; trainer.device_target is {target}), or "
+            "parallel.launcher.style=msrun")
+    if style == MPIRUN:
+        require(shutil.which("mpirun") is not None, "parallel.launcher.style", style,
+                "mpirun on PATH (install Open MPI, e.g. apt-get install openmpi-bin), or "
+                "parallel.launcher.style=msrun")
+        return
+    validate_rank_table(launcher.rank_table_file, cfg.parallel.device_num)
+    require(launcher.start_device_id >= 0, "parallel.launcher.start_device_id",
+            launcher.start_device_id, "an integer >= 0 (the first rank's DEVICE_ID)")
+
+
+def validate_rank_table(path: Optional[str], ranks: int) -> None:
+    """The file exists, is readable JSON, and lists one device per rank (MindSpore's rank
+    table: ``server_list[].device[]``)."""
+    key = "parallel.launcher.rank_table_file"
+    require(path is not None, key, path,
+            "the path of the Ascend rank table (hccl_<n>p_*.json) with "
+            "parallel.launcher.style=rank_table")
+    resolved = Path(path).expanduser().resolve()
+    require(resolved.is_file(), key, path,
+            f"a readable rank table file ({resolved} is not a file)")
+    try:
+        table = json.loads(resolved.read_text())
+    except OSError as error:
+        raise _rank_table_error(path, f"{resolved} cannot be read: {error.strerror}") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise _rank_table_error(path, f"{resolved} is not JSON: {error}") from None
+    try:
+        servers = len(table["server_list"])
+        devices = sum(len(server["device"]) for server in table["server_list"])
+    except (KeyError, TypeError):
+        raise _rank_table_error(path, f"{resolved} has no server_list[].device[] of "
+                                      "MindSpore's rank table") from None
+    # As the tutorial's script, ms_exp starts every rank here, with RANK_ID 0 to RANK_SIZE-1.
+    require(servers == 1, key, path,
+            f"a rank table of one server, this one (it lists {servers}); on several servers "
+            "use parallel.launcher.style=msrun or mpirun")
+    require(devices == ranks, key, path,
+            f"a rank table listing {ranks} devices, one per rank (it lists {devices})")
+
+
+def _rank_table_error(path: str, reason: str) -> ConfigError:
+    return ConfigError("parallel.launcher.rank_table_file", path,
+                       f"a readable rank table file ({reason})")

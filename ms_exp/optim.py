@@ -1,47 +1,128 @@
-"""Optimizer, learning-rate schedule and loss from the ``optimizer`` and ``loss`` sections."""
+"""Optimizer, learning-rate schedule and loss from the ``optimizer`` and ``loss`` sections.
+
+The recipe pieces are those of MindSpore's model zoo ResNet (models/official/cv/ResNet),
+which stage one of the dimension-reduction tutorial imports: per-step learning rates as
+``src/lr_generator.py``'s ``get_lr``, parameter groups as ``src/util.py``'s
+``init_group_params`` and label smoothing as ``src/CrossEntropySmooth.py``.
+"""
 import math
 from typing import List
 
-from mindspore import nn
+from mindspore import Tensor, nn, ops
+from mindspore.common import dtype as mstype
+
+# Parameters whose name holds one of these get no weight decay with optimizer.group_params:
+# batch norm's gamma and beta, and biases (the model zoo's init_group_params).
+NO_DECAY_NAMES = ("beta", "gamma", "bias")
+
+
+def schedule_epochs(cfg, epochs: int) -> int:
+    """The epochs the schedule spans: ``optimizer.decay_epochs``, else ``trainer.epochs``."""
+    return cfg.decay_epochs or epochs
 
 
 def learning_rates(cfg, steps_per_epoch: int, epochs: int) -> List[float]:
-    """One learning rate per step, as the model zoo's lr generators make them: linear warmup
-    from ``min_lr`` to ``lr`` over ``warmup_epochs``, then constant, linear or cosine decay
-    to ``min_lr`` over the remaining steps."""
-    total = steps_per_epoch * epochs
-    warmup = min(steps_per_epoch * cfg.warmup_epochs, total)
-    rates = [cfg.min_lr + (cfg.lr - cfg.min_lr) * (step + 1) / warmup for step in range(warmup)]
-    decay_steps = total - warmup
+    """One learning rate per step of the schedule, as the model zoo's
+    ``get_lr(lr_init, lr_end=min_lr, lr_max=lr, warmup_epochs,
+    total_epochs=decay_epochs or epochs, steps_per_epoch, lr_decay_mode=schedule)``.
+
+    With ``decay_epochs`` beyond ``epochs`` (the tutorial trains 70 epochs of a 90-epoch
+    schedule) the list covers the whole schedule; training reads the first steps of it.
+    Step ``i`` of ``total`` (``warmup`` of them warming up, ``lr_init`` null: ``min_lr``):
+
+    - linear: ``lr_init + (lr - lr_init) * i / warmup`` during warmup (it starts at
+      lr_init), then ``lr - (lr - min_lr) * (i - warmup) / (total - warmup)``;
+    - cosine: ``lr_init + (lr - lr_init) * (i + 1) / warmup`` during warmup (it ends at lr),
+      then the model zoo's cosine damped by a linear decay,
+      ``lr * ((total - i) / (total - warmup) * (1 + cos(0.94 * pi * i / (total - warmup))) / 2
+      + 1e-5)``, which ends near 0 whatever min_lr (validation refuses a min_lr it ignores);
+    - constant: the cosine's warmup, then ``lr`` (no model zoo counterpart).
+    """
+    total = steps_per_epoch * schedule_epochs(cfg, epochs)
+    warmup = steps_per_epoch * cfg.warmup_epochs
+    lr_max, lr_end = cfg.lr, cfg.min_lr
+    lr_init = cfg.min_lr if cfg.lr_init is None else cfg.lr_init
     schedule = cfg.schedule.value
-    for step in range(decay_steps):
-        progress = step / decay_steps
-        if schedule == "constant":
-            rate = cfg.lr
+    decay = total - warmup
+    rates = []
+    for i in range(total):
+        if i < warmup:
+            done = i if schedule == "linear" else i + 1
+            rate = lr_init + (lr_max - lr_init) * done / warmup
         elif schedule == "linear":
-            rate = cfg.lr - (cfg.lr - cfg.min_lr) * progress
-        else:  # cosine
-            rate = cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+            rate = lr_max - (lr_max - lr_end) * (i - warmup) / decay
+        elif schedule == "cosine":
+            linear_decay = (total - i) / decay
+            cosine_decay = 0.5 * (1 + math.cos(math.pi * 2 * 0.47 * i / decay))
+            rate = lr_max * (linear_decay * cosine_decay + 0.00001)
+        else:
+            rate = lr_max
         rates.append(rate)
     return rates
 
 
-def create_optimizer(cfg, params, steps_per_epoch: int, epochs: int):
+def parameter_groups(network: nn.Cell, weight_decay: float) -> list:
+    """The model zoo's ``init_group_params``: weight decay on every trainable parameter but
+    batch norm's and the biases, and ``order_params`` keeping the network's order (the
+    optimizer state, and so the checkpoint, lists parameters as without groups)."""
+    params = network.trainable_params()
+    decayed = [p for p in params if not any(word in p.name for word in NO_DECAY_NAMES)]
+    not_decayed = [p for p in params if any(word in p.name for word in NO_DECAY_NAMES)]
+    return [{"params": decayed, "weight_decay": weight_decay},
+            {"params": not_decayed, "weight_decay": 0.0},
+            {"order_params": params}]
+
+
+def create_optimizer(cfg, network: nn.Cell, steps_per_epoch: int, epochs: int,
+                     loss_scale: float = 1.0):
+    """The optimizer of ``network``'s trainable parameters. ``loss_scale``: the fixed loss
+    scale the gradients arrive multiplied by (``FixedLossScaleManager`` with
+    ``drop_overflow_update=False`` leaves the division to the optimizer, as the tutorial's
+    ``Momentum(..., loss_scale=1024)``)."""
     if cfg.schedule.value == "constant" and cfg.warmup_epochs == 0:
         lr = cfg.lr  # a scalar keeps the checkpoint free of a per-step lr table
     else:
         lr = learning_rates(cfg, steps_per_epoch, epochs)
+    if cfg.group_params:
+        params, weight_decay = parameter_groups(network, cfg.weight_decay), 0.0
+    else:
+        params, weight_decay = network.trainable_params(), cfg.weight_decay
     name = cfg.name.value
     if name == "sgd":
-        return nn.SGD(params, learning_rate=lr, weight_decay=cfg.weight_decay)
+        return nn.SGD(params, learning_rate=lr, weight_decay=weight_decay,
+                      loss_scale=loss_scale)
     if name == "momentum":
         return nn.Momentum(params, learning_rate=lr, momentum=cfg.momentum,
-                           weight_decay=cfg.weight_decay)
-    return nn.Adam(params, learning_rate=lr, weight_decay=cfg.weight_decay)
+                           weight_decay=weight_decay, loss_scale=loss_scale)
+    return nn.Adam(params, learning_rate=lr, weight_decay=weight_decay, loss_scale=loss_scale)
 
 
-def create_loss(cfg):
-    if cfg.name.value == "cross_entropy":
+class CrossEntropySmooth(nn.LossBase):
+    """The model zoo ResNet's label-smoothing cross entropy: sparse labels become one-hot
+    rows of ``1 - smooth_factor`` on the label and ``smooth_factor / (num_classes - 1)``
+    elsewhere, then softmax cross entropy. (``nn.CrossEntropyLoss(label_smoothing=e)``
+    spreads ``e / num_classes`` over every class, the label's included: not the same loss.)
+    """
+
+    def __init__(self, num_classes: int, smooth_factor: float = 0.0, reduction: str = "mean"):
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(f"CrossEntropySmooth needs at least 2 classes, got {num_classes}")
+        self.on_value = Tensor(1.0 - smooth_factor, mstype.float32)
+        self.off_value = Tensor(smooth_factor / (num_classes - 1), mstype.float32)
+        self.ce = nn.SoftmaxCrossEntropyWithLogits(sparse=False, reduction=reduction)
+
+    def construct(self, logits, labels):
+        target = ops.one_hot(labels, logits.shape[1], self.on_value, self.off_value)
+        return self.ce(logits, target)
+
+
+def create_loss(cfg, num_classes: int):
+    """The loss ``cfg`` names (``loss``, or one of ``loss.parts``) for ``num_classes``."""
+    name = cfg.name.value
+    if name == "cross_entropy":
         return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    if name == "cross_entropy_smooth":
+        return CrossEntropySmooth(num_classes, smooth_factor=cfg.label_smoothing)
     # The training-flow tutorial's loss; MindSpore's version has no label smoothing.
     return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")

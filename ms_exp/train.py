@@ -203,11 +203,17 @@ def _finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
 
 
 def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
-    line = save_command(cfg.parallel, run_dir)
-    print(f"starting {cfg.parallel.device_num} ranks with msrun (also in "
-          f"{run_dir / COMMAND_FILE}):\n  {line}", flush=True)
+    """A distributed job: its ranks started as parallel.launcher.style says (msrun by
+    default; ms_exp/launch.py), the commands printed, saved and tagged."""
+    from ms_exp.launch import launch_style
+
+    commands = save_command(cfg.parallel, run_dir)
+    style = launch_style(cfg.parallel)
+    shown = commands.replace("\n", "\n  ")
+    print(f"starting {cfg.parallel.device_num} ranks with {style} (also in "
+          f"{run_dir / COMMAND_FILE}):\n  {shown}", flush=True)
     tracker.log_artifact(run_dir / COMMAND_FILE, "launch")
-    tracker.set_tags({"ms_exp.msrun_command": line[:5000]})
+    tracker.set_tags({"ms_exp.launch_command": commands[:5000]})
     env = {}
     if tracker.enabled:
         # MLflow's own variables: rank 0 attaches to this run instead of starting one (with
@@ -232,17 +238,18 @@ def train_in_process(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
 def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
     # MindSpore is imported only once the config is known to be good.
-    import mindspore as ms
     from mindspore.train import LossMonitor
 
     from ms_exp.checkpoint import (BestCheckpoint, TimedModelCheckpoint,
-                                   create_checkpoint_callbacks, last_checkpoint, rank_dir)
+                                   create_checkpoint_callbacks, last_checkpoint, rank_dir,
+                                   save_interval_steps)
     from ms_exp.data import Shard, create_datasets
     from ms_exp.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
     from ms_exp.metrics import best_metric, classification_metrics
     from ms_exp.monitors import FitTimeMonitor
     from ms_exp.models import create_network
-    from ms_exp.optim import create_loss, create_optimizer
+    from ms_exp.loops import create_loop, fit_arguments, loss_names as step_loss_names
+    from ms_exp.optim import create_optimizer
     from ms_exp.placement import create_placement
     from ms_exp.progress import ProgressBar, wants_progress_bar
     from ms_exp.tracking.callback import MlflowMetrics
@@ -271,8 +278,10 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     optimizer = None
     # AutoBoost brings its own SGD(learning_rate=1); Wide&Deep its FTRL and (Lazy)Adam.
     if cfg.boost.mode != "dim_reduce" and not wide_deep:
-        optimizer = create_optimizer(cfg.optimizer, network.trainable_params(),
-                                     steps_per_epoch, epochs)
+        from ms_exp.precision import optimizer_loss_scale
+
+        optimizer = create_optimizer(cfg.optimizer, network, steps_per_epoch, epochs,
+                                     optimizer_loss_scale(cfg.amp, cfg.trainer.loop.value))
     loss_names = ()
     if wide_deep:
         from ms_exp.models.wide_deep import LOSS_NAMES
@@ -280,12 +289,14 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         model = _wide_deep_model(cfg.model, network, placement)
         loss_names = LOSS_NAMES
     elif cfg.boost.mode == "dim_reduce":
-        model = _dim_reduce_model(cfg, network, classification_metrics(spec.num_classes),
-                                  runtime, run_dir, tracker)
+        model = _dim_reduce_model(cfg, network, spec.num_classes, runtime, run_dir, tracker)
     else:
-        model = ms.Model(network, loss_fn=create_loss(cfg.loss), optimizer=optimizer,
-                         metrics=classification_metrics(spec.num_classes),
-                         boost_level=cfg.boost.level)
+        # Model, or the functional Trainer (trainer.loop): the same fit and callbacks.
+        model = create_loop(cfg, network, optimizer,
+                            classification_metrics(spec.num_classes), spec.num_classes,
+                            run_dir / "amp" / f"rank_{runtime.rank_id}")
+        loss_names = step_loss_names(cfg)
+        _report_loop(cfg, tracker)
 
     ckpt_dir = rank_dir(run_dir, runtime.rank_id)
     start_step = 0
@@ -318,7 +329,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
             network, strategies, runtime.group_size, runtime.rank_id, ckpt_dir,
             ckpt_cfg.prefix, ckpt_cfg.strategy.save_file,
             slice_files=ckpt_cfg.save and not ckpt_cfg.integrated_save,
-            save_steps=ckpt_cfg.save_checkpoint_steps or steps_per_epoch))
+            save_steps=save_interval_steps(ckpt_cfg, steps_per_epoch)))
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, epochs))
 
@@ -338,7 +349,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     try:
         if start_step < epochs * steps_per_epoch:
             model.fit(epochs, train_set, eval_set, valid_frequency=1, callbacks=callbacks,
-                      dataset_sink_mode=False, initial_epoch=start_step // steps_per_epoch)
+                      initial_epoch=start_step // steps_per_epoch,
+                      **fit_arguments(cfg.trainer, runtime.device_target))
         else:
             print(f"the checkpoint is at the last step ({start_step}): nothing left to train",
                   flush=True)
@@ -351,6 +363,9 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
 
     # Step 0: one total per run, not a training curve.
     tracker.log_metrics({"system/peak_host_memory_mb": peak_host_memory_mb()}, step=0)
+    overflows = getattr(model, "overflow_steps", None)     # the functional loop counts them
+    if overflows is not None:
+        tracker.log_metrics({"train/overflow_steps": overflows}, step=0)
     if saver is not None:
         tracker.log_metrics({"checkpoint/save_time_s": saver.save_time_s}, step=0)
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
@@ -387,6 +402,19 @@ def _report_placement(cfg: DictConfig, network, placement, device_target: str,
         tracker.log_metrics({"placement/host_table_mb": host_bytes / 2**20}, step=0)
 
 
+def _report_loop(cfg: DictConfig, tracker) -> None:
+    """The loop and its precision on the console and as tags (the params hold them too)."""
+    amp = cfg.amp
+    scale = amp.loss_scale.value
+    if scale != "none":
+        scale = f"{scale} {amp.loss_scale_value:g}" + (
+            " (overflowing steps skipped)" if scale == "dynamic" or amp.drop_overflow_update
+            else "")
+    print(f"trainer.loop={cfg.trainer.loop.value}, amp level {amp.level.value}, "
+          f"loss scale {scale}", flush=True)
+    tracker.set_tags({"ms_exp.loop": cfg.trainer.loop.value})
+
+
 def _wide_deep_model(model_cfg, network, placement):
     """``Model`` over the model zoo's two-optimizer train step, evaluated by AUC."""
     import mindspore as ms
@@ -409,15 +437,18 @@ def _snapshot_callback(cfg: DictConfig, network, run_dir: Path, steps_per_epoch:
     return WeightSnapshots(snapshots, network, directory, steps_per_epoch)
 
 
-def _dim_reduce_model(cfg: DictConfig, network, metrics, runtime, run_dir: Path, tracker):
+def _dim_reduce_model(cfg: DictConfig, network, num_classes: int, runtime, run_dir: Path,
+                      tracker):
     from ms_exp.boost.dim_reduce import build_dim_reduce_model, load_stage_one_weights
+    from ms_exp.metrics import classification_metrics
     from ms_exp.optim import create_loss
 
     boost = cfg.boost
     load_stage_one_weights(network, Path(boost.pretrained_weight_path))
     snapshots = Path(boost.weight_load_dir) if boost.weight_load_dir else None
-    model, plan = build_dim_reduce_model(boost, snapshots, network, create_loss(cfg.loss),
-                                         metrics, runtime, run_dir)
+    model, plan = build_dim_reduce_model(boost, snapshots, network,
+                                         create_loss(cfg.loss, num_classes),
+                                         classification_metrics(num_classes), runtime, run_dir)
     if runtime.rank_id != 0:
         return model
     where = f" ({plan.cache})" if plan.cache else ""

@@ -1,4 +1,5 @@
-"""``python -m ms_exp.worker --run-dir DIR``: one rank of a distributed job, started by msrun.
+"""``python -m ms_exp.worker --run-dir DIR``: one rank of a distributed job, started by msrun,
+mpirun or the launching process itself (parallel.launcher.style; ms_exp/launch.py).
 
 Hydra does not run here: the launching process composed and validated the config and wrote
 it to ``<run dir>/config.yaml``; every rank reads it, so all ranks share one run directory
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from ms_exp.config.compose import load_run_config
-from ms_exp.launch import die_with_parent, log_dir, record_worker_pid
+from ms_exp.launch import (die_with_parent, environment_rank, forget_worker_pid, log_dir,
+                           record_worker_pid)
 from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
 from ms_exp.train import RESOLVED_CONFIG, train
 
@@ -40,12 +42,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ms_exp.worker", description=__doc__)
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    die_with_parent()       # msrun, which dies with the launching process
+    die_with_parent()       # msrun or mpirun (or the launching process), which die with it
     from ms_exp.context import init_env
 
     cfg = load_run_config(args.run_dir / RESOLVED_CONFIG)
+    logs = log_dir(cfg.parallel, args.run_dir)
+    # The rank its launcher named (RANK_ID, mpirun's OMPI_COMM_WORLD_RANK) records its pid
+    # before MindSpore's init, which waits for every rank: a rank stuck there can be stopped.
+    announced = environment_rank()
+    if announced is not None:
+        record_worker_pid(logs, announced)
     runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
-    record_worker_pid(log_dir(cfg.parallel, args.run_dir), runtime.rank_id)
+    if announced not in (None, runtime.rank_id):
+        forget_worker_pid(logs, announced)
+    record_worker_pid(logs, runtime.rank_id)
     tracker = attach_tracker(runtime.rank_id)
     with terminate_as_interrupt():
         try:

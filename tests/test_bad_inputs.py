@@ -228,6 +228,37 @@ def full_disk(scene: Scene) -> None:
     scene.monkeypatch.setattr(shutil, "disk_usage", disk_usage)
 
 
+def rank_table(scene: Scene, devices: int = 2, text: Optional[str] = None) -> Path:
+    """``<data>/hccl.json``: a rank table in MindSpore's format (or ``text``)."""
+    scene.data.mkdir(parents=True, exist_ok=True)
+    path = scene.data / "hccl.json"
+    path.write_text(text if text is not None else json.dumps({"server_list": [{"device": [
+        {"device_id": str(i), "device_ip": f"192.168.100.{i + 1}", "rank_id": str(i)}
+        for i in range(devices)]}]}))
+    return path
+
+
+def rank_table_of_8(scene: Scene) -> None:
+    rank_table(scene, devices=8)
+
+
+def rank_table_not_json(scene: Scene) -> None:
+    rank_table(scene, text="server_count: 1\n")
+
+
+def rank_table_of_another_format(scene: Scene) -> None:
+    rank_table(scene, text=json.dumps({"servers": []}))
+
+
+def rank_table_of_two_servers(scene: Scene) -> None:
+    server = {"device": [{"device_id": "0", "device_ip": "192.168.100.1", "rank_id": "0"}]}
+    rank_table(scene, text=json.dumps({"server_list": [server, server]}))
+
+
+def no_mpirun_on_path(scene: Scene) -> None:
+    scene.monkeypatch.setenv("PATH", str(scene.data))
+
+
 # --- the corpus -------------------------------------------------------------------------
 
 BAD_INPUTS = {
@@ -284,9 +315,136 @@ BAD_INPUTS = {
         "optimizer.warmup_epochs=20",
         message="optimizer.warmup_epochs=20: not allowed; expected an integer from 0 to "
                 "trainer.epochs (10)"),
+    "schedule shorter than training": bad(
+        "optimizer.schedule=linear", "optimizer.decay_epochs=5",
+        message="optimizer.decay_epochs=5: not allowed; expected null or at least "
+                "trainer.epochs (10): training stops at or before the end of the schedule"),
+    "schedule length without decay": bad(
+        "optimizer.decay_epochs=90",
+        message="optimizer.decay_epochs=90: not allowed; expected null with "
+                "optimizer.schedule=constant, which does not decay"),
+    "warmup longer than the schedule": bad(
+        "optimizer.schedule=linear", "optimizer.decay_epochs=20", "optimizer.warmup_epochs=21",
+        message="optimizer.warmup_epochs=21: not allowed; expected an integer from 0 to "
+                "optimizer.decay_epochs (20)"),
+    "warmup start above the learning rate": bad(
+        "optimizer.warmup_epochs=1", "optimizer.lr_init=0.1",
+        message="optimizer.lr_init=0.1: not allowed; expected null or a number from 0 to "
+                "optimizer.lr (0.05)"),
+    "warmup start without warmup": bad(
+        "optimizer.lr_init=0.01",
+        message="optimizer.lr_init=0.01: not allowed; expected null without warmup "
+                "(optimizer.warmup_epochs=0): it is where warmup starts"),
+    "cosine with an end it ignores": bad(
+        "optimizer.schedule=cosine", "optimizer.min_lr=0.001",
+        message="optimizer.min_lr=0.001: not allowed; expected 0 with "
+                "optimizer.schedule=cosine, which decays to about 0 as the model zoo's "
+                "(optimizer.lr_init sets where warmup starts)"),
+    "checkpoint every 0 epochs": bad(
+        "checkpoint.save_checkpoint_epochs=0",
+        message="checkpoint.save_checkpoint_epochs=0: not allowed; expected an integer >= 1"),
+    "checkpoint interval in steps and epochs": bad(
+        "checkpoint.save_checkpoint_steps=5", "checkpoint.save_checkpoint_epochs=10",
+        message="checkpoint.save_checkpoint_epochs=10: not allowed; expected 1 when "
+                "checkpoint.save_checkpoint_steps is set, which it would override"),
+    "unknown loss name": bad(
+        "loss.name=smooth",
+        message="loss.name='smooth': not allowed; expected one of cross_entropy, "
+                "softmax_cross_entropy, cross_entropy_smooth"),
     "label smoothing 1": bad(
         "loss.label_smoothing=1",
         message="loss.label_smoothing=1.0: not allowed; expected a number in [0, 1)"),
+    # The training loop, mixed precision, loss parts (ms_exp/config/validate_loop.py).
+    "unknown training loop": bad(
+        "trainer.loop=eager",
+        message="trainer.loop='eager': not allowed; expected one of model, functional"),
+    "functional loop with AutoBoost": bad(
+        "trainer.loop=functional", "boost=dim_reduce", "boost.pretrained_weight_path=/x",
+        message="trainer.loop='functional': not allowed; expected model: boost=dim_reduce "
+                "trains with a step of its own inside Model"),
+    "functional loop with Wide&Deep": bad(
+        "trainer.loop=functional", *CRITEO, setup=criteo,
+        message="trainer.loop='functional': not allowed; expected model: model=wide_deep "
+                "trains with a step of its own inside Model"),
+    "functional loop in semi-auto parallel": bad(
+        "trainer.loop=functional", "parallel=semi_auto",
+        message="trainer.loop='functional': not allowed; expected model with "
+                "parallel=semi_auto (the functional loop's gradient reducer is data "
+                "parallel's: use parallel=stand_alone or data)"),
+    "functional loop in sink mode": bad(
+        "trainer.loop=functional", "trainer.dataset_sink_mode=true",
+        message="trainer.dataset_sink_mode=true: not allowed; expected false with "
+                "trainer.loop=functional (sink mode is Model's)"),
+    "sink size 0": bad(
+        "trainer.sink_size=0",
+        message="trainer.sink_size=0: not allowed; expected -1 (the whole dataset) or an "
+                "integer >= 1"),
+    "unknown amp level": bad(
+        "amp.level=O4", message="amp.level='O4': not allowed; expected one of O0, O1, O2, O3"),
+    "unknown loss scale": bad(
+        "amp.loss_scale=auto",
+        message="amp.loss_scale='auto': not allowed; expected one of none, fixed, dynamic"),
+    "amp with Wide&Deep's own loss scale": bad(
+        *CRITEO, "amp.level=O2", setup=criteo,
+        message="amp.level='O2': not allowed; expected O0: model=wide_deep trains with a "
+                "step of its own inside Model"),
+    "keep batch norm fp32 without float16": bad(
+        "amp.keep_batchnorm_fp32=false", "amp.level=O1",
+        message="amp.keep_batchnorm_fp32=false: not allowed; expected null with "
+                "amp.level=O1, which casts no batch norm to float16"),
+    "loss scale 0": bad(
+        "amp.loss_scale=fixed", "amp.loss_scale_value=0",
+        message="amp.loss_scale_value=0.0: not allowed; expected a number > 0"),
+    "dynamic scale factor 1": bad(
+        "amp.loss_scale=dynamic", "trainer.loop=functional", "amp.scale_factor=1",
+        message="amp.scale_factor=1: not allowed; expected an integer >= 2"),
+    "dynamic scale window 0": bad(
+        "amp.scale_window=0",
+        message="amp.scale_window=0: not allowed; expected an integer >= 1"),
+    "overflow check without a loss scale": bad(
+        "amp.drop_overflow_update=true",
+        message="amp.drop_overflow_update=true: not allowed; expected false with "
+                "amp.loss_scale=none (no loss scale, no overflow check)"),
+    "dynamic loss scale in Model on CPU": bad(
+        "amp.loss_scale=dynamic", "trainer.device_target=CPU",
+        message="amp.loss_scale='dynamic': not allowed; expected none or fixed without "
+                "drop_overflow_update on CPU with trainer.loop=model (MindSpore's Model has no "
+                "overflow check on CPU), or trainer.loop=functional for dynamic"),
+    "dropping overflowing steps in Model on CPU": bad(
+        "amp.loss_scale=fixed", "amp.drop_overflow_update=true",
+        message="amp.loss_scale='fixed': not allowed; expected none or fixed without "
+                "drop_overflow_update on CPU with trainer.loop=model (MindSpore's Model has no "
+                "overflow check on CPU), or trainer.loop=functional for fixed with "
+                "amp.drop_overflow_update=true"),
+    "loss part named loss": bad(
+        "+loss.parts={loss:{name:cross_entropy}}",
+        message="loss.parts='loss': not allowed; expected part names of letters, digits and "
+                "_, starting with a letter, other than 'loss' (the total is train/loss)"),
+    "loss parts all weighted 0": bad(
+        "+loss.parts={a:{weight:0},b:{weight:0}}",
+        message="loss.parts='a, b': not allowed; expected at least one part with weight > 0"),
+    "negative loss part weight": bad(
+        "+loss.parts={a:{weight:-1}}",
+        message="loss.parts.a.weight=-1.0: not allowed; expected a number >= 0"),
+    "loss part smoothing out of range": bad(
+        "+loss.parts={a:{label_smoothing:1.5}}",
+        message="loss.parts.a.label_smoothing=1.5: not allowed; expected a number in [0, 1)"),
+    "loss part with an unknown key": bad(
+        "+loss.parts={a:{wt:1}}",
+        message="loss.parts.a.wt=?: unknown key; expected one of label_smoothing, name, weight"),
+    "loss part given in pieces": bad(
+        "+loss.parts.a.weight=2",
+        message="loss.parts.a.weight=2: not allowed; expected loss.parts given whole with +, "
+                "e.g. '+loss.parts={loss1:{name:cross_entropy},loss2:{name:"
+                "softmax_cross_entropy,weight:0.5}}'"),
+    "loss smoothing beside loss parts": bad(
+        "loss.label_smoothing=0.1", "+loss.parts={a:{weight:1}}",
+        message="loss.label_smoothing=0.1: not allowed; expected 0 with loss.parts (set "
+                "label_smoothing per part)"),
+    "loss parts with AutoBoost": bad(
+        "boost=dim_reduce", "boost.pretrained_weight_path=/x", "+loss.parts={a:{weight:1}}",
+        message="loss.parts='a': not allowed; expected no parts: boost=dim_reduce trains "
+                "with a step of its own inside Model"),
     "stand-alone on two devices": bad(
         "parallel.device_num=2",
         message="parallel.device_num=2: not allowed; expected 1 for parallel=stand_alone"),
@@ -361,7 +519,8 @@ BAD_INPUTS = {
     "unknown key added with +": bad(
         "+optimizer.nesterov=true",
         message="optimizer.nesterov=true: unknown key; expected one of name, lr, momentum, "
-                "weight_decay, schedule, warmup_epochs, min_lr"),
+                "weight_decay, schedule, warmup_epochs, min_lr, lr_init, decay_epochs, "
+                "group_params"),
     "the dim-reduce tutorial's n_component": bad(
         "boost=dim_reduce", "boost.n_component=4",
         message="boost.n_component=4: unknown key; expected one of alpha, gamma, level, mode, "
@@ -371,7 +530,8 @@ BAD_INPUTS = {
         "parallel=data", "parallel.launcher.port=9000",
         message="parallel.launcher.port=9000: unknown key; expected one of cluster_time_out, "
                 "join_timeout, local_worker_num, log_dir, master_addr, master_port, "
-                "node_rank, worker_num"),
+                "mpirun_args, node_rank, rank_table_file, start_device_id, style, "
+                "worker_num"),
     "unknown tracking key": bad(
         "tracking.url=http://localhost:5000",
         message="tracking.url=http://localhost:5000: unknown key; expected one of enabled, "
@@ -404,11 +564,15 @@ BAD_INPUTS = {
         message="experiment='model_savings': unknown option; expected one of "
                 "dim_reduce_search, dim_reduce_stage_one, dim_reduce_stage_two, "
                 "model_saving, model_saving_integrated, model_saving_sliced, "
-                "wide_deep_hybrid"),
+                "resnet50_imagenet_stage_one, wide_deep_hybrid"),
     "unknown launcher": bad(
         "hydra/launcher=ray",
         message="hydra/launcher='ray': unknown option; expected one of basic, concurrent, "
                 "joblib, slurm, submitit_local, submitit_slurm"),
+    "unknown launch style": bad(
+        "parallel=data", "parallel.launcher.style=slurm",
+        message="parallel.launcher.style='slurm': not allowed; expected one of msrun, mpirun, "
+                "rank_table"),
     "auto-parallel search mode": bad(
         "parallel=auto", "parallel.search_mode=random",
         message="parallel.search_mode='random': not allowed; expected one of "
@@ -427,6 +591,11 @@ BAD_INPUTS = {
         message="optimizer.name='momentum': not allowed; expected sgd with boost=dim_reduce "
                 "(MindSpore trains stage two with SGD(learning_rate=1) whatever is "
                 "configured)"),
+    "dim-reduce with parameter groups it ignores": bad(
+        *DIM_REDUCE, "optimizer.group_params=true",
+        message="optimizer.group_params=true: not allowed; expected false with "
+                "boost=dim_reduce (MindSpore trains stage two with SGD(learning_rate=1) "
+                "whatever is configured)"),
     "host placement without embedding tables": bad(
         "placement=host_device",
         message="placement='host_device': not allowed; expected a model with embedding "
@@ -475,7 +644,8 @@ BAD_INPUTS = {
     "label smoothing the sparse loss": bad(
         "loss.name=softmax_cross_entropy", "loss.label_smoothing=0.1",
         message="loss.label_smoothing=0.1: not allowed; expected 0 with "
-                "loss.name=softmax_cross_entropy (use cross_entropy to smooth labels)"),
+                "loss.name=softmax_cross_entropy (use cross_entropy or cross_entropy_smooth "
+                "to smooth labels)"),
     "workers other than devices": bad(
         "parallel=data", "parallel.launcher.worker_num=4",
         message="parallel.launcher.worker_num=4: not allowed; expected null or "
@@ -489,7 +659,88 @@ BAD_INPUTS = {
         message="parallel.launcher.master_addr='192.0.2.1': not allowed; expected an address "
                 "of this machine, e.g. 127.0.0.1, when all 2 workers run here (set "
                 "parallel.launcher.local_worker_num to spread them over nodes)"),
+    "rank table off Ascend": bad(
+        "parallel=data", "parallel.launcher.style=rank_table",
+        "parallel.launcher.rank_table_file=<data>/hccl.json", setup=rank_table, store=BOTH,
+        message="parallel.launcher.style='rank_table': not allowed; expected "
+                "trainer.device_target=Ascend with it (rank-table ranks talk over HCCL, which "
+                "only Ascend has; trainer.device_target is None), or "
+                "parallel.launcher.style=msrun"),
+    "mpirun on CPU": bad(
+        "parallel=data", "parallel.launcher.style=mpirun", "trainer.device_target=CPU",
+        store=BOTH,
+        message="parallel.launcher.style='mpirun': not allowed; expected "
+                "trainer.device_target=GPU or Ascend with it (MindSpore 2.10 initialises no "
+                "CPU communication under mpirun; trainer.device_target is CPU), or "
+                "parallel.launcher.style=msrun"),
+    "mpirun not installed": bad(
+        "parallel=data", "parallel.launcher.style=mpirun", "trainer.device_target=GPU",
+        setup=no_mpirun_on_path,
+        message="parallel.launcher.style='mpirun': not allowed; expected mpirun on PATH "
+                "(install Open MPI, e.g. apt-get install openmpi-bin), or "
+                "parallel.launcher.style=msrun"),
+    "rank table not given": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "trainer.device_target=Ascend",
+        message="parallel.launcher.rank_table_file=null: not allowed; expected the path of the "
+                "Ascend rank table (hccl_<n>p_*.json) with parallel.launcher.style=rank_table"),
+    "negative start device id": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "trainer.device_target=Ascend",
+        "parallel.launcher.rank_table_file=<data>/hccl.json",
+        "parallel.launcher.start_device_id=-1", setup=rank_table,
+        message="parallel.launcher.start_device_id=-1: not allowed; expected an integer >= 0 "
+                "(the first rank's DEVICE_ID)"),
+    "rank table for msrun": bad(
+        "parallel=data", "parallel.launcher.rank_table_file=<data>/hccl.json",
+        setup=rank_table,
+        message="parallel.launcher.rank_table_file='<data>/hccl.json': not allowed; expected "
+                "null with parallel.launcher.style=msrun (only style=rank_table reads it)"),
+    "start device id for msrun": bad(
+        "parallel=data", "parallel.launcher.start_device_id=4",
+        message="parallel.launcher.start_device_id=4: not allowed; expected 0 with "
+                "parallel.launcher.style=msrun (only style=rank_table reads it)"),
+    "mpirun arguments for msrun": bad(
+        "parallel=data", "parallel.launcher.mpirun_args=[--bind-to,none]",
+        message="parallel.launcher.mpirun_args=['--bind-to', 'none']: not allowed; expected [] "
+                "with parallel.launcher.style=msrun (only style=mpirun reads it)"),
+    "msrun's workers per node for mpirun": bad(
+        "parallel=data", "parallel.launcher.style=mpirun",
+        "parallel.launcher.local_worker_num=1",
+        message="parallel.launcher.local_worker_num=1: not allowed; expected null with "
+                "parallel.launcher.style=mpirun (only style=msrun reads it)"),
+    "msrun's node rank for a rank table": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "parallel.launcher.node_rank=0",
+        message="parallel.launcher.node_rank=0: not allowed; expected -1 with "
+                "parallel.launcher.style=rank_table (only style=msrun reads it)"),
     # --- paths that do not exist
+    "rank table missing": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "trainer.device_target=Ascend",
+        "parallel.launcher.rank_table_file=/no/such/hccl_2p.json",
+        message="parallel.launcher.rank_table_file='/no/such/hccl_2p.json': not allowed; "
+                "expected a readable rank table file (/no/such/hccl_2p.json is not a file)"),
+    "rank table not JSON": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "trainer.device_target=Ascend",
+        "parallel.launcher.rank_table_file=<data>/hccl.json", setup=rank_table_not_json,
+        message="parallel.launcher.rank_table_file='<data>/hccl.json': not allowed; expected a "
+                "readable rank table file (<data>/hccl.json is not JSON: Expecting value: "
+                "line 1 column 1 (char 0))"),
+    "rank table of another format": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "trainer.device_target=Ascend",
+        "parallel.launcher.rank_table_file=<data>/hccl.json",
+        setup=rank_table_of_another_format,
+        message="parallel.launcher.rank_table_file='<data>/hccl.json': not allowed; expected a "
+                "readable rank table file (<data>/hccl.json has no server_list[].device[] of "
+                "MindSpore's rank table)"),
+    "rank table of two servers": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "trainer.device_target=Ascend",
+        "parallel.launcher.rank_table_file=<data>/hccl.json", setup=rank_table_of_two_servers,
+        message="parallel.launcher.rank_table_file='<data>/hccl.json': not allowed; expected a "
+                "rank table of one server, this one (it lists 2); on several servers use "
+                "parallel.launcher.style=msrun or mpirun"),
+    "rank table of another size": bad(
+        "parallel=data", "parallel.launcher.style=rank_table", "trainer.device_target=Ascend",
+        "parallel.launcher.rank_table_file=<data>/hccl.json", setup=rank_table_of_8,
+        message="parallel.launcher.rank_table_file='<data>/hccl.json': not allowed; expected a "
+                "rank table listing 2 devices, one per rank (it lists 8)"),
     "mnist folder missing": bad(
         "dataset=mnist", "dataset.path=/no/such/mnist",
         store=BOTH,

@@ -72,13 +72,13 @@ def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
                  for a in client.list_artifacts(run.info.run_id, f"checkpoints/rank_{rank}")}
         assert files == {"checkpoint-1_22.ckpt", "best.ckpt"}
     assert {a.path for a in client.list_artifacts(run.info.run_id, "launch")} == \
-        {"launch/msrun_command.sh"}
+        {"launch/launch_command.sh"}
     run_dirs = list((data_parallel_run.cwd / "outputs").glob("*/*"))
     assert run_dirs == [data_parallel_run.run_dir]
 
 
 def test_msrun_command_is_printed_and_saved_for_copying(data_parallel_run):
-    saved = (data_parallel_run.run_dir / "msrun_command.sh").read_text().splitlines()[-1]
+    saved = (data_parallel_run.run_dir / "launch_command.sh").read_text().splitlines()[-1]
     assert saved in data_parallel_run.stdout
     assert saved.startswith("msrun --worker_num=2 --local_worker_num=2 "
                             "--master_addr=127.0.0.1 --master_port=")
@@ -249,7 +249,7 @@ def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
     as a second machine sharing the run directory would."""
     node0 = _start(tmp_path, "trainer.epochs=1", "parallel.launcher.local_worker_num=1",
                    "parallel.launcher.node_rank=0")
-    command_file = tmp_path / "run" / "msrun_command.sh"
+    command_file = tmp_path / "run" / "launch_command.sh"
     deadline = time.time() + 60
     while not command_file.is_file():
         assert time.time() < deadline and node0.poll() is None, node0.communicate()[0]

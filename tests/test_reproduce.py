@@ -89,7 +89,7 @@ def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
 def test_from_run_of_a_data_parallel_run_is_bit_for_bit(tmp_path):
     first = train(tmp_path, "parallel=data", "trainer.epochs=1",
                   f"parallel.launcher.master_port={free_port()}")
-    assert "ms_exp.msrun_command" in first.store.get_run(first.run_id).data.tags
+    assert "ms_exp.launch_command" in first.store.get_run(first.run_id).data.tags
     again = train(tmp_path, "--from-run", first.run_id,
                   f"parallel.launcher.master_port={free_port()}")
     for rank in (0, 1):

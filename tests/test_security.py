@@ -108,7 +108,7 @@ def test_printed_mlflow_ui_command_is_safe_to_paste_into_a_shell(tmp_path):
 
 @pytest.mark.parametrize("parallel", ["data", "semi_auto", "auto"])
 def test_msrun_master_addr_defaults_to_loopback(parallel, tmp_path):
-    """The msrun line ms_exp runs and saves as msrun_command.sh: scheduler on 127.0.0.1."""
+    """The msrun line ms_exp runs and saves in launch_command.sh: scheduler on 127.0.0.1."""
     cfg = compose_config([f"parallel={parallel}"])
     assert f"--master_addr={LOOPBACK}" in msrun_arguments(cfg.parallel, tmp_path)
     line = save_command(cfg.parallel, tmp_path)
@@ -229,7 +229,8 @@ def test_shell_metacharacters_in_config_reach_msrun_verbatim(tmp_path, monkeypat
 
 
 def test_shell_metacharacters_in_config_are_quoted_in_the_saved_msrun_command(tmp_path):
-    """Running the saved msrun_command.sh hands msrun the values verbatim, runs nothing else."""
+    """Running the saved launch_command.sh hands msrun the values verbatim, runs nothing
+    else."""
     marker = tmp_path / MARKER
     parallel, run_dir = _hostile_parallel(tmp_path)
     save_command(parallel, run_dir)

@@ -144,17 +144,21 @@ def test_learning_rate_schedules_follow_warmup_then_decay():
     cosine = rates("optimizer.schedule=cosine", "optimizer.warmup_epochs=1")
     assert len(cosine) == 40
     assert cosine[:10] == pytest.approx([0.08 * (i + 1) for i in range(10)])
-    assert cosine[10] == pytest.approx(0.8) and cosine[-1] < 0.01
-    assert cosine[25] == pytest.approx(0.4 * (1 + math.cos(math.pi * 15 / 30)))
+    # The model zoo's cosine (lr_generator.py): a cosine over 0.47 of a period, damped by a
+    # linear decay, counted from the first step of training (tests/test_recipe.py).
+    assert cosine[10] == pytest.approx(0.8 * (0.5 * (1 + math.cos(math.pi * 0.94 / 3)) + 1e-5))
+    assert cosine[-1] < 0.01
+    assert cosine[25] == pytest.approx(
+        0.8 * (15 / 30 * 0.5 * (1 + math.cos(math.pi * 0.94 * 25 / 30)) + 1e-5))
     linear = rates("optimizer.schedule=linear")
     assert linear[0] == pytest.approx(0.8) and linear[20] == pytest.approx(0.4)
     assert rates("optimizer.schedule=constant") == [0.8] * 40
 
     from ms_exp.models.mlp import Network
 
-    params = Network(4, 2, 3).trainable_params()
+    network = Network(4, 2, 3)
     kinds = {name: type(create_optimizer(compose_config([f"optimizer.name={name}"]).optimizer,
-                                         params, 10, 1)).__name__
+                                         network, 10, 1)).__name__
              for name in ("sgd", "momentum", "adam")}
     assert kinds == {"sgd": "SGD", "momentum": "Momentum", "adam": "Adam"}
 

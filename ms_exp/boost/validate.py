@@ -71,11 +71,12 @@ def _check_optimizer(optimizer) -> None:
     """AutoBoost replaces the optimizer with SGD(learning_rate=1) whatever it is given:
     refuse settings that would be silently ignored."""
     expected = {"name": "sgd", "lr": 1.0, "momentum": 0.0, "weight_decay": 0.0,
-                "schedule": "constant"}
+                "schedule": "constant", "group_params": "false"}
     for key, value in expected.items():
         given = optimizer[key]
         given = getattr(given, "value", given)
-        require(given == value, f"optimizer.{key}", given,
+        shown = str(given).lower() if isinstance(given, bool) else given
+        require(shown == value, f"optimizer.{key}", given,
                 f"{value} with boost=dim_reduce (MindSpore trains stage two with "
                 "SGD(learning_rate=1) whatever is configured)")
 

@@ -46,6 +46,9 @@ def from_composition_error(error: Exception, overrides: Iterable[str]) -> Option
     """Turn an exception raised by Hydra's compose into one line, or None if unknown."""
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
+    whole = _dict_given_in_pieces(overrides)
+    if whole:
+        return whole
     cause = error.__cause__ or error.__context__ or error
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         parent = cause.parent_node
@@ -54,6 +57,22 @@ def from_composition_error(error: Exception, overrides: Iterable[str]) -> Option
         return f"{cause.full_key}={value}: unknown key; expected {one_of(keys)}"
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         return f"{cause.full_key}={_show(cause.value)}: {_reason(str(cause.msg))}"
+    return None
+
+
+# Typed dicts of sections, which Hydra can only set whole (`+key={...}`): adding one entry
+# with `+key.name.field=...` fails deep in OmegaConf with a message about types.
+_WHOLE_DICTS = {"loss.parts": "'+loss.parts={loss1:{name:cross_entropy},"
+                              "loss2:{name:softmax_cross_entropy,weight:0.5}}'"}
+
+
+def _dict_given_in_pieces(overrides: Iterable[str]) -> Optional[str]:
+    for override in overrides:
+        key, _, value = override.partition("=")
+        for whole, example in _WHOLE_DICTS.items():
+            if key.lstrip("+~").startswith(whole) and key != f"+{whole}":
+                return (f"{key.lstrip('+~')}={value}: not allowed; expected {whole} given "
+                        f"whole with +, e.g. {example}")
     return None
 
 

@@ -25,6 +25,26 @@ class ProgressBar(Enum):
     never = "never"
 
 
+class TrainLoop(Enum):
+    model = "model"  # Model.fit: MindSpore's TrainOneStepCell (or its loss-scaled variant)
+    functional = "functional"  # the training-flow tutorial's value_and_grad + jit step
+
+
+class AmpLevel(Enum):
+    """``amp_level`` of ``Model`` / ``mindspore.amp.auto_mixed_precision``."""
+
+    O0 = "O0"  # float32 throughout
+    O1 = "O1"  # float16 for the white-listed operators (Conv2d, Dense, ...)
+    O2 = "O2"  # float16 but the black list (batch norm stays float32 by default)
+    O3 = "O3"  # float16 throughout
+
+
+class LossScaleKind(Enum):
+    none = "none"  # no loss scaling
+    fixed = "fixed"  # FixedLossScaleManager / StaticLossScaler
+    dynamic = "dynamic"  # DynamicLossScaleManager / DynamicLossScaler
+
+
 class OptimizerName(Enum):
     sgd = "sgd"
     momentum = "momentum"
@@ -40,6 +60,9 @@ class LrSchedule(Enum):
 class LossName(Enum):
     cross_entropy = "cross_entropy"  # nn.CrossEntropyLoss, as the model-saving tutorial
     softmax_cross_entropy = "softmax_cross_entropy"  # sparse, as the training-flow tutorial
+    # The model zoo ResNet's CrossEntropySmooth (the dimension-reduction tutorial's loss):
+    # 1 - label_smoothing on the label, label_smoothing / (classes - 1) on each other class.
+    cross_entropy_smooth = "cross_entropy_smooth"
 
 
 class CheckpointArtifacts(Enum):
@@ -59,11 +82,29 @@ class SearchMode(Enum):
     recursive_programming = "recursive_programming"
 
 
+class LaunchStyle(Enum):
+    """How the ranks are started (ms_exp/launch.py renders and runs each)."""
+
+    msrun = "msrun"  # MindSpore's own launcher: every device target, CPU included
+    mpirun = "mpirun"  # Open MPI's: GPU and Ascend (MindSpore 2.10 trains no CPU ranks there)
+    rank_table = "rank_table"  # one process per rank with RANK_TABLE_FILE: Ascend (HCCL) only
+
+
 @dataclass
 class LauncherConfig:
-    """msrun's arguments. One node: leave the defaults. Several nodes: the same command on
-    every node with its own ``node_rank`` and ``local_worker_num``."""
+    """How the ranks are started, and msrun's arguments. One node: leave the defaults.
+    Several nodes: the same command on every node with its own ``node_rank`` and
+    ``local_worker_num``."""
 
+    style: LaunchStyle = LaunchStyle.msrun
+    # style=rank_table, as the training-flow tutorial's Ascend script: the rank table
+    # (RANK_TABLE_FILE) and the first rank's DEVICE_ID (its START_ID); rank i gets
+    # DEVICE_ID=start_device_id+i and RANK_ID=i.
+    rank_table_file: Optional[str] = None
+    start_device_id: int = 0
+    # style=mpirun: arguments after ms_exp's own, e.g. [--hostfile, hosts, --bind-to, none].
+    mpirun_args: List[str] = field(default_factory=list)
+    # msrun's arguments (style=msrun); log_dir and join_timeout are read by every style.
     worker_num: Optional[int] = None  # None: parallel.device_num
     local_worker_num: Optional[int] = None  # None: worker_num (every worker on this node)
     node_rank: int = -1  # -1: msrun assigns ranks (single node)
@@ -134,8 +175,10 @@ class CheckpointSchema:
     save: bool = True
     integrated_save: bool = True
     prefix: str = "checkpoint"
-    # None: once per epoch (the dataset's size in steps), as the training-flow tutorial.
+    # None: every save_checkpoint_epochs epochs (once per epoch by default, as the
+    # training-flow tutorial; the model zoo ResNet's save_checkpoint_epochs * steps).
     save_checkpoint_steps: Optional[int] = None
+    save_checkpoint_epochs: int = 1
     keep_checkpoint_max: int = 5
     keep_best: bool = True
     strategy: StrategyFile = field(default_factory=StrategyFile)
@@ -307,6 +350,12 @@ class TrainerConfig:
     # (the newest unfinished run of this config, else a new run), an MLflow run id, a run
     # directory or a checkpoint file. None: always a new run.
     resume: Optional[str] = None
+    loop: TrainLoop = TrainLoop.model
+    # Sink mode (Model.train(dataset_sink_mode=True, sink_size=...)): the device pulls
+    # sink_size steps per call and callbacks see one step end per sink. The CPU has no sink
+    # mode: there ms_exp trains without it and says so (README, "Dataset sink mode").
+    dataset_sink_mode: bool = False
+    sink_size: int = -1  # steps per sink; -1: the whole dataset
 
 
 @dataclass
@@ -317,13 +366,50 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     schedule: LrSchedule = LrSchedule.constant
     warmup_epochs: int = 0
-    min_lr: float = 0.0
+    min_lr: float = 0.0  # where linear decay ends (the model zoo's lr_end)
+    # Where warmup starts (the model zoo's lr_init); None: min_lr.
+    lr_init: Optional[float] = None
+    # Epochs the warmup and decay span (the model zoo's total_epochs); None: trainer.epochs.
+    # More than trainer.epochs stops training partway down the schedule, as the
+    # dimension-reduction tutorial trains 70 epochs of a 90-epoch schedule.
+    decay_epochs: Optional[int] = None
+    # The model zoo's init_group_params: no weight decay on batch norm (gamma, beta) and
+    # biases, weight_decay on every other parameter.
+    group_params: bool = False
+
+
+@dataclass
+class LossPart:
+    """One term of a loss made of several (the training-flow tutorial's loss1 + loss2)."""
+
+    name: LossName = LossName.cross_entropy
+    label_smoothing: float = 0.0
+    weight: float = 1.0
 
 
 @dataclass
 class LossConfig:
     name: LossName = LossName.cross_entropy
     label_smoothing: float = 0.0
+    # Several losses: part name -> LossPart. The loss is the weighted sum of the parts, and
+    # each part is logged as train/<part name>. Empty: the one loss above.
+    parts: Dict[str, LossPart] = field(default_factory=dict)
+
+
+@dataclass
+class AmpConfig:
+    """Mixed precision and loss scaling, as stage one of the dimension-reduction tutorial
+    configures ``Model(amp_level=..., keep_batchnorm_fp32=..., loss_scale_manager=...)``."""
+
+    level: AmpLevel = AmpLevel.O0
+    keep_batchnorm_fp32: Optional[bool] = None  # None: the level's default (True for O2)
+    loss_scale: LossScaleKind = LossScaleKind.none
+    loss_scale_value: float = 1024.0  # the fixed scale, or the dynamic scale's start
+    # fixed: skip the update of a step whose gradients overflow (inf/nan) instead of
+    # applying it. dynamic always skips such steps, and lowers the scale.
+    drop_overflow_update: bool = False
+    scale_factor: int = 2  # dynamic: the scale is divided by this on overflow ...
+    scale_window: int = 2000  # ... and multiplied by it after this many good steps
 
 
 @dataclass
@@ -353,6 +439,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    amp: AmpConfig = field(default_factory=AmpConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 

@@ -21,6 +21,7 @@ from ms_exp.data.criteo_convert import EVAL_FILE, FIELD_SIZE, META_FILE, TRAIN_F
 from ms_exp.data.headers import (count_files, first_file, image_signature,
                                  mindrecord_columns, mnist_train_samples)
 from ms_exp.data.spec import IMAGE_EXTENSIONS
+from ms_exp.launch import launch_style, validate_launch_style, validate_style_keys
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require
 
@@ -47,6 +48,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     check_known_keys(cfg, choices)
     validate_trainer(cfg.trainer)
     validate_parallel(cfg.parallel)
+    validate_launch_style(cfg)
     validate_checkpoint(cfg.checkpoint)
     validate_checkpoint_choice(cfg.checkpoint, choices["checkpoint"])
     validate_resume(cfg)
@@ -60,6 +62,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_placement(cfg.placement, cfg.model)
     validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
     validate_loss(cfg.loss)
+    from ms_exp.config.validate_loop import validate_loop
+
+    validate_loop(cfg)
     validate_tracking(cfg.tracking)
     if cfg.parallel.mode == "semi_auto":
         validate_shard_strategies(cfg)
@@ -175,6 +180,7 @@ def validate_parallel(cfg) -> None:
     workers = launcher.worker_num or cfg.device_num
     require(workers == cfg.device_num, "parallel.launcher.worker_num", launcher.worker_num,
             f"null or parallel.device_num ({cfg.device_num}): one worker per device")
+    validate_style_keys(cfg)
     local = launcher.local_worker_num or workers
     require(1 <= local <= workers, "parallel.launcher.local_worker_num",
             launcher.local_worker_num, f"null or an integer from 1 to {workers}")
@@ -203,8 +209,8 @@ def validate_parallel(cfg) -> None:
 def validate_master_port_free(cfg) -> None:
     """Checked after every other key: a port other processes hold comes and goes, and must
     not hide a mistake in the config itself."""
-    if cfg.mode == "stand_alone":
-        return
+    if cfg.mode == "stand_alone" or launch_style(cfg) != "msrun":
+        return  # only msrun listens on the master port
     launcher = cfg.launcher
     if launcher.node_rank in (-1, 0) and is_local_address(launcher.master_addr):
         require(port_is_free(launcher.master_addr, launcher.master_port),
@@ -242,6 +248,10 @@ def port_is_free(address: str, port: int) -> bool:
 def validate_checkpoint(cfg) -> None:
     if cfg.save_checkpoint_steps is not None:
         positive("checkpoint", cfg, "save_checkpoint_steps")
+        require(cfg.save_checkpoint_epochs == 1, "checkpoint.save_checkpoint_epochs",
+                cfg.save_checkpoint_epochs,
+                "1 when checkpoint.save_checkpoint_steps is set, which it would override")
+    positive("checkpoint", cfg, "save_checkpoint_epochs")
     positive("checkpoint", cfg, "keep_checkpoint_max")
     require(bool(cfg.prefix) and "/" not in cfg.prefix and "\\" not in cfg.prefix,
             "checkpoint.prefix", cfg.prefix, "a non-empty file-name prefix without slashes")
@@ -474,16 +484,43 @@ def validate_optimizer(cfg, epochs: int) -> None:
     require(cfg.weight_decay >= 0, "optimizer.weight_decay", cfg.weight_decay, "a number >= 0")
     require(0 <= cfg.min_lr < cfg.lr, "optimizer.min_lr", cfg.min_lr,
             f"a number >= 0 and below optimizer.lr ({cfg.lr})")
-    require(0 <= cfg.warmup_epochs <= epochs, "optimizer.warmup_epochs", cfg.warmup_epochs,
-            f"an integer from 0 to trainer.epochs ({epochs})")
+    schedule = cfg.schedule.value
+    if cfg.decay_epochs is not None:
+        require(schedule != "constant", "optimizer.decay_epochs", cfg.decay_epochs,
+                "null with optimizer.schedule=constant, which does not decay")
+        require(cfg.decay_epochs >= epochs, "optimizer.decay_epochs", cfg.decay_epochs,
+                f"null or at least trainer.epochs ({epochs}): training stops at or before "
+                "the end of the schedule")
+        require(0 <= cfg.warmup_epochs <= cfg.decay_epochs, "optimizer.warmup_epochs",
+                cfg.warmup_epochs,
+                f"an integer from 0 to optimizer.decay_epochs ({cfg.decay_epochs})")
+    else:
+        require(0 <= cfg.warmup_epochs <= epochs, "optimizer.warmup_epochs", cfg.warmup_epochs,
+                f"an integer from 0 to trainer.epochs ({epochs})")
+    if cfg.lr_init is not None:
+        require(cfg.warmup_epochs > 0, "optimizer.lr_init", cfg.lr_init,
+                "null without warmup (optimizer.warmup_epochs=0): it is where warmup starts")
+        require(0 <= cfg.lr_init <= cfg.lr, "optimizer.lr_init", cfg.lr_init,
+                f"null or a number from 0 to optimizer.lr ({cfg.lr})")
+    if schedule == "cosine":
+        # The model zoo's cosine ends at lr * 1e-5 whatever its lr_end.
+        require(cfg.min_lr == 0, "optimizer.min_lr", cfg.min_lr,
+                "0 with optimizer.schedule=cosine, which decays to about 0 as the model zoo's "
+                "(optimizer.lr_init sets where warmup starts)")
 
 
 def validate_loss(cfg) -> None:
-    require(0 <= cfg.label_smoothing < 1, "loss.label_smoothing", cfg.label_smoothing,
+    validate_loss_terms(cfg, "loss")
+
+
+def validate_loss_terms(cfg, key: str) -> None:
+    """A loss's name and label smoothing: ``loss`` itself or one of ``loss.parts``."""
+    require(0 <= cfg.label_smoothing < 1, f"{key}.label_smoothing", cfg.label_smoothing,
             "a number in [0, 1)")
     if cfg.name.value == "softmax_cross_entropy":
-        require(cfg.label_smoothing == 0, "loss.label_smoothing", cfg.label_smoothing,
-                "0 with loss.name=softmax_cross_entropy (use cross_entropy to smooth labels)")
+        require(cfg.label_smoothing == 0, f"{key}.label_smoothing", cfg.label_smoothing,
+                f"0 with {key}.name=softmax_cross_entropy (use cross_entropy or "
+                "cross_entropy_smooth to smooth labels)")
 
 
 def validate_tracking(cfg) -> None:
@@ -543,7 +580,7 @@ def concurrent_master_ports(configs) -> None:
         return
     first_job = {}
     for number, cfg in enumerate(configs):
-        if cfg.parallel.mode == "stand_alone":
+        if cfg.parallel.mode == "stand_alone" or launch_style(cfg.parallel) != "msrun":
             continue
         port = cfg.parallel.launcher.master_port
         address = (cfg.parallel.launcher.master_addr, port)

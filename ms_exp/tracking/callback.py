@@ -34,6 +34,9 @@ class MlflowMetrics(Callback):
         self._epoch_start = self._step_start = time.perf_counter()
         self._epoch_step_times: List[float] = []
 
+    def on_train_begin(self, run_context):
+        self.global_step = run_context.original_args().cur_step_num  # a resumed run's
+
     def on_train_epoch_begin(self, run_context):
         self._epoch_start = self._step_start = time.perf_counter()
         self._epoch_step_times = []
@@ -41,8 +44,10 @@ class MlflowMetrics(Callback):
     def on_train_step_end(self, run_context):
         params = run_context.original_args()
         now = time.perf_counter()
+        # In sink mode one call here ends sink_size steps: the time is shared among them.
+        steps = max(1, params.cur_step_num - self.global_step)
         # Measured end to end, so the data pipeline's share of a step is included.
-        step_time = now - self._step_start
+        step_time = (now - self._step_start) / steps
         self._step_start = now
         self._epoch_step_times.append(step_time)
         self.global_step = params.cur_step_num

@@ -1,0 +1,85 @@
+"""Checks of the training loop's keys: ``trainer.loop``, sink mode, ``amp`` and
+``loss.parts``, against each other and against what the rest of the config builds."""
+import re
+
+from ms_exp.config.errors import require
+
+# Model builds its own train step for these; the functional loop, amp and loss parts are
+# not theirs.
+OWN_TRAIN_STEP = {"boost": "dim_reduce", "model": "wide_deep"}
+PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def validate_loop(cfg) -> None:
+    trainer, amp = cfg.trainer, cfg.amp
+    loop = trainer.loop.value
+    require(trainer.sink_size == -1 or trainer.sink_size >= 1, "trainer.sink_size",
+            trainer.sink_size, "-1 (the whole dataset) or an integer >= 1")
+    for group, option in OWN_TRAIN_STEP.items():
+        section = cfg.boost.mode if group == "boost" else cfg.model.name
+        if section != option:
+            continue
+        why = f"{group}={option} trains with a step of its own inside Model"
+        require(loop == "model", "trainer.loop", loop, f"model: {why}")
+        require(amp.level.value == "O0", "amp.level", amp.level.value, f"O0: {why}")
+        require(amp.loss_scale.value == "none", "amp.loss_scale", amp.loss_scale.value,
+                f"none: {why}")
+        require(not cfg.loss.parts, "loss.parts", ", ".join(cfg.loss.parts),
+                f"no parts: {why}")
+    if loop == "functional":
+        require(cfg.parallel.mode in ("stand_alone", "data"), "trainer.loop", loop,
+                f"model with parallel={cfg.parallel.mode} (the functional loop's gradient "
+                "reducer is data parallel's: use parallel=stand_alone or data)")
+        require(not trainer.dataset_sink_mode, "trainer.dataset_sink_mode", True,
+                "false with trainer.loop=functional (sink mode is Model's)")
+    validate_amp(amp, loop, trainer.device_target)
+    validate_loss_parts(cfg.loss)
+
+
+def validate_amp(amp, loop: str, device_target) -> None:
+    level, kind = amp.level.value, amp.loss_scale.value
+    if amp.keep_batchnorm_fp32 is not None:
+        require(level in ("O2", "O3"), "amp.keep_batchnorm_fp32", amp.keep_batchnorm_fp32,
+                f"null with amp.level={level}, which casts no batch norm to float16")
+    require(amp.loss_scale_value > 0, "amp.loss_scale_value", amp.loss_scale_value,
+            "a number > 0")
+    require(amp.scale_factor >= 2, "amp.scale_factor", amp.scale_factor, "an integer >= 2")
+    require(amp.scale_window >= 1, "amp.scale_window", amp.scale_window, "an integer >= 1")
+    if amp.drop_overflow_update:
+        require(kind != "none", "amp.drop_overflow_update", True,
+                "false with amp.loss_scale=none (no loss scale, no overflow check)")
+    checks_overflow = kind == "dynamic" or (kind == "fixed" and amp.drop_overflow_update)
+    if loop == "model" and checks_overflow and resolved_device_target(device_target) == "CPU":
+        shown = "dynamic" if kind == "dynamic" else "fixed with amp.drop_overflow_update=true"
+        require(False, "amp.loss_scale", kind,
+                f"none or fixed without drop_overflow_update on CPU with trainer.loop=model "
+                f"(MindSpore's Model has no overflow check on CPU), or trainer.loop="
+                f"functional for {shown}")
+
+
+def resolved_device_target(device_target) -> str:
+    """The device MindSpore will train on: the configured one, else the default of the
+    installed package (imported here only for the checks that depend on it)."""
+    if device_target and device_target != "None":
+        return device_target
+    import mindspore as ms
+
+    return ms.get_context("device_target")
+
+
+def validate_loss_parts(loss_cfg) -> None:
+    from ms_exp.config.validate import validate_loss_terms
+
+    parts = loss_cfg.parts
+    if not parts:
+        return
+    require(loss_cfg.label_smoothing == 0, "loss.label_smoothing", loss_cfg.label_smoothing,
+            "0 with loss.parts (set label_smoothing per part)")
+    for name, part in parts.items():
+        require(bool(PART_NAME.fullmatch(str(name))) and name != "loss", "loss.parts",
+                str(name), "part names of letters, digits and _, starting with a letter, "
+                "other than 'loss' (the total is train/loss)")
+        require(part.weight >= 0, f"loss.parts.{name}.weight", part.weight, "a number >= 0")
+        validate_loss_terms(part, f"loss.parts.{name}")
+    require(any(part.weight > 0 for part in parts.values()), "loss.parts",
+            ", ".join(parts.keys()), "at least one part with weight > 0")

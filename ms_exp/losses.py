@@ -1,0 +1,61 @@
+"""A loss made of several named parts (``loss.parts``), as the training-flow tutorial's
+Trainer has ``loss = loss1 + loss2``: the loss is the weighted sum, and each part is
+reported on its own (``train/<part>`` in MLflow, ``<part> is ...`` on the console)."""
+from typing import Tuple
+
+from mindspore import nn
+
+from ms_exp.optim import create_loss
+
+TOTAL = "loss"  # the name of the weighted sum among the reported values
+
+
+class LossParts(nn.Cell):
+    """``(total, part_1, ..., part_n)`` of ``(logits, labels)``; total = sum of
+    weight_i * part_i. The parts are reported unweighted."""
+
+    def __init__(self, parts, weights):
+        super().__init__()
+        self.parts = nn.CellList(parts)
+        self.weights = tuple(float(w) for w in weights)
+
+    def construct(self, logits, labels):
+        values = ()
+        for part in self.parts:
+            values = values + (part(logits, labels),)
+        total = values[0] * self.weights[0]
+        for i in range(1, len(values)):
+            total = total + values[i] * self.weights[i]
+        return (total,) + values
+
+
+class TotalLoss(nn.Cell):
+    """The weighted sum alone: the ``loss_fn`` Model trains, the same math as the
+    functional loop's."""
+
+    def __init__(self, parts: LossParts):
+        super().__init__()
+        self.parts = parts
+
+    def construct(self, logits, labels):
+        return self.parts(logits, labels)[0]
+
+
+def part_names(loss_cfg) -> Tuple[str, ...]:
+    return tuple(loss_cfg.parts.keys())
+
+
+def create_loss_parts(loss_cfg, num_classes: int) -> LossParts:
+    """Every configured part; without ``loss.parts``, the one loss of ``loss.name``."""
+    if not loss_cfg.parts:
+        return LossParts([create_loss(loss_cfg, num_classes)], [1.0])
+    parts = list(loss_cfg.parts.values())
+    return LossParts([create_loss(part, num_classes) for part in parts],
+                     [part.weight for part in parts])
+
+
+def create_training_loss(loss_cfg, num_classes: int) -> nn.Cell:
+    """The ``loss_fn`` of ``Model``: the configured loss, or the weighted sum of its parts."""
+    if not loss_cfg.parts:
+        return create_loss(loss_cfg, num_classes)
+    return TotalLoss(create_loss_parts(loss_cfg, num_classes))
