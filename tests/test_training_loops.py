@@ -188,6 +188,13 @@ def test_steps_whose_gradients_overflow_are_skipped_and_the_dynamic_scale_drops(
     assert not np.array_equal(network.trainable_params()[0].asnumpy(), before[0])
     assert trainer.scaler.scale_value.asnumpy() == 2**30
 
+    # scale_window good steps in a row raise the scale by scale_factor: 3 steps, window 2.
+    trainer, network, data = tiny_trainer(["amp.loss_scale=dynamic", "amp.scale_window=2",
+                                           "amp.scale_factor=4"])
+    trainer.fit(1, data)
+    assert trainer.overflow_steps == 0
+    assert trainer.scaler.scale_value.asnumpy() == 1024 * 4
+
 
 def test_a_fixed_scale_skips_overflowing_steps_only_with_drop_overflow_update():
     trainer, network, data = tiny_trainer(["amp.loss_scale=fixed",

@@ -21,7 +21,8 @@ from ms_exp.data.criteo_convert import EVAL_FILE, FIELD_SIZE, META_FILE, TRAIN_F
 from ms_exp.data.headers import (count_files, first_file, image_signature,
                                  mindrecord_columns, mnist_train_samples)
 from ms_exp.data.spec import IMAGE_EXTENSIONS
-from ms_exp.launch import launch_style, validate_launch_style, validate_style_keys
+from ms_exp.config.validate_launch import validate_launch_style, validate_style_keys
+from ms_exp.launch import launch_style
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require
 
