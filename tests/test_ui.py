@@ -159,11 +159,14 @@ def test_sweep_shows_in_the_mlflow_ui_as_a_parent_run_with_two_children(request,
         chooser = page.get_by_role("dialog")
         for column in ("optimizer.lr", "eval/accuracy"):
             chooser.get_by_placeholder("Search columns").fill(column)
-            chooser.get_by_text(column, exact=True).click()
+            # The search highlights its match: "optimizer.lr" also in "optimizer.lr_init",
+            # listed after it.
+            chooser.get_by_text(column, exact=True).first.click()
         page.keyboard.press("Escape")
         expect(chooser).to_be_hidden()
         for column in ("optimizer.lr", "eval/accuracy"):
-            expect(page.get_by_role("columnheader", name=column).first).to_be_visible()
+            expect(page.get_by_role("columnheader", name=column, exact=True).first) \
+                .to_be_visible()
         for lr in ("0.01", "0.1"):
             expect(page.get_by_role("gridcell", name=lr, exact=True)).to_be_visible()
         _save_screenshot(page, tmp_path, SCREENSHOT)
