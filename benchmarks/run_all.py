@@ -4,7 +4,7 @@ Each benchmark writes ``benchmarks/results/<name>.md`` (and a plot); the README 
 table between ``<!-- results: <name> -->`` and ``<!-- /results: <name> -->``, and this script
 replaces what is between them, so the README always shows what the scripts last measured.
 
-    python benchmarks/run_all.py                      # all of them, about 45 minutes on 2 cores
+    python benchmarks/run_all.py                      # all of them, about 50 minutes on 2 cores
     python benchmarks/run_all.py --only overhead checkpoint_cost
     python benchmarks/run_all.py --readme-only        # only copy the existing results in
 """
@@ -24,6 +24,7 @@ BENCHMARKS = {
     "dp_scaling": "dp_scaling.py",
     "wide_deep_tables": "wide_deep_tables.py",
     "dim_reduce": "dim_reduce.py",
+    "loops": "loops.py",
 }
 README = ROOT / "README.md"
 

@@ -5,7 +5,6 @@ loss_scale_manager), as stage one of the dimension-reduction tutorial does;
 ``trainer.loop=functional`` applies the same casts to the network and scales the loss with
 ``mindspore.amp``'s loss scalers, as the training-flow tutorial's Trainer does.
 """
-import mindspore as ms
 from mindspore import nn
 from mindspore.amp import DynamicLossScaler, StaticLossScaler
 from mindspore.train import DynamicLossScaleManager, FixedLossScaleManager
@@ -45,24 +44,20 @@ def optimizer_loss_scale(amp_cfg, loop: str) -> float:
 
 
 def cast_network(network: nn.Cell, amp_cfg) -> nn.Cell:
-    """The functional loop's network, cast as ``Model`` casts it for the same ``amp``
-    section (mindspore.train.amp.build_train_network): O1 by the white list, O2 and O3
-    all float16 with batch norm kept in float32 where keep_batchnorm_fp32 says so (by
-    default for O2). The network's outputs are cast back to float32 by the caller."""
+    """The functional loop's network, cast exactly as ``Model`` casts it for the same
+    ``amp`` section: MindSpore's own step of ``build_train_network`` (O1 by the white list,
+    O2/O3 float16 with batch norm kept float32, its output cast back to float16, where
+    keep_batchnorm_fp32 says so). It is private to mindspore.train.amp; a copy of it
+    missed that output cast and trained a ResNet at O2 differently from Model (float32
+    residual additions). The network's outputs are cast to float32 by the caller, as
+    Model's loss cell does."""
+    from mindspore.train.amp import _auto_mixed_precision_process, _config_level
+
     level = amp_cfg.level.value
-    if level == "O0":
-        return network
-    if level == "O1":
-        return ms.amp.auto_mixed_precision(network, "O1")
-    keep_bn = amp_cfg.keep_batchnorm_fp32
-    if keep_bn is None:
-        keep_bn = level == "O2"
-    network.to_float(ms.float16)
-    if keep_bn:
-        for _, cell in network.cells_and_names():
-            if isinstance(cell, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
-                cell.to_float(ms.float32)
-    return network
+    config = dict(_config_level[level])
+    if amp_cfg.keep_batchnorm_fp32 is not None:
+        config["keep_batchnorm_fp32"] = amp_cfg.keep_batchnorm_fp32
+    return _auto_mixed_precision_process(network, config, level)
 
 
 def loss_scaler(amp_cfg):
