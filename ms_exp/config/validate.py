@@ -16,12 +16,13 @@ from typing import Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
+from ms_exp.config.validate_launch import validate_launch_style, validate_style_keys
+from ms_exp.config.validate_loop import validate_loop
 from ms_exp.data.criteo import COLUMNS as CRITEO_COLUMNS, read_meta, samples_per_record
 from ms_exp.data.criteo_convert import EVAL_FILE, FIELD_SIZE, META_FILE, TRAIN_FILE
 from ms_exp.data.headers import (count_files, first_file, image_signature,
                                  mindrecord_columns, mnist_train_samples)
 from ms_exp.data.spec import IMAGE_EXTENSIONS
-from ms_exp.config.validate_launch import validate_launch_style, validate_style_keys
 from ms_exp.launch import launch_style
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require
@@ -63,8 +64,6 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_placement(cfg.placement, cfg.model)
     validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
     validate_loss(cfg.loss)
-    from ms_exp.config.validate_loop import validate_loop
-
     validate_loop(cfg)
     validate_tracking(cfg.tracking)
     if cfg.parallel.mode == "semi_auto":
