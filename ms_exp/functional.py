@@ -17,20 +17,10 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.amp import DynamicLossScaler, all_finite
 from mindspore.train import Callback, Metric, RunContext, TimeMonitor
+# Model's own callback parameters and dispatcher (exported, underscored, by
+# mindspore.train.callback), so callbacks see exactly what Model.fit gives them.
+from mindspore.train.callback import _CallbackManager, _InternalCallbackParam
 from mindspore.train.callback import __all__ as MINDSPORE_CALLBACKS
-
-
-class CallbackParams(dict):
-    """``run_context.original_args()``: a dict read as attributes, as MindSpore's own."""
-
-    def __getattr__(self, key):
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(key) from None
-
-    def __setattr__(self, key, value):
-        self[key] = value
 
 
 class TrainState(nn.Cell):
@@ -97,7 +87,7 @@ class FunctionalTrainer:
         (refused before the run starts, ms_exp/config/validate.py)."""
         if valid_frequency != 1 or dataset_sink_mode:
             raise ValueError("the functional loop evaluates every epoch and has no sink mode")
-        params = CallbackParams(
+        params = _InternalCallbackParam(
             cur_step_num=0, cur_epoch_num=initial_epoch, epoch_num=epochs - initial_epoch,
             batch_num=train_set.get_dataset_size(), mode="train", dataset_sink_mode=False,
             train_network=self.train_network, network=self.network, optimizer=self.opt,
@@ -106,79 +96,72 @@ class FunctionalTrainer:
             device_number=ms.get_auto_parallel_context("device_num"),
             last_save_ckpt_step=None, latest_ckpt_file=None)
         run_context = RunContext(params)
-        call = _dispatch(callbacks)
         # All epochs, as Model's iterator: a resumed run's set_init_step counts from 0.
         batches = train_set.create_tuple_iterator(num_epochs=epochs)
-        call("on_train_begin", run_context)
-        for epoch in range(initial_epoch, epochs):
-            params.cur_epoch_num = epoch + 1
-            call("on_train_epoch_begin", run_context)
-            self.network.set_train(True)
-            for inputs, labels in batches:
-                params.cur_step_num += 1
-                params.train_dataset_element = (inputs, labels)
-                call("on_train_step_begin", run_context)
-                losses, finite = self.train_single(inputs, labels)
-                if not finite:
-                    self.overflow_steps += 1
-                params.net_outputs = losses
-                call("on_train_step_end", run_context)
+        with _CallbackManager(list(callbacks)) as manager:
+            manager.on_train_begin(run_context)
+            for epoch in range(initial_epoch, epochs):
+                params.cur_epoch_num = epoch + 1
+                manager.on_train_epoch_begin(run_context)
+                self.network.set_train(True)
+                for inputs, labels in batches:
+                    params.cur_step_num += 1
+                    params.train_dataset_element = (inputs, labels)
+                    manager.on_train_step_begin(run_context)
+                    losses, finite = self.train_single(inputs, labels)
+                    if not finite:
+                        self.overflow_steps += 1
+                    params.net_outputs = losses
+                    manager.on_train_step_end(run_context)
+                    if run_context.get_stop_requested():
+                        break
+                if eval_set is not None:
+                    self._evaluate(eval_set, params, _eval_callbacks(callbacks))
+                manager.on_train_epoch_end(run_context)
+                params.pop("eval_results", None)
+                params.pop("metrics", None)
                 if run_context.get_stop_requested():
                     break
-            if eval_set is not None:
-                self._evaluate(eval_set, params, _eval_callbacks(callbacks))
-            call("on_train_epoch_end", run_context)
-            params.pop("eval_results", None)
-            params.pop("metrics", None)
-            if run_context.get_stop_requested():
-                break
-        call("on_train_end", run_context)
+            manager.on_train_end(run_context)
         if self.overflow_steps:
             done = "skipped" if self.skip_overflow else "applied all the same"
             print(f"{self.overflow_steps} steps had gradients that overflowed: {done}",
                   flush=True)
 
-    def _evaluate(self, eval_set, params: CallbackParams, callbacks: List[Callback]) -> None:
+    def _evaluate(self, eval_set, params, callbacks: List[Callback]) -> None:
         """The tutorial's evaluation after each epoch, reported to the callbacks as
         Model.fit reports its own (``eval_results``: the metrics and ``eval_loss``)."""
         saved = {key: params[key] for key in ("cur_step_num", "batch_num", "net_outputs")}
         params.update(mode="eval", cur_step_num=0, batch_num=eval_set.get_dataset_size(),
                       valid_dataset=eval_set, eval_network=self.network)
         run_context = RunContext(params)
-        call = _dispatch(callbacks)
         for metric in self.metrics.values():
             metric.clear()
         eval_loss = nn.Loss()
         self.network.set_train(False)
-        call("on_eval_begin", run_context)
-        call("on_eval_epoch_begin", run_context)
-        for inputs, labels in eval_set.create_tuple_iterator(num_epochs=1):
-            params.cur_step_num += 1
-            call("on_eval_step_begin", run_context)
-            logits = self.network(inputs).astype(ms.float32)
-            loss = self.loss_parts(logits, labels)[0]
-            params.net_outputs = (loss, logits, labels)
-            call("on_eval_step_end", run_context)
-            for metric in self.metrics.values():
-                if isinstance(metric, nn.Loss):
-                    metric.update(loss)
-                else:
-                    metric.update(logits, labels)
-            eval_loss.update(loss)
-        call("on_eval_epoch_end", run_context)
-        results = {name: metric.eval() for name, metric in self.metrics.items()}
-        params.metrics = dict(results)
-        params.eval_results = {**results, "eval_loss": eval_loss.eval()}
-        call("on_eval_end", run_context)
+        with _CallbackManager(callbacks) as manager:
+            manager.on_eval_begin(run_context)
+            manager.on_eval_epoch_begin(run_context)
+            for inputs, labels in eval_set.create_tuple_iterator(num_epochs=1):
+                params.cur_step_num += 1
+                manager.on_eval_step_begin(run_context)
+                logits = self.network(inputs).astype(ms.float32)
+                loss = self.loss_parts(logits, labels)[0]
+                params.net_outputs = (loss, logits, labels)
+                manager.on_eval_step_end(run_context)
+                for metric in self.metrics.values():
+                    if isinstance(metric, nn.Loss):
+                        metric.update(loss)
+                    else:
+                        metric.update(logits, labels)
+                eval_loss.update(loss)
+            manager.on_eval_epoch_end(run_context)
+            results = {name: metric.eval() for name, metric in self.metrics.items()}
+            params.metrics = dict(results)
+            params.eval_results = {**results, "eval_loss": eval_loss.eval()}
+            manager.on_eval_end(run_context)
         self.network.set_train(True)
         params.update(mode="train", **saved)
-
-
-def _dispatch(callbacks: Sequence[Callback]):
-    def call(hook: str, run_context) -> None:
-        for callback in callbacks:
-            getattr(callback, hook)(run_context)
-    return call
 
 
 def _eval_callbacks(callbacks: Sequence[Callback]) -> List[Callback]:

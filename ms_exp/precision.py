@@ -4,10 +4,10 @@
 loss_scale_manager), as stage one of the dimension-reduction tutorial does;
 ``trainer.loop=functional`` applies the same casts to the network and scales the loss with
 ``mindspore.amp``'s loss scalers, as the training-flow tutorial's Trainer does.
+
+MindSpore is imported by the functions that build something: the config checks read
+``needs_overflow_check`` before MindSpore starts.
 """
-from mindspore import nn
-from mindspore.amp import DynamicLossScaler, StaticLossScaler
-from mindspore.train import DynamicLossScaleManager, FixedLossScaleManager
 
 
 def needs_overflow_check(amp_cfg) -> bool:
@@ -19,6 +19,8 @@ def needs_overflow_check(amp_cfg) -> bool:
 def model_arguments(amp_cfg) -> dict:
     """``Model`` keyword arguments. ``loss_scale: none`` is passed as ``None`` explicitly:
     left out, amp_level O2 would bring MindSpore's default DynamicLossScaleManager."""
+    from mindspore.train import DynamicLossScaleManager, FixedLossScaleManager
+
     kind = amp_cfg.loss_scale.value
     if kind == "fixed":
         manager = FixedLossScaleManager(amp_cfg.loss_scale_value,
@@ -39,11 +41,12 @@ def optimizer_loss_scale(amp_cfg, loop: str) -> float:
     TrainOneStepCell scales the gradients and the optimizer divides them again (the
     tutorial's ``Momentum(..., loss_scale=1024)``). Everywhere else the scaled step itself
     unscales them, and the optimizer must not."""
-    fixed_without_check = amp_cfg.loss_scale.value == "fixed" and not amp_cfg.drop_overflow_update
+    fixed_without_check = (amp_cfg.loss_scale.value == "fixed"
+                           and not needs_overflow_check(amp_cfg))
     return amp_cfg.loss_scale_value if loop == "model" and fixed_without_check else 1.0
 
 
-def cast_network(network: nn.Cell, amp_cfg) -> nn.Cell:
+def cast_network(network, amp_cfg):
     """The functional loop's network, cast exactly as ``Model`` casts it for the same
     ``amp`` section: MindSpore's own step of ``build_train_network`` (O1 by the white list,
     O2/O3 float16 with batch norm kept float32, its output cast back to float16, where
@@ -62,6 +65,8 @@ def cast_network(network: nn.Cell, amp_cfg) -> nn.Cell:
 
 def loss_scaler(amp_cfg):
     """The functional loop's loss scaler; ``none`` is the tutorial's StaticLossScaler(1)."""
+    from mindspore.amp import DynamicLossScaler, StaticLossScaler
+
     kind = amp_cfg.loss_scale.value
     if kind == "dynamic":
         return DynamicLossScaler(amp_cfg.loss_scale_value, amp_cfg.scale_factor,

@@ -404,12 +404,13 @@ def _report_placement(cfg: DictConfig, network, placement, device_target: str,
 
 def _report_loop(cfg: DictConfig, tracker) -> None:
     """The loop and its precision on the console and as tags (the params hold them too)."""
+    from ms_exp.precision import needs_overflow_check
+
     amp = cfg.amp
     scale = amp.loss_scale.value
     if scale != "none":
         scale = f"{scale} {amp.loss_scale_value:g}" + (
-            " (overflowing steps skipped)" if scale == "dynamic" or amp.drop_overflow_update
-            else "")
+            " (overflowing steps skipped)" if needs_overflow_check(amp) else "")
     print(f"trainer.loop={cfg.trainer.loop.value}, amp level {amp.level.value}, "
           f"loss scale {scale}", flush=True)
     tracker.set_tags({"ms_exp.loop": cfg.trainer.loop.value})

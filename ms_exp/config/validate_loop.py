@@ -3,6 +3,7 @@
 import re
 
 from ms_exp.config.errors import require
+from ms_exp.precision import needs_overflow_check
 
 # Model builds its own train step for these; the functional loop, amp and loss parts are
 # not theirs.
@@ -48,8 +49,8 @@ def validate_amp(amp, loop: str, device_target) -> None:
     if amp.drop_overflow_update:
         require(kind != "none", "amp.drop_overflow_update", True,
                 "false with amp.loss_scale=none (no loss scale, no overflow check)")
-    checks_overflow = kind == "dynamic" or (kind == "fixed" and amp.drop_overflow_update)
-    if loop == "model" and checks_overflow and resolved_device_target(device_target) == "CPU":
+    if loop == "model" and needs_overflow_check(amp) and \
+            resolved_device_target(device_target) == "CPU":
         shown = "dynamic" if kind == "dynamic" else "fixed with amp.drop_overflow_update=true"
         require(False, "amp.loss_scale", kind,
                 f"none or fixed without drop_overflow_update on CPU with trainer.loop=model "
