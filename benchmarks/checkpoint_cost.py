@@ -69,7 +69,7 @@ def build_model(hidden: int, cfg, strategy_sets) -> Dict[str, object]:
     from mindspore import nn
 
     from ms_exp.models.mlp import Network
-    from ms_exp.optim import create_loss, create_optimizer
+    from ms_exp.train.optimizer import create_loss, create_optimizer
     from ms_exp.parallel.layout import checkpoint_layouts, operator_layouts
 
     network = Network(IN_FEATURES, NUM_CLASSES, hidden)
@@ -317,7 +317,7 @@ def main() -> None:
     parser.add_argument("--integrated-ranks", type=int, default=2,
                         help="ranks per round whose integrated save (and emulation) is timed")
     args = parser.parse_args()
-    from ms_exp.config.compose import compose_config
+    from ms_exp.preflight.compose import compose_config
 
     cfg = compose_config(["parallel=semi_auto"])
     device_num = int(cfg.parallel.device_num)

@@ -14,7 +14,7 @@ Two jobs, each run three ways, ``--epochs`` epochs, every step logged:
 ms_exp accepts parallel.device_num=1 with parallel=data: it starts msrun with one worker.
 
 Under data parallel, ``dataset.batch_size`` is each rank's batch and each rank reads its
-own shard of the training set (ms_exp/data/spec.py Shard, ms_exp/train.py): a global step
+own shard of the training set (ms_exp/data/spec.py Shard, ms_exp/job/run_job.py): a global step
 trains batch_size x ranks samples, and 2 ranks take half the steps per epoch. Samples/s =
 batch_size x ranks / median step time, where the step time is rank 0's
 ``train/step_time_ms`` read back from MLflow (every step, epochs 2 on: epoch 1 holds the

@@ -1,6 +1,6 @@
 """The two training loops and the mixed-precision levels on CPU: step time, samples per
 second, final accuracy and wall time of ``trainer.loop=model`` (``Model.fit``) against
-``trainer.loop=functional`` (value_and_grad and one ``@ms.jit`` step, ms_exp/functional.py),
+``trainer.loop=functional`` (value_and_grad and one ``@ms.jit`` step, ms_exp/train/functional.py),
 each at several ``amp`` levels.
 
 Two jobs, every run ``python -m ms_exp.run <job> <loop> <amp> trainer.progress_bar=never``:

@@ -108,7 +108,7 @@ def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -
     if extra:
         raise CkptError(f"{src_dir} has rank_{extra[0]} but the strategy file describes only "
                         f"{device_num} devices (rank_0 ... rank_{device_num - 1})")
-    from ms_exp.checkpoint import last_checkpoint
+    from ms_exp.checkpoint.files import last_checkpoint
     files, stepped = {}, True
     for rank in range(device_num):
         # ModelCheckpoint's newest <prefix>-<epoch>_<step>.ckpt; else the newest <prefix>*.ckpt
@@ -132,7 +132,7 @@ def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
     from mindspore.parallel._tensor import _get_tensor_strategy
     sliced = {name for name, (dev_matrix, tensor_map) in layouts.items()
               if prod(_get_tensor_strategy(list(dev_matrix), list(tensor_map))) > 1}
-    from ms_exp.checkpoint import DamagedCheckpoint, load_verified
+    from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
     try:  # MindSpore parses its protobuf format: a checkpoint is never unpickled
         names = list(load_verified(rank0_file))
@@ -230,7 +230,7 @@ def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
                 ) -> Tuple[Path, Optional[Path], str]:
     """``(checkpoint dir, strategy file, prefix)`` of a run directory, an MLflow run id, or
     a plain folder of ``rank_<r>/`` folders (strategy unknown, prefix "checkpoint")."""
-    from ms_exp.config.compose import load_run_config
+    from ms_exp.preflight.compose import load_run_config
 
     path = Path(source)
     if path.is_dir() and (path / "config.yaml").is_file():
@@ -249,7 +249,7 @@ def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from ms_exp.config.compose import load_run_config
+    from ms_exp.preflight.compose import load_run_config
     from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
 
     client = MlflowClient(resolve_tracking_uri(tracking_uri))

@@ -14,11 +14,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.config.compose import CONF_DIR, CONFIG_NAME, compose_config, preflight
+from ms_exp.preflight.compose import CONF_DIR, CONFIG_NAME, compose_config, preflight
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
-from ms_exp.config.validate import validate
-from ms_exp.rerun import split_from_run, rerun_arguments
+from ms_exp.preflight.validate import validate
+from ms_exp.preflight.rerun import split_from_run, rerun_arguments
 from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2
@@ -33,7 +33,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     # Validated again here: a sweeper may generate values the launcher never saw.
     hydra_cfg = HydraConfig.get()
     validate(cfg, hydra_cfg.runtime.choices)
-    from ms_exp.train import run_job
+    from ms_exp.job.run_job import run_job
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     hydra_dir = run_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None

@@ -1,5 +1,5 @@
 """``python -m ms_exp.worker --run-dir DIR``: one rank of a distributed job, started by msrun,
-mpirun or the launching process itself (parallel.launcher.style; ms_exp/launch.py).
+mpirun or the launching process itself (parallel.launcher.style; ms_exp/job/launch.py).
 
 Hydra does not run here: the launching process composed and validated the config and wrote
 it to ``<run dir>/config.yaml``; every rank reads it, so all ranks share one run directory
@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ms_exp.config.compose import load_run_config
-from ms_exp.launch import (die_with_parent, environment_rank, forget_worker_pid, log_dir,
+from ms_exp.preflight.compose import load_run_config
+from ms_exp.job.launch import (die_with_parent, environment_rank, forget_worker_pid, log_dir,
                            record_worker_pid)
 from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
-from ms_exp.train import RESOLVED_CONFIG, train
+from ms_exp.job.run_job import RESOLVED_CONFIG, train
 
 
 def attach_tracker(rank_id: int):
@@ -43,7 +43,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     die_with_parent()       # msrun or mpirun (or the launching process), which die with it
-    from ms_exp.context import init_env
+    from ms_exp.train.context import init_env
 
     cfg = load_run_config(args.run_dir / RESOLVED_CONFIG)
     logs = log_dir(cfg.parallel, args.run_dir)

@@ -32,7 +32,7 @@ import pytest
 
 from datafiles import (IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, malformed_criteo_line,
                        write_image_folder, write_mnist)
-from ms_exp.config import validate
+from ms_exp.preflight import validate
 from ms_exp.config.schema import LauncherConfig
 from ms_exp.data.criteo_sample import sample_lines
 from ms_exp.run import main
@@ -354,7 +354,7 @@ BAD_INPUTS = {
     "label smoothing 1": bad(
         "loss.label_smoothing=1",
         message="loss.label_smoothing=1.0: not allowed; expected a number in [0, 1)"),
-    # The training loop, mixed precision, loss parts (ms_exp/config/validate_loop.py).
+    # The training loop, mixed precision, loss parts (ms_exp/preflight/training.py).
     "unknown training loop": bad(
         "trainer.loop=eager",
         message="trainer.loop='eager': not allowed; expected one of model, functional"),

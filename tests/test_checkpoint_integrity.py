@@ -8,7 +8,7 @@ from mindspore.train import CheckpointConfig, ModelCheckpoint, RunContext
 from mindspore.train.callback import _InternalCallbackParam
 
 from conftest import run_cli, train
-from ms_exp.checkpoint import DamagedCheckpoint, create_checkpoint_callbacks, load_verified
+from ms_exp.checkpoint.files import DamagedCheckpoint, create_checkpoint_callbacks, load_verified
 
 
 def _flip_a_byte(path):

@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import run_cli
-from ms_exp.config.compose import CONF_DIR, compose_config
+from ms_exp.preflight.compose import CONF_DIR, compose_config
 from ms_exp.config.schema import GROUP_SCHEMAS
 
 OPTIONS = [(group, option) for group, options in GROUP_SCHEMAS.items() for option in options]

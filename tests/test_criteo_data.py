@@ -20,7 +20,7 @@ from conftest import run_cli
 from datafiles import write_criteo_text
 from ms_exp.config.errors import ConfigError
 from ms_exp.config.schema import CriteoDataset
-from ms_exp.config.validate import declared_shape, validate_dataset
+from ms_exp.preflight.validate import declared_shape, validate_dataset
 from ms_exp.data import create_datasets
 from ms_exp.data import criteo_convert
 from ms_exp.data.criteo import create_criteo, read_meta

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from ms_exp.config.compose import preflight
+from ms_exp.preflight.compose import preflight
 from ms_exp.config.errors import InvalidConfig
 from conftest import FAST, free_port, run_cli, train
 
@@ -239,7 +239,7 @@ def test_snapshot_settings_are_checked(tmp_path, monkeypatch):
 
 def test_stage_one_files_come_from_mlflow_when_its_run_dir_is_gone(stage_one, monkeypatch):
     from ms_exp.boost.stage_one import resolve_stage_one
-    from ms_exp.config.compose import compose_config
+    from ms_exp.preflight.compose import compose_config
 
     monkeypatch.chdir(stage_one.cwd)
     cfg = compose_config([STAGE_TWO, f"boost.stage_one_run_id={stage_one.run_id}"])

@@ -13,8 +13,8 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import FAST, free_port, run_cli, train
-from ms_exp.config.compose import compose_config
-from ms_exp.launch import msrun_arguments
+from ms_exp.preflight.compose import compose_config
+from ms_exp.job.launch import msrun_arguments
 
 DP = ("parallel=data", "dataset.shuffle=false")
 
@@ -122,7 +122,7 @@ def test_msrun_arguments_for_a_multi_node_cluster():
                                        "only_trainable_params": True}}),
 ])
 def test_gpu_and_ascend_get_mindspores_own_parallel_context(mode, expected):
-    from ms_exp.context import auto_parallel_context
+    from ms_exp.train.context import auto_parallel_context
 
     overrides = [f"parallel={mode}", "parallel.all_reduce_fusion_config=[2,4]",
                  "checkpoint.strategy.save_file=/run/strategy.ckpt"]

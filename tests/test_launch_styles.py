@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from ms_exp.config.compose import compose_config, preflight
-from ms_exp.launch import (COMMAND_FILE, LaunchProcess, WorkersFailed, environment_device_id,
+from ms_exp.preflight.compose import compose_config, preflight
+from ms_exp.job.launch import (COMMAND_FILE, LaunchProcess, WorkersFailed, environment_device_id,
                            environment_rank, failure_report, launch, launch_plan,
                            mpirun_arguments, msrun_arguments, save_command)
 

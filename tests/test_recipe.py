@@ -14,7 +14,7 @@ import pytest
 
 from conftest import train
 from datafiles import write_image_folder
-from ms_exp.config.compose import compose_config
+from ms_exp.preflight.compose import compose_config
 
 PRESET = "+experiment=resnet50_imagenet_stage_one"
 
@@ -42,7 +42,7 @@ def zoo_get_lr(lr_init, lr_end, lr_max, warmup_epochs, total_epochs, steps_per_e
 
 
 def rates(*overrides, steps_per_epoch=10, epochs=4):
-    from ms_exp.optim import learning_rates
+    from ms_exp.train.optimizer import learning_rates
 
     cfg = compose_config([f"trainer.epochs={epochs}", *overrides])
     return np.array(learning_rates(cfg.optimizer, steps_per_epoch, epochs))
@@ -98,7 +98,7 @@ def smoothed_cross_entropy(logits, labels, smooth, classes):
 
 
 def test_cross_entropy_smooth_is_the_model_zoo_loss():
-    from ms_exp.optim import create_loss
+    from ms_exp.train.optimizer import create_loss
 
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((6, 5)).astype(np.float32) * 3
@@ -122,7 +122,7 @@ def test_cross_entropy_smooth_is_the_model_zoo_loss():
 @pytest.mark.parametrize("name", ["momentum", "sgd", "adam"])
 def test_group_params_keep_weight_decay_off_batch_norm_and_biases(name):
     from ms_exp.models.resnet import create_resnet
-    from ms_exp.optim import create_optimizer
+    from ms_exp.train.optimizer import create_optimizer
 
     network = create_resnet(18, num_classes=3, width=0.125)
     cfg = compose_config([f"optimizer.name={name}", "optimizer.weight_decay=0.0001",
@@ -148,7 +148,7 @@ def test_group_params_keep_weight_decay_off_batch_norm_and_biases(name):
 # --- checkpoint interval and data parallel context ---------------------------------------
 
 def test_checkpoints_every_n_epochs_unless_steps_are_given():
-    from ms_exp.checkpoint import save_interval_steps
+    from ms_exp.checkpoint.files import save_interval_steps
 
     assert save_interval_steps(compose_config([]).checkpoint, 625) == 625
     assert save_interval_steps(compose_config([PRESET]).checkpoint, 625) == 6250
@@ -157,7 +157,7 @@ def test_checkpoints_every_n_epochs_unless_steps_are_given():
 
 
 def test_tutorial_on_eight_devices_passes_the_fusion_indices_to_mindspore():
-    from ms_exp.context import auto_parallel_context
+    from ms_exp.train.context import auto_parallel_context
 
     cfg = compose_config([PRESET, "parallel=data", "parallel.device_num=8",
                           "parallel.all_reduce_fusion_config=[85,160]"])

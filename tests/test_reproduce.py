@@ -116,7 +116,7 @@ def test_a_dataset_registered_by_two_jobs_at_once_is_retried_not_fatal():
     it, so the second of two concurrent jobs failed on the UNIQUE constraint."""
     from mlflow.exceptions import MlflowException
 
-    from ms_exp.provenance import log_dataset_input
+    from ms_exp.tracking.provenance import log_dataset_input
 
     class RacingClient:
         calls = 0

@@ -14,7 +14,7 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import FAST, train
-from ms_exp.checkpoint import load_verified
+from ms_exp.checkpoint.files import load_verified
 
 # 3 epochs of 44 steps, a checkpoint every 5 steps, the last two kept.
 JOB = ("trainer.epochs=3", "checkpoint.save_checkpoint_steps=5",

@@ -20,9 +20,9 @@ from typing import Dict, Iterator, List, Tuple
 import numpy as np
 import pytest
 
-from ms_exp.config.compose import compose_config, preflight
+from ms_exp.preflight.compose import compose_config, preflight
 from ms_exp.config.errors import InvalidConfig
-from ms_exp.launch import COMMAND_FILE, launch, msrun_arguments, save_command
+from ms_exp.job.launch import COMMAND_FILE, launch, msrun_arguments, save_command
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -373,7 +373,7 @@ def _stage_two_weights(path: Path) -> Path:
     """A real MindSpore checkpoint of stage two's network, so validation reaches the PCA."""
     import mindspore as ms
 
-    from ms_exp.config.validate import declared_shape
+    from ms_exp.preflight.validate import declared_shape
     from ms_exp.data.spec import DataSpec
     from ms_exp.models import create_network
 
@@ -424,7 +424,7 @@ def test_every_np_load_refuses_pickles_explicitly():
             if name in ("pickle.load", "pickle.loads", "numpy.lib.format.read_array"):
                 found.append(f"{path.relative_to(ROOT)}:{call.lineno}: {name}")
     assert found == []
-    assert loads >= 1  # ms_exp/boost/validate.py reads the PCA matrix's header
+    assert loads >= 1  # ms_exp/boost/checks.py reads the PCA matrix's header
 
 
 # ---------------------------------------------------------------------------------------------

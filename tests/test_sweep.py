@@ -213,7 +213,7 @@ def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(tmp_path):
 
 
 def test_launcher_presets_compose_to_hydras_plugins():
-    from ms_exp.config.compose import compose_config
+    from ms_exp.preflight.compose import compose_config
 
     slurm = compose_config(["hydra/launcher=slurm"], return_hydra_config=True).hydra.launcher
     assert slurm._target_.endswith("SlurmLauncher")

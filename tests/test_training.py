@@ -13,8 +13,8 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import FAST, run_cli, train
-from ms_exp.checkpoint import load_verified
-from ms_exp.config.compose import compose_config
+from ms_exp.checkpoint.files import load_verified
+from ms_exp.preflight.compose import compose_config
 
 SHORT = ("trainer.epochs=2",)
 
@@ -135,7 +135,7 @@ def test_optimizers_losses_and_schedules_train(tmp_path, overrides):
 
 
 def test_learning_rate_schedules_follow_warmup_then_decay():
-    from ms_exp.optim import create_optimizer, learning_rates
+    from ms_exp.train.optimizer import create_optimizer, learning_rates
 
     def rates(*overrides):
         cfg = compose_config(["optimizer.lr=0.8", "optimizer.min_lr=0.0", *overrides])
@@ -275,8 +275,8 @@ def test_crash_marks_the_run_failed_with_its_error(tmp_path):
     code = """
 import ms_exp.data
 from omegaconf import OmegaConf
-from ms_exp.config.compose import compose_config
-from ms_exp.train import run_job
+from ms_exp.preflight.compose import compose_config
+from ms_exp.job.run_job import run_job
 
 def broken_reader(*args, **kwargs):
     raise OSError("disk went away")

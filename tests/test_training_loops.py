@@ -124,8 +124,8 @@ def test_the_functional_loop_casts_the_network_as_model_does(level, keep_bn, den
     import mindspore as ms
     from mindspore import nn
 
-    from ms_exp.config.compose import compose_config
-    from ms_exp.precision import cast_network
+    from ms_exp.preflight.compose import compose_config
+    from ms_exp.train.precision import cast_network
 
     overrides = [f"amp.level={level}"]
     if keep_bn is not None:
@@ -153,9 +153,9 @@ def tiny_trainer(amp_overrides, steps=3):
     import mindspore.dataset as ds
     from mindspore import nn
 
-    from ms_exp.config.compose import compose_config
-    from ms_exp.loops import create_loop
-    from ms_exp.metrics import classification_metrics
+    from ms_exp.preflight.compose import compose_config
+    from ms_exp.train.loops import create_loop
+    from ms_exp.train.metrics import classification_metrics
 
     cfg = compose_config(["trainer.loop=functional", *amp_overrides])
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -87,7 +87,7 @@ def test_placements_build_the_tutorials_kernels_and_train_the_same_loss(criteo):
 
     from ms_exp.config.schema import WideDeepModel
     from ms_exp.models.wide_deep import WideDeepLoss, create_train_step, create_wide_deep
-    from ms_exp.placement import Placement
+    from ms_exp.placement.tables import Placement
 
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     cfg = OmegaConf.structured(WideDeepModel(emb_dim=8, deep_layers=[16]))

@@ -76,7 +76,7 @@ def load_stage_one_weights(network: nn.Cell, path: Path) -> None:
     """The stage-one final checkpoint (optimizer state in it is ignored)."""
     import mindspore as ms
 
-    from ms_exp.checkpoint import load_verified
+    from ms_exp.checkpoint.files import load_verified
 
     missing, _ = ms.load_param_into_net(network, load_verified(path))
     if missing:

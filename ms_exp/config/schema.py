@@ -83,7 +83,7 @@ class SearchMode(Enum):
 
 
 class LaunchStyle(Enum):
-    """How the ranks are started (ms_exp/launch.py renders and runs each)."""
+    """How the ranks are started (ms_exp/job/launch.py renders and runs each)."""
 
     msrun = "msrun"  # MindSpore's own launcher: every device target, CPU included
     mpirun = "mpirun"  # Open MPI's: GPU and Ascend (MindSpore 2.10 trains no CPU ranks there)
@@ -346,7 +346,7 @@ class TrainerConfig:
     device_id: int = 0
     loss_print_interval: int = 20
     progress_bar: ProgressBar = ProgressBar.auto
-    # Continue an interrupted run from its last good checkpoint (ms_exp/resume.py): "auto"
+    # Continue an interrupted run from its last good checkpoint (ms_exp/checkpoint/resume.py): "auto"
     # (the newest unfinished run of this config, else a new run), an MLflow run id, a run
     # directory or a checkpoint file. None: always a new run.
     resume: Optional[str] = None

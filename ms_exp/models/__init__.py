@@ -17,7 +17,7 @@ def create_network(model_cfg, spec: DataSpec, placement=None):
                              in_channels=spec.image_shape[0])
     if model_cfg.name == "wide_deep":
         from ms_exp.models.wide_deep import create_wide_deep
-        from ms_exp.placement import Placement
+        from ms_exp.placement.tables import Placement
         return create_wide_deep(model_cfg, spec.image_shape[0], spec.vocab_size,
                                 placement or Placement(host_tables=False))
     raise ValueError(f"model.name={model_cfg.name!r}: no such network")

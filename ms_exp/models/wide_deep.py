@@ -19,7 +19,7 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.common.initializer import Uniform
 
-from ms_exp.placement import Placement
+from ms_exp.placement.tables import Placement
 
 # Parameters whose name contains this belong to the wide part (the model zoo's split).
 WIDE = "wide"
@@ -156,7 +156,7 @@ class PredictWithSigmoid(nn.Cell):
 def evaluation(network: WideDeepModel) -> dict:
     """``Model`` keywords that evaluate ``network`` by AUC and log loss, for training and
     for ms_exp.eval alike."""
-    from ms_exp.metrics import CLICK_EVAL_INDEXES, click_metrics
+    from ms_exp.train.metrics import CLICK_EVAL_INDEXES, click_metrics
 
     return {"eval_network": PredictWithSigmoid(network), "metrics": click_metrics(),
             "eval_indexes": CLICK_EVAL_INDEXES}

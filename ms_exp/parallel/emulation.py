@@ -14,7 +14,7 @@ from typing import Dict, Set
 import mindspore as ms
 from mindspore.train import Callback
 
-from ms_exp.checkpoint import load_verified
+from ms_exp.checkpoint.files import load_verified
 from ms_exp.parallel.layout import (Layout, checkpoint_layouts, flatten_strategies,
                                     operator_layouts, operator_strategies, slice_for_rank,
                                     write_strategy_file)

@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence
 
 from mindspore.train import Callback
 
-from ms_exp.monitors import loss_parts
+from ms_exp.train.monitors import loss_parts
 
 
 def loss_value(net_outputs) -> float:

@@ -99,7 +99,7 @@ class JournalTracker:
         return lambda **arguments: self.journal.write(call, **arguments)
 
     def record_provenance(self, dataset_cfg, run_dir: str, command: str) -> None:
-        from ms_exp import provenance
+        from ms_exp.tracking import provenance
 
         provenance.record(self, dataset_cfg, Path(run_dir), command)
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
-from ms_exp import provenance
+from ms_exp.tracking import provenance
 from ms_exp.tracking.sidecar import SidecarTracker
 
 

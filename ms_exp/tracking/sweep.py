@@ -26,7 +26,7 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ms_exp.provenance import command_line
+from ms_exp.tracking.provenance import command_line
 
 # Read by parent_run_id() in the jobs. MLflow's own MLFLOW_RUN_ID / MLFLOW_EXPERIMENT_ID are
 # not set: MLflow reads them too, and they would attach every job to the parent run itself.

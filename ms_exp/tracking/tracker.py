@@ -17,7 +17,7 @@ from typing import List, Mapping, Optional
 
 from mlflow.entities import Metric, Param, RunTag
 
-from ms_exp import provenance
+from ms_exp.tracking import provenance
 from ms_exp.tracking.params import param_value
 
 # MLflow refuses more than 100 params in one log_batch call.

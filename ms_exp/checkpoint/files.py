@@ -206,7 +206,7 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
         config = CheckpointConfig(
             save_checkpoint_steps=save_interval_steps(cfg, steps_per_epoch),
             keep_checkpoint_max=_NEVER_REMOVE, integrated_save=cfg.integrated_save,
-            # epoch_num and step_num: where a resumed run continues (ms_exp/resume.py).
+            # epoch_num and step_num: where a resumed run continues (ms_exp/checkpoint/resume.py).
             append_info=["epoch_num", "step_num"], crc_check=True)
         callbacks.append(TimedModelCheckpoint(cfg.prefix, str(directory), config,
                                               cfg.keep_checkpoint_max, start_step))

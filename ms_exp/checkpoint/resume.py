@@ -128,7 +128,7 @@ def explicit_target(value: str, uri: str) -> Tuple[Path, Optional[str]]:
 def common_checkpoints(run_dir: Path, prefix: str, ranks: int,
                        wanted: Optional[str] = None) -> List[str]:
     """Checkpoint names every rank folder holds (not read), oldest first."""
-    from ms_exp.checkpoint import numbered_checkpoints, rank_dir
+    from ms_exp.checkpoint.files import numbered_checkpoints, rank_dir
 
     folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
     names = [{p.name for p in numbered_checkpoints(folder, prefix)} for folder in folders]
@@ -139,7 +139,7 @@ def common_checkpoints(run_dir: Path, prefix: str, ranks: int,
 
 
 def _point(run_dir: Path, name: str, prefix: str) -> ResumePoint:
-    from ms_exp.checkpoint import checkpoint_position
+    from ms_exp.checkpoint.files import checkpoint_position
 
     epoch, step = checkpoint_position(Path(name), prefix)
     return ResumePoint(Path(run_dir).resolve(), name, epoch, step)
@@ -193,7 +193,7 @@ def newest_good_checkpoint(run_dir: Path, prefix: str, ranks: int,
                            wanted: Optional[str] = None) -> Optional[str]:
     """The newest checkpoint name every rank folder holds and reads back whole; damaged
     files met on the way are reported and renamed."""
-    from ms_exp.checkpoint import rank_dir
+    from ms_exp.checkpoint.files import rank_dir
 
     folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
     for name in reversed(common_checkpoints(run_dir, prefix, ranks, wanted)):
@@ -203,7 +203,7 @@ def newest_good_checkpoint(run_dir: Path, prefix: str, ranks: int,
 
 
 def _is_good(path: Path) -> bool:
-    from ms_exp.checkpoint import DamagedCheckpoint, verify_checkpoint
+    from ms_exp.checkpoint.files import DamagedCheckpoint, verify_checkpoint
 
     try:
         verify_checkpoint(path)
@@ -223,7 +223,7 @@ def restore(point: ResumePoint, train_network, train_set, ckpt_dir: Path,
     the dataset to the step after it; return that global step."""
     import mindspore as ms
 
-    from ms_exp.checkpoint import load_verified
+    from ms_exp.checkpoint.files import load_verified
 
     path = Path(ckpt_dir) / point.checkpoint
     params = load_verified(path)

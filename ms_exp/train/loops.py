@@ -1,12 +1,12 @@
 """The training loop of ``trainer.loop``: MindSpore's ``Model`` or the tutorial's functional
-Trainer (ms_exp/functional.py), both built from the same network, loss, optimizer and
+Trainer (ms_exp/train/functional.py), both built from the same network, loss, optimizer and
 ``amp`` section and driven through the same ``fit`` call."""
 import contextlib
 import os
 from pathlib import Path
 from typing import Tuple
 
-from ms_exp.losses import TOTAL, create_loss_parts, create_training_loss, part_names
+from ms_exp.train.losses import TOTAL, create_loss_parts, create_training_loss, part_names
 
 
 def loss_names(cfg) -> Tuple[str, ...]:
@@ -42,7 +42,7 @@ def _working_directory(path):
 
 
 def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
-    from ms_exp.precision import model_arguments
+    from ms_exp.train.precision import model_arguments
 
     if cfg.trainer.loop.value == "model":
         import mindspore as ms
@@ -50,8 +50,8 @@ def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
         return ms.Model(network, loss_fn=create_training_loss(cfg.loss, num_classes),
                         optimizer=optimizer, metrics=metrics, boost_level=cfg.boost.level,
                         **model_arguments(cfg.amp))
-    from ms_exp.functional import FunctionalTrainer
-    from ms_exp.precision import cast_network, loss_scaler, needs_overflow_check
+    from ms_exp.train.functional import FunctionalTrainer
+    from ms_exp.train.precision import cast_network, loss_scaler, needs_overflow_check
 
     amp = cfg.amp
     # As the tutorial's Trainer: every step's gradients are checked; with a fixed scale and

@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import GROUP_SCHEMAS, Config, register_schemas
-from ms_exp.config.validate import (choices_from_config, concurrent_master_ports,
+from ms_exp.preflight.validate import (choices_from_config, concurrent_master_ports,
                                     output_folder, validate)
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"

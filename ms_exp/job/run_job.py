@@ -13,10 +13,10 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp import provenance
-from ms_exp.console import tee_output
-from ms_exp.launch import COMMAND_FILE, is_distributed, launch, log_dir, save_command
-from ms_exp.resume import (ResumePoint, clear_resume_point, find_resume_point,
+from ms_exp.tracking import provenance
+from ms_exp.job.console import tee_output
+from ms_exp.job.launch import COMMAND_FILE, is_distributed, launch, log_dir, save_command
+from ms_exp.checkpoint.resume import (ResumePoint, clear_resume_point, find_resume_point,
                            read_run_record, write_run_record)
 from ms_exp.tracking.finished import DIGEST_TAG, config_digest, find_finished, skip_note
 from ms_exp.tracking.lifecycle import tracked_run
@@ -119,7 +119,7 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
 
 def _prepare_run_dir(own_dir: Path, resume: Optional[ResumePoint]) -> Path:
     """The directory the job trains in: its own, or the one of the run it resumes, where it
-    leaves the resume point for the ranks (ms_exp/resume.py)."""
+    leaves the resume point for the ranks (ms_exp/checkpoint/resume.py)."""
     if resume is None:
         clear_resume_point(own_dir)
         return own_dir
@@ -204,8 +204,8 @@ def _finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
 
 def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
     """A distributed job: its ranks started as parallel.launcher.style says (msrun by
-    default; ms_exp/launch.py), the commands printed, saved and tagged."""
-    from ms_exp.launch import launch_style
+    default; ms_exp/job/launch.py), the commands printed, saved and tagged."""
+    from ms_exp.job.launch import launch_style
 
     commands = save_command(cfg.parallel, run_dir)
     style = launch_style(cfg.parallel)
@@ -229,7 +229,7 @@ def _train_with_msrun(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobR
 
 
 def train_in_process(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
-    from ms_exp.context import init_env
+    from ms_exp.train.context import init_env
 
     runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
     return train(cfg, run_dir, tracker, runtime)
@@ -240,18 +240,18 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     # MindSpore is imported only once the config is known to be good.
     from mindspore.train import LossMonitor
 
-    from ms_exp.checkpoint import (BestCheckpoint, TimedModelCheckpoint,
+    from ms_exp.checkpoint.files import (BestCheckpoint, TimedModelCheckpoint,
                                    create_checkpoint_callbacks, last_checkpoint, rank_dir,
                                    save_interval_steps)
     from ms_exp.data import Shard, create_datasets
-    from ms_exp.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
-    from ms_exp.metrics import best_metric, classification_metrics
-    from ms_exp.monitors import FitTimeMonitor
+    from ms_exp.train.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
+    from ms_exp.train.metrics import best_metric, classification_metrics
+    from ms_exp.train.monitors import FitTimeMonitor
     from ms_exp.models import create_network
-    from ms_exp.loops import create_loop, fit_arguments, loss_names as step_loss_names
-    from ms_exp.optim import create_optimizer
-    from ms_exp.placement import create_placement
-    from ms_exp.progress import ProgressBar, wants_progress_bar
+    from ms_exp.train.loops import create_loop, fit_arguments, loss_names as step_loss_names
+    from ms_exp.train.optimizer import create_optimizer
+    from ms_exp.placement.tables import create_placement
+    from ms_exp.train.progress import ProgressBar, wants_progress_bar
     from ms_exp.tracking.callback import MlflowMetrics
     from ms_exp.tracking.lifecycle import StepBoundary
 
@@ -278,7 +278,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     optimizer = None
     # AutoBoost brings its own SGD(learning_rate=1); Wide&Deep its FTRL and (Lazy)Adam.
     if cfg.boost.mode != "dim_reduce" and not wide_deep:
-        from ms_exp.precision import optimizer_loss_scale
+        from ms_exp.train.precision import optimizer_loss_scale
 
         optimizer = create_optimizer(cfg.optimizer, network, steps_per_epoch, epochs,
                                      optimizer_loss_scale(cfg.amp, cfg.trainer.loop.value))
@@ -302,7 +302,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     start_step = 0
     resume = ResumePoint.load(run_dir)
     if resume is not None:
-        from ms_exp.resume import restore
+        from ms_exp.checkpoint.resume import restore
 
         start_step = restore(resume, model.train_network, train_set, ckpt_dir,
                              steps_per_epoch)
@@ -310,7 +310,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
                                    cfg.tracking.log_every_n_steps, loss_names)
     interval = cfg.trainer.loss_print_interval
     if loss_names:
-        from ms_exp.monitors import LossPartsMonitor
+        from ms_exp.train.monitors import LossPartsMonitor
 
         monitor = LossPartsMonitor(loss_names, interval)
     else:
@@ -344,7 +344,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     # store that cannot be reached stops the job here, before training.
     tracker.wait_for_run()
     if runtime.rank_id == 0 and tracker.run_id:
-        # Where a resumed job appends (ms_exp/resume.py); read without asking MLflow.
+        # Where a resumed job appends (ms_exp/checkpoint/resume.py); read without asking MLflow.
         write_run_record(run_dir, run_id=tracker.run_id)
     try:
         if start_step < epochs * steps_per_epoch:
@@ -390,7 +390,7 @@ def _report_placement(cfg: DictConfig, network, placement, device_target: str,
     """Say where the parameters are: the console line, and for host tables which
     parameters and how many bytes (tag ms_exp.placement.host_params, metric
     placement/host_table_mb)."""
-    from ms_exp.placement import describe_placement, host_tables
+    from ms_exp.placement.tables import describe_placement, host_tables
 
     tables = host_tables(network, placement)
     names = [table.name for table in tables]
@@ -404,7 +404,7 @@ def _report_placement(cfg: DictConfig, network, placement, device_target: str,
 
 def _report_loop(cfg: DictConfig, tracker) -> None:
     """The loop and its precision on the console and as tags (the params hold them too)."""
-    from ms_exp.precision import needs_overflow_check
+    from ms_exp.train.precision import needs_overflow_check
 
     amp = cfg.amp
     scale = amp.loss_scale.value
@@ -427,7 +427,7 @@ def _wide_deep_model(model_cfg, network, placement):
 
 def _snapshot_callback(cfg: DictConfig, network, run_dir: Path, steps_per_epoch: int, tracker):
     from ms_exp.boost.snapshots import SNAPSHOT_DIR
-    from ms_exp.checkpoint import WeightSnapshots
+    from ms_exp.checkpoint.files import WeightSnapshots
     from ms_exp.config.errors import require
 
     snapshots = cfg.checkpoint.snapshots
@@ -441,8 +441,8 @@ def _snapshot_callback(cfg: DictConfig, network, run_dir: Path, steps_per_epoch:
 def _dim_reduce_model(cfg: DictConfig, network, num_classes: int, runtime, run_dir: Path,
                       tracker):
     from ms_exp.boost.dim_reduce import build_dim_reduce_model, load_stage_one_weights
-    from ms_exp.metrics import classification_metrics
-    from ms_exp.optim import create_loss
+    from ms_exp.train.metrics import classification_metrics
+    from ms_exp.train.optimizer import create_loss
 
     boost = cfg.boost
     load_stage_one_weights(network, Path(boost.pretrained_weight_path))
@@ -482,7 +482,7 @@ def _log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
     if choice == "all":
         tracker.log_artifacts(ckpt_root, "checkpoints")
         return
-    from ms_exp.checkpoint import BEST_NAME, last_checkpoint
+    from ms_exp.checkpoint.files import BEST_NAME, last_checkpoint
 
     for rank in sorted(p for p in ckpt_root.iterdir() if p.is_dir()):
         for path in (last_checkpoint(rank, cfg.checkpoint.prefix), rank / BEST_NAME):
@@ -495,7 +495,7 @@ def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig) -> None:
     process: all ranks write under the one run directory."""
     if not cfg.checkpoint.save:
         return
-    from ms_exp.checkpoint import checkpoint_bytes
+    from ms_exp.checkpoint.files import checkpoint_bytes
 
     sizes = checkpoint_bytes(run_dir, cfg.checkpoint.prefix)
     if sizes:

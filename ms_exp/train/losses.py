@@ -5,7 +5,7 @@ from typing import Tuple
 
 from mindspore import nn
 
-from ms_exp.optim import create_loss
+from ms_exp.train.optimizer import create_loss
 
 TOTAL = "loss"  # the name of the weighted sum among the reported values
 

@@ -84,7 +84,7 @@ class FunctionalTrainer:
             callbacks: Sequence[Callback] = (), dataset_sink_mode: bool = False,
             initial_epoch: int = 0) -> None:
         """``Model.fit`` for this loop: evaluates after every epoch, without sink mode
-        (refused before the run starts, ms_exp/config/validate.py)."""
+        (refused before the run starts, ms_exp/preflight/validate.py)."""
         if valid_frequency != 1 or dataset_sink_mode:
             raise ValueError("the functional loop evaluates every epoch and has no sink mode")
         params = _InternalCallbackParam(

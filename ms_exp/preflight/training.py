@@ -3,7 +3,7 @@
 import re
 
 from ms_exp.config.errors import require
-from ms_exp.precision import needs_overflow_check
+from ms_exp.train.precision import needs_overflow_check
 
 # Model builds its own train step for these; the functional loop, amp and loss parts are
 # not theirs.
@@ -69,7 +69,7 @@ def resolved_device_target(device_target) -> str:
 
 
 def validate_loss_parts(loss_cfg) -> None:
-    from ms_exp.config.validate import validate_loss_terms
+    from ms_exp.preflight.validate import validate_loss_terms
 
     parts = loss_cfg.parts
     if not parts:

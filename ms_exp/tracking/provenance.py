@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Optional
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 KEY_PACKAGES = ("mindspore", "hydra-core", "omegaconf", "numpy", "mlflow", "pandas",
                 "scikit-learn", "ms_exp")
 # Files whose first bytes are hashed into a dataset's fingerprint, and how many bytes.

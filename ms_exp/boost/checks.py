@@ -83,7 +83,7 @@ def _check_optimizer(optimizer) -> None:
 
 def _network_parameters(cfg):
     """Name -> shape of the trainable parameters of the network stage two builds."""
-    from ms_exp.config.validate import declared_shape
+    from ms_exp.preflight.validate import declared_shape
     from ms_exp.data.spec import DataSpec
     from ms_exp.models import create_network
 
@@ -103,7 +103,7 @@ def _check_weights(path: Path, shapes) -> None:
 
 def _mismatched_parameters(path: Path, shapes, key: str) -> str:
     """The first parameters of the network that ``path`` lacks or holds in another shape."""
-    from ms_exp.checkpoint import DamagedCheckpoint, load_verified
+    from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
     try:  # MindSpore parses its protobuf format: a checkpoint is never unpickled
         saved = load_verified(path)

@@ -89,8 +89,8 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
 
 def list_differences(tags, recorded_config, overrides: Sequence[str],
                      extra: Sequence[str]) -> List[str]:
-    from ms_exp import provenance
-    from ms_exp.config.compose import compose_config
+    from ms_exp.tracking import provenance
+    from ms_exp.preflight.compose import compose_config
     from ms_exp.tracking.params import flatten
 
     lines = []

@@ -16,14 +16,14 @@ from typing import Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
-from ms_exp.config.validate_launch import validate_launch_style, validate_style_keys
-from ms_exp.config.validate_loop import validate_loop
+from ms_exp.preflight.launch_style import validate_launch_style, validate_style_keys
+from ms_exp.preflight.training import validate_loop
 from ms_exp.data.criteo import COLUMNS as CRITEO_COLUMNS, read_meta, samples_per_record
 from ms_exp.data.criteo_convert import EVAL_FILE, FIELD_SIZE, META_FILE, TRAIN_FILE
 from ms_exp.data.headers import (count_files, first_file, image_signature,
                                  mindrecord_columns, mnist_train_samples)
 from ms_exp.data.spec import IMAGE_EXTENSIONS
-from ms_exp.launch import launch_style
+from ms_exp.job.launch import launch_style
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require
 
@@ -57,7 +57,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_dataset(cfg.dataset)
     validate_batch_fits(cfg.dataset, cfg.parallel)
     if cfg.model.name == "wide_deep" or cfg.dataset.name == "criteo":
-        from ms_exp.models.validate import validate_wide_deep
+        from ms_exp.models.checks import validate_wide_deep
 
         validate_wide_deep(cfg)
     validate_model(cfg.model, cfg.dataset)
@@ -68,7 +68,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_tracking(cfg.tracking)
     if cfg.parallel.mode == "semi_auto":
         validate_shard_strategies(cfg)
-    from ms_exp.boost.validate import validate_dim_reduce, validate_snapshots
+    from ms_exp.boost.checks import validate_dim_reduce, validate_snapshots
 
     validate_snapshots(cfg)
     if cfg.boost.mode == "dim_reduce":
@@ -128,11 +128,11 @@ def validate_trainer(cfg) -> None:
 
 
 def validate_resume(cfg) -> None:
-    """``trainer.resume``: where to continue from (ms_exp/resume.py finds the checkpoint)."""
+    """``trainer.resume``: where to continue from (ms_exp/checkpoint/resume.py finds the checkpoint)."""
     resume = cfg.trainer.resume
     if resume is None:
         return
-    from ms_exp.resume import (RESUME_ALLOWED, ResumeError, common_checkpoints,
+    from ms_exp.checkpoint.resume import (RESUME_ALLOWED, ResumeError, common_checkpoints,
                                explicit_target, is_run_id)
     from ms_exp.tracking.store import resolve_tracking_uri
 
@@ -470,7 +470,7 @@ def validate_shard_strategies(cfg) -> None:
 
 
 def validate_placement(cfg, model_cfg) -> None:
-    from ms_exp.placement import MODELS_WITH_TABLES
+    from ms_exp.placement.tables import MODELS_WITH_TABLES
 
     if cfg.mode == "host_device":
         require(model_cfg.name in MODELS_WITH_TABLES, "placement", "host_device",
