@@ -9,8 +9,8 @@ from mlflow import MlflowClient
 
 from conftest import FAST, run_cli, train
 from ms_exp import report
-from ms_exp.report import ReportError, swept_keys, write_report
 from ms_exp.tracking.store import ensure_experiment
+from ms_exp.tracking.sweep_report import ReportError, swept_keys, write_report
 
 PLOTS = {"eval_accuracy_vs_checkpoint.integrated_save.png", "train_loss.png"}
 

@@ -6,7 +6,7 @@ any job starts: jobs creating a fresh SQLite store or a new experiment at the sa
 runs (DESIGN.md, decision 7). The parent's id goes down to the jobs in environment
 variables; a job's run carries it as the ``mlflow.parentRunId`` tag, which is how the
 MLflow UI nests runs. When the sweep ends, the parent gets the job counts, its status and
-the sweep report of ``ms_exp.report`` (tables and plots under ``report/``).
+the sweep report of ``ms_exp.tracking.sweep_report`` (tables and plots under ``report/``).
 
 Hydra's basic sweeper re-raises a failed job's exception once the batch has run and Ctrl-C
 unwinds straight through it; in both cases Hydra never calls ``on_multirun_end``, so
@@ -27,6 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from ms_exp.tracking.provenance import command_line
+from ms_exp.tracking.sweep_runs import child_runs, override_values
 
 # Read by parent_run_id() in the jobs. MLflow's own MLFLOW_RUN_ID / MLFLOW_EXPERIMENT_ID are
 # not set: MLflow reads them too, and they would attach every job to the parent run itself.
@@ -113,16 +114,6 @@ def sweep_params(config: DictConfig) -> Dict[str, str]:
     return params
 
 
-def override_values(line: str) -> Dict[str, str]:
-    """``{"optimizer.lr": "0.1"}`` from a job's ``ms_exp.overrides`` tag ("k=v k=v")."""
-    values = {}
-    for token in line.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            values[key.lstrip("+~")] = value
-    return values
-
-
 class SweepRun(Callback):
     def __init__(self) -> None:
         self.tracker = None  # a Tracker on the parent run, while the sweep runs
@@ -182,8 +173,6 @@ class SweepRun(Callback):
         if tracker is None:
             return
         try:
-            from ms_exp.report import child_runs
-
             parent = tracker.client.get_run(tracker.run_id)
             children = child_runs(tracker.client, parent)
             failed_runs = [c for c in children if c.info.status == "FAILED"]
@@ -213,9 +202,9 @@ class SweepRun(Callback):
 
 
 def _log_report(tracker) -> None:
-    """The sweep report (ms_exp.report) as artifacts of the parent; a report that cannot be
-    made is said, but never changes the sweep's status."""
-    from ms_exp.report import write_report
+    """The sweep report (ms_exp.tracking.sweep_report) as artifacts of the parent; a report
+    that cannot be made is said, but never changes the sweep's status."""
+    from ms_exp.tracking.sweep_report import write_report
 
     try:
         report = write_report(tracker.client, tracker.run_id)

@@ -1,11 +1,5 @@
-"""``python -m ms_exp.report``: one table and a few plots that compare the jobs of a sweep.
-
-    python -m ms_exp.report multirun/2025-01-31/12-00-00 [--metric eval/accuracy]
-    python -m ms_exp.report <parent run id> [--tracking-uri URI]
-
-The sweep is found in MLflow, by its parent run's id or by its folder (the parent's
-``ms_exp.sweep.dir`` tag; a job folder ``<sweep dir>/<n>`` names its sweep too). Logged as
-artifacts of the parent run under ``report/``:
+"""A sweep's report: one table and a few plots that compare its jobs, logged as artifacts of
+its parent run under ``report/`` (:func:`write_report`):
 
 - ``summary.csv`` and ``summary.md``: one row per job with its swept values, status, final
   ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration, the error of a failed job,
@@ -14,15 +8,14 @@ artifacts of the parent run under ``report/``:
 - ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
   true/false) and ``train_loss.png``, every job's loss curve overlaid.
 
-The sweep callback writes it when a sweep ends (``write_report``); this command writes it
-again, e.g. for another ``--metric`` or a sweep recorded before reports existed.
+The sweep callback writes it when a sweep ends (ms_exp.tracking.sweep); ``python -m
+ms_exp.report`` (ms_exp/report.py) writes it again. Finding the sweep and its jobs is
+ms_exp.tracking.sweep_runs.
 """
-import argparse
 import csv
 import math
 import re
 import statistics
-import sys
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
@@ -31,13 +24,9 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
-from mlflow.exceptions import MlflowException
 
-from ms_exp.tracking.store import (is_local_store, missing_database, resolve_tracking_uri,
-                                   ui_command)
-from ms_exp.tracking.sweep import override_values
+from ms_exp.tracking.sweep_runs import ReportError, child_runs, override_values
 
-PROG = "ms_exp.report"
 # The first of these that the jobs logged ranks them unless --metric says otherwise:
 # classifiers log accuracy, Wide&Deep logs AUC.
 DEFAULT_METRICS = ("eval/accuracy", "eval/auc")
@@ -52,10 +41,6 @@ _LOWER_IS_BETTER = ("loss", "error", "time", "bytes")
 _CELL_CHARS = 80  # in summary.md (a failed job's error); summary.csv keeps all of it
 
 
-class ReportError(Exception):
-    """A one-line reason why there is no report (unknown sweep, metric no job has)."""
-
-
 @dataclass
 class SweepReport:
     parent_run_id: str
@@ -66,51 +51,7 @@ class SweepReport:
 
 
 # ---------------------------------------------------------------------------------------------
-# Finding the sweep and its jobs
-
-def _all_pages(search, **kwargs) -> list:
-    items, token = [], None
-    while True:
-        page = search(**kwargs, page_token=token)
-        items.extend(page)
-        token = page.token
-        if not token:
-            return items
-
-
-def child_runs(client: MlflowClient, parent: Run) -> List[Run]:
-    return _all_pages(client.search_runs, experiment_ids=[parent.info.experiment_id],
-                      filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-                      max_results=1000, order_by=["attributes.start_time ASC"])
-
-
-def find_sweep(client: MlflowClient, target: str) -> str:
-    """The parent run id of ``target``: a parent run id, a sweep folder or a job folder."""
-    if "/" not in target and not Path(target).exists():  # run ids never hold a slash
-        return _parent_by_id(client, target)
-    folder = Path(target).resolve()
-    experiments = _all_pages(client.search_experiments, max_results=1000)
-    parents = _all_pages(client.search_runs,
-                         experiment_ids=[e.experiment_id for e in experiments],
-                         filter_string="tags.`ms_exp.sweep` = 'true'", max_results=1000)
-    by_dir = {p.data.tags.get("ms_exp.sweep.dir"): p.info.run_id for p in parents}
-    for candidate in (folder, folder.parent):
-        if str(candidate) in by_dir:
-            return by_dir[str(candidate)]
-    raise ReportError(f"no sweep recorded for folder {folder} in {client.tracking_uri}")
-
-
-def _parent_by_id(client: MlflowClient, run_id: str) -> str:
-    try:
-        run = client.get_run(run_id)
-    except MlflowException:
-        raise ReportError(f"no run {run_id!r} in {client.tracking_uri}") from None
-    if run.data.tags.get("ms_exp.sweep") == "true":
-        return run_id
-    sweep = run.data.tags.get("ms_exp.sweep.id")  # a job of a sweep
-    hint = f" (its sweep is run {sweep})" if sweep else ""
-    raise ReportError(f"run {run_id} is not the parent run of a sweep{hint}")
-
+# The swept keys
 
 def swept_keys(parent: Run, children: Sequence[Run]) -> List[str]:
     """The keys the sweep varied: its command line (the parent's ``ms_exp.sweep.overrides``
@@ -337,47 +278,3 @@ def write_report(client: MlflowClient, parent_run_id: str,
         files = sorted(p.name for p in folder.iterdir())
     return SweepReport(parent_run_id, parent.info.experiment_id,
                        f"{parent.info.artifact_uri}/{REPORT_DIR}", files, markdown)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep", help="the sweep's folder (multirun/<date>/<time>), one of "
-                                      "its job folders, or its parent run id")
-    parser.add_argument("--tracking-uri",
-                        help="MLflow store of the sweep (default: sqlite:///mlflow.db here)")
-    parser.add_argument("--metric",
-                        help="what the jobs are ranked and plotted by (default: the first "
-                             f"of {', '.join(DEFAULT_METRICS)} the jobs logged)")
-    return parser
-
-
-def _open_store(uri: Optional[str]) -> MlflowClient:
-    uri = resolve_tracking_uri(uri)
-    database = missing_database(uri)
-    if database is not None:
-        raise ReportError(f"no MLflow store at {database} (run this where the sweep ran, "
-                          "or pass --tracking-uri)")
-    return MlflowClient(uri)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        client = _open_store(args.tracking_uri)
-        report = write_report(client, find_sweep(client, args.sweep), args.metric)
-    except ReportError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
-    uri = client.tracking_uri
-    print(report.markdown)
-    print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")
-    print(f"open it with: {ui_command(uri)}")
-    if is_local_store(uri):
-        print("  then browse to http://127.0.0.1:5000/#/experiments/"
-              f"{report.experiment_id}/runs/{report.parent_run_id}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,75 @@
+"""``python -m ms_exp.report``: one table and a few plots that compare the jobs of a sweep.
+
+    python -m ms_exp.report multirun/2025-01-31/12-00-00 [--metric eval/accuracy]
+    python -m ms_exp.report <parent run id> [--tracking-uri URI]
+
+The sweep is found in MLflow, by its parent run's id or by its folder (the parent's
+``ms_exp.sweep.dir`` tag; a job folder ``<sweep dir>/<n>`` names its sweep too). Logged as
+artifacts of the parent run under ``report/``:
+
+- ``summary.csv`` and ``summary.md``: one row per job with its swept values, status, final
+  ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration, the error of a failed job,
+  and what saving checkpoints cost (``ckpt_save_s``, ``ckpt_bytes_rank_<r>``, from the
+  ``checkpoint/*`` metrics of every run); sorted by the metric, best first;
+- ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
+  true/false) and ``train_loss.png``, every job's loss curve overlaid.
+
+The sweep callback writes it when a sweep ends (``write_report``); this command writes it
+again, e.g. for another ``--metric`` or a sweep recorded before reports existed.
+"""
+import argparse
+import sys
+from typing import List, Optional
+
+from mlflow import MlflowClient
+
+from ms_exp.tracking.store import (is_local_store, missing_database, resolve_tracking_uri,
+                                   ui_command)
+from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
+from ms_exp.tracking.sweep_runs import find_sweep
+
+PROG = "ms_exp.report"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep", help="the sweep's folder (multirun/<date>/<time>), one of "
+                                      "its job folders, or its parent run id")
+    parser.add_argument("--tracking-uri",
+                        help="MLflow store of the sweep (default: sqlite:///mlflow.db here)")
+    parser.add_argument("--metric",
+                        help="what the jobs are ranked and plotted by (default: the first "
+                             f"of {', '.join(DEFAULT_METRICS)} the jobs logged)")
+    return parser
+
+
+def _open_store(uri: Optional[str]) -> MlflowClient:
+    uri = resolve_tracking_uri(uri)
+    database = missing_database(uri)
+    if database is not None:
+        raise ReportError(f"no MLflow store at {database} (run this where the sweep ran, "
+                          "or pass --tracking-uri)")
+    return MlflowClient(uri)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        client = _open_store(args.tracking_uri)
+        report = write_report(client, find_sweep(client, args.sweep), args.metric)
+    except ReportError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    uri = client.tracking_uri
+    print(report.markdown)
+    print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")
+    print(f"open it with: {ui_command(uri)}")
+    if is_local_store(uri):
+        print("  then browse to http://127.0.0.1:5000/#/experiments/"
+              f"{report.experiment_id}/runs/{report.parent_run_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
