@@ -88,6 +88,7 @@ class JournalTracker:
 
     enabled = True
     run_id = None       # unknown until the journal is delivered
+    experiment_id = None
 
     def __init__(self, journal: Journal):
         self.journal = journal
@@ -110,6 +111,37 @@ class JournalTracker:
     def log_artifacts(self, directory, artifact_path: Optional[str] = None) -> None:
         self.journal.write("log_artifacts", directory=str(Path(directory).absolute()),
                            artifact_path=artifact_path)
+
+    # The rest of RunTracker (ms_exp/tracking/interface.py), spelled out: __getattr__ takes
+    # keyword arguments only, and would answer for a member renamed or gone.
+    @property
+    def offline_journal(self) -> Path:
+        return self.journal.path
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        self.journal.write("log_params", params=dict(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.journal.write("log_metrics", metrics={k: float(v) for k, v in metrics.items()},
+                           step=int(step))
+
+    def log_artifact(self, path, artifact_path: Optional[str] = None) -> None:
+        self.journal.write("log_artifact", path=str(Path(path).absolute()),
+                           artifact_path=artifact_path)
+
+    def log_artifact_to(self, run_id: Optional[str], path,
+                        artifact_path: Optional[str] = None) -> None:
+        self.journal.write("log_artifact_to", run_id=run_id, path=str(Path(path).absolute()),
+                           artifact_path=artifact_path)
+
+    def wait_for_run(self) -> None:
+        """Nothing to wait for: the journal is open."""
+
+    def flush(self) -> None:
+        """Nothing to wait for: every line is flushed as it is written."""
+
+    def finish(self, status: Optional[str]) -> None:
+        self.journal.write("finish", status=status)
 
 
 class _JournalClient:

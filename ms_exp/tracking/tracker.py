@@ -34,6 +34,7 @@ class Tracker:
     """Logs to one existing MLflow run through a client bound to its store."""
 
     enabled = True
+    offline_journal: Optional[Path] = None  # calls go to the store itself, never a journal
 
     def __init__(self, client, run_id: str, experiment_id: str):
         self.client = client

@@ -1,0 +1,77 @@
+"""What training, job and tracking code calls on a run's tracker: :class:`RunTracker`.
+
+Four classes implement it (structurally; none inherits from it):
+
+- :class:`ms_exp.tracking.tracker.Tracker`: logs straight into an MLflow run (in a job's
+  sidecar process, and for a sweep's parent run);
+- :class:`ms_exp.tracking.sidecar.SidecarTracker`: a job's tracker (and rank 0's), which
+  hands every call to the sidecar process;
+- :class:`ms_exp.tracking.journal.JournalTracker`: the calls kept in the run directory's
+  journal while the tracking server does not answer;
+- :class:`ms_exp.tracking.lifecycle.DisabledTracker`: ``tracking.enabled=false``, every call
+  does nothing.
+
+tests/test_tracker_interface.py checks that each declares every member below with the same
+parameter names.
+
+Two attributes are read on some trackers only, so they are not part of it:
+``SidecarTracker.journal`` (the journal file a distributed job hands to its rank 0; read
+by the launching job, ms_exp/job/, on its own tracker once ``enabled``) and ``client`` (the
+MLflow client of ``Tracker`` and ``JournalTracker``, which ``provenance.record`` and the sweep
+callback use on those).
+"""
+from pathlib import Path
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class RunTracker(Protocol):
+    """One run's tracker: the run's identity, and every recording call on it."""
+
+    @property
+    def enabled(self) -> bool:
+        """False when nothing is recorded (``tracking.enabled=false``): every call is a no-op."""
+
+    @property
+    def run_id(self) -> Optional[str]:
+        """The MLflow run's id; None while there is none (disabled, or only in a journal)."""
+
+    @property
+    def experiment_id(self) -> Optional[str]:
+        """The id of the run's MLflow experiment; None while there is no run."""
+
+    @property
+    def offline_journal(self) -> Optional[Path]:
+        """The journal holding calls the tracking server did not take; None if none."""
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        """Log params (values as MLflow shows them) on the run."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log metric values at ``step``; may be buffered until :meth:`flush`."""
+
+    def set_tags(self, tags: Mapping[str, object]) -> None:
+        """Set tags on the run (values as strings)."""
+
+    def log_artifact(self, path: Path, artifact_path: Optional[str] = None) -> None:
+        """Upload one file into the run's artifacts under ``artifact_path``."""
+
+    def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
+        """Upload a folder's files into the run's artifacts under ``artifact_path``."""
+
+    def log_artifact_to(self, run_id: Optional[str], path: Path,
+                        artifact_path: Optional[str] = None) -> None:
+        """Upload one file into run ``run_id``'s artifacts (None: this run's)."""
+
+    def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
+        """Write ``run_dir/provenance`` (code, packages, command, data) and log it on the run."""
+
+    def wait_for_run(self) -> None:
+        """Block until the run exists (or is journaled); raise if it cannot be created."""
+
+    def flush(self) -> None:
+        """Block until everything logged so far is in the store."""
+
+    def finish(self, status: Optional[str]) -> None:
+        """End the run with ``status`` (FINISHED, FAILED, KILLED); None: only deliver
+        what was logged, leaving the run open (rank 0 of a distributed job)."""
