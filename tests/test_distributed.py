@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 from conftest import FAST, free_port, run_cli, train
 from ms_exp.preflight.compose import compose_config
-from ms_exp.job.launch import msrun_arguments
+from ms_exp.job.launch_plan import msrun_arguments
 
 DP = ("parallel=data", "dataset.shuffle=false")
 

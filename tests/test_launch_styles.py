@@ -20,9 +20,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from ms_exp.preflight.compose import compose_config, preflight
-from ms_exp.job.launch import (COMMAND_FILE, LaunchProcess, WorkersFailed, environment_device_id,
-                           environment_rank, failure_report, launch, launch_plan,
-                           mpirun_arguments, msrun_arguments, save_command)
+from ms_exp.job.launch_plan import (COMMAND_FILE, LaunchProcess, launch_plan, mpirun_arguments,
+                                   msrun_arguments, save_command)
+from ms_exp.job.rank_failures import failure_report
+from ms_exp.job.supervise import WorkersFailed, launch
+from ms_exp.parallel.ranks import environment_device_id, environment_rank
 
 DP = "parallel=data"
 MPIRUN = ("parallel.launcher.style=mpirun",)
