@@ -16,21 +16,12 @@ samples, so an epoch reads at most N - 1 samples of a split twice (``padded_samp
 the meta). Evaluation reads every record, keeping a last batch of fewer records. The
 vocabulary size also comes from ``criteo_meta.json``.
 """
-import json
 from pathlib import Path
 
 from ms_exp.config.errors import ConfigError, require
-from ms_exp.data.criteo_convert import (EVAL_FILE, FIELD_SIZE, META_FILE, META_FORMAT,
-                                        TRAIN_FILE)
+from ms_exp.data.criteo_format import (COLUMNS, EVAL_FILE, FIELD_SIZE, META_FILE, META_FORMAT,
+                                       RECONVERT, TRAIN_FILE, read_meta)
 from ms_exp.data.spec import DataSpec, Shard
-
-COLUMNS = ["feat_ids", "feat_vals", "label"]
-RECONVERT = "convert again with `python -m ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`"
-
-
-def read_meta(path) -> dict:
-    """The converter's ``criteo_meta.json`` in folder ``path``."""
-    return json.loads((Path(path).expanduser() / META_FILE).read_text())
 
 
 def samples_per_record(cfg, meta: dict) -> int:
@@ -68,9 +59,11 @@ def create_criteo(cfg, shard: Shard):
     size = samples_per_record(cfg, meta)
     records_per_batch = cfg.batch_size // size
     workers = cfg.num_parallel_workers
-    train = ds.MindDataset(str(root / TRAIN_FILE), columns_list=COLUMNS, shuffle=cfg.shuffle,
-                           num_parallel_workers=workers, **shard.reader_args())
-    evaluation = ds.MindDataset(str(root / EVAL_FILE), columns_list=COLUMNS, shuffle=False,
+    # MindSpore's readers and map take lists of column names, not tuples.
+    train = ds.MindDataset(str(root / TRAIN_FILE), columns_list=list(COLUMNS),
+                           shuffle=cfg.shuffle, num_parallel_workers=workers,
+                           **shard.reader_args())
+    evaluation = ds.MindDataset(str(root / EVAL_FILE), columns_list=list(COLUMNS), shuffle=False,
                                 num_parallel_workers=workers)
     # Records, then samples: with shards, MindDataset gives every rank
     # ceil(records / shards) records, repeating a few.
@@ -91,5 +84,5 @@ def _flatten(ids, vals, labels):
 
 def unpack(dataset, workers: int):
     """Batches of records as batches of samples."""
-    return dataset.map(_flatten, input_columns=COLUMNS, output_columns=COLUMNS,
+    return dataset.map(_flatten, input_columns=list(COLUMNS), output_columns=list(COLUMNS),
                        num_parallel_workers=workers)

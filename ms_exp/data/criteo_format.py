@@ -1,0 +1,43 @@
+"""The on-disk Criteo format: what the converter (``python -m ms_exp.data.criteo_convert``)
+writes, and what the reader (``ms_exp.data.criteo``) and the config checks
+(``ms_exp.preflight``) read.
+
+A converted folder holds ``train.mindrecord`` and ``eval.mindrecord``, whose records pack
+``samples_per_record`` N samples each (columns ``feat_ids`` int32 [N, 39], ``feat_vals``
+float32 [N, 39], ``label`` float32 [N, 1]), and ``criteo_meta.json``, which says N, the
+vocabulary size and the sample counts, under format number META_FORMAT. The raw text the
+converter reads has RAW_FIELDS tab-separated fields a line: the label, DENSE_FIELDS
+integers and CATEGORICAL_FIELDS hexadecimal categories.
+
+Nothing here imports MindSpore: the checks read the meta file before it may be imported.
+"""
+import json
+from pathlib import Path
+
+DENSE_FIELDS = 13
+CATEGORICAL_FIELDS = 26
+FIELD_SIZE = DENSE_FIELDS + CATEGORICAL_FIELDS
+RAW_FIELDS = 1 + FIELD_SIZE
+META_FILE = "criteo_meta.json"
+TRAIN_FILE = "train.mindrecord"
+EVAL_FILE = "eval.mindrecord"
+# 2: records of samples_per_record samples ([N, 39]); 1 (one sample per record) is refused
+# by the loader, which asks for a new conversion.
+META_FORMAT = 2
+# The record columns, in the order the network takes them: net(ids, vals, label).
+COLUMNS = ("feat_ids", "feat_vals", "label")
+RECONVERT = "convert again with `python -m ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`"
+
+
+def record_schema(samples_per_record: int) -> dict:
+    """The MindRecord schema: every column holds ``samples_per_record`` samples."""
+    return {
+        "feat_ids": {"type": "int32", "shape": [samples_per_record, FIELD_SIZE]},
+        "feat_vals": {"type": "float32", "shape": [samples_per_record, FIELD_SIZE]},
+        "label": {"type": "float32", "shape": [samples_per_record, 1]},
+    }
+
+
+def read_meta(path) -> dict:
+    """The converter's ``criteo_meta.json`` in folder ``path``."""
+    return json.loads((Path(path).expanduser() / META_FILE).read_text())
