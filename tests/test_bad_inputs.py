@@ -32,7 +32,7 @@ import pytest
 
 from datafiles import (IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, malformed_criteo_line,
                        write_image_folder, write_mnist)
-from ms_exp.preflight import validate
+from ms_exp.preflight import parallel as parallel_checks
 from ms_exp.config.schema import LauncherConfig
 from ms_exp.data.criteo_sample import sample_lines
 from ms_exp.run import main
@@ -991,8 +991,8 @@ def test_bad_input_is_refused_in_one_line_and_leaves_nothing(case, with_store, w
     monkeypatch.delenv("DATA_PATH", raising=False)
     # Other jobs on this machine may hold the default master port; the cases name it, and
     # "master port in use" holds a port of its own.
-    port_is_free = validate.port_is_free
-    monkeypatch.setattr(validate, "port_is_free", lambda address, port:
+    port_is_free = parallel_checks.port_is_free
+    monkeypatch.setattr(parallel_checks, "port_is_free", lambda address, port:
                         port == DEFAULT_MASTER_PORT or port_is_free(address, port))
     with ExitStack() as stack:
         scene = Scene(tmp_path_factory.mktemp("data"), workdir, monkeypatch, stack)

@@ -22,7 +22,8 @@ import pytest
 
 from ms_exp.preflight.compose import compose_config, preflight
 from ms_exp.config.errors import InvalidConfig
-from ms_exp.job.launch import COMMAND_FILE, launch, msrun_arguments, save_command
+from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments, save_command
+from ms_exp.job.supervise import launch
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -373,7 +374,7 @@ def _stage_two_weights(path: Path) -> Path:
     """A real MindSpore checkpoint of stage two's network, so validation reaches the PCA."""
     import mindspore as ms
 
-    from ms_exp.preflight.validate import declared_shape
+    from ms_exp.data.spec import declared_shape
     from ms_exp.data.spec import DataSpec
     from ms_exp.models import create_network
 

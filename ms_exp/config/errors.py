@@ -108,3 +108,9 @@ def _override_value(full_key: str, overrides: Iterable[str]) -> str:
         if sep and key == full_key:
             return value
     return "?"
+
+
+def positive(section: str, cfg, *keys: str) -> None:
+    for key in keys:
+        value = cfg[key]
+        require(value >= 1, f"{section}.{key}", value, "an integer >= 1")

@@ -4,7 +4,11 @@ Each YAML option in ``conf/<group>/<option>.yaml`` starts from the schema stored
 ``schema/<group>/<option>`` (``defaults: [/schema/<group>/<option>@_here_, _self_]``), so
 Hydra itself refuses an unknown key or a value of the wrong type while composing, before
 anything runs. Closed choices are Enums so that the refusal lists the allowed values.
-Range and path checks that a type cannot express live in ``ms_exp.config.validate``.
+Range and path checks that a type cannot express live in ``ms_exp.preflight``.
+
+One cohesive module, longer than most: the schemas are declared together because they
+are registered together and nest (the root ``Config`` holds every section), and one file
+is where a reader looks up any key's type and default.
 """
 from dataclasses import dataclass, field
 from enum import Enum
@@ -83,7 +87,8 @@ class SearchMode(Enum):
 
 
 class LaunchStyle(Enum):
-    """How the ranks are started (ms_exp/job/launch.py renders and runs each)."""
+    """How the ranks are started (ms_exp/job/launch_plan.py renders each style and
+    ms_exp/job/supervise.py runs it)."""
 
     msrun = "msrun"  # MindSpore's own launcher: every device target, CPU included
     mpirun = "mpirun"  # Open MPI's: GPU and Ascend (MindSpore 2.10 trains no CPU ranks there)
@@ -334,6 +339,10 @@ class WideDeepModel:
 
 
 # --- sections of config.yaml that are not groups ---------------------------------------
+
+
+# trainer.device_target: "None" (or null) lets MindSpore pick.
+DEVICE_TARGETS = ("None", "CPU", "GPU", "Ascend")
 
 
 @dataclass

@@ -5,19 +5,20 @@ creates a run directory and before MindSpore or MLflow start, so bad input costs
 and leaves nothing behind (DESIGN.md, decision 1).
 """
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
-from ms_exp.config.schema import GROUP_SCHEMAS, Config, register_schemas
-from ms_exp.preflight.validate import (choices_from_config, concurrent_master_ports,
-                                    output_folder, validate)
+from ms_exp.config.schema import register_schemas
+from ms_exp.preflight.parallel import concurrent_master_ports
+from ms_exp.preflight.paths import output_folder
+from ms_exp.preflight.validate import validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
@@ -77,16 +78,4 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
     return configs
 
 
-def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
-    """A resolved config saved by a run (``<run dir>/config.yaml``), typed again by the
-    root schema so enums and defaults behave as at training time."""
-    saved = OmegaConf.load(path)
-    merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
-                             OmegaConf.from_dotlist(list(overrides)))
-    for group, option in choices_from_config(merged).items():
-        merged[group] = OmegaConf.merge(OmegaConf.structured(GROUP_SCHEMAS[group][option]),
-                                        merged[group])
-    return merged
-
-
-__all__ = ["CompositionError", "ConfigError", "compose_config", "preflight", "load_run_config"]
+__all__ = ["CompositionError", "ConfigError", "compose_config", "preflight"]

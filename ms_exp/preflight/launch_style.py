@@ -1,4 +1,4 @@
-"""Checks of ``parallel.launcher.style`` (ms_exp/job/launch.py renders and runs the styles):
+"""Checks of ``parallel.launcher.style`` (ms_exp/job/launch_plan.py renders the styles):
 the keys each style reads, the device it needs, and the Ascend rank table."""
 import json
 import shutil
@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 from ms_exp.config.errors import ConfigError, require
-from ms_exp.job.launch import MPIRUN, MSRUN, RANK_TABLE, is_distributed, launch_style
+from ms_exp.parallel.launcher_config import (MPIRUN, MSRUN, RANK_TABLE, is_distributed,
+                                            launch_style)
 
 # What each style needs of the device, with MindSpore 2.10 (see LaunchStyle).
 STYLE_TARGETS = {MPIRUN: ("GPU", "Ascend"), RANK_TABLE: ("Ascend",)}

@@ -1,13 +1,13 @@
-"""Checks of the training loop's keys: ``trainer.loop``, sink mode, ``amp`` and
-``loss.parts``, against each other and against what the rest of the config builds."""
+"""Checks of how a rank trains: ``trainer.loop``, sink mode, ``amp``, ``optimizer``,
+``loss`` and ``loss.parts``, against each other and against what the rest of the config
+builds."""
 import re
 
+from ms_exp.boost.options import boost_option
 from ms_exp.config.errors import require
+from ms_exp.models.options import model_option
 from ms_exp.train.precision import needs_overflow_check
 
-# Model builds its own train step for these; the functional loop, amp and loss parts are
-# not theirs.
-OWN_TRAIN_STEP = {"boost": "dim_reduce", "model": "wide_deep"}
 PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
@@ -16,11 +16,12 @@ def validate_loop(cfg) -> None:
     loop = trainer.loop.value
     require(trainer.sink_size == -1 or trainer.sink_size >= 1, "trainer.sink_size",
             trainer.sink_size, "-1 (the whole dataset) or an integer >= 1")
-    for group, option in OWN_TRAIN_STEP.items():
-        section = cfg.boost.mode if group == "boost" else cfg.model.name
-        if section != option:
+    # Options that build their own train step inside Model: the functional loop, amp and
+    # loss parts are not theirs.
+    for group, option in (("boost", boost_option(cfg.boost)), ("model", model_option(cfg.model))):
+        if option.own_train_step is None:
             continue
-        why = f"{group}={option} trains with a step of its own inside Model"
+        why = f"{group}={option.name} trains with a step of its own inside Model"
         require(loop == "model", "trainer.loop", loop, f"model: {why}")
         require(amp.level.value == "O0", "amp.level", amp.level.value, f"O0: {why}")
         require(amp.loss_scale.value == "none", "amp.loss_scale", amp.loss_scale.value,
@@ -69,8 +70,6 @@ def resolved_device_target(device_target) -> str:
 
 
 def validate_loss_parts(loss_cfg) -> None:
-    from ms_exp.preflight.validate import validate_loss_terms
-
     parts = loss_cfg.parts
     if not parts:
         return
@@ -84,3 +83,48 @@ def validate_loss_parts(loss_cfg) -> None:
         validate_loss_terms(part, f"loss.parts.{name}")
     require(any(part.weight > 0 for part in parts.values()), "loss.parts",
             ", ".join(parts.keys()), "at least one part with weight > 0")
+
+
+def validate_optimizer(cfg, epochs: int) -> None:
+    require(cfg.lr > 0, "optimizer.lr", cfg.lr, "a number > 0")
+    require(0 <= cfg.momentum < 1, "optimizer.momentum", cfg.momentum, "a number in [0, 1)")
+    require(cfg.weight_decay >= 0, "optimizer.weight_decay", cfg.weight_decay, "a number >= 0")
+    require(0 <= cfg.min_lr < cfg.lr, "optimizer.min_lr", cfg.min_lr,
+            f"a number >= 0 and below optimizer.lr ({cfg.lr})")
+    schedule = cfg.schedule.value
+    if cfg.decay_epochs is not None:
+        require(schedule != "constant", "optimizer.decay_epochs", cfg.decay_epochs,
+                "null with optimizer.schedule=constant, which does not decay")
+        require(cfg.decay_epochs >= epochs, "optimizer.decay_epochs", cfg.decay_epochs,
+                f"null or at least trainer.epochs ({epochs}): training stops at or before "
+                "the end of the schedule")
+        require(0 <= cfg.warmup_epochs <= cfg.decay_epochs, "optimizer.warmup_epochs",
+                cfg.warmup_epochs,
+                f"an integer from 0 to optimizer.decay_epochs ({cfg.decay_epochs})")
+    else:
+        require(0 <= cfg.warmup_epochs <= epochs, "optimizer.warmup_epochs", cfg.warmup_epochs,
+                f"an integer from 0 to trainer.epochs ({epochs})")
+    if cfg.lr_init is not None:
+        require(cfg.warmup_epochs > 0, "optimizer.lr_init", cfg.lr_init,
+                "null without warmup (optimizer.warmup_epochs=0): it is where warmup starts")
+        require(0 <= cfg.lr_init <= cfg.lr, "optimizer.lr_init", cfg.lr_init,
+                f"null or a number from 0 to optimizer.lr ({cfg.lr})")
+    if schedule == "cosine":
+        # The model zoo's cosine ends at lr * 1e-5 whatever its lr_end.
+        require(cfg.min_lr == 0, "optimizer.min_lr", cfg.min_lr,
+                "0 with optimizer.schedule=cosine, which decays to about 0 as the model zoo's "
+                "(optimizer.lr_init sets where warmup starts)")
+
+
+def validate_loss(cfg) -> None:
+    validate_loss_terms(cfg, "loss")
+
+
+def validate_loss_terms(cfg, key: str) -> None:
+    """A loss's name and label smoothing: ``loss`` itself or one of ``loss.parts``."""
+    require(0 <= cfg.label_smoothing < 1, f"{key}.label_smoothing", cfg.label_smoothing,
+            "a number in [0, 1)")
+    if cfg.name.value == "softmax_cross_entropy":
+        require(cfg.label_smoothing == 0, f"{key}.label_smoothing", cfg.label_smoothing,
+                f"0 with {key}.name=softmax_cross_entropy (use cross_entropy or "
+                "cross_entropy_smooth to smooth labels)")

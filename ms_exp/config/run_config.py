@@ -1,0 +1,33 @@
+"""A run's saved config (``<run dir>/config.yaml``), read back typed by the schemas.
+
+The launching process saves the resolved config there; the ranks, ``ms_exp.eval``,
+``ms_exp.ckpt`` and re-runs read it without Hydra composing anything.
+"""
+from pathlib import Path
+from typing import Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.config.schema import GROUP_SCHEMAS, Config
+
+RESOLVED_CONFIG = "config.yaml"
+
+
+def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
+    """A resolved config saved by a run (``<run dir>/config.yaml``), typed again by the
+    root schema so enums and defaults behave as at training time."""
+    saved = OmegaConf.load(path)
+    merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
+                             OmegaConf.from_dotlist(list(overrides)))
+    for group, option in choices_from_config(merged).items():
+        merged[group] = OmegaConf.merge(OmegaConf.structured(GROUP_SCHEMAS[group][option]),
+                                        merged[group])
+    return merged
+
+
+def choices_from_config(cfg: DictConfig) -> dict:
+    """Group choices of a config saved without Hydra's runtime record (a run's config.yaml):
+    each group's option is named by its ``name``/``mode`` key; the checkpoint options share
+    one schema."""
+    return {"parallel": cfg.parallel.mode, "checkpoint": "integrated", "boost": cfg.boost.mode,
+            "placement": cfg.placement.mode, "dataset": cfg.dataset.name, "model": cfg.model.name}

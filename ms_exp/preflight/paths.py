@@ -1,0 +1,65 @@
+"""Checks of the folders a job writes to: they are, or can be created as, writable folders
+on a filesystem with room for a run."""
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from ms_exp.config.errors import ConfigError, require
+
+
+# An output folder or store on a filesystem with less free space than this is refused: a
+# run writes its config, logs, checkpoints and MLflow rows there, and a disk that fills up
+# midway leaves half-written checkpoints and a run that never ends.
+MIN_FREE_BYTES = 64 * 1024 * 1024
+
+
+def existing_dir(key: str, value: Optional[str]) -> Path:
+    require(value is not None, key, value,
+            "a folder that exists (set it, or the DATA_PATH environment variable)")
+    path = Path(value).expanduser()
+    require(path.is_dir(), key, value, "a folder that exists")
+    return path
+
+
+def output_folder(key: str, value) -> None:
+    """A run or sweep folder: named, writable, and on a filesystem with room for a run."""
+    require(value is not None and str(value).strip() != "", key, value,
+            "a folder path (relative paths are below the working directory)")
+    writable_dir(key, value, Path(value))
+    enough_free_space(key, value, Path(value))
+
+
+def existing_ancestor(path: Path) -> Path:
+    """``path`` itself or the nearest folder above it that exists."""
+    existing = Path(path).expanduser().absolute()
+    while not existing.exists():
+        existing = existing.parent
+    return existing
+
+
+def enough_free_space(key: str, value, path: Path) -> None:
+    existing = existing_ancestor(path)
+    free = shutil.disk_usage(existing).free
+    require(free >= MIN_FREE_BYTES, key, value,
+            f"a folder on a filesystem with at least {MIN_FREE_BYTES} bytes "
+            f"({MIN_FREE_BYTES // 2**20} MiB) free ({existing} has {free} bytes free)")
+
+
+def writable_dir(key: str, value, path: Path) -> None:
+    """Refuse ``path`` unless it is, or can be created as, a folder we can write into.
+
+    Probes with a real temporary file because permission bits say nothing for root or on
+    read-only mounts; nothing is created if the check fails, and the probe is removed."""
+    path = Path(path).expanduser().absolute()
+    existing = existing_ancestor(path)
+    require(existing.is_dir(), key, value,
+            f"a writable folder ({existing} is a file, not a folder)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise ConfigError(key, value, f"a writable folder ({existing}: {error.strerror})")
+    if existing != path and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(key, value, f"a writable folder ({existing} is not writable)")
