@@ -16,12 +16,12 @@ from typing import List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.preflight.compose import load_run_config
+from ms_exp.config.run_config import choices_from_config, load_run_config
 from ms_exp.config.errors import ConfigError
 from ms_exp.config.schema import StandAloneParallel
 from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, load_verified, verify_checkpoint
 from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
-from ms_exp.preflight.validate import choices_from_config, validate_for_evaluation
+from ms_exp.preflight.validate import validate_for_evaluation
 from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
 
 EXIT_BAD_INPUT = 2
@@ -91,7 +91,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     from ms_exp.train.context import init_env
     from ms_exp.data import create_datasets
     from ms_exp.train.metrics import classification_metrics
-    from ms_exp.models import create_network
+    from ms_exp.models.options import model_option
     from ms_exp.train.losses import create_training_loss
     from ms_exp.placement.tables import create_placement
 
@@ -99,7 +99,8 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     # parallel run holds the same weights.
     init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
     _, eval_set, spec = create_datasets(cfg.dataset)
-    network = create_network(cfg.model, spec, create_placement(cfg.placement))
+    option = model_option(cfg.model)
+    network = option.create_network(cfg.model, spec, create_placement(cfg.placement))
     try:
         weights = load_verified(checkpoint)
     except DamagedCheckpoint as error:
@@ -108,10 +109,8 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     if not_loaded:
         raise ConfigError("--checkpoint", str(checkpoint),
                           f"a checkpoint of this network (missing {', '.join(not_loaded)})")
-    if cfg.model.name == "wide_deep":
-        from ms_exp.models.wide_deep import evaluation
-
-        model = ms.Model(network, **evaluation(network))
+    if option.evaluation is not None:
+        model = ms.Model(network, **option.evaluation(network))
     else:
         model = ms.Model(network, loss_fn=create_training_loss(cfg.loss, spec.num_classes),
                          metrics=classification_metrics(spec.num_classes))

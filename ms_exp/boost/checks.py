@@ -1,4 +1,4 @@
-"""Checks for ``boost=dim_reduce`` and for stage one's snapshots, before anything trains.
+"""Checks for ``boost=dim_reduce``, before anything trains (``BoostOption.check``).
 
 MindSpore checks almost none of this itself: it ignores unknown keys, falls back to the
 snapshot folder when ``pca_mat_path`` is not a ``.npy`` file, drops components when
@@ -13,21 +13,9 @@ import numpy as np
 
 from ms_exp.boost.snapshots import snapshot_files
 from ms_exp.config.errors import ConfigError, one_of, require
+from ms_exp.data.spec import declared_spec
 
 LEVELS = ("O1", "O2")
-
-
-def validate_snapshots(cfg) -> None:
-    snapshots = cfg.checkpoint.snapshots
-    require(snapshots.per_epoch >= 0, "checkpoint.snapshots.per_epoch", snapshots.per_epoch,
-            "an integer >= 0 (0: no snapshots)")
-    if snapshots.per_epoch == 0:
-        return
-    require(1 <= snapshots.start_epoch <= cfg.trainer.epochs,
-            "checkpoint.snapshots.start_epoch", snapshots.start_epoch,
-            f"an epoch from 1 to trainer.epochs ({cfg.trainer.epochs})")
-    require(snapshots.keep_max >= 1, "checkpoint.snapshots.keep_max", snapshots.keep_max,
-            "an integer >= 1")
 
 
 def validate_dim_reduce(cfg) -> None:
@@ -83,12 +71,9 @@ def _check_optimizer(optimizer) -> None:
 
 def _network_parameters(cfg):
     """Name -> shape of the trainable parameters of the network stage two builds."""
-    from ms_exp.preflight.validate import declared_shape
-    from ms_exp.data.spec import DataSpec
     from ms_exp.models import create_network
 
-    shape, classes = declared_shape(cfg.dataset)
-    network = create_network(cfg.model, DataSpec(shape, classes, 0, 0))
+    network = create_network(cfg.model, declared_spec(cfg.dataset))
     return {p.name: tuple(p.shape) for p in network.trainable_params()}
 
 

@@ -83,3 +83,25 @@ def load_stage_one_weights(network: nn.Cell, path: Path) -> None:
         raise ValueError(f"boost.pretrained_weight_path={path}: lacks parameters "
                          f"{', '.join(missing[:5])} of this network")
     print(f"stage two starts from the stage-one weights in {path}", flush=True)
+
+
+def build_stage_two(build) -> Model:
+    """``BoostOption.own_train_step`` of ``boost=dim_reduce``: the stage-one weights loaded,
+    the PCA matrix found or computed (said on the console and tagged on the run), and the
+    DimReduce ``Model``. ``build``: ``ms_exp.models.option.ModelBuild``."""
+    boost, runtime, tracker = build.cfg.boost, build.runtime, build.tracker
+    load_stage_one_weights(build.network, Path(boost.pretrained_weight_path))
+    snapshots = Path(boost.weight_load_dir) if boost.weight_load_dir else None
+    model, plan = build_dim_reduce_model(boost, snapshots, build.network, build.loss_fn,
+                                         build.metrics, runtime, build.run_dir)
+    if runtime.rank_id != 0:
+        return model
+    where = f" ({plan.cache})" if plan.cache else ""
+    print(f"PCA matrix: {plan.source}{where}; {boost.n_components} components", flush=True)
+    tracker.set_tags({"ms_exp.pca.source": plan.source,
+                      "ms_exp.pca.cache": str(plan.cache or boost.pca_mat_path or "")})
+    if plan.source == "computed":
+        # The matrix belongs to stage one: log it there once (here if stage one has no run).
+        owner = boost.stage_one_run_id or tracker.run_id
+        tracker.log_artifact_to(owner, plan.cache, "pca")
+    return model

@@ -1,23 +1,45 @@
-"""Checks of ``model=wide_deep`` and ``dataset=criteo`` that the schema cannot express:
-the pair belongs together, sizes and rates are in range, and the sections Wide&Deep does
-not read (``optimizer``, ``loss``) are left alone rather than silently ignored.
+"""Each model option's own config checks, the part a schema's types cannot express: sizes
+and rates in range, images large enough for the network, and for Wide&Deep the sections it
+does not read (``optimizer``, ``loss``) left alone rather than silently ignored.
 
-No MindSpore import: this runs in preflight."""
+No MindSpore import: these run in preflight, through ``ModelOption.check``.
+"""
 from omegaconf import OmegaConf
 
-from ms_exp.config.errors import ConfigError, require
+from ms_exp.config.errors import one_of, positive, require
 from ms_exp.config.schema import LossConfig, OptimizerConfig
+from ms_exp.data.criteo_format import read_meta
+from ms_exp.data.spec import declared_shape
 
+MLP_WEIGHT_INITS = ("normal", "uniform", "truncatednormal", "xavier_uniform", "he_uniform",
+                    "he_normal", "zeros")
+RESNET_DEPTHS = (18, 50)
+# ResNet halves its input five times before the global pool.
+RESNET_MIN_IMAGE_SIZE = 32
 WIDE_DEEP_PARALLEL_MODES = ("stand_alone", "data")
 
 
-def validate_wide_deep(cfg) -> None:
+def check_mlp(cfg) -> None:
+    model = cfg.model
+    positive("model", model, "hidden_size")
+    require(model.weight_init in MLP_WEIGHT_INITS, "model.weight_init", model.weight_init,
+            one_of(MLP_WEIGHT_INITS))
+
+
+def check_resnet(cfg) -> None:
     model, dataset = cfg.model, cfg.dataset
-    if model.name != "wide_deep":
-        raise ConfigError("dataset", "criteo", f"model=wide_deep for Criteo ids and weights; "
-                          f"model={model.name} reads images")
-    require(dataset.name == "criteo", "model", "wide_deep",
-            f"dataset=criteo (Criteo ids and weights); dataset={dataset.name} is images")
+    require(model.depth in RESNET_DEPTHS, "model.depth", model.depth, one_of(RESNET_DEPTHS))
+    require(model.width > 0, "model.width", model.width, "a number > 0")
+    # The dataset checks ran first, so a declared image folder exists.
+    size = min(declared_shape(dataset)[0][1:])
+    require(size >= RESNET_MIN_IMAGE_SIZE, "model", "resnet",
+            f"images of at least {RESNET_MIN_IMAGE_SIZE}x{RESNET_MIN_IMAGE_SIZE}; "
+            f"dataset={dataset.name} has {size}x{size} (use model=mlp)")
+
+
+def check_wide_deep(cfg) -> None:
+    """Which datasets it reads is checked by ``ModelOption.inputs``."""
+    model, dataset = cfg.model, cfg.dataset
     require(cfg.parallel.mode in WIDE_DEEP_PARALLEL_MODES, "parallel", cfg.parallel.mode,
             "stand_alone or data with model=wide_deep")
     require(cfg.boost.mode == "off", "boost", cfg.boost.mode, "off with model=wide_deep")
@@ -30,8 +52,6 @@ def validate_wide_deep(cfg) -> None:
     require(model.l2_coef >= 0, "model.l2_coef", model.l2_coef, "a number >= 0")
     for key in ("wide_lr", "deep_lr", "loss_scale"):
         require(model[key] > 0, f"model.{key}", model[key], "a number > 0")
-    from ms_exp.data.criteo import read_meta
-
     # validate_dataset ran first: the converted folder and its meta file are there.
     vocab = read_meta(dataset.path)["vocab_size"]
     if model.vocab_size is not None:

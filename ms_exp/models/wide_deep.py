@@ -12,18 +12,18 @@ of the second and Adam. Under ``placement=host_device`` the tables are
 ``nn.EmbeddingLookup(target="CPU")`` (sparse row gradients) and both optimizers are the
 sparse ones run by host kernels (FTRL and LazyAdam with ``target = "CPU"``).
 """
-from typing import List
+from typing import Dict, List
 
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore.train import Metric
 from mindspore.common.initializer import Uniform
 
 from ms_exp.placement.tables import Placement
 
 # Parameters whose name contains this belong to the wide part (the model zoo's split).
 WIDE = "wide"
-LOSS_NAMES = ("wide_loss", "deep_loss")
 
 
 class WideDeepModel(nn.Cell):
@@ -141,7 +141,7 @@ class WideDeepTrainStep(nn.Cell):
 
 class PredictWithSigmoid(nn.Cell):
     """The eval network: ``(log loss, click probabilities, labels)``, read by ``Model``
-    with eval_indexes [0, 1, 2] (ms_exp.metrics.click_metrics)."""
+    with eval_indexes [0, 1, 2] (click_metrics)."""
 
     def __init__(self, network: WideDeepModel):
         super().__init__(auto_prefix=False)
@@ -156,8 +156,6 @@ class PredictWithSigmoid(nn.Cell):
 def evaluation(network: WideDeepModel) -> dict:
     """``Model`` keywords that evaluate ``network`` by AUC and log loss, for training and
     for ms_exp.eval alike."""
-    from ms_exp.train.metrics import CLICK_EVAL_INDEXES, click_metrics
-
     return {"eval_network": PredictWithSigmoid(network), "metrics": click_metrics(),
             "eval_indexes": CLICK_EVAL_INDEXES}
 
@@ -177,3 +175,43 @@ def create_train_step(model_cfg, network: WideDeepModel,
     return WideDeepTrainStep(WideDeepLoss(network, model_cfg.l2_coef), placement,
                              wide_lr=model_cfg.wide_lr, deep_lr=model_cfg.deep_lr,
                              loss_scale=model_cfg.loss_scale)
+
+
+class AUC(Metric):
+    """Area under the ROC curve (scikit-learn's ``roc_auc_score``, as the model zoo's
+    AUCMetric), over every sample of the evaluation: AUC ranks all samples against each
+    other, so it cannot be averaged over batches.
+
+    ``update`` takes the click probabilities and the labels (eval_indexes 1 and 2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.clear()
+
+    def clear(self):
+        self._probs, self._labels = [], []
+
+    def update(self, *inputs):
+        self._probs.append(self._convert_data(inputs[0]).reshape(-1))
+        self._labels.append(self._convert_data(inputs[1]).reshape(-1))
+
+    def eval(self):
+        from sklearn.metrics import roc_auc_score
+
+        if not self._probs:
+            raise RuntimeError("AUC.eval() before any update()")
+        labels, probs = np.concatenate(self._labels), np.concatenate(self._probs)
+        if labels.min() == labels.max():  # one class only: the AUC is undefined
+            return float("nan")
+        return float(roc_auc_score(labels, probs))
+
+
+def click_metrics() -> Dict[str, Metric]:
+    """For an eval network returning (log loss, click probabilities, labels): the mean
+    log loss is ``loss``, as a classifier's."""
+    return {"auc": AUC(), "loss": nn.Loss()}
+
+
+# Model's eval_indexes for such a network: [loss, prediction, label].
+CLICK_EVAL_INDEXES = [0, 1, 2]
+

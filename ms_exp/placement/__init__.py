@@ -1,1 +1,1 @@
-"""placement."""
+"""The ``placement`` group: where embedding tables and their optimizer state live."""

@@ -8,10 +8,6 @@ tutorial's ``primitive_target`` CPU); the dense layers stay on the device.
 """
 from dataclasses import dataclass
 
-# Models that have embedding tables to place on the host.
-MODELS_WITH_TABLES = ("wide_deep",)
-
-
 @dataclass(frozen=True)
 class Placement:
     host_tables: bool

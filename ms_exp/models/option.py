@@ -1,0 +1,48 @@
+"""What a model option tells the rest of ms_exp about itself.
+
+The trainer, evaluation and the config checks ask a ``ModelOption`` what differs between
+models (its own train step, metrics, evaluation network, the metric its best checkpoint is
+chosen by, whether it has embedding tables) instead of comparing the model's name. The
+options are listed in ``ms_exp.models.options``; boost options that build their own
+``Model`` take the same ``ModelBuild``. Nothing here imports MindSpore: the checks read
+these objects before MindSpore starts.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from ms_exp.data.spec import IMAGES
+
+
+@dataclass(frozen=True)
+class ModelBuild:
+    """What the trainer has built for an option that builds its own ``Model``."""
+
+    cfg: Any                 # the job's whole config
+    network: Any             # the network of the model option
+    placement: Any           # ms_exp.placement.tables.Placement
+    num_classes: int
+    loss_fn: Any             # the configured loss
+    metrics: Dict[str, Any]  # the configured eval metrics
+    runtime: Any             # ms_exp.train.context.Runtime of this rank
+    run_dir: Path
+    tracker: Any             # ms_exp.tracking.interface.RunTracker
+
+
+@dataclass(frozen=True)
+class ModelOption:
+    name: str
+    # (model_cfg, ms_exp.data.spec.DataSpec, Placement or None) -> the network
+    create_network: Callable[[Any, Any, Any], Any]
+    # (cfg) -> None: the option's own checks, raising ConfigError; no MindSpore import
+    check: Callable[[Any], None]
+    inputs: str = IMAGES  # what its samples are (ms_exp.data.spec): the dataset's must match
+    best_metric: str = "accuracy"    # the eval metric best.ckpt maximises
+    loss_names: Tuple[str, ...] = ()  # the losses its train step returns, when several
+    embedding_tables: bool = False   # has tables that placement=host_device keeps on the host
+    # (ModelBuild) -> mindspore.Model with a train step of its own, or None: ms_exp's loops
+    # (trainer.loop) with the configured optimizer, loss, amp and loss parts
+    own_train_step: Optional[Callable[[ModelBuild], Any]] = None
+    # (network) -> Model keywords that evaluate it, or None: the configured loss and
+    # classification metrics
+    evaluation: Optional[Callable[[Any], Dict[str, Any]]] = None
