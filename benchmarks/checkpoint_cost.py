@@ -69,7 +69,8 @@ def build_model(hidden: int, cfg, strategy_sets) -> Dict[str, object]:
     from mindspore import nn
 
     from ms_exp.models.mlp import Network
-    from ms_exp.train.optimizer import create_loss, create_optimizer
+    from ms_exp.train.losses import create_loss
+    from ms_exp.train.optimizer import create_optimizer
     from ms_exp.parallel.layout import checkpoint_layouts, operator_layouts
 
     network = Network(IN_FEATURES, NUM_CLASSES, hidden)

@@ -230,7 +230,7 @@ def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
                 ) -> Tuple[Path, Optional[Path], str]:
     """``(checkpoint dir, strategy file, prefix)`` of a run directory, an MLflow run id, or
     a plain folder of ``rank_<r>/`` folders (strategy unknown, prefix "checkpoint")."""
-    from ms_exp.preflight.compose import load_run_config
+    from ms_exp.config.run_config import load_run_config
 
     path = Path(source)
     if path.is_dir() and (path / "config.yaml").is_file():
@@ -249,7 +249,7 @@ def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from ms_exp.preflight.compose import load_run_config
+    from ms_exp.config.run_config import load_run_config
     from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
 
     client = MlflowClient(resolve_tracking_uri(tracking_uri))

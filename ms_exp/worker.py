@@ -1,5 +1,5 @@
 """``python -m ms_exp.worker --run-dir DIR``: one rank of a distributed job, started by msrun,
-mpirun or the launching process itself (parallel.launcher.style; ms_exp/job/launch.py).
+mpirun or the launching process itself (parallel.launcher.style; ms_exp/job/supervise.py).
 
 Hydra does not run here: the launching process composed and validated the config and wrote
 it to ``<run dir>/config.yaml``; every rank reads it, so all ranks share one run directory
@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ms_exp.preflight.compose import load_run_config
-from ms_exp.job.launch import (die_with_parent, environment_rank, forget_worker_pid, log_dir,
-                           record_worker_pid)
+from ms_exp.config.run_config import RESOLVED_CONFIG, load_run_config
+from ms_exp.parallel.launcher_config import log_dir
+from ms_exp.parallel.ranks import (die_with_parent, environment_rank, forget_worker_pid,
+                                   record_worker_pid)
 from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
-from ms_exp.job.run_job import RESOLVED_CONFIG, train
+from ms_exp.train.rank import train
 
 
 def attach_tracker(rank_id: int):
@@ -61,7 +62,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             result = train(cfg, args.run_dir, tracker, runtime)
         except Terminated as stop:
-            # Asked to stop by the launcher (ms_exp.launch.stop_ranks), checkpoint saved. A
+            # Asked to stop by the launcher (ms_exp.job.supervise.stop_ranks), checkpoint saved. A
             # clean exit: msrun SIGKILLs every rank when one exits with an error, and the
             # others may still be saving theirs.
             print(f"rank {runtime.rank_id}: {stop}: stopped", file=sys.stderr, flush=True)

@@ -98,7 +98,7 @@ def smoothed_cross_entropy(logits, labels, smooth, classes):
 
 
 def test_cross_entropy_smooth_is_the_model_zoo_loss():
-    from ms_exp.train.optimizer import create_loss
+    from ms_exp.train.losses import create_loss
 
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((6, 5)).astype(np.float32) * 3

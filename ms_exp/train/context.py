@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import mindspore as ms
 
-from ms_exp.preflight.validate import DEVICE_TARGETS
-from ms_exp.job.launch import environment_device_id
+from ms_exp.config.schema import DEVICE_TARGETS
+from ms_exp.parallel.ranks import environment_device_id
 
 PARALLEL_MODES = {
     "data": ms.ParallelMode.DATA_PARALLEL,

@@ -1,14 +1,46 @@
-"""A loss made of several named parts (``loss.parts``), as the training-flow tutorial's
-Trainer has ``loss = loss1 + loss2``: the loss is the weighted sum, and each part is
-reported on its own (``train/<part>`` in MLflow, ``<part> is ...`` on the console)."""
+"""The loss from the ``loss`` section: one of the named losses (label smoothing as the
+model zoo ResNet's ``src/CrossEntropySmooth.py``), or several named parts
+(``loss.parts``), as the training-flow tutorial's Trainer has ``loss = loss1 + loss2``: the
+loss is the weighted sum, and each part is reported on its own (``train/<part>`` in
+MLflow, ``<part> is ...`` on the console)."""
 from typing import Tuple
 
-from mindspore import nn
-
-from ms_exp.train.optimizer import create_loss
+from mindspore import Tensor, nn, ops
+from mindspore.common import dtype as mstype
 
 TOTAL = "loss"  # the name of the weighted sum among the reported values
 
+
+
+class CrossEntropySmooth(nn.LossBase):
+    """The model zoo ResNet's label-smoothing cross entropy: sparse labels become one-hot
+    rows of ``1 - smooth_factor`` on the label and ``smooth_factor / (num_classes - 1)``
+    elsewhere, then softmax cross entropy. (``nn.CrossEntropyLoss(label_smoothing=e)``
+    spreads ``e / num_classes`` over every class, the label's included: not the same loss.)
+    """
+
+    def __init__(self, num_classes: int, smooth_factor: float = 0.0, reduction: str = "mean"):
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(f"CrossEntropySmooth needs at least 2 classes, got {num_classes}")
+        self.on_value = Tensor(1.0 - smooth_factor, mstype.float32)
+        self.off_value = Tensor(smooth_factor / (num_classes - 1), mstype.float32)
+        self.ce = nn.SoftmaxCrossEntropyWithLogits(sparse=False, reduction=reduction)
+
+    def construct(self, logits, labels):
+        target = ops.one_hot(labels, logits.shape[1], self.on_value, self.off_value)
+        return self.ce(logits, target)
+
+
+def create_loss(cfg, num_classes: int):
+    """The loss ``cfg`` names (``loss``, or one of ``loss.parts``) for ``num_classes``."""
+    name = cfg.name.value
+    if name == "cross_entropy":
+        return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    if name == "cross_entropy_smooth":
+        return CrossEntropySmooth(num_classes, smooth_factor=cfg.label_smoothing)
+    # The training-flow tutorial's loss; MindSpore's version has no label smoothing.
+    return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
 
 class LossParts(nn.Cell):
     """``(total, part_1, ..., part_n)`` of ``(logits, labels)``; total = sum of

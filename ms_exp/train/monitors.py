@@ -5,11 +5,7 @@ from typing import Sequence
 import numpy as np
 from mindspore.train import Callback, TimeMonitor
 
-
-def loss_parts(net_outputs, names: Sequence[str]) -> dict:
-    """``{name: value}`` for the train step's outputs, one per name."""
-    return {name: float(np.asarray(out.asnumpy()).reshape(-1)[0])
-            for name, out in zip(names, net_outputs)}
+from ms_exp.tracking.callback import loss_parts
 
 
 class LossPartsMonitor(Callback):

@@ -1,15 +1,14 @@
-"""Optimizer, learning-rate schedule and loss from the ``optimizer`` and ``loss`` sections.
+"""Optimizer and learning-rate schedule from the ``optimizer`` section.
 
 The recipe pieces are those of MindSpore's model zoo ResNet (models/official/cv/ResNet),
 which stage one of the dimension-reduction tutorial imports: per-step learning rates as
 ``src/lr_generator.py``'s ``get_lr``, parameter groups as ``src/util.py``'s
-``init_group_params`` and label smoothing as ``src/CrossEntropySmooth.py``.
+``init_group_params``.
 """
 import math
 from typing import List
 
-from mindspore import Tensor, nn, ops
-from mindspore.common import dtype as mstype
+from mindspore import nn
 
 # Parameters whose name holds one of these get no weight decay with optimizer.group_params:
 # batch norm's gamma and beta, and biases (the model zoo's init_group_params).
@@ -97,32 +96,3 @@ def create_optimizer(cfg, network: nn.Cell, steps_per_epoch: int, epochs: int,
     return nn.Adam(params, learning_rate=lr, weight_decay=weight_decay, loss_scale=loss_scale)
 
 
-class CrossEntropySmooth(nn.LossBase):
-    """The model zoo ResNet's label-smoothing cross entropy: sparse labels become one-hot
-    rows of ``1 - smooth_factor`` on the label and ``smooth_factor / (num_classes - 1)``
-    elsewhere, then softmax cross entropy. (``nn.CrossEntropyLoss(label_smoothing=e)``
-    spreads ``e / num_classes`` over every class, the label's included: not the same loss.)
-    """
-
-    def __init__(self, num_classes: int, smooth_factor: float = 0.0, reduction: str = "mean"):
-        super().__init__()
-        if num_classes < 2:
-            raise ValueError(f"CrossEntropySmooth needs at least 2 classes, got {num_classes}")
-        self.on_value = Tensor(1.0 - smooth_factor, mstype.float32)
-        self.off_value = Tensor(smooth_factor / (num_classes - 1), mstype.float32)
-        self.ce = nn.SoftmaxCrossEntropyWithLogits(sparse=False, reduction=reduction)
-
-    def construct(self, logits, labels):
-        target = ops.one_hot(labels, logits.shape[1], self.on_value, self.off_value)
-        return self.ce(logits, target)
-
-
-def create_loss(cfg, num_classes: int):
-    """The loss ``cfg`` names (``loss``, or one of ``loss.parts``) for ``num_classes``."""
-    name = cfg.name.value
-    if name == "cross_entropy":
-        return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-    if name == "cross_entropy_smooth":
-        return CrossEntropySmooth(num_classes, smooth_factor=cfg.label_smoothing)
-    # The training-flow tutorial's loss; MindSpore's version has no label smoothing.
-    return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")

@@ -1,0 +1,183 @@
+"""Checkpoint callbacks of the ``checkpoint`` group.
+
+``ModelCheckpoint`` with ``CheckpointConfig(save_checkpoint_steps, keep_checkpoint_max,
+integrated_save)`` writes into one folder per rank, ``<run dir>/checkpoints/rank_<r>``, as
+the model-saving tutorial lays them out; ``BestCheckpoint`` keeps ``best.ckpt`` by the
+model's best metric next to them. What saving costs (seconds in ``ModelCheckpoint``) is
+measured here, so a sweep over ``integrated_save`` can compare the two.
+
+``ModelCheckpoint`` removes the oldest file before it writes the next one; with
+``keep_checkpoint_max=1`` a save that fails or is killed would leave no checkpoint at all.
+Here old files are removed only after the new one is written (:class:`TimedModelCheckpoint`).
+"""
+import json
+import os
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import mindspore as ms
+from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
+
+from ms_exp.boost.snapshots import SNAPSHOT_PREFIX, snapshot_files
+from ms_exp.checkpoint.files import BEST_NAME, numbered_checkpoints
+
+# What best.ckpt scored, so a resumed run does not replace it with a worse one.
+BEST_RECORD = "best.json"
+
+
+# ModelCheckpoint's own removal happens before the next save; it is kept out of the way.
+_NEVER_REMOVE = 2**31 - 1
+
+
+class TimedModelCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` that adds up the seconds spent in its ``step_end`` and ``end``,
+    keeps at most ``keep_max`` checkpoints by removing old ones only once a new one is
+    written, and can continue a resumed run (``start_step``).
+
+    A subclass rather than a wrapper: ``Model`` looks for ``ModelCheckpoint`` instances
+    among the callbacks (exception save, resume), and must still find this one. The
+    ``on_train_*`` hooks that call them are timed: ``Model.fit`` refuses a callback class
+    that defines ``step_end`` or ``end`` itself."""
+
+    def __init__(self, prefix: str, directory: str, config: CheckpointConfig, keep_max: int,
+                 start_step: int = 0):
+        super().__init__(prefix=prefix, directory=directory, config=config)
+        self.save_time_s = 0.0
+        self.keep_max = keep_max
+        if start_step:
+            # A resumed run writes on in its own folder: ModelCheckpoint would otherwise
+            # switch to "<prefix>_1-..." names because files of that prefix exist, and would
+            # save again on the first step because it counts from step 0.
+            self._prefix = prefix
+            self._last_triggered_step = start_step
+
+    def save_now(self, run_context) -> None:
+        """Save at the current step (an interrupted run's last checkpoint)."""
+        self.on_train_end(run_context)
+
+    def on_train_step_end(self, run_context):
+        self._timed(super().on_train_step_end, run_context)
+
+    def on_train_end(self, run_context):
+        self._timed(super().on_train_end, run_context)
+
+    # Model.fit keeps its own callbacks out of the evaluation it runs each epoch, but knows
+    # them by class name: this one would get eval steps too and save a checkpoint after each
+    # evaluation (checkpoint-<epoch>_<eval steps>.ckpt).
+    def on_eval_step_end(self, run_context):
+        pass
+
+    def on_eval_end(self, run_context):
+        pass
+
+    def _timed(self, call, run_context) -> None:
+        start = time.perf_counter()
+        before = self.latest_ckpt_file_name
+        try:
+            call(run_context)
+        finally:
+            self.save_time_s += time.perf_counter() - start
+        if self.latest_ckpt_file_name != before:
+            self._remove_old()
+
+    def _remove_old(self) -> None:
+        """Keep the ``keep_max`` newest checkpoints; the one just written is among them."""
+        files = numbered_checkpoints(Path(self._directory), self._prefix)
+        for path in files[:max(0, len(files) - self.keep_max)]:
+            path.unlink(missing_ok=True)
+
+
+class BestCheckpoint(Callback):
+    """Save the network's weights whenever an evaluation beats the best ``metric`` so far
+    (accuracy, or AUC for Wide&Deep: ms_exp.metrics.best_metric).
+
+    Written to a temporary name and renamed, so ``best.ckpt`` is never half-written."""
+
+    def __init__(self, network, directory: Path, metric: str = "accuracy"):
+        super().__init__()
+        self.network = network
+        self.metric = metric
+        self.path = Path(directory) / BEST_NAME
+        self.best: Optional[float] = None
+        self.best_epoch: Optional[int] = None
+        record = self.path.with_name(BEST_RECORD)
+        if self.path.is_file() and record.is_file():     # a resumed run's earlier best
+            earlier = json.loads(record.read_text())
+            if earlier.get("metric") == metric:
+                self.best, self.best_epoch = earlier["value"], earlier["epoch"]
+
+    def on_eval_end(self, run_context):
+        params = run_context.original_args()
+        value = params.eval_results.get(self.metric)
+        if value is None or value != value or (self.best is not None and value <= self.best):
+            return  # value != value: NaN (an AUC over one class) is never a best
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name("best.partial.ckpt")
+        ms.save_checkpoint(self.network, str(partial), crc_check=True)
+        os.replace(partial, self.path)
+        self.best, self.best_epoch = float(value), params.cur_epoch_num
+        record = self.path.with_name(BEST_RECORD)
+        record.with_suffix(".partial").write_text(json.dumps(
+            {"metric": self.metric, "value": self.best, "epoch": self.best_epoch}))
+        os.replace(record.with_suffix(".partial"), record)
+        print(f"epoch: {params.cur_epoch_num} new best {self.metric}: {value:.4f} "
+              f"saved to {self.path}", flush=True)
+
+
+def save_interval_steps(cfg, steps_per_epoch: int) -> int:
+    """Steps between two checkpoints: ``save_checkpoint_steps``, else
+    ``save_checkpoint_epochs`` epochs (the model zoo ResNet's
+    ``save_checkpoint_epochs * step_size``)."""
+    return cfg.save_checkpoint_steps or cfg.save_checkpoint_epochs * steps_per_epoch
+
+
+def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
+                                parallel_mode: str, best_metric: str = "accuracy",
+                                start_step: int = 0) -> List[Callback]:
+    callbacks: List[Callback] = []
+    if cfg.save:
+        if not cfg.integrated_save and parallel_mode == "stand_alone":
+            print("checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
+                  "so its slice is the full set of weights", flush=True)
+        config = CheckpointConfig(
+            save_checkpoint_steps=save_interval_steps(cfg, steps_per_epoch),
+            keep_checkpoint_max=_NEVER_REMOVE, integrated_save=cfg.integrated_save,
+            # epoch_num and step_num: where a resumed run continues (ms_exp/checkpoint/resume.py).
+            append_info=["epoch_num", "step_num"], crc_check=True)
+        callbacks.append(TimedModelCheckpoint(cfg.prefix, str(directory), config,
+                                              cfg.keep_checkpoint_max, start_step))
+    if cfg.keep_best:
+        callbacks.append(BestCheckpoint(network, directory, best_metric))
+    return callbacks
+
+
+class WeightSnapshots(Callback):
+    """Stage one of dimension-reduction training: weight-only snapshots from
+    ``start_epoch`` on, ``per_epoch`` times per epoch, by MindSpore's own ModelCheckpoint
+    with ``CheckpointConfig(saved_network=network)`` as the tutorial saves them.
+
+    ModelCheckpoint cannot start late, so steps before ``start_epoch`` and between
+    snapshots are not passed on to it; on the steps that are, its own counter
+    (``save_checkpoint_steps=interval``) agrees and it saves."""
+
+    def __init__(self, cfg, network, directory: Path, steps_per_epoch: int):
+        super().__init__()
+        self.start_epoch = cfg.start_epoch
+        self.interval = max(1, steps_per_epoch // cfg.per_epoch)
+        self.directory = Path(directory)
+        config = CheckpointConfig(save_checkpoint_steps=self.interval,
+                                  keep_checkpoint_max=cfg.keep_max, saved_network=network,
+                                  crc_check=True)
+        self.saver = ModelCheckpoint(prefix=SNAPSHOT_PREFIX, directory=str(directory),
+                                     config=config)
+
+    def on_train_step_end(self, run_context):
+        params = run_context.original_args()
+        step_in_epoch = (params.cur_step_num - 1) % params.batch_num + 1
+        if params.cur_epoch_num >= self.start_epoch and step_in_epoch % self.interval == 0:
+            self.saver.step_end(run_context)
+
+    def on_train_end(self, run_context):
+        count = len(snapshot_files(self.directory))
+        print(f"{count} weight snapshots in {self.directory}", flush=True)

@@ -1,0 +1,34 @@
+"""A distributed job from the launching process: its launch plan printed, saved and tagged,
+its ranks started and supervised with MLflow's variables, and rank 0's result read back."""
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from ms_exp.job.launch_plan import COMMAND_FILE, save_command
+from ms_exp.job.supervise import launch
+from ms_exp.parallel.launcher_config import launch_style
+from ms_exp.tracking.journal import JOURNAL_VARIABLE
+from ms_exp.train.result import JobResult
+
+
+def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
+    """A distributed job: its ranks started as parallel.launcher.style says (msrun by
+    default; ms_exp/job/launch_plan.py, ms_exp/job/supervise.py), the commands printed,
+    saved and tagged."""
+    commands = save_command(cfg.parallel, run_dir)
+    style = launch_style(cfg.parallel)
+    shown = commands.replace("\n", "\n  ")
+    print(f"starting {cfg.parallel.device_num} ranks with {style} (also in "
+          f"{run_dir / COMMAND_FILE}):\n  {shown}", flush=True)
+    tracker.log_artifact(run_dir / COMMAND_FILE, "launch")
+    tracker.set_tags({"ms_exp.launch_command": commands[:5000]})
+    env = {}
+    if tracker.enabled:
+        # MLflow's own variables: rank 0 attaches to this run instead of starting one (with
+        # the server unreachable, to the job's journal: ms_exp/tracking/journal.py).
+        env = {key: value for key, value in {
+            "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": tracker.run_id,
+            "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
+            JOURNAL_VARIABLE: str(tracker.journal or "")}.items() if value}
+    launch(cfg.parallel, run_dir, env)
+    return JobResult.load(run_dir)

@@ -1,0 +1,63 @@
+"""A job's files logged into its MLflow run when it ends, also after a failure (they
+explain it): logs, every rank's logs, stage one's snapshots, the strategy file, checkpoint
+sizes and the checkpoints ``tracking.log_checkpoints`` asks for.
+
+``ms_exp.checkpoint.files`` is imported where it is used: it imports MindSpore, which the
+launching process of a distributed job never needs."""
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from ms_exp.boost.snapshots import SNAPSHOT_DIR, snapshot_files
+from ms_exp.parallel.launcher_config import is_distributed, log_dir
+
+
+def log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
+    """Logs and checkpoints into the run, also after a failure (they explain it)."""
+    for log in sorted(run_dir.glob("*.log")):
+        tracker.log_artifact(log, "logs")
+    ranks_logs = log_dir(cfg.parallel, run_dir) if is_distributed(cfg.parallel) else None
+    if ranks_logs is not None and ranks_logs.is_dir():
+        tracker.log_artifacts(ranks_logs, "logs/ranks")
+    _log_snapshots(tracker, run_dir, cfg)
+    strategy = Path(cfg.checkpoint.strategy.save_file or "")
+    if strategy.name and strategy.is_file():
+        tracker.log_artifact(strategy, "strategy")
+    _log_checkpoint_bytes(tracker, run_dir, cfg)
+    ckpt_root = run_dir / "checkpoints"
+    choice = cfg.tracking.log_checkpoints.value
+    if choice == "none" or not ckpt_root.is_dir():
+        return
+    if choice == "all":
+        tracker.log_artifacts(ckpt_root, "checkpoints")
+        return
+    from ms_exp.checkpoint.files import BEST_NAME, last_checkpoint
+
+    for rank in sorted(p for p in ckpt_root.iterdir() if p.is_dir()):
+        for path in (last_checkpoint(rank, cfg.checkpoint.prefix), rank / BEST_NAME):
+            if path is not None and path.is_file():
+                tracker.log_artifact(path, f"checkpoints/{rank.name}")
+
+
+def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig) -> None:
+    """``checkpoint/bytes_rank_<r>`` for every rank folder, measured here in the launching
+    process: all ranks write under the one run directory."""
+    if not cfg.checkpoint.save:
+        return
+    from ms_exp.checkpoint.files import checkpoint_bytes
+
+    sizes = checkpoint_bytes(run_dir, cfg.checkpoint.prefix)
+    if sizes:
+        tracker.log_metrics({f"checkpoint/bytes_rank_{rank}": size
+                             for rank, size in sizes.items()}, step=0)
+
+
+def _log_snapshots(tracker, run_dir: Path, cfg: DictConfig) -> None:
+    directory = run_dir / SNAPSHOT_DIR
+    files = snapshot_files(directory)
+    if not files:
+        return
+    tracker.set_tags({"ms_exp.snapshots.count": str(len(files))})
+    if cfg.tracking.log_checkpoints.value != "none":
+        for path in files:
+            tracker.log_artifact(path, SNAPSHOT_DIR)

@@ -1,0 +1,71 @@
+"""The callbacks a rank hands ``Model.fit``, in the order they must run: the console
+monitors, MLflow's metrics, checkpoints (and stage one's snapshots, and on CPU the emulated
+semi-auto layouts), the progress bar, then resuming at a step, flushing metrics after each
+checkpoint and stopping at a step boundary on a signal."""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from mindspore.train import Callback, LossMonitor
+
+from ms_exp.boost.snapshots import SNAPSHOT_DIR
+from ms_exp.checkpoint.callbacks import (BestCheckpoint, TimedModelCheckpoint,
+                                         WeightSnapshots, create_checkpoint_callbacks,
+                                         save_interval_steps)
+from ms_exp.config.errors import require
+from ms_exp.tracking.callback import MlflowMetrics
+from ms_exp.train.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
+from ms_exp.train.monitors import FitTimeMonitor, LossPartsMonitor
+from ms_exp.train.progress import ProgressBar, wants_progress_bar
+
+
+@dataclass
+class FitCallbacks:
+    callbacks: List[Callback]
+    metrics: MlflowMetrics               # keeps every evaluation's results
+    saver: Optional[TimedModelCheckpoint]  # None: checkpoint=none
+    best: Optional[BestCheckpoint]       # None: no best.ckpt kept
+
+
+def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, tracker,
+                     steps_per_epoch: int, start_step: int, loss_names: Sequence[str],
+                     best_metric: str, strategies) -> FitCallbacks:
+    interval = cfg.trainer.loss_print_interval
+    monitor = LossPartsMonitor(loss_names, interval) if loss_names else LossMonitor(interval)
+    metrics = MlflowMetrics(tracker, cfg.dataset.batch_size * runtime.group_size,
+                            cfg.tracking.log_every_n_steps, loss_names)
+    callbacks = [monitor, FitTimeMonitor(), metrics]
+    callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
+                                             steps_per_epoch, runtime.parallel_mode,
+                                             best_metric, start_step)
+    if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
+        callbacks.append(_snapshots(cfg, network, run_dir, steps_per_epoch, tracker))
+    if runtime.emulated:
+        from ms_exp.parallel.emulation import SemiAutoLayouts
+
+        ckpt_cfg = cfg.checkpoint
+        callbacks.append(SemiAutoLayouts(
+            network, strategies, runtime.group_size, runtime.rank_id, ckpt_dir,
+            ckpt_cfg.prefix, ckpt_cfg.strategy.save_file,
+            slice_files=ckpt_cfg.save and not ckpt_cfg.integrated_save,
+            save_steps=save_interval_steps(ckpt_cfg, steps_per_epoch)))
+    if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
+        callbacks.append(ProgressBar(steps_per_epoch, cfg.trainer.epochs))
+
+    saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
+    best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
+    if start_step:
+        callbacks.insert(0, StartAtStep(start_step))
+    if saver is not None:
+        callbacks.append(FlushAfterCheckpoint(saver, tracker))
+    callbacks.append(StopOnSignal(saver))
+    return FitCallbacks(callbacks, metrics, saver, best)
+
+
+def _snapshots(cfg, network, run_dir: Path, steps_per_epoch: int, tracker) -> WeightSnapshots:
+    snapshots = cfg.checkpoint.snapshots
+    require(snapshots.per_epoch <= steps_per_epoch, "checkpoint.snapshots.per_epoch",
+            snapshots.per_epoch, f"at most the {steps_per_epoch} steps of an epoch")
+    directory = (run_dir / SNAPSHOT_DIR).resolve()
+    tracker.set_tags({"ms_exp.snapshots.dir": str(directory)})
+    return WeightSnapshots(snapshots, network, directory, steps_per_epoch)

@@ -1,0 +1,111 @@
+"""One rank's training: from the validated config and the runtime context to built objects
+(datasets, network, the ``Model``, callbacks), ``Model.fit`` (train, then evaluate after
+every epoch) and the metrics it leaves in the job's MLflow run.
+
+The same function trains a stand-alone job in the launching process and each rank that
+msrun starts (``ms_exp.worker``). MindSpore is imported only here and below, once the
+config is known to be good.
+"""
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from ms_exp.boost.options import boost_option
+from ms_exp.checkpoint.files import last_checkpoint, rank_dir
+from ms_exp.checkpoint.resume import ResumePoint, restore, write_run_record
+from ms_exp.data import Shard, create_datasets
+from ms_exp.models.options import model_option
+from ms_exp.placement.tables import create_placement
+from ms_exp.tracking.lifecycle import StepBoundary
+from ms_exp.train.announce import announce_placement
+from ms_exp.train.callbacks import create_callbacks
+from ms_exp.train.context import init_env
+from ms_exp.train.loops import fit_arguments
+from ms_exp.train.model_build import build_model
+from ms_exp.train.result import JobResult
+
+
+def train_in_process(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
+    """A stand-alone job: this process is its only rank."""
+    runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
+    return train(cfg, run_dir, tracker, runtime)
+
+
+def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
+    """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
+    tracker.set_tags({"ms_exp.device_target": runtime.device_target,
+                      "ms_exp.mode": runtime.mode,
+                      "ms_exp.parallel_emulated": str(runtime.emulated).lower()})
+    shard = Shard(runtime.group_size, runtime.rank_id) if runtime.shard_data else Shard()
+    train_set, eval_set, spec = create_datasets(cfg.dataset, shard)
+    steps_per_epoch = train_set.get_dataset_size()
+    epochs = cfg.trainer.epochs
+    print(f"dataset={cfg.dataset.name}: {spec.train_size} training and {spec.eval_size} "
+          f"held-out samples of shape {spec.image_shape}, {spec.num_classes} classes, "
+          f"{steps_per_epoch} steps per epoch", flush=True)
+
+    option = model_option(cfg.model)
+    placement = create_placement(cfg.placement)
+    network = option.create_network(cfg.model, spec, placement)
+    announce_placement(cfg, network, placement, runtime.device_target, tracker)
+    strategies = cfg.parallel.strategies if runtime.parallel_mode == "semi_auto" else {}
+    if strategies and not runtime.emulated:
+        from ms_exp.parallel.emulation import apply_strategies
+
+        apply_strategies(network, strategies)
+    model, loss_names = build_model(cfg, network, placement, spec, runtime, run_dir, tracker,
+                                    steps_per_epoch)
+
+    ckpt_dir = rank_dir(run_dir, runtime.rank_id)
+    start_step = 0
+    resume = ResumePoint.load(run_dir)
+    if resume is not None:
+        start_step = restore(resume, model.train_network, train_set, ckpt_dir,
+                             steps_per_epoch)
+    fit = create_callbacks(cfg, network, runtime, run_dir, ckpt_dir, tracker,
+                           steps_per_epoch, start_step, loss_names, option.best_metric,
+                           strategies)
+
+    # The MLflow run is created by the sidecar meanwhile (ms_exp/tracking/sidecar.py); a
+    # store that cannot be reached stops the job here, before training.
+    tracker.wait_for_run()
+    if runtime.rank_id == 0 and tracker.run_id:
+        # Where a resumed job appends (ms_exp/checkpoint/resume.py); read without asking
+        # MLflow.
+        write_run_record(run_dir, run_id=tracker.run_id)
+    after_fit = boost_option(cfg.boost).after_fit
+    try:
+        if start_step < epochs * steps_per_epoch:
+            model.fit(epochs, train_set, eval_set, valid_frequency=1,
+                      callbacks=fit.callbacks, initial_epoch=start_step // steps_per_epoch,
+                      **fit_arguments(cfg.trainer, runtime.device_target))
+        else:
+            print(f"the checkpoint is at the last step ({start_step}): nothing left to train",
+                  flush=True)
+    finally:
+        StepBoundary.reset()
+        if after_fit is not None and runtime.rank_id == 0:
+            after_fit(run_dir)
+
+    # Step 0: one total per run, not a training curve.
+    tracker.log_metrics({"system/peak_host_memory_mb": peak_host_memory_mb()}, step=0)
+    overflows = getattr(model, "overflow_steps", None)     # the functional loop counts them
+    if overflows is not None:
+        tracker.log_metrics({"train/overflow_steps": overflows}, step=0)
+    if fit.saver is not None:
+        tracker.log_metrics({"checkpoint/save_time_s": fit.saver.save_time_s}, step=0)
+    best = fit.best
+    history = fit.metrics.eval_history
+    return JobResult(
+        run_dir=run_dir, run_id=tracker.run_id, final_eval=history[-1] if history else {},
+        best_value=best.best if best else None, best_metric=option.best_metric,
+        last_checkpoint=last_checkpoint(ckpt_dir, cfg.checkpoint.prefix)
+        if cfg.checkpoint.save else None,
+        best_checkpoint=best.path if best and best.path.exists() else None)
+
+
+def peak_host_memory_mb() -> float:
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
