@@ -8,10 +8,17 @@ several losses (Wide&Deep) adds ``train/<name>`` for each, ``train/loss`` being 
 import time
 from typing import Dict, List, Sequence
 
+import numpy as np
 from mindspore.train import Callback
 
-from ms_exp.train.monitors import loss_parts
+from ms_exp.tracking.interface import RunTracker
 
+
+
+def loss_parts(net_outputs, names: Sequence[str]) -> dict:
+    """``{name: value}`` for the train step's outputs, one per name."""
+    return {name: float(np.asarray(out.asnumpy()).reshape(-1)[0])
+            for name, out in zip(names, net_outputs)}
 
 def loss_value(net_outputs) -> float:
     """The loss of a train step's outputs (a Tensor, or (loss, overflow, scale) with a
@@ -22,7 +29,7 @@ def loss_value(net_outputs) -> float:
 
 
 class MlflowMetrics(Callback):
-    def __init__(self, tracker, samples_per_step: int, log_every_n_steps: int,
+    def __init__(self, tracker: RunTracker, samples_per_step: int, log_every_n_steps: int,
                  loss_names: Sequence[str] = ()):
         super().__init__()
         self.loss_names = tuple(loss_names)
