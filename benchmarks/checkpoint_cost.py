@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
-
 from benchlib import RESULTS, command_line, machine_line, pyplot, spread
 
 IN_FEATURES, NUM_CLASSES = 784, 10
@@ -69,9 +68,9 @@ def build_model(hidden: int, cfg, strategy_sets) -> Dict[str, object]:
     from mindspore import nn
 
     from ms_exp.models.mlp import Network
+    from ms_exp.parallel.layout import checkpoint_layouts, operator_layouts
     from ms_exp.train.losses import create_loss
     from ms_exp.train.optimizer import create_optimizer
-    from ms_exp.parallel.layout import checkpoint_layouts, operator_layouts
 
     network = Network(IN_FEATURES, NUM_CLASSES, hidden)
     optimizer = create_optimizer(cfg.optimizer, network.trainable_params(), 1, 1)
@@ -128,6 +127,7 @@ def entries_for(arrays, layouts=None, rank: int = 0) -> List[dict]:
     """save_checkpoint's input: full entries, or ``rank``'s slices of those with a layout.
     ``Tensor.from_numpy`` shares memory, so building the list copies nothing but slices."""
     import mindspore as ms
+
     from ms_exp.parallel.layout import slice_for_rank
 
     layouts = layouts or {}

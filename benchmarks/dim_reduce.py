@@ -22,9 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mlflow import MlflowClient
-
 from benchlib import command_line, machine_line
+from mlflow import MlflowClient
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STAGE_ONE_EPOCHS = 12

@@ -50,9 +50,21 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from benchlib import (boxplot, command_line, free_port, machine_line, make_store_template,
-                      measure_and_write, pyplot, rounds_parser, row, spread, stamped_lines,
-                      store_uri, workdir_with_store)
+from benchlib import (
+    boxplot,
+    command_line,
+    free_port,
+    machine_line,
+    make_store_template,
+    measure_and_write,
+    pyplot,
+    rounds_parser,
+    row,
+    spread,
+    stamped_lines,
+    store_uri,
+    workdir_with_store,
+)
 from sweep_throughput import EXPERIMENT
 
 JOBS = {"digits": [], "wide": ["model.hidden_size=2048"]}

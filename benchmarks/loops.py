@@ -42,9 +42,19 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from benchlib import (command_line, machine_line, make_store_template, measure_and_write,
-                      pyplot, rounds_parser, row, spread, stamped_lines, store_uri,
-                      workdir_with_store)
+from benchlib import (
+    command_line,
+    machine_line,
+    make_store_template,
+    measure_and_write,
+    pyplot,
+    rounds_parser,
+    row,
+    spread,
+    stamped_lines,
+    store_uri,
+    workdir_with_store,
+)
 
 JOBS = {
     "digits": [],

@@ -36,8 +36,20 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from benchlib import (ROOT, boxplot, command_line, free_port, machine_line, measure_and_write,
-                      pyplot, rounds_parser, spread, stamped_lines, step_gaps, verdict)
+from benchlib import (
+    ROOT,
+    boxplot,
+    command_line,
+    free_port,
+    machine_line,
+    measure_and_write,
+    pyplot,
+    rounds_parser,
+    spread,
+    stamped_lines,
+    step_gaps,
+    verdict,
+)
 
 BASELINE = ROOT / "benchmarks" / "baselines" / "plain_digits.py"
 ARMS = ("plain", "ms_exp", "no_tracking", "server")

@@ -40,9 +40,20 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from benchlib import (boxplot, command_line, machine_line, make_store_template,
-                      measure_and_write, pyplot, rounds_parser, row, spread, stamped_lines,
-                      store_uri, workdir_with_store)
+from benchlib import (
+    boxplot,
+    command_line,
+    machine_line,
+    make_store_template,
+    measure_and_write,
+    pyplot,
+    rounds_parser,
+    row,
+    spread,
+    stamped_lines,
+    store_uri,
+    workdir_with_store,
+)
 
 JOBS = 8
 LRS = [f"{0.01 * (i + 1):.2f}" for i in range(JOBS)]

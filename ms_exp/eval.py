@@ -16,11 +16,11 @@ from typing import List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.config.run_config import choices_from_config, load_run_config
-from ms_exp.config.errors import ConfigError
-from ms_exp.config.schema import StandAloneParallel
 from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, load_verified, verify_checkpoint
 from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
+from ms_exp.config.errors import ConfigError
+from ms_exp.config.run_config import choices_from_config, load_run_config
+from ms_exp.config.schema import StandAloneParallel
 from ms_exp.preflight.validate import validate_for_evaluation
 from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
 
@@ -88,12 +88,12 @@ def merge_run(source: str, workdir: Path, uri: str) -> Path:
 def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     import mindspore as ms
 
-    from ms_exp.train.context import init_env
     from ms_exp.data import create_datasets
-    from ms_exp.train.metrics import classification_metrics
     from ms_exp.models.options import model_option
-    from ms_exp.train.losses import create_training_loss
     from ms_exp.placement.tables import create_placement
+    from ms_exp.train.context import init_env
+    from ms_exp.train.losses import create_training_loss
+    from ms_exp.train.metrics import classification_metrics
 
     # Evaluation needs one process whatever the run trained with: every rank of a data
     # parallel run holds the same weights.

@@ -23,8 +23,7 @@ from typing import List, Optional
 
 from mlflow import MlflowClient
 
-from ms_exp.tracking.store import (is_local_store, missing_database, resolve_tracking_uri,
-                                   ui_command)
+from ms_exp.tracking.store import is_local_store, missing_database, resolve_tracking_uri, ui_command
 from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
 from ms_exp.tracking.sweep_runs import find_sweep
 

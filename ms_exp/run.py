@@ -14,11 +14,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.preflight.compose import CONF_DIR, CONFIG_NAME, compose_config, preflight
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
+from ms_exp.preflight.compose import CONF_DIR, CONFIG_NAME, compose_config, preflight
+from ms_exp.preflight.rerun import rerun_arguments, split_from_run
 from ms_exp.preflight.validate import validate
-from ms_exp.preflight.rerun import split_from_run, rerun_arguments
 from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2

@@ -15,8 +15,12 @@ from typing import List, Optional
 
 from ms_exp.config.run_config import RESOLVED_CONFIG, load_run_config
 from ms_exp.parallel.launcher_config import log_dir
-from ms_exp.parallel.ranks import (die_with_parent, environment_rank, forget_worker_pid,
-                                   record_worker_pid)
+from ms_exp.parallel.ranks import (
+    die_with_parent,
+    environment_rank,
+    forget_worker_pid,
+    record_worker_pid,
+)
 from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
 from ms_exp.train.rank import train
 

@@ -29,12 +29,17 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
+from datafiles import (
+    IDX_IMAGES_MAGIC,
+    IDX_LABELS_MAGIC,
+    malformed_criteo_line,
+    write_image_folder,
+    write_mnist,
+)
 
-from datafiles import (IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, malformed_criteo_line,
-                       write_image_folder, write_mnist)
-from ms_exp.preflight import parallel as parallel_checks
 from ms_exp.config.schema import LauncherConfig
 from ms_exp.data.criteo_sample import sample_lines
+from ms_exp.preflight import parallel as parallel_checks
 from ms_exp.run import main
 
 ERROR = "ms_exp: error: "

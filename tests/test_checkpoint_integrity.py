@@ -2,12 +2,12 @@
 name; the retention never removes the last good checkpoint."""
 import mindspore as ms
 import pytest
-from omegaconf import OmegaConf
+from conftest import run_cli, train
 from mindspore import nn
 from mindspore.train import CheckpointConfig, ModelCheckpoint, RunContext
 from mindspore.train.callback import _InternalCallbackParam
+from omegaconf import OmegaConf
 
-from conftest import run_cli, train
 from ms_exp.checkpoint.files import DamagedCheckpoint, create_checkpoint_callbacks, load_verified
 
 

@@ -1,10 +1,10 @@
 """Composition of every group option, --help and --cfg (bad input: test_bad_inputs.py)."""
 
 import pytest
-
 from conftest import run_cli
-from ms_exp.preflight.compose import CONF_DIR, compose_config
+
 from ms_exp.config.schema import GROUP_SCHEMAS
+from ms_exp.preflight.compose import CONF_DIR, compose_config
 
 OPTIONS = [(group, option) for group, options in GROUP_SCHEMAS.items() for option in options]
 

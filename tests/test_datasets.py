@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 import pytest
-
 from datafiles import write_image_folder, write_mnist
 
 LOSS_LINE = re.compile(r"^epoch: (\d+) step: (\d+), loss is [0-9.]+(?:e-?\d+)?$", re.M)

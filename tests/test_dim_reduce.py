@@ -6,10 +6,10 @@ import sys
 
 import numpy as np
 import pytest
-
-from ms_exp.preflight.compose import preflight
-from ms_exp.config.errors import InvalidConfig
 from conftest import FAST, free_port, run_cli, train
+
+from ms_exp.config.errors import InvalidConfig
+from ms_exp.preflight.compose import preflight
 
 # digits: 44 steps per epoch at batch 32. Snapshots from epoch 2, 6 per epoch: 12.
 STAGE_ONE = ("+experiment=dim_reduce_stage_one", "trainer.epochs=3",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FAST, free_port, run_cli, train
 from mlflow import MlflowClient
 
-from conftest import FAST, free_port, run_cli, train
-from ms_exp.preflight.compose import compose_config
 from ms_exp.job.launch_plan import msrun_arguments
+from ms_exp.preflight.compose import compose_config
 
 DP = ("parallel=data", "dataset.shuffle=false")
 

@@ -19,12 +19,18 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from ms_exp.preflight.compose import compose_config, preflight
-from ms_exp.job.launch_plan import (COMMAND_FILE, LaunchProcess, launch_plan, mpirun_arguments,
-                                   msrun_arguments, save_command)
+from ms_exp.job.launch_plan import (
+    COMMAND_FILE,
+    LaunchProcess,
+    launch_plan,
+    mpirun_arguments,
+    msrun_arguments,
+    save_command,
+)
 from ms_exp.job.rank_failures import failure_report
 from ms_exp.job.supervise import WorkersFailed, launch
 from ms_exp.parallel.ranks import environment_device_id, environment_rank
+from ms_exp.preflight.compose import compose_config, preflight
 
 DP = "parallel=data"
 MPIRUN = ("parallel.launcher.style=mpirun",)

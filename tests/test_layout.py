@@ -5,17 +5,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mindspore as ms
 import numpy as np
 import pytest
-
-import mindspore as ms
 from mindspore.parallel import build_searched_strategy, merge_sliced_parameter
 
 from ms_exp.ckpt import CkptError, merge_checkpoints, transform
 from ms_exp.models.mlp import Network
-from ms_exp.parallel.layout import (Layout, StrategyError, checkpoint_layouts, operator_layouts,
-                                    operator_strategies, slice_for_rank, validate_strategies,
-                                    write_sliced_checkpoints, write_strategy_file)
+from ms_exp.parallel.layout import (
+    Layout,
+    StrategyError,
+    checkpoint_layouts,
+    operator_layouts,
+    operator_strategies,
+    slice_for_rank,
+    validate_strategies,
+    write_sliced_checkpoints,
+    write_strategy_file,
+)
 
 TUTORIAL = {"layer1.matmul": ((2, 1), (1, 2)), "layer3.matmul": ((2, 2), (2, 1))}
 DEVICES = 8

@@ -11,9 +11,9 @@ import math
 import mindspore as ms
 import numpy as np
 import pytest
-
 from conftest import train
 from datafiles import write_image_folder
+
 from ms_exp.preflight.compose import compose_config
 
 PRESET = "+experiment=resnet50_imagenet_stage_one"

@@ -5,9 +5,9 @@ import csv
 from pathlib import Path
 
 import pytest
+from conftest import FAST, run_cli, train
 from mlflow import MlflowClient
 
-from conftest import FAST, run_cli, train
 from ms_exp import report
 from ms_exp.tracking.store import ensure_experiment
 from ms_exp.tracking.sweep_report import ReportError, swept_keys, write_report

@@ -4,7 +4,6 @@ import re
 
 import numpy as np
 import pytest
-
 from conftest import free_port, run_cli, train
 from datafiles import write_mnist
 

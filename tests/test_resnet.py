@@ -1,5 +1,5 @@
-import numpy as np
 import mindspore as ms
+import numpy as np
 import pytest
 
 from ms_exp.models.resnet import create_resnet

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FAST, train
 from mlflow import MlflowClient
 
-from conftest import FAST, train
 from ms_exp.checkpoint.files import load_verified
 
 # 3 epochs of 44 steps, a checkpoint every 5 steps, the last two kept.

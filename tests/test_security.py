@@ -20,10 +20,10 @@ from typing import Dict, Iterator, List, Tuple
 import numpy as np
 import pytest
 
-from ms_exp.preflight.compose import compose_config, preflight
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments, save_command
 from ms_exp.job.supervise import launch
+from ms_exp.preflight.compose import compose_config, preflight
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -374,8 +374,7 @@ def _stage_two_weights(path: Path) -> Path:
     """A real MindSpore checkpoint of stage two's network, so validation reaches the PCA."""
     import mindspore as ms
 
-    from ms_exp.data.spec import declared_shape
-    from ms_exp.data.spec import DataSpec
+    from ms_exp.data.spec import DataSpec, declared_shape
     from ms_exp.models import create_network
 
     cfg = compose_config([STAGE_TWO])

@@ -7,7 +7,6 @@ import re
 
 import numpy as np
 import pytest
-
 from conftest import free_port, run_cli, train
 
 # 1437 digits over 8 ranks of batch 32: 5 steps an epoch, so every step prints its loss.

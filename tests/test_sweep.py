@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import FAST, run_cli
 from mlflow import MlflowClient
 
-from conftest import FAST, run_cli
 from ms_exp.tracking import sweep
 
 TINY = (*FAST, "trainer.epochs=1")

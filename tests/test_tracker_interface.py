@@ -1,7 +1,6 @@
 """Every tracker declares every member of ``RunTracker`` (ms_exp/tracking/interface.py) with
 the same parameter names; ``DisabledTracker`` and ``JournalTracker`` work when called."""
 import inspect
-from pathlib import Path
 from typing import Dict, List, Union
 
 import pytest

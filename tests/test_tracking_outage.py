@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FAST, free_port, run_cli
 from mlflow import MlflowClient
 
-from conftest import FAST, free_port, run_cli
 from ms_exp.tracking.journal import journals_in
 from ms_exp.tracking.sidecar import SidecarTracker
 

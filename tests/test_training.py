@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FAST, run_cli, train
 from mlflow import MlflowClient
 
-from conftest import FAST, run_cli, train
 from ms_exp.checkpoint.files import load_verified
 from ms_exp.preflight.compose import compose_config
 

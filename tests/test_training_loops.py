@@ -3,7 +3,6 @@ its own MLflow metric, mixed precision and loss scaling in both, the overflow ch
 gradient reducer, sink mode on CPU, and a functional run resumed by the shared machinery."""
 import numpy as np
 import pytest
-
 from conftest import free_port, train
 
 PARTS = "+loss.parts={loss1:{name:cross_entropy},loss2:{name:softmax_cross_entropy,weight:0.5}}"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import free_port, run_cli, train
 from datafiles import write_criteo_text
+
 from ms_exp.run import main
 
 # Small sizes and a livelier deep learning rate so two epochs on 3,600 samples learn.

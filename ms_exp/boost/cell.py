@@ -19,9 +19,9 @@
 import numpy as np
 from mindspore import ParameterTuple, nn, ops
 from mindspore.boost import BoostTrainOneStepCell
-from mindspore.boost.dim_reduce import DimReduce
+
 # MindSpore's own graph functions, so the fixed methods do exactly what the originals do.
-from mindspore.boost.dim_reduce import _pca_projection, _save_weight, _scale_grad
+from mindspore.boost.dim_reduce import DimReduce, _pca_projection, _save_weight, _scale_grad
 from mindspore.ops import composite as C
 
 

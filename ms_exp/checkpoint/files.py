@@ -10,7 +10,6 @@ from typing import Dict, List, Optional, Tuple
 
 import mindspore as ms
 
-
 BEST_NAME = "best.ckpt"
 
 

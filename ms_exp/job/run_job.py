@@ -13,8 +13,13 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
-from ms_exp.checkpoint.resume import (ResumePoint, clear_resume_point, find_resume_point,
-                                      read_run_record, write_run_record)
+from ms_exp.checkpoint.resume import (
+    ResumePoint,
+    clear_resume_point,
+    find_resume_point,
+    read_run_record,
+    write_run_record,
+)
 from ms_exp.config.run_config import RESOLVED_CONFIG
 from ms_exp.job.console import tee_output
 from ms_exp.job.distributed import train_with_ranks

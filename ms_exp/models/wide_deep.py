@@ -17,8 +17,8 @@ from typing import Dict, List
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
-from mindspore.train import Metric
 from mindspore.common.initializer import Uniform
+from mindspore.train import Metric
 
 from ms_exp.placement.tables import Placement
 

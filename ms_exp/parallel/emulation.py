@@ -15,9 +15,15 @@ import mindspore as ms
 from mindspore.train import Callback
 
 from ms_exp.checkpoint.files import load_verified
-from ms_exp.parallel.layout import (Layout, checkpoint_layouts, flatten_strategies,
-                                    operator_layouts, operator_strategies, slice_for_rank,
-                                    write_strategy_file)
+from ms_exp.parallel.layout import (
+    Layout,
+    checkpoint_layouts,
+    flatten_strategies,
+    operator_layouts,
+    operator_strategies,
+    slice_for_rank,
+    write_strategy_file,
+)
 
 
 def apply_strategies(network, strategies) -> None:

@@ -292,8 +292,11 @@ def operator_layouts(network, strategies: Optional[Mapping[str, Any]], device_nu
 def slice_for_rank(array: np.ndarray, layout: Layout, rank: int) -> np.ndarray:
     """The slice of ``array`` that ``rank`` holds under ``layout``, as MindSpore cuts it
     (the body of ``mindspore.parallel._tensor._load_tensor``, without the Tensor round trip)."""
-    from mindspore.parallel._tensor import (_chunk_tensor_by_strategy, _get_tensor_slice_index,
-                                            _get_tensor_strategy)
+    from mindspore.parallel._tensor import (
+        _chunk_tensor_by_strategy,
+        _get_tensor_slice_index,
+        _get_tensor_strategy,
+    )
     array = np.asarray(array)
     if tuple(array.shape) != layout.tensor_shape:
         raise ValueError(f"array of shape {list(array.shape)} does not match the layout's "

@@ -8,6 +8,7 @@ tutorial's ``primitive_target`` CPU); the dense layers stay on the device.
 """
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class Placement:
     host_tables: bool

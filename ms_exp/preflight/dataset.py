@@ -6,13 +6,16 @@ from pathlib import Path
 from ms_exp.config.errors import ConfigError, positive, require
 from ms_exp.data.criteo import samples_per_record
 from ms_exp.data.criteo_format import COLUMNS as CRITEO_COLUMNS
-from ms_exp.data.criteo_format import (EVAL_FILE, META_FILE, RECONVERT, TRAIN_FILE,
-                                       read_meta)
-from ms_exp.data.headers import (count_files, first_file, image_signature,
-                                 mindrecord_columns, mnist_train_samples)
+from ms_exp.data.criteo_format import EVAL_FILE, META_FILE, RECONVERT, TRAIN_FILE, read_meta
+from ms_exp.data.headers import (
+    count_files,
+    first_file,
+    image_signature,
+    mindrecord_columns,
+    mnist_train_samples,
+)
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 from ms_exp.preflight.paths import existing_dir
-
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")

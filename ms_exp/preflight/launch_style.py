@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from ms_exp.config.errors import ConfigError, require
-from ms_exp.parallel.launcher_config import (MPIRUN, MSRUN, RANK_TABLE, is_distributed,
-                                            launch_style)
+from ms_exp.parallel.launcher_config import MPIRUN, MSRUN, RANK_TABLE, is_distributed, launch_style
 
 # What each style needs of the device, with MindSpore 2.10 (see LaunchStyle).
 STYLE_TARGETS = {MPIRUN: ("GPU", "Ascend"), RANK_TABLE: ("Ascend",)}

@@ -9,7 +9,6 @@ from ms_exp.data.spec import declared_spec
 from ms_exp.parallel.launcher_config import launch_style
 from ms_exp.preflight.launch_style import validate_style_keys
 
-
 # Launchers that run several jobs of a sweep at the same time on this machine.
 CONCURRENT_LAUNCHERS = ("concurrent", "joblib", "submitit_local")
 

@@ -8,7 +8,6 @@ from typing import Optional
 
 from ms_exp.config.errors import ConfigError, require
 
-
 # An output folder or store on a filesystem with less free space than this is refused: a
 # run writes its config, logs, checkpoints and MLflow rows there, and a disk that fills up
 # midway leaves half-written checkpoints and a run that never ends.

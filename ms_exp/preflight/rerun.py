@@ -45,8 +45,11 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from ms_exp.tracking.store import (missing_database, quiet_artifact_downloads,
-                                       resolve_tracking_uri)
+    from ms_exp.tracking.store import (
+        missing_database,
+        quiet_artifact_downloads,
+        resolve_tracking_uri,
+    )
 
     quiet_artifact_downloads()
     flags = [a for a in extra if a.startswith("-")]
@@ -89,8 +92,8 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
 
 def list_differences(tags, recorded_config, overrides: Sequence[str],
                      extra: Sequence[str]) -> List[str]:
-    from ms_exp.tracking import provenance
     from ms_exp.preflight.compose import compose_config
+    from ms_exp.tracking import provenance
     from ms_exp.tracking.params import flatten
 
     lines = []

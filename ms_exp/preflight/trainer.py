@@ -3,11 +3,17 @@ it names exist and every rank holds the checkpoint)."""
 from pathlib import Path
 
 from ms_exp.boost.options import boost_option
-from ms_exp.checkpoint.resume import (RESUME_ALLOWED, ResumeError, common_checkpoints,
-                                      explicit_target, is_run_id)
+from ms_exp.checkpoint.resume import (
+    RESUME_ALLOWED,
+    ResumeError,
+    common_checkpoints,
+    explicit_target,
+    is_run_id,
+)
 from ms_exp.config.errors import ConfigError, one_of, positive, require
 from ms_exp.config.schema import DEVICE_TARGETS
 from ms_exp.tracking.store import resolve_tracking_uri
+
 
 def validate_trainer(cfg) -> None:
     positive("trainer", cfg, "epochs", "loss_print_interval")

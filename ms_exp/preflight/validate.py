@@ -14,13 +14,19 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp.boost.options import boost_option
 from ms_exp.config.errors import ConfigError, one_of
 from ms_exp.config.schema import GROUP_SCHEMAS, Config
-from ms_exp.preflight.checkpoint import (validate_checkpoint, validate_checkpoint_choice,
-                                         validate_snapshots)
+from ms_exp.preflight.checkpoint import (
+    validate_checkpoint,
+    validate_checkpoint_choice,
+    validate_snapshots,
+)
 from ms_exp.preflight.dataset import validate_batch_fits, validate_dataset
 from ms_exp.preflight.launch_style import validate_launch_style
 from ms_exp.preflight.model import validate_model, validate_placement
-from ms_exp.preflight.parallel import (validate_master_port_free, validate_parallel,
-                                       validate_shard_strategies)
+from ms_exp.preflight.parallel import (
+    validate_master_port_free,
+    validate_parallel,
+    validate_shard_strategies,
+)
 from ms_exp.preflight.tracking import validate_tracking
 from ms_exp.preflight.trainer import validate_resume, validate_trainer
 from ms_exp.preflight.training import validate_loop, validate_loss, validate_optimizer

@@ -14,7 +14,6 @@ from mindspore.train import Callback
 from ms_exp.tracking.interface import RunTracker
 
 
-
 def loss_parts(net_outputs, names: Sequence[str]) -> dict:
     """``{name: value}`` for the train step's outputs, one per name."""
     return {name: float(np.asarray(out.asnumpy()).reshape(-1)[0])

@@ -9,9 +9,13 @@ from typing import List, Optional, Sequence
 from mindspore.train import Callback, LossMonitor
 
 from ms_exp.boost.snapshots import SNAPSHOT_DIR
-from ms_exp.checkpoint.callbacks import (BestCheckpoint, TimedModelCheckpoint,
-                                         WeightSnapshots, create_checkpoint_callbacks,
-                                         save_interval_steps)
+from ms_exp.checkpoint.callbacks import (
+    BestCheckpoint,
+    TimedModelCheckpoint,
+    WeightSnapshots,
+    create_checkpoint_callbacks,
+    save_interval_steps,
+)
 from ms_exp.config.errors import require
 from ms_exp.tracking.callback import MlflowMetrics
 from ms_exp.train.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal

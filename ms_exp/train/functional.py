@@ -17,10 +17,11 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.amp import DynamicLossScaler, all_finite
 from mindspore.train import Callback, Metric, RunContext, TimeMonitor
+from mindspore.train.callback import __all__ as MINDSPORE_CALLBACKS
+
 # Model's own callback parameters and dispatcher (exported, underscored, by
 # mindspore.train.callback), so callbacks see exactly what Model.fit gives them.
 from mindspore.train.callback import _CallbackManager, _InternalCallbackParam
-from mindspore.train.callback import __all__ as MINDSPORE_CALLBACKS
 
 
 class TrainState(nn.Cell):

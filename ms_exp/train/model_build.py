@@ -8,7 +8,8 @@ from ms_exp.boost.options import boost_option
 from ms_exp.models.option import ModelBuild
 from ms_exp.models.options import model_option
 from ms_exp.train.announce import announce_loop
-from ms_exp.train.loops import create_loop, loss_names as step_loss_names
+from ms_exp.train.loops import create_loop
+from ms_exp.train.loops import loss_names as step_loss_names
 from ms_exp.train.losses import create_loss
 from ms_exp.train.metrics import classification_metrics
 from ms_exp.train.optimizer import create_optimizer
