@@ -14,19 +14,19 @@ from typing import List, Tuple
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
-
 from conftest import run_cli
 from datafiles import write_criteo_text
+from omegaconf import OmegaConf
+
 from ms_exp.config.errors import ConfigError
 from ms_exp.config.schema import CriteoDataset
-from ms_exp.preflight.validate import declared_shape, validate_dataset
-from ms_exp.data import create_datasets
-from ms_exp.data import criteo_convert
-from ms_exp.data.criteo import create_criteo, read_meta
-from ms_exp.data.criteo_sample import sample_lines
+from ms_exp.data import create_datasets, criteo_convert, criteo_text
+from ms_exp.data.criteo import create_criteo
 from ms_exp.data.criteo_convert import main, split_sizes
-from ms_exp.data.spec import Shard
+from ms_exp.data.criteo_format import read_meta
+from ms_exp.data.criteo_sample import sample_lines
+from ms_exp.data.spec import Shard, declared_shape
+from ms_exp.preflight.dataset import validate_dataset
 
 PROG = "ms_exp.data.criteo_convert"
 LINES = 4000
@@ -304,7 +304,7 @@ def test_gzip_input_gives_the_same_records(tmp_path, converted):
 
 
 def test_progress_lines_go_to_stderr(tmp_path, raw, capsys, monkeypatch):
-    monkeypatch.setattr(criteo_convert, "PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(criteo_text, "PROGRESS_SECONDS", 0.0)
     convert(raw[0], tmp_path / "out", "--hash-buckets", "1000")
     captured = capsys.readouterr()
     assert f"pass 1/2 (counting): {LINES + MALFORMED:,} lines read" in captured.err

@@ -19,8 +19,16 @@ vocabulary size also comes from ``criteo_meta.json``.
 from pathlib import Path
 
 from ms_exp.config.errors import ConfigError, require
-from ms_exp.data.criteo_format import (COLUMNS, EVAL_FILE, FIELD_SIZE, META_FILE, META_FORMAT,
-                                       RECONVERT, TRAIN_FILE, read_meta)
+from ms_exp.data.criteo_format import (
+    COLUMNS,
+    EVAL_FILE,
+    FIELD_SIZE,
+    META_FILE,
+    META_FORMAT,
+    RECONVERT,
+    TRAIN_FILE,
+    read_meta,
+)
 from ms_exp.data.spec import DataSpec, Shard
 
 

@@ -24,12 +24,10 @@ from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ms_exp.data.criteo_convert import (UsageError, _integer, _Parser, check_creatable,
-                                        usage_error)
+from ms_exp.data.criteo_cli import UsageError, _integer, _Parser, check_creatable, usage_error
+from ms_exp.data.criteo_format import DENSE_FIELDS
 
 PROG = "ms_exp.data.criteo_sample"
-CRITEO_DENSE = 13
-CRITEO_CATEGORICAL = 26
 # Distinct values per categorical field: small ones (fields C1..C4 carry the click signal)
 # to ones of thousands, whose rare values fall under the converter's threshold.
 CRITEO_VOCAB = (8, 6, 10, 12, 3, 25, 60, 150, 400, 1000, 2500, 5000, 30, 80,
@@ -37,7 +35,7 @@ CRITEO_VOCAB = (8, 6, 10, 12, 3, 25, 60, 150, 400, 1000, 2500, 5000, 30, 80,
 CRITEO_SIGNAL_FIELDS = 4
 CRITEO_EMPTY_RATE = 0.05
 CRITEO_DENSE_EMPTY_RATE = 0.1
-# The converter's reasons (criteo_convert.REASONS), in the order the file cycles through.
+# The converter's reasons (criteo_text.REASONS), in the order the file cycles through.
 CRITEO_MALFORMED_KINDS = ("wrong field count", "bad label", "bad integer",
                           "bad categorical")
 # Lines formatted at a time while writing.
@@ -87,7 +85,7 @@ def draw_columns(count: int, rng: np.random.Generator) -> CriteoColumns:
     signal = rng.integers(0, 13, count)
     logit += 0.25 * (signal - 6)
     dense = [signal] + [rng.integers(-3, 5, count)]
-    dense += [rng.geometric(1.0 / (5 + 20 * i), count) - 1 for i in range(CRITEO_DENSE - 2)]
+    dense += [rng.geometric(1.0 / (5 + 20 * i), count) - 1 for i in range(DENSE_FIELDS - 2)]
     dense = [column.astype(np.int32) for column in dense]
     dense_empty = [rng.random(count) < CRITEO_DENSE_EMPTY_RATE for _ in dense]
     labels = rng.random(count) < 1.0 / (1.0 + np.exp(-logit))
@@ -116,7 +114,7 @@ def malformed_criteo_line(kind: str, valid: str) -> str:
     elif kind == "bad integer":
         fields[3] = "1.5"
     elif kind == "bad categorical":
-        fields[1 + CRITEO_DENSE + 4] = "xyz01234"
+        fields[1 + DENSE_FIELDS + 4] = "xyz01234"
     else:
         raise ValueError(kind)
     return "\t".join(fields)

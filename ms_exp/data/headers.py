@@ -115,7 +115,8 @@ def mindrecord_columns(key: str, value, path: Path) -> Dict[str, dict]:
     try:
         with open(path, "rb") as f:
             prefix = f.read(MINDRECORD_LENGTH.size)
-            length = MINDRECORD_LENGTH.unpack(prefix)[0] if len(prefix) == MINDRECORD_LENGTH.size else 0
+            length = (MINDRECORD_LENGTH.unpack(prefix)[0]
+                      if len(prefix) == MINDRECORD_LENGTH.size else 0)
             size = path.stat().st_size
             raw = f.read(length) if 0 < length < size else b""
         header = json.loads(raw) if raw else None
