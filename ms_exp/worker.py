@@ -22,7 +22,6 @@ from ms_exp.parallel.ranks import (
     record_worker_pid,
 )
 from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
-from ms_exp.train.rank import train
 
 
 def attach_tracker(rank_id: int):
@@ -48,7 +47,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     die_with_parent()       # msrun or mpirun (or the launching process), which die with it
+    # MindSpore is imported only now, once this rank dies with its launcher.
     from ms_exp.train.context import init_env
+    from ms_exp.train.rank import train
 
     cfg = load_run_config(args.run_dir / RESOLVED_CONFIG)
     logs = log_dir(cfg.parallel, args.run_dir)

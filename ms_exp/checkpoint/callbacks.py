@@ -90,7 +90,7 @@ class TimedModelCheckpoint(ModelCheckpoint):
 
 class BestCheckpoint(Callback):
     """Save the network's weights whenever an evaluation beats the best ``metric`` so far
-    (accuracy, or AUC for Wide&Deep: ms_exp.metrics.best_metric).
+    (the model option's ``best_metric``: accuracy, or AUC for Wide&Deep).
 
     Written to a temporary name and renamed, so ``best.ckpt`` is never half-written."""
 

@@ -8,7 +8,7 @@ sidecar process (ms_exp/tracking/sidecar.py), which also ends it KILLED when the
 process dies without a word (SIGKILL).
 
 While ``Model.fit`` runs, the first signal does not unwind at once: it waits for the end of
-the current step, where ms_exp.loop_control.StopOnSignal saves a checkpoint of that step and
+the current step, where ms_exp.train.loop_control.StopOnSignal saves a checkpoint of that step and
 then raises, so an interrupted run can be resumed from where it stopped. A second signal
 stops at once.
 """
