@@ -78,7 +78,8 @@ def build_model(hidden: int, cfg, strategy_sets) -> Dict[str, object]:
     arrays = {p.name: np.array(p.asnumpy()) for p in train.get_parameters()}
     shapes = {name: a.shape for name, a in arrays.items()}
     layouts = {label: checkpoint_layouts(shapes, operator_layouts(
-        network, strategies, cfg.parallel.device_num)) for label, strategies in strategy_sets.items()}
+        network, strategies, cfg.parallel.device_num))
+        for label, strategies in strategy_sets.items()}
     return {"hidden": hidden, "params": sum(p.size for p in network.trainable_params()),
             "arrays": arrays, "layouts": layouts}
 
@@ -262,12 +263,14 @@ def table(args, models, labels, results, device_num: int) -> str:
             sliced = [b for _, b in r["sliced_bytes"]]
             full = c["full"]
             framing = sorted({b - c["payload"] for _, b in r["sliced_bytes"]})
+            verdict = ("matches" if not c["bad"]
+                       else "**does not match**: " + "; ".join(c["bad"][:3]))
             lines.append(
                 f"| {model['params']:,} | {label} | {mb_range(r['integrated_bytes'])} "
                 f"| {mb_range(sliced)} | {c['payload'] / MB:.3f} "
                 f"| {c['payload'] / full['payload']:.4f} "
                 f"| {full['file'] - full['payload']} / {'-'.join(map(str, framing))} "
-                f"| {'matches' if not c['bad'] else '**does not match**: ' + '; '.join(c['bad'][:3])} |")
+                f"| {verdict} |")
     return "\n".join(lines) + "\n"
 
 
@@ -306,7 +309,8 @@ def check_disk(workdir: str, models) -> None:
     largest = max(sum(a.nbytes for a in m["arrays"].values()) for m in models.values())
     free = shutil.disk_usage(workdir).free
     if free < 3 * largest + 2e9:
-        sys.exit(f"only {free / 1e9:.1f} GB free in {workdir}; need {(3 * largest + 2e9) / 1e9:.1f}")
+        sys.exit(f"only {free / 1e9:.1f} GB free in {workdir}; "
+                 f"need {(3 * largest + 2e9) / 1e9:.1f}")
 
 
 def main() -> None:

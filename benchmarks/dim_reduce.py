@@ -37,7 +37,7 @@ def run(workdir: Path, *overrides: str) -> str:
     done = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"failed: {' '.join(command)}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    line = next(l for l in done.stdout.splitlines() if l.startswith("MLflow run "))
+    line = next(text for text in done.stdout.splitlines() if text.startswith("MLflow run "))
     return line.split()[2]
 
 

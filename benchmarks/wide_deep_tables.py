@@ -65,7 +65,7 @@ def train(workdir: Path, folder: Path, placement: str, args) -> str:
                     f"dataset.batch_size={args.batch_size}", f"model.emb_dim={args.emb_dim}",
                     "checkpoint=none", "tracking.log_checkpoints=none",
                     "trainer.progress_bar=never", "trainer.loss_print_interval=1000"], workdir)
-    line = next(l for l in stdout.splitlines() if l.startswith("MLflow run "))
+    line = next(text for text in stdout.splitlines() if text.startswith("MLflow run "))
     return line.split()[2]
 
 

@@ -1,6 +1,7 @@
 """Merge or re-slice sliced checkpoints with MindSpore's own ``transform_checkpoints``.
 
-    python -m ms_exp.ckpt merge CHECKPOINT_DIR --strategy STRATEGY [--prefix checkpoint] [--output DIR]
+    python -m ms_exp.ckpt merge CHECKPOINT_DIR --strategy STRATEGY [--prefix checkpoint]
+        [--output DIR]
     python -m ms_exp.ckpt transform CHECKPOINT_DIR --strategy SRC --dst-strategy DST --output DIR
 
 CHECKPOINT_DIR holds one ``rank_<r>/`` folder per device, as ``ModelCheckpoint`` (and the CPU
@@ -53,7 +54,8 @@ class CkptError(Exception):
 # ---------------------------------------------------------------------------------------------
 # Inputs
 
-def _check_inputs(src_dir, strategy_files: List[Tuple[str, object]], prefix: str) -> Dict[int, Path]:
+def _check_inputs(src_dir, strategy_files: List[Tuple[str, object]],
+                  prefix: str) -> Dict[int, Path]:
     """The checks that need no MindSpore; returns the rank folders by rank."""
     src = Path(src_dir)
     if not src.is_dir():
@@ -62,7 +64,8 @@ def _check_inputs(src_dir, strategy_files: List[Tuple[str, object]], prefix: str
         if not Path(path).is_file():
             raise CkptError(f"no such strategy file ({option}): {path}")
     if not prefix or "/" in prefix or os.sep in prefix or ".." in prefix or "~" in prefix:
-        raise CkptError(f"--prefix {prefix!r} must be a plain file-name prefix such as 'checkpoint'")
+        raise CkptError(f"--prefix {prefix!r} must be a plain file-name prefix such as "
+                        f"'checkpoint'")
     ranks = {int(m.group(1)): p for p in src.iterdir()
              if p.is_dir() and (m := _RANK_DIR.match(p.name))}
     if not ranks:
@@ -164,7 +167,8 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str) -> 
         dst_layouts = _read_strategy("--dst-strategy", dst_strategy)
         absent = [name for name in src_layouts if name not in dst_layouts]
         if absent:
-            raise CkptError(f"the destination strategy {dst_strategy} has no layout for {absent[0]} "
+            raise CkptError(f"the destination strategy {dst_strategy} has no layout for "
+                            f"{absent[0]} "
                             f"(in the source strategy); transform_checkpoints would copy it still "
                             f"sliced")
     files = _rank_files(src_dir, ranks, _device_num(src_layouts), prefix)
@@ -186,7 +190,8 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str) -> 
                                   str(Path(dst_strategy).resolve()) if dst_strategy else None)
         except Exception as error:
             text = str(error).strip().splitlines()
-            raise CkptError(f"transform_checkpoints failed: {text[0] if text else type(error).__name__}",
+            raise CkptError(f"transform_checkpoints failed: "
+                            f"{text[0] if text else type(error).__name__}",
                             exit_code=1)
         produced = {}
         for rank_dir in result.iterdir():
@@ -294,14 +299,16 @@ def _parser() -> argparse.ArgumentParser:
                                               "sqlite:///mlflow.db here)")
     merge.add_argument("--prefix", default=None,
                        help="checkpoint prefix: selects <prefix>*.ckpt in each rank folder and "
-                            "names the output <prefix><rank>.ckpt (default: the run's, else checkpoint)")
+                            "names the output <prefix><rank>.ckpt (default: the run's, else "
+                            "checkpoint)")
     merge.add_argument("--output", help="output folder (default: <checkpoint folder>/merged)")
     move = commands.add_parser("transform", help="re-slice N ranks into the M ranks of another "
                                                  "strategy")
     move.add_argument("checkpoint_dir", help="folder holding rank_0/ ... rank_<N-1>/")
     move.add_argument("--strategy", required=True, help="strategy file the slices were saved with")
     move.add_argument("--dst-strategy", required=True, help="strategy file to re-slice for")
-    move.add_argument("--output", required=True, help="output folder (gets rank_0/ ... rank_<M-1>/)")
+    move.add_argument("--output", required=True,
+                      help="output folder (gets rank_0/ ... rank_<M-1>/)")
     move.add_argument("--prefix", default="checkpoint",
                       help="checkpoint prefix (default: checkpoint)")
     return parser

@@ -6,7 +6,8 @@
 Builds the run's network and eval dataset from the config the run recorded, loads the
 checkpoint (``load_checkpoint``), runs ``Model.eval`` with top-1 (and top-5 when there are
 more than five classes) accuracy, or AUC and log loss for Wide&Deep, prints the
-tutorial's ``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of the evaluated run.
+tutorial's ``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of
+the evaluated run.
 """
 import argparse
 import sys

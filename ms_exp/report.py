@@ -8,9 +8,10 @@ The sweep is found in MLflow, by its parent run's id or by its folder (the paren
 artifacts of the parent run under ``report/``:
 
 - ``summary.csv`` and ``summary.md``: one row per job with its swept values, status, final
-  ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration, the error of a failed job,
-  and what saving checkpoints cost (``ckpt_save_s``, ``ckpt_bytes_rank_<r>``, from the
-  ``checkpoint/*`` metrics of every run); sorted by the metric, best first;
+  ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration,
+  the error of a failed job, and what saving checkpoints cost (``ckpt_save_s``,
+  ``ckpt_bytes_rank_<r>``, from the ``checkpoint/*`` metrics of every run); sorted by the
+  metric, best first;
 - ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
   true/false) and ``train_loss.png``, every job's loss curve overlaid.
 

@@ -107,4 +107,8 @@ def write_image_folder(root: Path, classes: Sequence[str] = ("cat", "dog", "fox"
 # The Criteo-format generator lives in the package (``python -m ms_exp.data.criteo_sample``);
 # tests import it from here as before.
 from ms_exp.data.criteo_sample import (  # noqa: E402,F401
-    CRITEO_MALFORMED_KINDS, criteo_lines, malformed_criteo_line, write_criteo_text)
+    CRITEO_MALFORMED_KINDS,
+    criteo_lines,
+    malformed_criteo_line,
+    write_criteo_text,
+)

@@ -64,7 +64,8 @@ def test_help_lists_every_group_and_option(tmp_path):
     result = run_cli("ms_exp.run", ["--help"], tmp_path)
     assert result.rc == 0
     for group, options in GROUP_SCHEMAS.items():
-        line = next(l for l in result.stdout.splitlines() if l.strip().startswith(group + " "))
+        line = next(text for text in result.stdout.splitlines()
+                    if text.strip().startswith(group + " "))
         assert all(option in line for option in options), line
     assert "+experiment dim_reduce_search, dim_reduce_stage_one, dim_reduce_stage_two, "\
            "model_saving, model_saving_integrated, model_saving_sliced" in \

@@ -84,8 +84,8 @@ def test_tutorial_strategies_give_mindspore_semi_auto_layouts(network):
     assert layouts["layer1.weight"].slice_shape() == (784, 256)
     assert layouts["layer3.weight"].slice_shape() == (256, 10)
     assert layouts["layer2.weight"].slice_shape() == (512, 512)
-    assert [layouts[n].split_factor() for n in ("layer1.weight", "layer2.weight", "layer3.weight")] \
-        == [2, 1, 2]
+    assert [layouts[n].split_factor()
+            for n in ("layer1.weight", "layer2.weight", "layer3.weight")] == [2, 1, 2]
     weight = network.layer1.weight.asnumpy()
     for rank in range(DEVICES):
         piece = slice_for_rank(weight, layouts["layer1.weight"], rank)
@@ -194,8 +194,10 @@ def test_merge_takes_the_newest_step_not_the_last_name(sliced, state, network, t
     root, strategy, _ = sliced
     layouts = operator_layouts(network, TUTORIAL, DEVICES)
     stale = {k: np.zeros_like(v) for k, v in state.items()}
-    write_sliced_checkpoints(stale, layouts, DEVICES, tmp_path, "checkpoint", "checkpoint-9_10.ckpt")
-    write_sliced_checkpoints(state, layouts, DEVICES, tmp_path, "checkpoint", "checkpoint-10_10.ckpt")
+    write_sliced_checkpoints(stale, layouts, DEVICES, tmp_path, "checkpoint",
+                             "checkpoint-9_10.ckpt")
+    write_sliced_checkpoints(state, layouts, DEVICES, tmp_path, "checkpoint",
+                             "checkpoint-10_10.ckpt")
     merged = load(merge_checkpoints(tmp_path, strategy, tmp_path / "merged"))
     assert np.array_equal(merged["layer1.weight"], state["layer1.weight"])
 
@@ -247,7 +249,8 @@ def test_bad_strategy_is_one_line_naming_the_operator(network, strategies, messa
 
 def test_nested_strategies_as_in_the_config_group(network):
     nested = {"layer1": {"matmul": [[2, 1], [1, 2]]}, "layer3": {"matmul": [[2, 2], [2, 1]]}}
-    assert operator_layouts(network, nested, DEVICES) == operator_layouts(network, TUTORIAL, DEVICES)
+    assert (operator_layouts(network, nested, DEVICES)
+            == operator_layouts(network, TUTORIAL, DEVICES))
 
 
 def test_sharded_bias_layout(network):

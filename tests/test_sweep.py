@@ -102,7 +102,7 @@ print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single}))
 def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     done = subprocess.run([sys.executable, "-c", FAILING_SWEEP, *TINY], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")]
     assert line, done.stdout[-2000:] + done.stderr[-3000:]
     # Hydra runs the whole batch, then exits 1 for the failed job.
     assert json.loads(line[0][len("RESULT "):]) == {"sweep": 1, "left": None, "single": 0}

@@ -50,7 +50,8 @@ def test_everything_sent_is_in_the_store_after_flush(tmp_path):
     history = client.get_metric_history(tracker.run_id, "train/loss")
     assert [m.step for m in history] == list(range(1, 301))
     assert client.get_run(tracker.run_id).info.status == "RUNNING"
-    assert [a.path for a in client.list_artifacts(tracker.run_id, "config")] == ["config/config.yaml"]
+    assert ([a.path for a in client.list_artifacts(tracker.run_id, "config")]
+            == ["config/config.yaml"])
     tracker.finish("FINISHED")
     run = client.get_run(tracker.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["ms_exp.placement"] == "device"

@@ -1,8 +1,9 @@
 """Continuing an interrupted run (``trainer.resume``) from its last good checkpoint.
 
 Every job keeps a small record in its run directory, ``run.json``: the config digest, the
-MLflow run it records into and the status it ended with. A job killed outright (SIGKILL, a node lost) never updates it, so it
-still says RUNNING. ``trainer.resume=auto`` picks the newest run under the same outputs
+MLflow run it records into and the status it ended with. A job killed outright (SIGKILL, a
+node lost) never updates it, so it still says RUNNING. ``trainer.resume=auto`` picks the
+newest run under the same outputs
 folder (``outputs/``, ``multirun/``) with this config's digest that did not finish; finding
 none, it starts a new run, so the same command can be submitted again and again. An MLflow
 run id, a run directory or one checkpoint file name the run explicitly (the config may then

@@ -355,8 +355,8 @@ class TrainerConfig:
     device_id: int = 0
     loss_print_interval: int = 20
     progress_bar: ProgressBar = ProgressBar.auto
-    # Continue an interrupted run from its last good checkpoint (ms_exp/checkpoint/resume.py): "auto"
-    # (the newest unfinished run of this config, else a new run), an MLflow run id, a run
+    # Continue an interrupted run from its last good checkpoint (ms_exp/checkpoint/resume.py):
+    # "auto" (the newest unfinished run of this config, else a new run), an MLflow run id, a run
     # directory or a checkpoint file. None: always a new run.
     resume: Optional[str] = None
     loop: TrainLoop = TrainLoop.model

@@ -12,7 +12,8 @@ from mindspore.common.initializer import initializer
 class Dense(nn.Cell):
     def __init__(self, in_channels: int, out_channels: int, weight_init: str = "normal"):
         super().__init__()
-        self.weight = ms.Parameter(initializer(weight_init, [in_channels, out_channels], ms.float32))
+        self.weight = ms.Parameter(initializer(weight_init, [in_channels, out_channels],
+                                               ms.float32))
         self.bias = ms.Parameter(initializer(weight_init, [out_channels], ms.float32))
         self.matmul = ops.MatMul()
         self.add = ops.Add()

@@ -122,10 +122,14 @@ class ResNet(nn.Cell):
         self.bn1 = _bn(in_channels[0])
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
-        self.layer1 = self._make_layer(block, layer_nums[0], in_channels[0], out_channels[0], strides[0])
-        self.layer2 = self._make_layer(block, layer_nums[1], in_channels[1], out_channels[1], strides[1])
-        self.layer3 = self._make_layer(block, layer_nums[2], in_channels[2], out_channels[2], strides[2])
-        self.layer4 = self._make_layer(block, layer_nums[3], in_channels[3], out_channels[3], strides[3])
+        self.layer1 = self._make_layer(block, layer_nums[0], in_channels[0], out_channels[0],
+                                       strides[0])
+        self.layer2 = self._make_layer(block, layer_nums[1], in_channels[1], out_channels[1],
+                                       strides[1])
+        self.layer3 = self._make_layer(block, layer_nums[2], in_channels[2], out_channels[2],
+                                       strides[2])
+        self.layer4 = self._make_layer(block, layer_nums[3], in_channels[3], out_channels[3],
+                                       strides[3])
         # ReduceMean instead of a fixed-size AvgPool so any input size >= 32 works.
         self.mean = ops.ReduceMean(keep_dims=True)
         self.flatten = nn.Flatten()
@@ -144,7 +148,8 @@ class ResNet(nn.Cell):
         return self.end_point(x)
 
 
-def create_resnet(depth: int, num_classes: int, width: float = 1.0, in_channels: int = 3) -> nn.Cell:
+def create_resnet(depth: int, num_classes: int, width: float = 1.0,
+                  in_channels: int = 3) -> nn.Cell:
     """Build ResNet-``depth`` (18 or 50) with channel counts scaled by ``width``.
 
     ``in_channels`` is the number of image channels. width=1.0 reproduces the

@@ -73,7 +73,7 @@ class Layout:
                                                           list(self.tensor_map)))
 
     def slice_shape(self) -> Tuple[int, ...]:
-        return tuple(size // split for size, split in zip(self.tensor_shape, self.tensor_strategy()))
+        return tuple(size // ways for size, ways in zip(self.tensor_shape, self.tensor_strategy()))
 
     def split_factor(self) -> int:
         """How many distinct slices exist (the other ranks hold repeats of them)."""
@@ -235,7 +235,7 @@ def operator_strategies(network, strategies: Optional[Mapping[str, Any]], device
         if op is None:
             known = [o.path for o in _shardable(operators)] or sorted(operators)
             hint = difflib.get_close_matches(str(path), list(operators), n=1)
-            shown = ", ".join(known[:6]) + (f", ... ({len(known) - 6} more)" if len(known) > 6 else "")
+            shown = ", ".join(known[:6]) + (f", ... ({len(known) - 6} more)" if known[6:] else "")
             raise StrategyError(
                 f"strategy for '{path}': no such operator in {type(network).__name__}"
                 + (f" (did you mean '{hint[0]}'?)" if hint else "")
@@ -282,7 +282,7 @@ def operator_layouts(network, strategies: Optional[Mapping[str, Any]], device_nu
         if op is not None:
             layouts[param.name] = _layout_of(op, effective[op.path], device_num)
         else:
-            layouts[param.name] = Layout((device_num,), (-1,) * len(param.shape), tuple(param.shape))
+            layouts[param.name] = Layout((device_num,), (-1,) * len(param.shape), param.shape)
     return layouts
 
 
@@ -313,9 +313,9 @@ def slice_for_rank(array: np.ndarray, layout: Layout, rank: int) -> np.ndarray:
 
 
 def _owner(name: str, layouts: Mapping[str, Layout]) -> Optional[str]:
-    """The parameter an optimizer state was cloned from: ``moments.layer1.weight`` -> ``layer1.weight``."""
-    owners = [p for p in layouts if name.endswith("." + p)]
-    return max(owners, key=len) if owners else None
+    """The parameter an optimizer state was cloned from: ``moments.layer1.weight`` ->
+    ``layer1.weight``."""
+    return max((p for p in layouts if name.endswith("." + p)), key=len, default=None)
 
 
 def checkpoint_layouts(shapes: Mapping[str, Sequence[int]],

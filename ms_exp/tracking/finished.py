@@ -3,9 +3,10 @@
 Every run is tagged with a digest of its resolved config (``ms_exp.config_digest``). Paths
 inside the job's own run directory (the strategy file's default location) are replaced by
 a placeholder and the ``tracking`` section, the progress bar and ``trainer.resume`` are left
-out: they change where and how a result is recorded or reached, not the result. With ``tracking.skip_finished=true`` a
-job whose digest matches a FINISHED run of the same experiment is not trained again; a
-re-run of a sweep with a failed or missing job therefore trains only those.
+out: they change where and how a result is recorded or reached, not the result. With
+``tracking.skip_finished=true`` a job whose digest matches a FINISHED run of the same
+experiment is not trained again; a re-run of a sweep with a failed or missing job therefore
+trains only those.
 """
 import hashlib
 import json

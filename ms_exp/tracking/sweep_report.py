@@ -1,16 +1,9 @@
-"""A sweep's report: one table and a few plots that compare its jobs, logged as artifacts of
-its parent run under ``report/`` (:func:`write_report`):
-
-- ``summary.csv`` and ``summary.md``: one row per job with its swept values, status, final
-  ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration, the error of a failed job,
-  and what saving checkpoints cost (``ckpt_save_s``, ``ckpt_bytes_rank_<r>``, from the
-  ``checkpoint/*`` metrics of every run); sorted by the metric, best first;
-- ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
-  true/false) and ``train_loss.png``, every job's loss curve overlaid.
+"""A sweep's report: one table (``summary.csv``, ``summary.md``) and a few plots that
+compare its jobs, logged as artifacts of its parent run under ``report/``
+(:func:`write_report`; what each file holds is in ``python -m ms_exp.report --help``).
 
 The sweep callback writes it when a sweep ends (ms_exp.tracking.sweep); ``python -m
-ms_exp.report`` (ms_exp/report.py) writes it again. Finding the sweep and its jobs is
-ms_exp.tracking.sweep_runs.
+ms_exp.report`` writes it again. Finding the sweep and its jobs is ms_exp.tracking.sweep_runs.
 """
 import csv
 import math
