@@ -8,7 +8,8 @@ from mindspore.train import CheckpointConfig, ModelCheckpoint, RunContext
 from mindspore.train.callback import _InternalCallbackParam
 from omegaconf import OmegaConf
 
-from ms_exp.checkpoint.files import DamagedCheckpoint, create_checkpoint_callbacks, load_verified
+from ms_exp.checkpoint.callbacks import create_checkpoint_callbacks
+from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
 
 def _flip_a_byte(path):

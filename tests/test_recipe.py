@@ -148,7 +148,7 @@ def test_group_params_keep_weight_decay_off_batch_norm_and_biases(name):
 # --- checkpoint interval and data parallel context ---------------------------------------
 
 def test_checkpoints_every_n_epochs_unless_steps_are_given():
-    from ms_exp.checkpoint.files import save_interval_steps
+    from ms_exp.checkpoint.callbacks import save_interval_steps
 
     assert save_interval_steps(compose_config([]).checkpoint, 625) == 625
     assert save_interval_steps(compose_config([PRESET]).checkpoint, 625) == 6250
