@@ -126,7 +126,7 @@ def test_stages_import_only_earlier_stages_and_leaves():
         "ms_exp.config": ("ms_exp.preflight", "ms_exp.job", "ms_exp.train", "ms_exp.data",
                           "ms_exp.models", "ms_exp.parallel", "ms_exp.boost",
                           "ms_exp.checkpoint", "ms_exp.placement", "ms_exp.tracking"),
-        "ms_exp.preflight": ("ms_exp.job",),
+        "ms_exp.preflight": ("ms_exp.job", "ms_exp.train"),
         "ms_exp.train": ("ms_exp.job", "ms_exp.preflight"),
         "ms_exp.data": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),
         "ms_exp.models": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),

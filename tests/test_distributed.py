@@ -32,6 +32,8 @@ def data_parallel_run(tmp_path_factory):
                  f"parallel.launcher.master_port={free_port()}")
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
         data_parallel_run, tmp_path):
     run_dir = data_parallel_run.run_dir
@@ -52,6 +54,8 @@ def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
         assert "run distribute!" in log
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
     client = data_parallel_run.store
     runs = client.search_runs(["1"])
@@ -77,6 +81,8 @@ def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
     assert run_dirs == [data_parallel_run.run_dir]
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_msrun_command_is_printed_and_saved_for_copying(data_parallel_run):
     saved = (data_parallel_run.run_dir / "launch_command.sh").read_text().splitlines()[-1]
     assert saved in data_parallel_run.stdout
@@ -86,6 +92,8 @@ def test_msrun_command_is_printed_and_saved_for_copying(data_parallel_run):
     assert saved.endswith(f"python -m ms_exp.worker --run-dir {data_parallel_run.run_dir}")
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_eval_loads_a_data_parallel_run(data_parallel_run):
     result = run_cli("ms_exp.eval", ["--run-id", data_parallel_run.run_id],
                      data_parallel_run.cwd)
@@ -167,6 +175,8 @@ def _wait_for_training(process, run_dir: Path, timeout=120):
 LONG = ("trainer.epochs=300", "checkpoint=none", "trainer.loss_print_interval=1")
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path):
     # The same command twice (the port too: it is part of the config the runs share).
     job = ("trainer.epochs=8", "checkpoint.save_checkpoint_steps=5", "trainer.resume=auto",
@@ -199,6 +209,8 @@ def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path
         f"{point} (epoch {epoch}, step {step} of it)"
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_a_crashed_worker_stops_the_others_and_fails_the_run(tmp_path):
     process = _start(tmp_path, *LONG)
     run_dir = tmp_path / "run"
@@ -216,6 +228,8 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(tmp_path):
     assert run.data.tags["ms_exp.error"].startswith("WorkersFailed:")
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_at_a_checkpoint_and_kills_the_run(tmp_path):
     process = _start(tmp_path, "trainer.epochs=300", "trainer.loss_print_interval=1")
     run_dir = tmp_path / "run"
@@ -244,6 +258,8 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
     """Node 0 is the entrypoint; node 1 runs the saved msrun command with its node rank,
     as a second machine sharing the run directory would."""

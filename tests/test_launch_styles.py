@@ -148,6 +148,7 @@ def test_rendered_values_are_quoted_for_bash(tmp_path):
 
 # --- the saved scripts run ---------------------------------------------------------------
 
+@pytest.mark.distributed
 def test_saved_rank_table_script_starts_every_rank_with_its_environment(tmp_path):
     write_rank_table(tmp_path / "hccl_2p.json", 2)
     cfg = compose_config([DP, *RANK_TABLE,
@@ -189,6 +190,7 @@ def test_saved_mpirun_script_hands_mpirun_its_arguments_and_no_rank_table(tmp_pa
 
 # --- launch() runs the plan --------------------------------------------------------------
 
+@pytest.mark.distributed
 def test_launch_starts_each_rank_of_a_rank_table_itself(tmp_path, monkeypatch, capsys):
     write_rank_table(tmp_path / "hccl_2p.json", 2)
     cfg = compose_config([DP, *RANK_TABLE,
@@ -207,6 +209,7 @@ def test_launch_starts_each_rank_of_a_rank_table_itself(tmp_path, monkeypatch, c
     assert "DEVICE_ID=0 RANK_ID=0" in capsys.readouterr().out
 
 
+@pytest.mark.distributed
 def test_a_failed_rank_table_rank_stops_the_others_and_is_named(tmp_path, monkeypatch):
     write_rank_table(tmp_path / "hccl_2p.json", 2)
     cfg = compose_config([DP, *RANK_TABLE, "parallel.launcher.join_timeout=1",
@@ -279,6 +282,7 @@ def test_preflight_accepts_a_rank_table_on_ascend_and_mpirun_on_gpu(tmp_path, mo
 
 # --- the real thing ----------------------------------------------------------------------
 
+@pytest.mark.distributed
 @pytest.mark.skipif(shutil.which("mpirun") is None,
                     reason="Open MPI's mpirun is not on PATH (apt-get install openmpi-bin)")
 def test_real_mpirun_starts_both_ranks_but_mindspore_on_cpu_cannot_join_them(tmp_path):

@@ -36,6 +36,8 @@ def integrated(tmp_path_factory):
                  f"parallel.launcher.master_port={free_port()}")
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_output_tree_is_the_tutorials_strategy_file_rank_folders_logs_and_loss_lines(sliced):
     run_dir = sliced.run_dir
     assert "parallel=semi_auto on CPU: MindSpore refuses this mode on CPU" in sliced.stdout
@@ -54,6 +56,8 @@ def test_output_tree_is_the_tutorials_strategy_file_rank_folders_logs_and_loss_l
     assert ranks == {f"checkpoints/rank_{r}" for r in range(8)}
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_strategy_file_holds_mindspores_layouts(sliced):
     from ms_exp.parallel.layout import strategy_file_layouts
 
@@ -67,6 +71,8 @@ def test_strategy_file_holds_mindspores_layouts(sliced):
     assert all(whole(*layouts[name]) for name in ("layer2.weight", "layer1.bias"))
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_each_rank_holds_its_slice_about_1_over_k_of_the_parameter(sliced, integrated):
     full = load(integrated.run_dir / "checkpoints/rank_0/checkpoint-1_5.ckpt")
     for rank in range(8):
@@ -85,6 +91,8 @@ def test_each_rank_holds_its_slice_about_1_over_k_of_the_parameter(sliced, integ
     assert sliced_bytes == pytest.approx(whole_bytes - halved / 2, rel=0.02)
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_merging_the_slices_with_mindspores_tool_gives_the_integrated_weights_bit_for_bit(
         sliced, integrated, tmp_path):
     merged = run_cli("ms_exp.ckpt", ["merge", str(sliced.run_dir), "--output",
@@ -97,6 +105,8 @@ def test_merging_the_slices_with_mindspores_tool_gives_the_integrated_weights_bi
         assert np.array_equal(merged_weights[name], full[name]), name
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_merge_by_run_id_and_eval_of_the_sliced_run(sliced, tmp_path):
     merged = run_cli("ms_exp.ckpt", ["merge", sliced.run_id, "--output", str(tmp_path / "m")],
                      sliced.cwd)
@@ -110,6 +120,8 @@ def test_merge_by_run_id_and_eval_of_the_sliced_run(sliced, tmp_path):
     assert printed == pytest.approx(final, abs=1e-9)
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_integrated_save_writes_full_weights_on_every_rank(integrated):
     first = load(integrated.run_dir / "checkpoints/rank_0/checkpoint-1_5.ckpt")
     for rank in range(1, 8):
@@ -119,6 +131,8 @@ def test_integrated_save_writes_full_weights_on_every_rank(integrated):
     assert first["layer1.weight"].shape == (64, 512)
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_auto_parallel_on_cpu_runs_data_parallel_layouts_and_says_so(tmp_path):
     result = train(tmp_path, "parallel=auto", "parallel.device_num=2", "checkpoint=sliced",
                    "trainer.epochs=1", f"parallel.launcher.master_port={free_port()}")
@@ -134,6 +148,7 @@ def test_auto_parallel_on_cpu_runs_data_parallel_layouts_and_says_so(tmp_path):
     assert run.data.params["parallel.search_mode"] == "sharding_propagation"
 
 
+@pytest.mark.slow
 def test_bad_shard_strategies_are_refused_in_one_line(tmp_path):
     cases = {
         "parallel.strategies.layer1.matmul=[[2,1],[2,2]]": "inner",

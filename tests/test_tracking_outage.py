@@ -128,6 +128,7 @@ def upload(run_dir: Path, cwd: Path):
     return run_cli("ms_exp.tracking.upload", [str(run_dir)], cwd, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_path):
     job = run_cli("ms_exp.run", [*FAST, "trainer.epochs=1", f"tracking.uri={relay.uri}",
                                  "tracking.experiment_name=outage"], tmp_path)
@@ -166,6 +167,7 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
+@pytest.mark.slow
 def test_a_server_dying_mid_run_gets_every_step_once_when_it_returns(relay, tmp_path, capfd):
     relay.start()
     tracker = SidecarTracker(relay.uri, "outage-mid-run", "dies", {}, offline_dir=tmp_path)
@@ -200,6 +202,7 @@ def test_a_server_dying_mid_run_gets_every_step_once_when_it_returns(relay, tmp_
     assert not warnings_in(err) and f"{relay.uri} answers again: run {run_id}" in err
 
 
+@pytest.mark.slow
 def test_a_journal_kept_at_the_end_is_uploaded_once(relay, tmp_path, capfd):
     relay.start()
     tracker = SidecarTracker(relay.uri, "outage-upload", "kept", {}, offline_dir=tmp_path)
@@ -223,6 +226,7 @@ def test_a_journal_kept_at_the_end_is_uploaded_once(relay, tmp_path, capfd):
     assert client.get_run(run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_rank_zero_of_a_distributed_job_shares_the_jobs_journal(relay, tmp_path, capfd):
     # Rank 0 adds to the job's run from a sidecar of its own (ms_exp/worker.py) and leaves
     # ending it to the job; what it could not deliver, the job delivers at its end.
@@ -299,6 +303,7 @@ def test_upload_without_a_journal_is_a_one_line_error(tmp_path):
         "journal there)"]
 
 
+@pytest.mark.slow
 def test_a_job_reopens_an_earlier_run_and_appends_to_it(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     first = SidecarTracker(uri, "exp", "resumable", {})

@@ -124,6 +124,8 @@ def _save_screenshot(page, tmp_path: Path, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / name))
 
 
+@pytest.mark.browser
+@pytest.mark.slow
 def test_sweep_shows_in_the_mlflow_ui_as_a_parent_run_with_two_children(request, tmp_path):
     # Checked before the fixtures start anything, so a missing browser fails the test (not a
     # fixture error) in a second rather than after the sweep.

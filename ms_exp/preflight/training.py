@@ -4,9 +4,9 @@ builds."""
 import re
 
 from ms_exp.boost.options import boost_option
+from ms_exp.config.amp import needs_overflow_check
 from ms_exp.config.errors import require
 from ms_exp.models.options import model_option
-from ms_exp.train.precision import needs_overflow_check
 
 PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 

@@ -1,7 +1,7 @@
 """What a rank says about how it trains, on the console and as tags of the run: where the
 parameters are (placement) and which loop and precision train them."""
+from ms_exp.config.amp import needs_overflow_check
 from ms_exp.placement.tables import describe_placement, host_tables
-from ms_exp.train.precision import needs_overflow_check
 
 
 def announce_placement(cfg, network, placement, device_target: str, tracker) -> None:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Tuple
 
+from ms_exp.config.amp import needs_overflow_check
 from ms_exp.train.losses import TOTAL, create_loss_parts, create_training_loss, part_names
 
 
@@ -51,7 +52,7 @@ def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
                         optimizer=optimizer, metrics=metrics, boost_level=cfg.boost.level,
                         **model_arguments(cfg.amp))
     from ms_exp.train.functional import FunctionalTrainer
-    from ms_exp.train.precision import cast_network, loss_scaler, needs_overflow_check
+    from ms_exp.train.precision import cast_network, loss_scaler
 
     amp = cfg.amp
     # As the tutorial's Trainer: every step's gradients are checked; with a fixed scale and

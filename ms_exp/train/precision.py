@@ -5,15 +5,10 @@ loss_scale_manager), as stage one of the dimension-reduction tutorial does;
 ``trainer.loop=functional`` applies the same casts to the network and scales the loss with
 ``mindspore.amp``'s loss scalers, as the training-flow tutorial's Trainer does.
 
-MindSpore is imported by the functions that build something: the config checks read
-``needs_overflow_check`` before MindSpore starts.
+MindSpore is imported by the functions that build something.
 """
 
-
-def needs_overflow_check(amp_cfg) -> bool:
-    """Steps whose gradients overflow are skipped (MindSpore's loss-scale update cell)."""
-    kind = amp_cfg.loss_scale.value
-    return kind == "dynamic" or (kind == "fixed" and amp_cfg.drop_overflow_update)
+from ms_exp.config.amp import needs_overflow_check
 
 
 def model_arguments(amp_cfg) -> dict:
