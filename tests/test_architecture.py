@@ -132,7 +132,8 @@ def test_stages_import_only_earlier_stages_and_leaves():
         "ms_exp.models": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),
         "ms_exp.parallel": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),
         "ms_exp.boost": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),
-        "ms_exp.checkpoint": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),
+        # Stage one's snapshots are checkpoints: boost reads them, checkpoint never asks boost.
+        "ms_exp.checkpoint": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train", "ms_exp.boost"),
         "ms_exp.placement": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),
         "ms_exp.tracking": ("ms_exp.job", "ms_exp.preflight", "ms_exp.train"),
     }

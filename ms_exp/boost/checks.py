@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ms_exp.boost.snapshots import snapshot_files
+from ms_exp.checkpoint.snapshots import snapshot_files
 from ms_exp.config.errors import ConfigError, one_of, require
 from ms_exp.data.spec import declared_spec
 

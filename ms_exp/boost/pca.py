@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ms_exp.boost.snapshots import snapshot_files
+from ms_exp.checkpoint.snapshots import snapshot_files
 
 # MindSpore's names: the matrix it computes in weight_load_dir, and its end marker.
 MINDSPORE_MATRIX = "pca_mat_temp.npy"

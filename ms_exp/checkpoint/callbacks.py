@@ -19,8 +19,8 @@ from typing import List, Optional
 import mindspore as ms
 from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 
-from ms_exp.boost.snapshots import SNAPSHOT_PREFIX, snapshot_files
 from ms_exp.checkpoint.files import BEST_NAME, numbered_checkpoints
+from ms_exp.checkpoint.snapshots import SNAPSHOT_PREFIX, snapshot_files
 
 # What best.ckpt scored, so a resumed run does not replace it with a worse one.
 BEST_RECORD = "best.json"

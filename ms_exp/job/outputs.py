@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ms_exp.boost.snapshots import SNAPSHOT_DIR, snapshot_files
+from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR, snapshot_files
 from ms_exp.parallel.launcher_config import is_distributed, log_dir
 
 

@@ -8,7 +8,6 @@ from typing import List, Optional, Sequence
 
 from mindspore.train import Callback, LossMonitor
 
-from ms_exp.boost.snapshots import SNAPSHOT_DIR
 from ms_exp.checkpoint.callbacks import (
     BestCheckpoint,
     TimedModelCheckpoint,
@@ -16,6 +15,7 @@ from ms_exp.checkpoint.callbacks import (
     create_checkpoint_callbacks,
     save_interval_steps,
 )
+from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR
 from ms_exp.config.errors import require
 from ms_exp.tracking.callback import MlflowMetrics
 from ms_exp.train.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
