@@ -5,6 +5,7 @@ Hydra starts, every job of the command line is composed and validated here, so a
 override is refused with one line and exit status 2, and no run directory or MLflow run
 is created for it.
 """
+import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -16,7 +17,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
-from ms_exp.preflight.compose import CONF_DIR, CONFIG_NAME, compose_config, preflight
+from ms_exp.preflight.compose import (
+    CONF_DIR,
+    CONFIG_NAME,
+    ConfigSource,
+    compose_config,
+    group_options,
+    preflight,
+)
 from ms_exp.preflight.rerun import rerun_arguments, split_from_run
 from ms_exp.preflight.validate import validate
 from ms_exp.tracking.sweep import end_active_sweep
@@ -47,12 +55,13 @@ def parse_args(argv: List[str]):
     return get_args_parser().parse_args(argv)
 
 
-def print_help(overrides: List[str]) -> None:
-    cfg = compose_config(overrides)
-    experiments = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-    launchers = sorted(p.stem for p in (CONF_DIR / "hydra" / "launcher").glob("*.yaml"))
-    groups = "\n".join(f"  {group:<11} {', '.join(options)}"
-                       for group, options in GROUP_SCHEMAS.items())
+def print_help(overrides: List[str], source: Optional[ConfigSource] = None) -> None:
+    cfg = compose_config(overrides, source=source)
+    # Every option on the whole search path: ms_exp's and those of the user's folders.
+    found = group_options([*GROUP_SCHEMAS, "experiment", "hydra/launcher"], overrides, source)
+    experiments = found.pop("experiment", [])
+    launchers = found.pop("hydra/launcher", [])
+    groups = "\n".join(f"  {group:<11} {', '.join(options)}" for group, options in found.items())
     print(f"""ms_exp: one MindSpore training run from Hydra config groups, recorded in MLflow.
 
 usage: python -m ms_exp.run [group=option ...] [key=value ...]
@@ -60,15 +69,26 @@ usage: python -m ms_exp.run [group=option ...] [key=value ...]
        python -m ms_exp.report SWEEP_DIR|PARENT_RUN_ID   (a sweep's table and plots)
        python -m ms_exp.run --from-run RUN_ID [key=value ...]   (re-run a recorded run)
        python -m ms_exp.run --cfg job               (print the resolved config)
+       python -m ms_exp.run --config-dir conf ...   (your own options in conf/GROUP/*.yaml)
 
 == Config groups (group=option) ==
 {groups}
-  +experiment {', '.join(experiments)}   (presets in experiments/)
+  +experiment {', '.join(experiments)}   (presets: experiments/, and yours in conf/experiment)
   hydra/launcher {', '.join(launchers)}   (with -m: jobs at the same time, or on SLURM)
 
 == Config (override any key=value) ==
 {OmegaConf.to_yaml(cfg)}
 Hydra's own flags: --hydra-help""")
+
+
+def share_import_path() -> None:
+    """Put the working directory first on ``PYTHONPATH``: processes started for the jobs
+    (msrun's ranks, joblib and submitit workers) import the user's modules from it, as
+    ``python -m`` lets this process do."""
+    cwd = os.getcwd()
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [cwd]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -82,16 +102,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_BAD_CONFIG
     args = parse_args(argv)
     try:
+        # Where Hydra will look for the config: --config-path/--config-name/--config-dir.
+        source = ConfigSource.from_args(args, hydra_job)
         if args.help:
-            print_help(args.overrides)
+            print_help(args.overrides, source)
             return 0
         # --cfg, --info and shell completion only print; Hydra reports their errors itself.
         if not (args.hydra_help or args.cfg or args.info or args.shell_completion):
-            preflight(args.overrides, multirun=args.multirun, config_name=args.config_name)
+            preflight(args.overrides, multirun=args.multirun, source=source)
     except InvalidConfig as error:
         print(f"ms_exp: error: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     sys.argv = [sys.argv[0], *argv]
+    share_import_path()
     # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED
     # too, not leave it RUNNING (each job's own run already handles it, DESIGN.md 7).
     guard = nullcontext()

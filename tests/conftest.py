@@ -1,8 +1,10 @@
 """Shared helpers: run the real command lines in a scratch working directory."""
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -66,3 +68,56 @@ def free_port() -> int:
 def workdir(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# What a wheel is built from: the checkout's sources (conf/experiment stays a symlink).
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "ms_exp", "conf", "experiments")
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout, built (no build isolation: offline) from a copy of its
+    sources, so that setuptools' build/ and egg-info never land in the checkout."""
+    root = Path(__file__).resolve().parents[1]
+    source = tmp_path_factory.mktemp("wheel-source")
+    for name in WHEEL_SOURCES:
+        path = root / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(path, source / name)
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(out), str(source)],
+                   check=True, capture_output=True, text=True)
+    (wheel,) = out.glob("ms_exp-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(built_wheel, tmp_path_factory) -> Path:
+    """The python of a fresh virtual environment with the wheel installed (not editable);
+    it imports the test environment's other packages (MindSpore, Hydra, MLflow, ...) through
+    a ``.pth`` line. A path line does not run the editable install's import hook found in
+    that folder, so the checkout's ms_exp is not importable there."""
+    venv = tmp_path_factory.mktemp("wheel-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # Installed before the .pth exists: pip must not see the test environment's ms_exp.
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    str(built_wheel)], check=True, capture_output=True, text=True)
+    site = subprocess.run([str(python), "-c", "import sysconfig; "
+                           "print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (Path(site) / "test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def run_installed(python: Path, args: Sequence[str], cwd: Path,
+                  timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python args...`` in ``cwd`` with nothing of the checkout on the import path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)

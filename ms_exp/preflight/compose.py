@@ -3,14 +3,31 @@
 The launching process composes and validates every job of the command line before Hydra
 creates a run directory and before MindSpore or MLflow start, so bad input costs nothing
 and leaves nothing behind (DESIGN.md, decision 1).
-"""
-from pathlib import Path
-from typing import List, Optional, Sequence
 
-from hydra import compose, initialize_config_dir
+The config is looked up where Hydra will look: ms_exp's config folder (or the folder of
+``--config-path``), a user's ``--config-dir`` and every ``hydra.searchpath`` entry of the
+primary config and the overrides. The search path is built with Hydra's own functions, as
+``hydra._internal.utils.run_hydra`` builds it.
+"""
+import copy
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
+
+from hydra import compose, version
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import (
+    compute_search_path_dir,
+    create_config_search_path,
+    detect_calling_file_or_module_from_task_function,
+)
+from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -20,7 +37,10 @@ from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import output_folder
 from ms_exp.preflight.validate import validate
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# Installed from a wheel, the config folder is the package ms_exp.conf (pyproject.toml);
+# in a checkout (and an editable install of it) it is conf/ beside the package.
+CONF_CANDIDATES = (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf")
 CONFIG_NAME = "config"
 # Sweeps larger than this are spot-checked: the first this many jobs are composed up front.
 MAX_JOBS_CHECKED = 64
@@ -30,25 +50,115 @@ class CompositionError(InvalidConfig):
     """Hydra refused the config; the message is one line."""
 
 
+def _find_conf_dir() -> Path:
+    for folder in CONF_CANDIDATES:
+        if (folder / f"{CONFIG_NAME}.yaml").is_file():
+            return folder
+    return CONF_CANDIDATES[0]
+
+
+CONF_DIR = _find_conf_dir()
+
+
 def conf_dir() -> Path:
     if not (CONF_DIR / f"{CONFIG_NAME}.yaml").is_file():
-        raise RuntimeError(f"ms_exp's config folder is missing: {CONF_DIR} "
-                           "(install from a clone with `pip install -e .`)")
+        raise RuntimeError("ms_exp's config folder is missing: none of "
+                           f"{', '.join(str(c) for c in CONF_CANDIDATES)} holds "
+                           f"{CONFIG_NAME}.yaml (reinstall ms_exp)")
     return CONF_DIR
 
 
-def compose_config(overrides: Sequence[str] = (), config_name: str = CONFIG_NAME,
-                   return_hydra_config: bool = False) -> DictConfig:
-    """Compose like the entrypoint does; raise CompositionError with a one-line message."""
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where the command line's config comes from, as Hydra reads it: ``--config-name``,
+    ``--config-path`` (None: ms_exp's folder) and ``--config-dir``, and the module or file
+    of the ``@hydra.main`` function, against which Hydra reads a relative config path."""
+
+    config_name: str = CONFIG_NAME
+    config_path: Optional[str] = None
+    config_dir: Optional[str] = None
+    calling_file: Optional[str] = None
+    calling_module: Optional[str] = "ms_exp.run"
+
+    @classmethod
+    def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
+        """From Hydra's parsed command line (``hydra._internal.utils.get_args_parser``)."""
+        calling_file, calling_module = None, "ms_exp.run"
+        if task_function is not None:
+            calling_file, calling_module = (
+                detect_calling_file_or_module_from_task_function(task_function))
+        return cls(config_name=args.config_name or CONFIG_NAME,
+                   config_path=args.config_path, config_dir=args.config_dir,
+                   calling_file=calling_file, calling_module=calling_module)
+
+    def search_path(self) -> ConfigSearchPath:
+        """Hydra's search path for this command line, built as ``run_hydra`` builds it."""
+        config_path = self.config_path if self.config_path is not None else str(conf_dir())
+        main_dir = compute_search_path_dir(self.calling_file, self.calling_module, config_path)
+        if main_dir and "://" not in main_dir and not os.path.isdir(main_dir):
+            raise ConfigError("--config-path", self.config_path, "an absolute path to a folder "
+                              "(Hydra reads a relative one against ms_exp's package folder)",
+                              f"no such folder {main_dir}")
+        path = create_config_search_path(main_dir)
+        if self.config_dir is not None:
+            folder = os.path.abspath(self.config_dir)
+            if not os.path.isdir(folder):
+                raise ConfigError("--config-dir", self.config_dir,
+                                  "a folder of config groups", "no such folder")
+            path.prepend(provider="command-line", path=f"file://{folder}",
+                         anchor=SearchPathQuery(provider="schema"))
+        return path
+
+
+@contextmanager
+def hydra_for(source: ConfigSource) -> Iterator[Hydra]:
+    """Hydra initialised on ``source``'s search path for the duration of the block."""
     register_schemas()
+    backup = get_gh_backup()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="run"):
+    version.setbase("1.3")
+    try:
+        yield Hydra.create_main_hydra2(task_name="run", config_search_path=source.search_path())
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def compose_config(overrides: Sequence[str] = (), config_name: Optional[str] = None,
+                   return_hydra_config: bool = False,
+                   source: Optional[ConfigSource] = None) -> DictConfig:
+    """Compose like the entrypoint does; raise CompositionError with a one-line message."""
+    source = _source(source, config_name)
+    with hydra_for(source):
         try:
-            return compose(config_name, overrides=list(overrides),
+            return compose(source.config_name, overrides=list(overrides),
                            return_hydra_config=return_hydra_config)
         except (HydraException, OmegaConfBaseException) as error:
             line = from_composition_error(error, overrides)
             raise CompositionError(line or str(error).splitlines()[0]) from error
+
+
+def group_options(groups: Sequence[str], overrides: Sequence[str] = (),
+                  source: Optional[ConfigSource] = None) -> Dict[str, List[str]]:
+    """The options of ``groups`` and of every other top-level group (but Hydra's and the
+    typed schemas') found on the whole search path, the user's folders included; groups
+    with no option are left out."""
+    from hydra.core.object_type import ObjectType
+
+    source = _source(source, None)
+    with hydra_for(source) as hydra:
+        def options(group: str, kind=ObjectType.CONFIG) -> List[str]:
+            return hydra.config_loader.get_group_options(
+                group, results_filter=kind, config_name=source.config_name,
+                overrides=list(overrides))
+
+        others = [g for g in options("", ObjectType.GROUP) if g not in ("hydra", "schema")]
+        found = {group: options(group) for group in dict.fromkeys([*groups, *others])}
+    return {group: names for group, names in found.items() if names}
+
+
+def _source(source: Optional[ConfigSource], config_name: Optional[str]) -> ConfigSource:
+    source = source or ConfigSource()
+    return replace(source, config_name=config_name) if config_name else source
 
 
 def expand_jobs(overrides: Sequence[str], multirun: bool) -> List[List[str]]:
@@ -62,14 +172,37 @@ def expand_jobs(overrides: Sequence[str], multirun: bool) -> List[List[str]]:
     return [job for batch in batches for job in batch]
 
 
+@contextmanager
+def hydra_config_of(cfg: DictConfig, output_dir: str) -> Iterator[None]:
+    """Hydra's record of the job, as a job sees it (``HydraConfig``), while the checks build
+    its components: an argument such as ``${hydra:runtime.output_dir}/epochs.log``
+    resolves as in the job (a sweep's jobs: to the sweep's folder)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    record = copy.deepcopy(cfg)
+    with open_dict(record):
+        record.hydra.runtime.output_dir = os.path.abspath(output_dir)
+    holder = HydraConfig.instance()
+    before = holder.cfg
+    holder.set_config(record)
+    try:
+        yield
+    finally:
+        holder.cfg = before
+
+
 def preflight(overrides: Sequence[str], multirun: bool = False,
-              config_name: Optional[str] = None) -> List[DictConfig]:
+              config_name: Optional[str] = None,
+              source: Optional[ConfigSource] = None) -> List[DictConfig]:
     """Compose and validate every job; return their configs or raise a one-line error."""
+    source = _source(source, config_name)
     configs = []
     for job in expand_jobs(overrides, multirun)[:MAX_JOBS_CHECKED]:
-        cfg = compose_config(job, config_name or CONFIG_NAME, return_hydra_config=True)
-        validate(cfg, cfg.hydra.runtime.choices)
+        cfg = compose_config(job, return_hydra_config=True, source=source)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
+        with hydra_config_of(cfg, output):
+            validate(cfg, cfg.hydra.runtime.choices)
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         output_folder(key, output)
         configs.append(cfg)
@@ -78,4 +211,5 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
     return configs
 
 
-__all__ = ["CompositionError", "ConfigError", "compose_config", "preflight"]
+__all__ = ["CompositionError", "ConfigError", "ConfigSource", "compose_config", "group_options",
+           "preflight"]
