@@ -1,6 +1,6 @@
 """Criteo end to end: raw text (written in the real format by ``ms_exp.data.criteo_sample``)
 through ``python -m ms_exp.data.criteo_convert`` to MindRecord records of several samples,
-then ``create_criteo`` and the ``dataset=criteo`` validation.
+then ``create_datasets`` of ``dataset=criteo`` and the ``dataset=criteo`` validation.
 
 Conversions run in-process through ``main()`` where a test looks at ids and files, and as a
 subprocess where it looks at what a user sees (exit status, the one-line error, stdout).
@@ -21,11 +21,11 @@ from omegaconf import OmegaConf
 from ms_exp.config.errors import ConfigError
 from ms_exp.config.schema import CriteoDataset
 from ms_exp.data import create_datasets, criteo_convert, criteo_text
-from ms_exp.data.criteo import create_criteo
+from ms_exp.data.build import declared_shape
 from ms_exp.data.criteo_convert import main, split_sizes
 from ms_exp.data.criteo_format import read_meta
 from ms_exp.data.criteo_sample import sample_lines
-from ms_exp.data.spec import Shard, declared_shape
+from ms_exp.data.spec import Shard
 from ms_exp.preflight.dataset import validate_dataset
 
 PROG = "ms_exp.data.criteo_convert"
@@ -511,7 +511,7 @@ def test_two_shards_deal_out_whole_records(converted):
     cfg = dataset_cfg(converted, batch_size=32, drop_remainder=False)
     read = Counter()
     for shard_id in range(2):
-        train, _, spec = create_criteo(cfg, Shard(2, shard_id))
+        train, _, spec = create_datasets(cfg, Shard(2, shard_id))
         assert spec.train_size == 113 * 16  # ceil(225 / 2) records
         rows = [row for batch in batches(train) for row in batch]
         assert len(rows) == spec.train_size
@@ -579,7 +579,7 @@ def test_a_batch_size_not_a_multiple_of_the_records_is_refused(converted):
                             "convert the data again with a --samples-per-record that divides "
                             "the batch size")
     with pytest.raises(ConfigError, match="^dataset.batch_size=100: "):
-        create_criteo(cfg, Shard())
+        create_datasets(cfg, Shard())
 
 
 def test_a_folder_of_the_first_format_asks_for_a_new_conversion(tmp_path, converted):
@@ -597,7 +597,7 @@ def test_a_folder_of_the_first_format_asks_for_a_new_conversion(tmp_path, conver
                        "this one is format 1 (one sample per record)); convert again with "
                        "`python -m ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`")
     with pytest.raises(ConfigError) as error:
-        create_criteo(cfg, Shard())
+        create_datasets(cfg, Shard())
     assert str(error.value) == message
 
 

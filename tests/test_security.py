@@ -374,7 +374,8 @@ def _stage_two_weights(path: Path) -> Path:
     """A real MindSpore checkpoint of stage two's network, so validation reaches the PCA."""
     import mindspore as ms
 
-    from ms_exp.data.spec import DataSpec, declared_shape
+    from ms_exp.data.build import declared_shape
+    from ms_exp.data.spec import DataSpec
     from ms_exp.models import create_network
 
     cfg = compose_config([STAGE_TWO])

@@ -88,7 +88,7 @@ def test_placements_build_the_tutorials_kernels_and_train_the_same_loss(criteo):
     from omegaconf import OmegaConf
 
     from ms_exp.config.schema import WideDeepModel
-    from ms_exp.models.wide_deep import WideDeepLoss, create_train_step, create_wide_deep
+    from ms_exp.models.wide_deep import WideDeepLoss, create_train_step, wide_deep
     from ms_exp.placement.tables import Placement
 
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
@@ -100,7 +100,8 @@ def test_placements_build_the_tutorials_kernels_and_train_the_same_loss(criteo):
     losses = {}
     for host in (False, True):
         ms.set_seed(3)
-        network = create_wide_deep(cfg, 39, 500, Placement(host_tables=host))
+        network = wide_deep((39,), 500, Placement(host_tables=host), emb_dim=cfg.emb_dim,
+                            deep_layers=cfg.deep_layers)
         step = create_train_step(cfg, network, Placement(host_tables=host))
         lookups = [network.wide_embedding, network.deep_embedding]
         assert {(t.target, t.sparse) for t in lookups} == {("CPU", True) if host

@@ -13,7 +13,7 @@ import numpy as np
 
 from ms_exp.checkpoint.snapshots import snapshot_files
 from ms_exp.config.errors import ConfigError, one_of, require
-from ms_exp.data.spec import declared_spec
+from ms_exp.data.build import declared_spec
 
 LEVELS = ("O1", "O2")
 

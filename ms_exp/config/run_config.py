@@ -8,7 +8,8 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.config.schema import GROUP_SCHEMAS, Config
+from ms_exp.config.schema import Config, group_schema
+from ms_exp.config.targets import component_name
 
 RESOLVED_CONFIG = "config.yaml"
 
@@ -20,8 +21,9 @@ def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
     merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
                              OmegaConf.from_dotlist(list(overrides)))
     for group, option in choices_from_config(merged).items():
-        merged[group] = OmegaConf.merge(OmegaConf.structured(GROUP_SCHEMAS[group][option]),
-                                        merged[group])
+        schema = group_schema(group, merged[group], option)
+        if schema is not None:  # a user's option has none: its target's signature checks it
+            merged[group] = OmegaConf.merge(OmegaConf.structured(schema), merged[group])
     return merged
 
 
@@ -30,4 +32,5 @@ def choices_from_config(cfg: DictConfig) -> dict:
     each group's option is named by its ``name``/``mode`` key; the checkpoint options share
     one schema."""
     return {"parallel": cfg.parallel.mode, "checkpoint": "integrated", "boost": cfg.boost.mode,
-            "placement": cfg.placement.mode, "dataset": cfg.dataset.name, "model": cfg.model.name}
+            "placement": cfg.placement.mode, "dataset": component_name(cfg.dataset),
+            "model": component_name(cfg.model)}

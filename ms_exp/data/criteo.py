@@ -17,6 +17,7 @@ the meta). Evaluation reads every record, keeping a last batch of fewer records.
 vocabulary size also comes from ``criteo_meta.json``.
 """
 from pathlib import Path
+from types import SimpleNamespace
 
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.data.criteo_format import (
@@ -29,7 +30,6 @@ from ms_exp.data.criteo_format import (
     TRAIN_FILE,
     read_meta,
 )
-from ms_exp.data.spec import DataSpec, Shard
 
 
 def samples_per_record(cfg, meta: dict) -> int:
@@ -57,32 +57,31 @@ def samples_per_record(cfg, meta: dict) -> int:
     return size
 
 
-def create_criteo(cfg, shard: Shard):
+def criteo(split: str, path: str, batch_size: int = 1000, drop_remainder: bool = True,
+           shuffle: bool = True, num_shards=None, shard_id=None,
+           num_parallel_workers: int = 1):
+    """Batches of ``split`` (its signature names ``batch_size``: records are batched here,
+    ``batch_size // N`` at a time, then flattened to samples)."""
     # Imported here: read_meta runs in preflight, before MindSpore may be imported.
     import mindspore.dataset as ds
 
     # Expanded as validation expands it: MindSpore's readers take "~/criteo" literally.
-    root = Path(cfg.path).expanduser()
-    meta = read_meta(root)
-    size = samples_per_record(cfg, meta)
-    records_per_batch = cfg.batch_size // size
-    workers = cfg.num_parallel_workers
-    # MindSpore's readers and map take lists of column names, not tuples.
-    train = ds.MindDataset(str(root / TRAIN_FILE), columns_list=list(COLUMNS),
-                           shuffle=cfg.shuffle, num_parallel_workers=workers,
-                           **shard.reader_args())
-    evaluation = ds.MindDataset(str(root / EVAL_FILE), columns_list=list(COLUMNS), shuffle=False,
-                                num_parallel_workers=workers)
-    # Records, then samples: with shards, MindDataset gives every rank
-    # ceil(records / shards) records, repeating a few.
-    spec = DataSpec(image_shape=(FIELD_SIZE,), num_classes=2,
-                    train_size=train.get_dataset_size() * size,
-                    eval_size=evaluation.get_dataset_size() * size,
-                    vocab_size=int(meta["vocab_size"]))
-    # Only the training set drops a ragged last batch: evaluation reads every record.
-    train = train.batch(records_per_batch, drop_remainder=cfg.drop_remainder)
-    evaluation = evaluation.batch(records_per_batch, drop_remainder=False)
-    return unpack(train, workers), unpack(evaluation, workers), spec
+    root = Path(path).expanduser()
+    size = samples_per_record(SimpleNamespace(path=path, batch_size=batch_size),
+                              read_meta(root))
+    workers = num_parallel_workers
+    # MindSpore's readers and map take lists of column names, not tuples. With shards,
+    # MindDataset gives every rank ceil(records / shards) records, repeating a few.
+    records = ds.MindDataset(str(root / (TRAIN_FILE if split == "train" else EVAL_FILE)),
+                             columns_list=list(COLUMNS), shuffle=shuffle,
+                             num_parallel_workers=workers, num_shards=num_shards,
+                             shard_id=shard_id)
+    return unpack(records.batch(batch_size // size, drop_remainder=drop_remainder), workers)
+
+
+def vocab_size(path: str) -> int:
+    """Rows of the id space of the converted folder (``criteo_meta.json``)."""
+    return int(read_meta(Path(path).expanduser())["vocab_size"])
 
 
 def _flatten(ids, vals, labels):

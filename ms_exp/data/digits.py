@@ -1,13 +1,11 @@
 """The default dataset: UCI handwritten digits, shipped inside scikit-learn.
 
 1797 grey 8x8 images with 17 intensity levels (0..16). A stratified split, fixed by
-``split_seed``, holds out ``eval_fraction`` of them for evaluation.
+``split_seed``, holds out ``eval_fraction`` of them for evaluation. Returned as arrays
+(the ``dataset`` contract, ``ms_exp.data.build``): the tutorial's Rescale / Normalize /
+HWC2CHW done in numpy, since the whole set is 1797 tiny images.
 """
-import mindspore.dataset as ds
 import numpy as np
-
-from ms_exp.data.spec import DataSpec, Shard
-from ms_exp.data.transforms import normalize_and_batch
 
 MAX_PIXEL = 16.0
 
@@ -23,12 +21,12 @@ def split_digits(eval_fraction: float, split_seed: int):
                             random_state=split_seed, stratify=labels)
 
 
-def create_digits(cfg, shard: Shard):
-    train_x, eval_x, train_y, eval_y = split_digits(cfg.eval_fraction, cfg.split_seed)
-    train = ds.NumpySlicesDataset({"image": train_x, "label": train_y}, shuffle=cfg.shuffle,
-                                  **shard.reader_args())
-    evaluation = ds.NumpySlicesDataset({"image": eval_x, "label": eval_y}, shuffle=False)
-    spec = DataSpec(image_shape=(1, 8, 8), num_classes=10,
-                    train_size=train.get_dataset_size(), eval_size=len(eval_y))
-    return (normalize_and_batch(train, cfg, 1 / MAX_PIXEL, is_train=True),
-            normalize_and_batch(evaluation, cfg, 1 / MAX_PIXEL, is_train=False), spec)
+def digits(split: str, eval_fraction: float = 0.2, split_seed: int = 0,
+           mean=(0.3053,), std=(0.3760,)):
+    """``(images, labels)`` of ``split``: float32 [N, 1, 8, 8] normalized, int32 [N]."""
+    train_x, eval_x, train_y, eval_y = split_digits(eval_fraction, split_seed)
+    images, labels = (train_x, train_y) if split == "train" else (eval_x, eval_y)
+    mean = np.asarray(mean, np.float32)
+    std = np.asarray(std, np.float32)
+    normalized = (images / np.float32(MAX_PIXEL) - mean) / std
+    return np.ascontiguousarray(normalized.transpose(0, 3, 1, 2)), labels

@@ -9,32 +9,38 @@ from pathlib import Path
 
 import mindspore.dataset as ds
 
-from ms_exp.data.spec import IMAGE_EXTENSIONS, DataSpec, Shard
-from ms_exp.data.transforms import normalize_and_batch
+from ms_exp.data.spec import IMAGE_EXTENSIONS
+from ms_exp.data.transforms import normalize
 
 # Fraction of the resized eval image that the center crop keeps (224 of 256).
 EVAL_CROP_FRACTION = 0.875
+
 
 def class_folders(split_dir: Path):
     return sorted(p.name for p in Path(split_dir).iterdir() if p.is_dir())
 
 
-def create_imagenet(cfg, shard: Shard):
+def imagenet(split: str, path: str, train_dir: str = "train", eval_dir: str = "val",
+             image_size: int = 224, num_classes=None, mean=(0.485 * 255, 0.456 * 255,
+                                                             0.406 * 255),
+             std=(0.229 * 255, 0.224 * 255, 0.225 * 255), shuffle: bool = True,
+             num_shards=None, shard_id=None, num_parallel_workers: int = 1):
+    """Unbatched samples of ``split`` after the model zoo's transforms. ``num_classes``
+    (null: the class folders) is what the network is sized to; labels index the sorted
+    folders of ``train_dir``."""
     # Expanded as validation expands it: MindSpore's readers take "~/data" literally.
-    root = Path(cfg.path).expanduser()
-    classes = class_folders(root / cfg.train_dir)
-    indexing = {name: index for index, name in enumerate(classes)}
-    size = cfg.image_size
-    train = ds.ImageFolderDataset(str(root / cfg.train_dir), shuffle=cfg.shuffle,
-                                  class_indexing=indexing, extensions=IMAGE_EXTENSIONS,
-                                  **shard.reader_args())
-    evaluation = ds.ImageFolderDataset(str(root / cfg.eval_dir), shuffle=False,
-                                       class_indexing=indexing, extensions=IMAGE_EXTENSIONS)
-    train_ops = [ds.vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333)),
-                 ds.vision.RandomHorizontalFlip(prob=0.5)]
-    eval_ops = [ds.vision.Decode(), ds.vision.Resize(int(size / EVAL_CROP_FRACTION)),
-                ds.vision.CenterCrop(size)]
-    spec = DataSpec(image_shape=(3, size, size), num_classes=cfg.num_classes or len(classes),
-                    train_size=train.get_dataset_size(), eval_size=evaluation.get_dataset_size())
-    return (normalize_and_batch(train, cfg, 1.0, is_train=True, image_ops=train_ops),
-            normalize_and_batch(evaluation, cfg, 1.0, is_train=False, image_ops=eval_ops), spec)
+    root = Path(path).expanduser()
+    indexing = {name: index for index, name in enumerate(class_folders(root / train_dir))}
+    size = image_size
+    if split == "train":
+        folder = root / train_dir
+        ops = [ds.vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333)),
+               ds.vision.RandomHorizontalFlip(prob=0.5)]
+    else:
+        folder = root / eval_dir
+        ops = [ds.vision.Decode(), ds.vision.Resize(int(size / EVAL_CROP_FRACTION)),
+               ds.vision.CenterCrop(size)]
+    reader = ds.ImageFolderDataset(str(folder), shuffle=shuffle, class_indexing=indexing,
+                                   extensions=IMAGE_EXTENSIONS, num_shards=num_shards,
+                                   shard_id=shard_id)
+    return normalize(reader, mean, std, 1.0, num_parallel_workers, image_ops=ops)

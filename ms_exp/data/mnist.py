@@ -1,18 +1,17 @@
-"""MNIST from its idx files with mindspore.dataset.MnistDataset, as the tutorials read it."""
+"""MNIST from its idx files with mindspore.dataset.MnistDataset, as the tutorials read it:
+unbatched samples after the tutorial's transforms, the reader itself shuffling and sharding
+(its signature names ``shuffle``, ``num_shards`` and ``shard_id``, so ms_exp passes them)."""
 from pathlib import Path
 
 import mindspore.dataset as ds
 
-from ms_exp.data.spec import DataSpec, Shard
-from ms_exp.data.transforms import normalize_and_batch
+from ms_exp.data.transforms import normalize
 
 
-def create_mnist(cfg, shard: Shard):
+def mnist(split: str, path: str, mean=(0.1307,), std=(0.3081,), shuffle: bool = True,
+          num_shards=None, shard_id=None, num_parallel_workers: int = 1):
     # Expanded as validation expands it: MindSpore's readers take "~/mnist" literally.
-    root = str(Path(cfg.path).expanduser())
-    train = ds.MnistDataset(root, usage="train", shuffle=cfg.shuffle, **shard.reader_args())
-    evaluation = ds.MnistDataset(root, usage="test", shuffle=False)
-    spec = DataSpec(image_shape=(1, 28, 28), num_classes=10,
-                    train_size=train.get_dataset_size(), eval_size=evaluation.get_dataset_size())
-    return (normalize_and_batch(train, cfg, 1 / 255.0, is_train=True),
-            normalize_and_batch(evaluation, cfg, 1 / 255.0, is_train=False), spec)
+    root = str(Path(path).expanduser())
+    reader = ds.MnistDataset(root, usage="train" if split == "train" else "test",
+                             shuffle=shuffle, num_shards=num_shards, shard_id=shard_id)
+    return normalize(reader, mean, std, 1 / 255.0, num_parallel_workers)

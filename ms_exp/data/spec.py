@@ -1,15 +1,19 @@
-"""What a network needs to know about its data, and which shard of it a rank reads."""
+"""What a network needs to know about its data, which shard of it a rank reads, and which
+keys of a ``dataset`` option are ms_exp's rather than its target's."""
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Tuple
 
-from ms_exp.data.criteo_format import FIELD_SIZE
-
 # What a dataset's samples are, so the checks can pair datasets with the models that read
-# them (ms_exp.models.option.ModelOption.inputs).
+# them (ms_exp.models.option.ModelOption.inputs). None: not declared (a user's option).
 IMAGES = "images"
 CRITEO_INPUTS = "Criteo ids and weights"
-DATASET_INPUTS = {"criteo": CRITEO_INPUTS}  # every other dataset: IMAGES
+
+# Keys of a dataset option that ms_exp applies to what its target returns (batching,
+# shuffling, each rank's shard); a target whose signature names one of them, or
+# num_shards / shard_id, gets it and applies it itself, as MindSpore's readers do.
+LOADER_KEYS = ("batch_size", "shuffle", "num_parallel_workers", "drop_remainder")
+# ms_exp's labels: the option's name, and the class count when the data cannot tell.
+LABEL_KEYS = ("name", "num_classes")
 
 # Files ImageFolderDataset reads (it matches extensions case-sensitively). Without the list
 # it reads every file, and one stray .DS_Store or README in a class folder stops training
@@ -38,31 +42,3 @@ class Shard:
         if self.num_shards == 1:
             return {}
         return {"num_shards": self.num_shards, "shard_id": self.shard_id}
-
-
-def declared_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
-    """(C, H, W) (or (fields,) for Criteo) and class count of a dataset as its config
-    declares them, without reading any sample."""
-    name = dataset_cfg.name
-    if name == "digits":
-        return (1, 8, 8), 10
-    if name == "mnist":
-        return (1, 28, 28), 10
-    if name == "imagenet":
-        size = dataset_cfg.image_size
-        train = Path(dataset_cfg.path).expanduser() / dataset_cfg.train_dir
-        classes = dataset_cfg.num_classes or sum(p.is_dir() for p in train.iterdir())
-        return (3, size, size), classes
-    if name == "criteo":
-        return (FIELD_SIZE,), 2
-    return tuple(dataset_cfg.image_shape), dataset_cfg.num_classes
-
-
-def declared_spec(dataset_cfg) -> DataSpec:
-    """The spec a network is built from in the config checks, before any sample is read."""
-    shape, classes = declared_shape(dataset_cfg)
-    return DataSpec(shape, classes, 0, 0)
-
-
-def dataset_inputs(dataset_cfg) -> str:
-    return DATASET_INPUTS.get(dataset_cfg.name, IMAGES)

@@ -6,13 +6,14 @@ from typing import List, Optional
 
 from omegaconf import DictConfig
 
+from ms_exp.config.targets import component_name
 from ms_exp.tracking.finished import DIGEST_TAG, find_finished, skip_note
 from ms_exp.tracking.sweep import child_run_name, parent_run_id
 from ms_exp.train.result import JobResult
 
 
 def default_run_name(cfg: DictConfig) -> str:
-    return f"{cfg.model.name}-{cfg.dataset.name}-{cfg.parallel.mode}"
+    return f"{component_name(cfg.model)}-{component_name(cfg.dataset)}-{cfg.parallel.mode}"
 
 
 def run_identity(cfg: DictConfig, run_dir: Path, overrides: List[str], uri: str,
@@ -23,8 +24,8 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: List[str], uri: str,
         DIGEST_TAG: digest,
         "ms_exp.parallel_mode": cfg.parallel.mode,
         "ms_exp.device_num": str(cfg.parallel.device_num),
-        "ms_exp.dataset": cfg.dataset.name,
-        "ms_exp.model": cfg.model.name,
+        "ms_exp.dataset": component_name(cfg.dataset),
+        "ms_exp.model": component_name(cfg.model),
         "ms_exp.run_dir": str(run_dir.resolve()),
         "ms_exp.overrides": " ".join(overrides),
     }

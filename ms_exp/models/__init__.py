@@ -1,10 +1,26 @@
-"""Networks by option (the ``model`` group), sized to the dataset they will see, and what
-each option tells the trainer, evaluation and checks about itself (``ModelOption``)."""
+"""Networks of the ``model`` option, built-in or a user's, built from its ``_target_`` and
+sized to the dataset they will see; what each option tells the trainer, evaluation and
+checks about itself is its ``ModelOption`` (``ms_exp.models.options``)."""
+from ms_exp.config.targets import build
 from ms_exp.data.spec import DataSpec
 from ms_exp.models.options import model_option
+
+NETWORK = "a mindspore.nn.Cell (a Cell class, or a function returning one)"
 
 
 def create_network(model_cfg, spec: DataSpec, placement=None):
     """Build the network of ``model_cfg`` for samples of ``spec.image_shape`` ((C, H, W)
-    images, or (fields,) of Criteo ids), its embedding tables placed by ``placement``."""
-    return model_option(model_cfg).create_network(model_cfg, spec, placement)
+    images, or (fields,) of Criteo ids), its embedding tables placed by ``placement``.
+
+    ms_exp passes what it knows to a target whose signature names it and whose option
+    leaves it unset: ``num_classes``, ``input_shape``, ``vocab_size`` and ``placement``."""
+    from mindspore import nn
+
+    from ms_exp.placement.tables import Placement
+
+    option = model_option(model_cfg)
+    provided = {"num_classes": spec.num_classes, "input_shape": tuple(spec.image_shape),
+                "vocab_size": spec.vocab_size or None,
+                "placement": placement or Placement(host_tables=False)}
+    return build("model", model_cfg, own_keys=("name", *option.train_keys), provided=provided,
+                 expected=(nn.Cell,), expected_text=NETWORK)

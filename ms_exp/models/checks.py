@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 
 from ms_exp.config.errors import one_of, positive, require
 from ms_exp.config.schema import LossConfig, OptimizerConfig
+from ms_exp.data.build import declared_shape
 from ms_exp.data.criteo_format import read_meta
-from ms_exp.data.spec import declared_shape
 
 MLP_WEIGHT_INITS = ("normal", "uniform", "truncatednormal", "xavier_uniform", "he_uniform",
                     "he_normal", "zeros")

@@ -43,3 +43,12 @@ class Network(nn.Cell):
         x = self.relu2(x)
         logits = self.layer3(x)
         return logits
+
+
+def mlp(input_shape, num_classes: int, hidden_size: int = 512,
+        weight_init: str = "normal") -> Network:
+    """The ``model=mlp`` option's target: a ``Network`` for samples of ``input_shape``."""
+    in_features = 1
+    for size in input_shape:
+        in_features *= int(size)
+    return Network(in_features, num_classes, hidden_size, weight_init)

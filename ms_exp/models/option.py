@@ -1,11 +1,13 @@
 """What a model option tells the rest of ms_exp about itself.
 
-The trainer, evaluation and the config checks ask a ``ModelOption`` what differs between
-models (its own train step, metrics, evaluation network, the metric its best checkpoint is
-chosen by, whether it has embedding tables) instead of comparing the model's name. The
-options are listed in ``ms_exp.models.options``; boost options that build their own
-``Model`` take the same ``ModelBuild``. Nothing here imports MindSpore: the checks read
-these objects before MindSpore starts.
+Every network is built from its option's ``_target_`` the same way (``ms_exp.models``).
+The trainer, evaluation and the config checks ask a ``ModelOption`` what else differs
+between models (its own train step, metrics, evaluation network, the metric its best
+checkpoint is chosen by, whether it has embedding tables) instead of comparing the model's
+name; a user's option gets the defaults. The built-in options are listed in
+``ms_exp.models.options``; boost options that build their own ``Model`` take the same
+``ModelBuild``. Nothing here imports MindSpore: the checks read these objects before
+MindSpore starts.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +31,20 @@ class ModelBuild:
     tracker: Any             # ms_exp.tracking.interface.RunTracker
 
 
+def _no_checks(cfg) -> None:
+    """A user's option: its target's signature and what it returns are checked instead."""
+
+
 @dataclass(frozen=True)
 class ModelOption:
     name: str
-    # (model_cfg, ms_exp.data.spec.DataSpec, Placement or None) -> the network
-    create_network: Callable[[Any, Any, Any], Any]
+    target: Optional[str] = None  # its ``_target_``; None: a user's option
     # (cfg) -> None: the option's own checks, raising ConfigError; no MindSpore import
-    check: Callable[[Any], None]
-    inputs: str = IMAGES  # what its samples are (ms_exp.data.spec): the dataset's must match
+    check: Callable[[Any], None] = _no_checks
+    # What its samples are (ms_exp.data.spec): the dataset's must match. None: any.
+    inputs: Optional[str] = IMAGES
+    # Keys of the option its own train step reads, not the network's arguments.
+    train_keys: Tuple[str, ...] = ()
     best_metric: str = "accuracy"    # the eval metric best.ckpt maximises
     loss_names: Tuple[str, ...] = ()  # the losses its train step returns, when several
     embedding_tables: bool = False   # has tables that placement=host_device keeps on the host

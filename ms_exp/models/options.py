@@ -1,35 +1,13 @@
-"""The ``model`` group's options: one ``ModelOption`` each.
+"""The ``model`` group's built-in options, one ``ModelOption`` each, found by their
+``_target_``; any other target is a user's option (``ModelOption`` defaults).
 
-The builders import MindSpore when they are called, never when this module is imported:
-the config checks read the options before MindSpore starts.
+The hooks import MindSpore when they are called, never when this module is imported: the
+config checks read the options before MindSpore starts.
 """
-from math import prod
-
+from ms_exp.config.targets import component_name, target_path
 from ms_exp.data.spec import CRITEO_INPUTS
 from ms_exp.models.checks import check_mlp, check_resnet, check_wide_deep
 from ms_exp.models.option import ModelBuild, ModelOption
-
-
-def _mlp(model_cfg, spec, placement=None):
-    from ms_exp.models.mlp import Network
-
-    return Network(in_features=prod(spec.image_shape), num_classes=spec.num_classes,
-                   hidden_size=model_cfg.hidden_size, weight_init=model_cfg.weight_init)
-
-
-def _resnet(model_cfg, spec, placement=None):
-    from ms_exp.models.resnet import create_resnet
-
-    return create_resnet(model_cfg.depth, spec.num_classes, width=model_cfg.width,
-                         in_channels=spec.image_shape[0])
-
-
-def _wide_deep(model_cfg, spec, placement=None):
-    from ms_exp.models.wide_deep import create_wide_deep
-    from ms_exp.placement.tables import Placement
-
-    return create_wide_deep(model_cfg, spec.image_shape[0], spec.vocab_size,
-                            placement or Placement(host_tables=False))
 
 
 def _wide_deep_model(build: ModelBuild):
@@ -48,16 +26,21 @@ def _wide_deep_evaluation(network) -> dict:
     return evaluation(network)
 
 
-MODEL_OPTIONS = {
-    "mlp": ModelOption("mlp", _mlp, check_mlp),
-    "resnet": ModelOption("resnet", _resnet, check_resnet),
-    "wide_deep": ModelOption(
-        "wide_deep", _wide_deep, check_wide_deep, inputs=CRITEO_INPUTS, best_metric="auc",
-        loss_names=("wide_loss", "deep_loss"), embedding_tables=True,
+MODEL_OPTIONS = {option.name: option for option in (
+    ModelOption("mlp", "ms_exp.models.mlp.mlp", check_mlp),
+    ModelOption("resnet", "ms_exp.models.resnet.resnet", check_resnet),
+    ModelOption(
+        "wide_deep", "ms_exp.models.wide_deep.wide_deep", check_wide_deep,
+        inputs=CRITEO_INPUTS, train_keys=("l2_coef", "wide_lr", "deep_lr", "loss_scale"),
+        best_metric="auc", loss_names=("wide_loss", "deep_loss"), embedding_tables=True,
         own_train_step=_wide_deep_model, evaluation=_wide_deep_evaluation),
-}
+)}
+_BY_TARGET = {option.target: option for option in MODEL_OPTIONS.values()}
 
 
 def model_option(model_cfg) -> ModelOption:
-    """The option ``model_cfg.name`` names (the schemas admit no other)."""
-    return MODEL_OPTIONS[model_cfg.name]
+    """The built-in option whose target ``model_cfg`` names, else a user's option."""
+    option = _BY_TARGET.get(target_path(model_cfg))
+    if option is not None:
+        return option
+    return ModelOption(component_name(model_cfg), target_path(model_cfg), inputs=None)

@@ -148,6 +148,11 @@ class ResNet(nn.Cell):
         return self.end_point(x)
 
 
+def resnet(input_shape, num_classes: int, depth: int = 50, width: float = 1.0) -> nn.Cell:
+    """The ``model=resnet`` option's target: ResNet-``depth`` for (C, H, W) images."""
+    return create_resnet(depth, num_classes, width=width, in_channels=int(input_shape[0]))
+
+
 def create_resnet(depth: int, num_classes: int, width: float = 1.0,
                   in_channels: int = 3) -> nn.Cell:
     """Build ResNet-``depth`` (18 or 50) with channel counts scaled by ``width``.

@@ -160,14 +160,14 @@ def evaluation(network: WideDeepModel) -> dict:
             "eval_indexes": CLICK_EVAL_INDEXES}
 
 
-def create_wide_deep(model_cfg, field_size: int, dataset_vocab_size: int,
-                     placement: Placement) -> WideDeepModel:
-    """The network, its tables sized to ``model.vocab_size`` or else the dataset's ids."""
-    return WideDeepModel(vocab_size=model_cfg.vocab_size or dataset_vocab_size,
-                         field_size=field_size, emb_dim=model_cfg.emb_dim,
-                         deep_layers=list(model_cfg.deep_layers),
-                         keep_prob=model_cfg.keep_prob, init_range=model_cfg.init_range,
-                         placement=placement)
+def wide_deep(input_shape, vocab_size: int, placement: Placement, emb_dim: int = 80,
+              deep_layers=(1024, 512, 256, 128), keep_prob: float = 1.0,
+              init_range: float = 0.01) -> WideDeepModel:
+    """The ``model=wide_deep`` option's target: tables of ``vocab_size`` rows (the option's
+    ``vocab_size``, else the dataset's ids) for samples of ``input_shape`` = (fields,)."""
+    return WideDeepModel(vocab_size=vocab_size, field_size=int(input_shape[0]),
+                         emb_dim=emb_dim, deep_layers=list(deep_layers),
+                         keep_prob=keep_prob, init_range=init_range, placement=placement)
 
 
 def create_train_step(model_cfg, network: WideDeepModel,

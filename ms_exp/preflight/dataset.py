@@ -4,6 +4,7 @@ import math
 from pathlib import Path
 
 from ms_exp.config.errors import ConfigError, positive, require
+from ms_exp.data.build import loader_settings, sampled_shape, sampled_size
 from ms_exp.data.criteo import samples_per_record
 from ms_exp.data.criteo_format import COLUMNS as CRITEO_COLUMNS
 from ms_exp.data.criteo_format import EVAL_FILE, META_FILE, RECONVERT, TRAIN_FILE, read_meta
@@ -14,6 +15,7 @@ from ms_exp.data.headers import (
     mindrecord_columns,
     mnist_train_samples,
 )
+from ms_exp.data.options import dataset_name, dataset_option
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 from ms_exp.preflight.paths import existing_dir
 
@@ -26,8 +28,12 @@ DIGITS_SAMPLES = 1797
 
 
 def validate_dataset(cfg) -> None:
+    option = dataset_option(cfg)
+    if option is None:
+        validate_user_dataset(cfg)
+        return
     positive("dataset", cfg, "batch_size", "num_parallel_workers")
-    name = cfg.name
+    name = option.name
     if name == "digits":
         require(0 < cfg.eval_fraction < 1, "dataset.eval_fraction", cfg.eval_fraction,
                 "a fraction between 0 and 1 (exclusive)")
@@ -52,6 +58,20 @@ def validate_dataset(cfg) -> None:
     if "mean" in cfg:
         require(len(cfg.mean) == len(cfg.std) and all(s > 0 for s in cfg.std), "dataset.std",
                 list(cfg.std), f"{len(cfg.mean)} positive numbers, one per mean")
+
+
+def validate_user_dataset(cfg) -> None:
+    """A user's option: ms_exp's keys in range, then its target called for the training
+    split (it imports, takes these arguments and returns samples ms_exp can batch)."""
+    settings = loader_settings(cfg)
+    positive("dataset", settings, "batch_size", "num_parallel_workers")
+    for key in ("shuffle", "drop_remainder"):
+        require(isinstance(settings[key], bool), f"dataset.{key}", settings[key],
+                "true or false")
+    classes = cfg.get("num_classes")
+    require(classes is None or (isinstance(classes, int) and classes >= 1),
+            "dataset.num_classes", classes, "null (the largest label + 1) or an integer >= 1")
+    sampled_shape(cfg)
 
 
 def validate_image_folder(cfg) -> None:
@@ -121,17 +141,21 @@ def validate_batch_fits(dataset_cfg, parallel_cfg) -> None:
     """With drop_remainder a batch larger than the samples a rank reads gives 0 steps per
     epoch, and MindSpore stops only in Model.fit ("There is no valid data in dataset").
     Criteo is checked in validate_criteo, in records."""
-    if not dataset_cfg.drop_remainder or dataset_cfg.name == "criteo":
+    option = dataset_option(dataset_cfg)
+    settings = loader_settings(dataset_cfg)
+    if not settings["drop_remainder"] or (option and option.name == "criteo"):
         return
     ranks = 1
     if parallel_cfg.mode != "stand_alone" and not parallel_cfg.get("full_batch", False):
         ranks = parallel_cfg.device_num  # each rank reads its own shard
-    batch = dataset_cfg.batch_size
-    samples = training_samples(dataset_cfg, enough=batch * ranks)
+    batch = settings["batch_size"]
+    samples = (training_samples(dataset_cfg, enough=batch * ranks) if option
+               else sampled_size(dataset_cfg))
     per_rank = math.ceil(samples / ranks)
     readers = "" if ranks == 1 else f", {per_rank} on each of {ranks} ranks"
     require(batch <= per_rank, "dataset.batch_size", batch,
-            f"at most the {samples} training samples of dataset={dataset_cfg.name}{readers} "
+            f"at most the {samples} training samples of dataset={dataset_name(dataset_cfg)}"
+            f"{readers} "
             "(with dataset.drop_remainder=true a larger batch gives 0 steps per epoch)")
 
 

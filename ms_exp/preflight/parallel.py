@@ -5,7 +5,7 @@ the network to read its operators' shapes)."""
 import socket
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, positive, require
-from ms_exp.data.spec import declared_spec
+from ms_exp.data.build import declared_spec, loader_settings
 from ms_exp.parallel.launcher_config import launch_style
 from ms_exp.preflight.launch_style import validate_style_keys
 
@@ -102,7 +102,7 @@ def validate_shard_strategies(cfg) -> None:
     network = create_network(cfg.model, declared_spec(cfg.dataset))
     try:
         validate_strategies(network, cfg.parallel.strategies, cfg.parallel.device_num,
-                            batch_size=cfg.dataset.batch_size)
+                            batch_size=loader_settings(cfg.dataset)["batch_size"])
     except InvalidConfig as error:
         raise InvalidConfig(f"parallel.strategies: {error}; expected for each operator of the "
                             "network one shard tuple per input, each factor dividing its "

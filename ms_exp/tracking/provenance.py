@@ -3,8 +3,8 @@
 Recorded on every MLflow run (tags, plus artifacts under ``provenance/``):
 
 - ``ms_exp.git.project.*`` and ``ms_exp.git.workdir.*``: commit and dirty flag of the
-  ms_exp checkout and of the user's working directory (when it is another git tree), with
-  ``provenance/<which>.diff`` when dirty;
+  ms_exp checkout (none when ms_exp is installed from a wheel) and of the user's working
+  directory (when it is another git tree), with ``provenance/<which>.diff`` when dirty;
 - ``ms_exp.python``, ``ms_exp.version.<package>`` for the packages that decide the result,
   and ``provenance/requirements.txt`` with every installed distribution;
 - ``ms_exp.command``: the exact command line;
@@ -22,7 +22,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Optional
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+def _checkout() -> Optional[Path]:
+    """The ms_exp checkout this code runs from (also when installed editable); None when it
+    is installed from a wheel, whose site-packages may sit inside some other git tree."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "conf").is_dir() else None
+
+
+PROJECT_DIR = _checkout()
 KEY_PACKAGES = ("mindspore", "hydra-core", "omegaconf", "numpy", "mlflow", "pandas",
                 "scikit-learn", "ms_exp")
 # Files whose first bytes are hashed into a dataset's fingerprint, and how many bytes.
@@ -30,8 +38,12 @@ SAMPLE_FILES = 16
 SAMPLE_BYTES = 1 << 16
 
 
-def git_state(path: Path) -> Optional[Dict[str, str]]:
-    """Commit, dirty flag and diff of the git tree holding ``path``; None outside git."""
+def git_state(path: Optional[Path]) -> Optional[Dict[str, str]]:
+    """Commit, dirty flag and diff of the git tree holding ``path``; None outside git (and
+    for no path: ``PROJECT_DIR`` of an installed ms_exp)."""
+    if path is None:
+        return None
+
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(path), *args], capture_output=True,
                               text=True, check=True).stdout
@@ -70,8 +82,12 @@ def command_line(argv: Optional[List[str]] = None) -> str:
 def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
     """Location and content digest of the data a run reads: the files (paths and sizes) and
     a hash of their first bytes for file datasets; the arrays for digits; the generator's
-    settings for synthetic data."""
-    name = dataset_cfg.name
+    settings for synthetic data and for a user's option that reads no ``path``."""
+    from omegaconf import OmegaConf
+
+    from ms_exp.config.targets import component_name, target_path
+
+    name = component_name(dataset_cfg)
     digest = hashlib.sha256()
     if name == "digits":
         import sklearn
@@ -88,6 +104,11 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
         settings["image_shape"] = list(dataset_cfg.image_shape)
         digest.update(json.dumps(settings, sort_keys=True).encode())
         source, files = "generated in memory", []
+    elif dataset_cfg.get("path") is None:
+        # A user's option without a path: what it is called with is what can be traced.
+        settings = OmegaConf.to_container(dataset_cfg, resolve=True)
+        digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+        source, files = f"{target_path(dataset_cfg)}(split=...)", []
     else:
         root = Path(dataset_cfg.path).expanduser().resolve()
         paths = sorted(p for p in root.rglob("*") if p.is_file())

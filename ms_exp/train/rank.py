@@ -14,6 +14,8 @@ from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.files import last_checkpoint, rank_dir
 from ms_exp.checkpoint.resume import ResumePoint, restore, write_run_record
 from ms_exp.data import Shard, create_datasets
+from ms_exp.data.options import dataset_name
+from ms_exp.models import create_network
 from ms_exp.models.options import model_option
 from ms_exp.placement.tables import create_placement
 from ms_exp.tracking.lifecycle import StepBoundary
@@ -40,13 +42,13 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     train_set, eval_set, spec = create_datasets(cfg.dataset, shard)
     steps_per_epoch = train_set.get_dataset_size()
     epochs = cfg.trainer.epochs
-    print(f"dataset={cfg.dataset.name}: {spec.train_size} training and {spec.eval_size} "
+    print(f"dataset={dataset_name(cfg.dataset)}: {spec.train_size} training and {spec.eval_size} "
           f"held-out samples of shape {spec.image_shape}, {spec.num_classes} classes, "
           f"{steps_per_epoch} steps per epoch", flush=True)
 
     option = model_option(cfg.model)
     placement = create_placement(cfg.placement)
-    network = option.create_network(cfg.model, spec, placement)
+    network = create_network(cfg.model, spec, placement)
     announce_placement(cfg, network, placement, runtime.device_target, tracker)
     strategies = cfg.parallel.strategies if runtime.parallel_mode == "semi_auto" else {}
     if strategies and not runtime.emulated:

@@ -1,0 +1,211 @@
+"""Components named by ``_target_``: imported, their arguments fitted to the signature, and
+built with Hydra's ``instantiate``, every failure one line naming the key.
+
+One path for every component a config can name (network, dataset, loss, optimizer,
+callback, metric), ms_exp's own options included. ms_exp keeps some keys of a section for
+itself (``name``, ``batch_size``, ...); the rest are the target's keyword arguments. What
+ms_exp knows and a component may want (``num_classes``, ``input_shape``, ``split``, ...) is
+passed only when the target's signature names it and the config does not set it.
+
+Nothing here imports MindSpore; importing a target may.
+"""
+import inspect
+import logging
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.config.errors import ConfigError, InvalidConfig
+
+TARGET = "_target_"
+# Said after the keys a section declares, where other keys are a target's arguments.
+TARGET_ARGUMENTS = f" (other keys only beside a {TARGET}: its own arguments)"
+
+
+def target_path(node) -> Optional[str]:
+    """The ``_target_`` of a config section, or None when it has none."""
+    if isinstance(node, DictConfig):
+        return node.get(TARGET)
+    if isinstance(node, Mapping):
+        return node.get(TARGET)
+    return None
+
+
+def load_target(key: str, path: str) -> Callable:
+    """Import ``module.attribute``; refuse in one line when it does not import."""
+    from hydra.utils import get_object
+
+    if not isinstance(path, str) or "." not in path:
+        raise ConfigError(f"{key}.{TARGET}", path, "a dotted path: module.Class or "
+                          "module.function")
+    # get_object logs the error on several lines before raising it: it is reported here,
+    # on one.
+    logger = logging.getLogger("hydra.utils")
+    quiet, logger.disabled = logger.disabled, True
+    try:
+        target = get_object(path)
+    except Exception as error:  # noqa: BLE001 - any failure to import is the user's to see
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        raise ConfigError(f"{key}.{TARGET}", path,
+                          "an importable class or function (run from the project "
+                          "folder, or put it on PYTHONPATH)",
+                          problem=f"does not import ({lines[-1]})") from error
+    finally:
+        logger.disabled = quiet
+    if not callable(target):
+        raise ConfigError(f"{key}.{TARGET}", path, "a class or function",
+                          problem=f"is a {type(target).__name__}")
+    return target
+
+
+def parameters(target: Callable) -> Optional[Dict[str, inspect.Parameter]]:
+    """The keyword parameters of ``target`` (a class: of its constructor); None when they
+    cannot be known before calling it (``*args, **kwargs`` all the way down)."""
+    signature = _signature(target)
+    if signature is None:
+        return None
+    found = {name: p for name, p in signature.parameters.items()
+             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+        return None if not found else {**found, "**": None}
+    return found
+
+
+def _signature(target: Callable) -> Optional[inspect.Signature]:
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    if _only_varargs(signature) and inspect.isclass(target):
+        # MindSpore's optimizers register their arguments with a decorator that does not
+        # keep the signature (no functools.wraps), some under a second one (``deprecated``,
+        # FTRL's): read the constructor they wrap.
+        wrapped = _wrapped_init(target.__init__)
+        if wrapped is None:
+            return None
+        inner = inspect.signature(wrapped)
+        return inner.replace(parameters=list(inner.parameters.values())[1:])
+    return signature
+
+
+def _wrapped_init(function, depth: int = 3) -> Optional[Callable]:
+    """The ``__init__`` a chain of decorators closes over, if one does."""
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            wrapped = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if not inspect.isfunction(wrapped):
+            continue
+        if wrapped.__name__ == "__init__" and not _only_varargs(inspect.signature(wrapped)):
+            return wrapped
+        if depth > 1:
+            found = _wrapped_init(wrapped, depth - 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _only_varargs(signature: inspect.Signature) -> bool:
+    kinds = {p.kind for p in signature.parameters.values()}
+    return bool(kinds) and kinds <= {inspect.Parameter.VAR_POSITIONAL,
+                                     inspect.Parameter.VAR_KEYWORD}
+
+
+def config_arguments(node, own_keys: Iterable[str] = ()) -> Dict[str, Any]:
+    """The target's keyword arguments: every key of ``node`` but ``_target_`` and ms_exp's
+    own keys, resolved to plain values (nested ``_target_`` configs stay configs)."""
+    own = set(own_keys) | {TARGET}
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) \
+        else dict(node)
+    return {k: v for k, v in values.items() if k not in own}
+
+
+def fit_arguments(key: str, path: str, target: Callable, arguments: Mapping[str, Any],
+                  provided: Mapping[str, Any] = (), required: Iterable[str] = ()
+                  ) -> Dict[str, Any]:
+    """``arguments`` (from the config) plus what ms_exp ``provides`` that the signature names
+    and the config leaves unset (None counts as unset), checked against the signature:
+    an unknown or missing argument is refused in one line. ``required``: what ms_exp
+    always passes (the target must accept it)."""
+    provided = dict(provided or {})
+    params = parameters(target)
+    kwargs = dict(arguments)
+    if params is None:  # cannot be checked before building: pass what is set
+        kwargs.update({k: v for k, v in provided.items() if k in required})
+        return kwargs
+    open_ended = params.pop("**", False) is None
+    accepts = ", ".join(params) or "none"
+    for name in required:
+        if name not in params and not open_ended:
+            raise ConfigError(f"{key}.{TARGET}", path,
+                              f"a callable taking {name!r} (its parameters: {accepts})",
+                              problem=f"does not take {name!r}, which ms_exp passes")
+    for name, value in arguments.items():
+        if name not in params and not open_ended:
+            raise ConfigError(f"{key}.{name}", value, f"a parameter of {path}: {accepts}",
+                              problem="is not an argument of the target")
+    for name, value in provided.items():
+        if (name in params or name in required) and kwargs.get(name) is None:
+            kwargs[name] = value
+    for name, param in params.items():
+        if param.default is param.empty and name not in kwargs:
+            raise ConfigError(f"{key}.{name}", "missing",
+                              f"a value: {path} requires {name!r} (its parameters: {accepts})")
+    return kwargs
+
+
+def build(key: str, node, own_keys: Iterable[str] = (), provided: Mapping[str, Any] = (),
+          required: Iterable[str] = (), expected: Tuple[type, ...] = (),
+          expected_text: str = "") -> Any:
+    """Build the component ``node`` names with ``hydra.utils.instantiate``: its own
+    arguments, plus ``provided`` (see ``fit_arguments``); check it is one of ``expected``."""
+    from hydra.utils import instantiate
+
+    path = target_path(node)
+    target = load_target(key, path)
+    kwargs = fit_arguments(key, path, target, config_arguments(node, own_keys), provided,
+                           required)
+    config_keys = {k: v for k, v in kwargs.items() if _plain(v)}
+    objects = {k: v for k, v in kwargs.items() if k not in config_keys}
+    try:
+        # The objects (parameters, a Placement) are passed to the partial untouched:
+        # instantiate would turn a dataclass instance into a dict.
+        factory = instantiate({TARGET: path, "_partial_": True, **config_keys},
+                              _convert_="all")
+        built = factory(**objects)
+    except Exception as error:  # noqa: BLE001 - the component's own error, in one line
+        cause = error.__cause__ or error
+        if isinstance(cause, InvalidConfig):  # the component checked its own config
+            raise cause from None
+        text = " ".join(str(cause).split()) or type(cause).__name__
+        raise ConfigError(f"{key}.{TARGET}", path, f"arguments {path} accepts",
+                          problem=f"failed to build: {type(cause).__name__}: {text[:300]}"
+                          ) from error
+    if expected and not isinstance(built, expected):
+        raise ConfigError(f"{key}.{TARGET}", path, expected_text or
+                          " or ".join(t.__name__ for t in expected),
+                          problem=f"returned a {type(built).__name__}")
+    return built
+
+
+def _plain(value) -> bool:
+    """Values a config can hold; anything else (parameters, cells, a Placement) is passed
+    to the target as it is."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def component_name(node) -> str:
+    """What labels a component in run names and tags: its ``name`` key, else the last part
+    of its ``_target_`` (``my_project.nets.TinyNet`` -> ``TinyNet``)."""
+    name = node.get("name") if hasattr(node, "get") else None
+    if name:
+        return str(name)
+    path = target_path(node)
+    return path.rsplit(".", 1)[-1] if path else "unnamed"

@@ -1,0 +1,214 @@
+"""Datasets from the ``dataset`` option, built-in or a user's, by one contract.
+
+The option's ``_target_`` is called once per split, ``target(split="train" | "eval",
+**its own keys)``, through Hydra's instantiate. It returns
+
+- a pair of numpy arrays ``(x, y)``: samples and labels (float64 samples become float32,
+  integer labels int32, as MindSpore's losses expect), or
+- a ``mindspore.dataset`` dataset of unbatched ``(data, label)`` samples.
+
+ms_exp then applies the option's own keys (``batch_size``, ``shuffle``,
+``num_parallel_workers``, ``drop_remainder``) and each rank's shard under data parallel: a
+numpy pair through ``NumpySlicesDataset``'s shuffle and shards, a dataset by replacing the
+sampler of its source (which must be random-access, as MindSpore's file readers and a
+``GeneratorDataset`` over an indexable source are). A target whose signature names one of
+those keys, or ``num_shards`` / ``shard_id``, is passed it instead and applies it itself,
+as MindSpore's readers do (the built-in readers shard and shuffle in the reader; Criteo's
+also batches, so it returns batches).
+"""
+from typing import Optional, Tuple
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.config.errors import ConfigError
+from ms_exp.config.targets import TARGET, build, load_target, parameters, target_path
+from ms_exp.data.options import dataset_option
+from ms_exp.data.spec import LABEL_KEYS, LOADER_KEYS, DataSpec, Shard
+
+SHARD_KEYS = ("num_shards", "shard_id")
+# A user's option may leave ms_exp's keys out; then these apply (the schemas' defaults).
+LOADER_DEFAULTS = {"batch_size": 32, "shuffle": True, "num_parallel_workers": 1,
+                   "drop_remainder": True}
+COLUMNS = ["data", "label"]
+# Samples a dataset without random access is shuffled over (Dataset.shuffle's buffer).
+SHUFFLE_BUFFER = 10000
+RETURNS = ("a pair of numpy arrays (x, y), or a mindspore.dataset dataset of unbatched "
+           "(data, label) samples")
+
+
+def loader_settings(dataset_cfg) -> dict:
+    """ms_exp's keys of the option, defaults filled in for a user's option that omits them."""
+    return {key: dataset_cfg.get(key, default) for key, default in LOADER_DEFAULTS.items()}
+
+
+def create_datasets(dataset_cfg, shard: Shard = Shard()):
+    """Return ``(train, eval, spec)``: batched MindSpore datasets and what they hold.
+    ``shard``: the part of the training set this rank reads; evaluation reads all."""
+    train, train_size, train_labels = _pipeline(dataset_cfg, "train", shard)
+    evaluation, eval_size, eval_labels = _pipeline(dataset_cfg, "eval", Shard())
+    option = dataset_option(dataset_cfg)
+    if option is not None:
+        shape, classes = option.declared(dataset_cfg)
+        vocab = option.vocab_size(dataset_cfg)
+    else:
+        shape = _sample_shape(train)
+        classes = _class_count(dataset_cfg, train_labels, eval_labels, train)
+        vocab = 0
+    return train, evaluation, DataSpec(shape, classes, train_size, eval_size, vocab)
+
+
+def declared_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
+    """Sample shape and class count a network is sized to: a built-in option's from its
+    config alone (no sample read); a user's from what its target returns."""
+    option = dataset_option(dataset_cfg)
+    if option is not None:
+        return option.declared(dataset_cfg)
+    return sampled_shape(dataset_cfg)
+
+
+def declared_spec(dataset_cfg) -> DataSpec:
+    """The spec a network is built from in the config checks."""
+    shape, classes = declared_shape(dataset_cfg)
+    option = dataset_option(dataset_cfg)
+    return DataSpec(shape, classes, 0, 0, option.vocab_size(dataset_cfg) if option else 0)
+
+
+def sampled_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
+    """Sample shape and class count of a user's option, from what its target returns for
+    the training split (asked once per config in a process)."""
+    key = OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) \
+        else repr(dataset_cfg)
+    return _sampled(key, dataset_cfg)[:2]
+
+
+def sampled_size(dataset_cfg) -> int:
+    """Samples in the training split of a user's option (before any shard)."""
+    key = OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) \
+        else repr(dataset_cfg)
+    return _sampled(key, dataset_cfg)[2]
+
+
+# config YAML -> (shape, classes): preflight asks several checks, and every job of a sweep.
+_SAMPLED = {}
+
+
+def _sampled(key: str, dataset_cfg):
+    if key not in _SAMPLED:
+        train, size, labels = _pipeline(dataset_cfg, "train", Shard())
+        _SAMPLED[key] = (_sample_shape(train), _class_count(dataset_cfg, labels, None, train),
+                         size)
+    return _SAMPLED[key]
+
+
+def _applied(dataset_cfg) -> set:
+    """ms_exp's keys the target's signature names: it applies them itself."""
+    target = load_target("dataset", target_path(dataset_cfg))
+    params = parameters(target) or {}
+    return {key for key in (*LOADER_KEYS, *SHARD_KEYS) if key in params}
+
+
+def _pipeline(dataset_cfg, split: str, shard: Shard):
+    """(batched dataset, samples before batching, the labels when they came as an array)."""
+    import mindspore.dataset as ds
+
+    settings = loader_settings(dataset_cfg)
+    is_train = split == "train"
+    applied = _applied(dataset_cfg)
+    sharded = shard.num_shards > 1
+    passed = {"batch_size": settings["batch_size"],
+              "shuffle": settings["shuffle"] and is_train,
+              "drop_remainder": settings["drop_remainder"] and is_train,
+              "num_parallel_workers": settings["num_parallel_workers"],
+              "num_shards": shard.num_shards if sharded else None,
+              "shard_id": shard.shard_id if sharded else None}
+    provided = {"split": split, **{k: v for k, v in passed.items() if k in applied}}
+    params = parameters(load_target("dataset", target_path(dataset_cfg))) or {}
+    own = (*LOADER_KEYS, *(k for k in LABEL_KEYS if k not in params))
+    data = build("dataset", dataset_cfg, own_keys=own, provided=provided,
+                 required=("split",))
+    labels = None
+    if _is_array_pair(data):
+        x, y = (np.asarray(part) for part in data)
+        if len(x) != len(y):
+            raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg), RETURNS,
+                              problem=f"returned {len(x)} samples and {len(y)} labels "
+                                      f"for split={split!r}")
+        x = x.astype(np.float32) if x.dtype == np.float64 else x
+        y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y
+        labels = y
+        reader = {} if "num_shards" in applied or not sharded else shard.reader_args()
+        data = ds.NumpySlicesDataset((x, y), column_names=COLUMNS,
+                                     shuffle=passed["shuffle"],
+                                     num_parallel_workers=settings["num_parallel_workers"],
+                                     **reader)
+    elif isinstance(data, ds.Dataset):
+        data = _sample_order(data, dataset_cfg, applied, passed, shard)
+    else:
+        raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg), RETURNS,
+                          problem=f"returned a {type(data).__name__} for split={split!r}")
+    if "batch_size" in applied:
+        option = dataset_option(dataset_cfg)
+        if option is not None and option.samples is not None:
+            return data, option.samples(dataset_cfg, split, shard.num_shards), labels
+        # Whole batches: all ms_exp can see of a target that batches itself.
+        return data, data.get_dataset_size() * settings["batch_size"], labels
+    size = data.get_dataset_size()
+    return (data.batch(settings["batch_size"], drop_remainder=passed["drop_remainder"]),
+            size, labels)
+
+
+def _is_array_pair(data) -> bool:
+    return (isinstance(data, (tuple, list)) and len(data) == 2
+            and all(isinstance(part, np.ndarray) for part in data))
+
+
+def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
+    """Shard and shuffle a returned dataset the target did not shard or shuffle itself, by
+    replacing the sampler of its source."""
+    import mindspore.dataset as ds
+
+    wants_shard = shard.num_shards > 1 and "num_shards" not in applied
+    if "shuffle" in applied and not wants_shard:
+        return data
+    source = data
+    while source.children:
+        if len(source.children) != 1:
+            source = None
+            break
+        source = source.children[0]
+    if source is None or not isinstance(source, ds.MappableDataset):
+        if wants_shard:
+            raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg),
+                              "a target returning a dataset over one random-access source, "
+                              "or one taking num_shards and shard_id, under parallel=data",
+                              problem="returned a dataset ms_exp cannot shard")
+        return data.shuffle(SHUFFLE_BUFFER) if passed["shuffle"] else data
+    if wants_shard:
+        sampler = ds.DistributedSampler(shard.num_shards, shard.shard_id,
+                                        shuffle=passed["shuffle"])
+    else:
+        sampler = ds.RandomSampler() if passed["shuffle"] else ds.SequentialSampler()
+    source.use_sampler(sampler)
+    return data
+
+
+def _sample_shape(batches) -> Tuple[int, ...]:
+    """One sample's shape: the first column of a batch, without the batch dimension."""
+    return tuple(int(d) for d in batches.output_shapes()[0][1:])
+
+
+def _class_count(dataset_cfg, train_labels: Optional[np.ndarray],
+                 eval_labels: Optional[np.ndarray], train) -> int:
+    """The option's ``num_classes``; else the largest label + 1 over the returned arrays,
+    or over one pass of the training set's labels."""
+    declared = dataset_cfg.get("num_classes")
+    if declared is not None:
+        return int(declared)
+    if train_labels is not None:
+        arrays = [a for a in (train_labels, eval_labels) if a is not None and a.size]
+        return int(max(a.max() for a in arrays)) + 1
+    top = -1
+    for row in train.create_tuple_iterator(num_epochs=1, output_numpy=True):
+        top = max(top, int(np.max(row[1])))
+    return top + 1

@@ -1,0 +1,77 @@
+"""The ``dataset`` group's built-in options: their ``_target_`` and what ms_exp knows of
+them without reading a sample (the shape and class count a network is sized to, what the
+samples are, Criteo's vocabulary). A user's option (any other ``_target_``) has no entry:
+its shape and classes come from the data it returns (``ms_exp.data.build``,
+``declared_shape``).
+
+No MindSpore import: the config checks read these before MindSpore starts.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Tuple
+
+from ms_exp.config.targets import component_name, target_path
+from ms_exp.data.criteo_format import FIELD_SIZE
+from ms_exp.data.spec import CRITEO_INPUTS, IMAGES
+
+
+@dataclass(frozen=True)
+class DatasetOption:
+    name: str
+    target: str
+    # (dataset_cfg) -> ((C, H, W) or (fields,), class count), read from the config alone
+    declared: Callable[[object], Tuple[Tuple[int, ...], int]]
+    inputs: str = IMAGES
+    vocab_size: Callable[[object], int] = lambda cfg: 0
+    # (dataset_cfg, split, num_shards) -> samples one rank reads, for a target that batches
+    # itself (ms_exp sees only its batches); None: counted from what the target returns
+    samples: Optional[Callable[[object, str, int], int]] = None
+
+
+def _imagenet(cfg):
+    size = cfg.image_size
+    train = Path(cfg.path).expanduser() / cfg.train_dir
+    classes = cfg.num_classes or sum(p.is_dir() for p in train.iterdir())
+    return (3, size, size), classes
+
+
+def _criteo_samples(cfg, split: str, num_shards: int) -> int:
+    """Whole records: MindDataset gives every shard ceil(records / shards) of them."""
+    from ms_exp.data.criteo_format import read_meta
+
+    meta = read_meta(Path(cfg.path).expanduser())
+    records = meta[f"{split}_records"]
+    return -(-records // num_shards) * meta["samples_per_record"]
+
+
+def _criteo_vocab(cfg) -> int:
+    from ms_exp.data.criteo import vocab_size
+
+    return vocab_size(cfg.path)
+
+
+DATASET_OPTIONS = {option.name: option for option in (
+    DatasetOption("digits", "ms_exp.data.digits.digits", lambda cfg: ((1, 8, 8), 10)),
+    DatasetOption("mnist", "ms_exp.data.mnist.mnist", lambda cfg: ((1, 28, 28), 10)),
+    DatasetOption("imagenet", "ms_exp.data.imagenet.imagenet", _imagenet),
+    DatasetOption("synthetic", "ms_exp.data.synthetic.synthetic",
+                  lambda cfg: (tuple(cfg.image_shape), cfg.num_classes)),
+    DatasetOption("criteo", "ms_exp.data.criteo.criteo", lambda cfg: ((FIELD_SIZE,), 2),
+                  inputs=CRITEO_INPUTS, vocab_size=_criteo_vocab, samples=_criteo_samples),
+)}
+_BY_TARGET = {option.target: option for option in DATASET_OPTIONS.values()}
+
+
+def dataset_option(dataset_cfg) -> Optional[DatasetOption]:
+    """The built-in option whose target ``dataset_cfg`` names; None for a user's."""
+    return _BY_TARGET.get(target_path(dataset_cfg))
+
+
+def dataset_name(dataset_cfg) -> str:
+    return component_name(dataset_cfg)
+
+
+def dataset_inputs(dataset_cfg) -> Optional[str]:
+    """What the samples are; None when the option does not declare it (a user's)."""
+    option = dataset_option(dataset_cfg)
+    return option.inputs if option else None
