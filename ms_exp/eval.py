@@ -22,6 +22,7 @@ from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
 from ms_exp.config.errors import ConfigError
 from ms_exp.config.run_config import choices_from_config, load_run_config
 from ms_exp.config.schema import StandAloneParallel
+from ms_exp.config.targets import component_name
 from ms_exp.preflight.validate import validate_for_evaluation
 from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
 
@@ -90,18 +91,19 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
     import mindspore as ms
 
     from ms_exp.data import create_datasets
+    from ms_exp.models import create_network
     from ms_exp.models.options import model_option
     from ms_exp.placement.tables import create_placement
     from ms_exp.train.context import init_env
     from ms_exp.train.losses import create_training_loss
-    from ms_exp.train.metrics import classification_metrics
+    from ms_exp.train.metrics import eval_metrics
 
     # Evaluation needs one process whatever the run trained with: every rank of a data
     # parallel run holds the same weights.
     init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
     _, eval_set, spec = create_datasets(cfg.dataset)
     option = model_option(cfg.model)
-    network = option.create_network(cfg.model, spec, create_placement(cfg.placement))
+    network = create_network(cfg.model, spec, create_placement(cfg.placement))
     try:
         weights = load_verified(checkpoint)
     except DamagedCheckpoint as error:
@@ -114,7 +116,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
         model = ms.Model(network, **option.evaluation(network))
     else:
         model = ms.Model(network, loss_fn=create_training_loss(cfg.loss, spec.num_classes),
-                         metrics=classification_metrics(spec.num_classes))
+                         metrics=eval_metrics(cfg, spec.num_classes))
     result = model.eval(eval_set, dataset_sink_mode=False)
     print("result:", result, "ckpt=", checkpoint, flush=True)
     return result
@@ -158,8 +160,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
         tags = {"ms_exp.evaluated_checkpoint": str(checkpoint),
-                "ms_exp.dataset": cfg.dataset.name, "ms_exp.model": cfg.model.name}
-        name = f"eval-{cfg.tracking.run_name or cfg.model.name}-{Path(checkpoint).stem}"
+                "ms_exp.dataset": component_name(cfg.dataset),
+                "ms_exp.model": component_name(cfg.model)}
+        name = (f"eval-{cfg.tracking.run_name or component_name(cfg.model)}-"
+                f"{Path(checkpoint).stem}")
         with tracked_run(cfg.tracking.enabled, uri, cfg.tracking.experiment_name, name, tags,
                          parent_run_id=args.run_id) as tracker:
             result = evaluate(cfg, checkpoint)

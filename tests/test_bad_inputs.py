@@ -436,12 +436,11 @@ BAD_INPUTS = {
         message="loss.parts.a.label_smoothing=1.5: not allowed; expected a number in [0, 1)"),
     "loss part with an unknown key": bad(
         "+loss.parts={a:{wt:1}}",
-        message="loss.parts.a.wt=?: unknown key; expected one of label_smoothing, name, weight"),
-    "loss part given in pieces": bad(
-        "+loss.parts.a.weight=2",
-        message="loss.parts.a.weight=2: not allowed; expected loss.parts given whole with +, "
-                "e.g. '+loss.parts={loss1:{name:cross_entropy},loss2:{name:"
-                "softmax_cross_entropy,weight:0.5}}'"),
+        message="loss.parts.a.wt=1: unknown key; expected one of name, label_smoothing, "
+                "weight, _target_ (other keys only beside a _target_: its own arguments)"),
+    "loss part weight not a number": bad(
+        "+loss.parts.a.weight=heavy",
+        message="loss.parts.a.weight='heavy': not allowed; expected a number"),
     "loss smoothing beside loss parts": bad(
         "loss.label_smoothing=0.1", "+loss.parts={a:{weight:1}}",
         message="loss.label_smoothing=0.1: not allowed; expected 0 with loss.parts (set "
@@ -519,13 +518,14 @@ BAD_INPUTS = {
     "unknown model key": bad(
         "model.hiden_size=3",
         store=BOTH,
-        message="model.hiden_size=3: unknown key; expected one of hidden_size, name, "
-                "weight_init"),
+        message="model.hiden_size=3: unknown key; expected one of _target_, hidden_size, "
+                "name, weight_init"),
     "unknown key added with +": bad(
         "+optimizer.nesterov=true",
         message="optimizer.nesterov=true: unknown key; expected one of name, lr, momentum, "
                 "weight_decay, schedule, warmup_epochs, min_lr, lr_init, decay_epochs, "
-                "group_params"),
+                "group_params, _target_ (other keys only beside a _target_: its own "
+                "arguments)"),
     "the dim-reduce tutorial's n_component": bad(
         "boost=dim_reduce", "boost.n_component=4",
         message="boost.n_component=4: unknown key; expected one of alpha, gamma, level, mode, "
@@ -549,8 +549,8 @@ BAD_INPUTS = {
     "a path for the bundled digits": bad(
         "+dataset.path=/data/mnist",
         message="dataset.path='/data/mnist': unknown key; expected one of batch_size, "
-                "shuffle, num_parallel_workers, drop_remainder, name, eval_fraction, "
-                "split_seed, mean, std"),
+                "shuffle, num_parallel_workers, drop_remainder, _target_, name, "
+                "eval_fraction, split_seed, mean, std"),
     # --- unknown options
     "unknown dataset": bad(
         "dataset=cifar",

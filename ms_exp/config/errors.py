@@ -46,9 +46,6 @@ def from_composition_error(error: Exception, overrides: Iterable[str]) -> Option
     """Turn an exception raised by Hydra's compose into one line, or None if unknown."""
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
-    whole = _dict_given_in_pieces(overrides)
-    if whole:
-        return whole
     cause = error.__cause__ or error.__context__ or error
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         parent = cause.parent_node
@@ -56,24 +53,16 @@ def from_composition_error(error: Exception, overrides: Iterable[str]) -> Option
         value = _override_value(cause.full_key, overrides)
         return f"{cause.full_key}={value}: unknown key; expected {one_of(keys)}"
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
-        return f"{cause.full_key}={_show(cause.value)}: {_reason(str(cause.msg))}"
+        return value_error(cause.full_key, cause)
     return None
 
 
-# Typed dicts of sections, which Hydra can only set whole (`+key={...}`): adding one entry
-# with `+key.name.field=...` fails deep in OmegaConf with a message about types.
-_WHOLE_DICTS = {"loss.parts": "'+loss.parts={loss1:{name:cross_entropy},"
-                              "loss2:{name:softmax_cross_entropy,weight:0.5}}'"}
-
-
-def _dict_given_in_pieces(overrides: Iterable[str]) -> Optional[str]:
-    for override in overrides:
-        key, _, value = override.partition("=")
-        for whole, example in _WHOLE_DICTS.items():
-            if key.lstrip("+~").startswith(whole) and key != f"+{whole}":
-                return (f"{key.lstrip('+~')}={value}: not allowed; expected {whole} given "
-                        f"whole with +, e.g. {example}")
-    return None
+def value_error(key: str, error: OmegaConfBaseException) -> str:
+    """OmegaConf's refusal of a value (``error.value`` under ``key``) in one line; also for
+    what is typed after composition (each of ``loss.parts``, which Hydra holds untyped so
+    that a part can name a ``_target_`` with its own arguments, and can be given in
+    pieces: ``+loss.parts.a.weight=2``)."""
+    return f"{key}={_show(error.value)}: {_reason(str(error.msg))}"
 
 
 def _reason(message: str) -> str:

@@ -10,12 +10,24 @@ One cohesive module, longer than most: the schemas are declared together because
 are registered together and nest (the root ``Config`` holds every section), and one file
 is where a reader looks up any key's type and default.
 """
+import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from ms_exp.config.targets import TARGET, target_path
+
+# The optimizer and loss sections hold typed ms_exp keys and, beside them, the own arguments
+# of the class their ``_target_`` names: OmegaConf admits keys beyond a structured config's
+# fields when its class subclasses ``Dict``, and warns on every such node that this is
+# deprecated (omegaconf issue 663; still supported by 2.3). Nothing a user could act on.
+warnings.filterwarnings(
+    "ignore", message=r"Class `(OptimizerConfig|LossConfig|LossPart)` subclasses `Dict`",
+    category=UserWarning)
 
 
 class ContextMode(Enum):
@@ -251,6 +263,7 @@ class DatasetCommon:
 
 @dataclass
 class DigitsDataset(DatasetCommon):
+    _target_: str = "ms_exp.data.digits.digits"
     name: str = "digits"
     eval_fraction: float = 0.2
     split_seed: int = 0  # fixed so the held-out split does not move with trainer.seed
@@ -260,6 +273,7 @@ class DigitsDataset(DatasetCommon):
 
 @dataclass
 class MnistDataset(DatasetCommon):
+    _target_: str = "ms_exp.data.mnist.mnist"
     name: str = "mnist"
     # None: the DATA_PATH environment variable, as the model-saving tutorial.
     path: Optional[str] = None
@@ -269,6 +283,7 @@ class MnistDataset(DatasetCommon):
 
 @dataclass
 class ImageNetDataset(DatasetCommon):
+    _target_: str = "ms_exp.data.imagenet.imagenet"
     name: str = "imagenet"
     path: Optional[str] = None  # None: DATA_PATH
     train_dir: str = "train"
@@ -282,6 +297,7 @@ class ImageNetDataset(DatasetCommon):
 
 @dataclass
 class SyntheticDataset(DatasetCommon):
+    _target_: str = "ms_exp.data.synthetic.synthetic"
     name: str = "synthetic"
     num_samples: int = 1024
     num_eval_samples: int = 256
@@ -297,6 +313,7 @@ class CriteoDataset(DatasetCommon):
     tab-separated text (label, 13 integer fields, 26 hexadecimal categorical fields), each
     record holding the converter's ``--samples-per-record`` samples."""
 
+    _target_: str = "ms_exp.data.criteo.criteo"
     name: str = "criteo"
     path: Optional[str] = None  # the converter's output folder; None: DATA_PATH
     batch_size: int = 1000  # a multiple of the data's samples per record (1000 by default)
@@ -307,6 +324,7 @@ class CriteoDataset(DatasetCommon):
 
 @dataclass
 class MlpModel:
+    _target_: str = "ms_exp.models.mlp.mlp"
     name: str = "mlp"
     hidden_size: int = 512
     weight_init: str = "normal"
@@ -314,6 +332,7 @@ class MlpModel:
 
 @dataclass
 class ResNetModel:
+    _target_: str = "ms_exp.models.resnet.resnet"
     name: str = "resnet"
     depth: int = 50
     width: float = 1.0
@@ -324,6 +343,7 @@ class WideDeepModel:
     """Wide&Deep as in MindSpore's model zoo: a wide linear part and a deep MLP over the
     embeddings of every field, trained with FTRL (wide) and Adam or LazyAdam (deep)."""
 
+    _target_: str = "ms_exp.models.wide_deep.wide_deep"
     name: str = "wide_deep"
     # None: the dataset's vocabulary (criteo_meta.json). Larger allocates bigger tables, as
     # the model zoo's fixed vocab_size does (the scale setting of the hybrid tutorial).
@@ -365,10 +385,24 @@ class TrainerConfig:
     # mode: there ms_exp trains without it and says so (README, "Dataset sink mode").
     dataset_sink_mode: bool = False
     sink_size: int = -1  # steps per sink; -1: the whole dataset
+    # Callbacks added to both loops: name -> a ``_target_`` config of a
+    # mindspore.train.Callback, its own arguments beside it. An experiment adds one by name
+    # and removes one with ~trainer.callbacks.<name> (or <name>: null).
+    callbacks: Dict[str, Any] = field(default_factory=dict)
+    # Eval metrics beside the classification ones: name -> a ``_target_`` config of a
+    # mindspore.train.Metric (num_classes passed when its signature names it), logged as
+    # eval/<name>.
+    metrics: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class OptimizerConfig:
+class OptimizerConfig(Dict[str, Any]):
+    """``name`` picks a built-in optimizer; ``_target_`` names any mindspore.nn.Optimizer
+    subclass instead, every key not declared here being its own argument. Either way it gets
+    the trainable parameters (or groups), ``learning_rate`` from the schedule below, and
+    ``momentum``, ``weight_decay`` and the fixed loss scale when its signature names them
+    (ms_exp/train/optimizer.py)."""
+
     name: OptimizerName = OptimizerName.momentum
     lr: float = 0.05
     momentum: float = 0.9
@@ -385,24 +419,69 @@ class OptimizerConfig:
     # The model zoo's init_group_params: no weight decay on batch norm (gamma, beta) and
     # biases, weight_decay on every other parameter.
     group_params: bool = False
+    # Any mindspore.nn.Optimizer subclass, e.g. mindspore.nn.AdamWeightDecay; wins over name.
+    _target_: Optional[str] = None
 
 
 @dataclass
-class LossPart:
-    """One term of a loss made of several (the training-flow tutorial's loss1 + loss2)."""
+class LossPart(Dict[str, Any]):
+    """One term of a loss made of several (the training-flow tutorial's loss1 + loss2): a
+    named loss, or any loss Cell by ``_target_`` with its own arguments beside ``weight``."""
 
     name: LossName = LossName.cross_entropy
     label_smoothing: float = 0.0
     weight: float = 1.0
+    _target_: Optional[str] = None
 
 
 @dataclass
-class LossConfig:
+class LossConfig(Dict[str, Any]):
+    """``name`` picks a built-in loss; ``_target_`` names any loss Cell instead, every key
+    not declared here being its own argument (``label_smoothing`` too when not 0), and
+    ``num_classes`` passed when its signature names it (ms_exp/train/losses.py)."""
+
     name: LossName = LossName.cross_entropy
     label_smoothing: float = 0.0
-    # Several losses: part name -> LossPart. The loss is the weighted sum of the parts, and
-    # each part is logged as train/<part name>. Empty: the one loss above.
-    parts: Dict[str, LossPart] = field(default_factory=dict)
+    # Several losses: part name -> LossPart (each read typed by loss_parts: OmegaConf cannot
+    # type the values of a dict by a class subclassing Dict). The loss is the weighted sum of
+    # the parts, and each part is logged as train/<part name>. Empty: the one loss above.
+    parts: Dict[str, Any] = field(default_factory=dict)
+    # Any loss Cell of (logits, labels), e.g. my_project.losses.Focal; wins over name.
+    _target_: Optional[str] = None
+
+
+# What each kind of ``_target_`` must build, as the one-line refusals name it.
+LOSS_TARGET = "a mindspore.nn.Cell (a loss of logits and labels)"
+OPTIMIZER_TARGET = "a subclass of mindspore.nn.Optimizer"
+# What every optimizer is given (the trainable parameters or their groups, the schedule).
+OPTIMIZER_REQUIRED = ("params", "learning_rate")
+CALLBACK_TARGET = "a mindspore.train.Callback"
+METRIC_TARGET = "a mindspore.train.Metric"
+
+
+def own_keys(schema) -> tuple:
+    """The keys of a section that are ms_exp's, never its ``_target_``'s arguments."""
+    return tuple(f.name for f in dataclasses.fields(schema) if f.name != "_target_")
+
+
+def loss_own_keys(loss_cfg, schema) -> tuple:
+    """ms_exp's keys of ``loss`` (schema LossConfig) or a part (LossPart) naming a
+    ``_target_``: ``label_smoothing`` set (not 0) is the target's argument, as
+    mindspore.nn.CrossEntropyLoss's."""
+    return tuple(k for k in own_keys(schema)
+                 if not (k == "label_smoothing" and loss_cfg.get("label_smoothing")))
+
+
+def loss_part(part) -> DictConfig:
+    """One of ``loss.parts`` typed by LossPart (defaults filled in, values converted).
+    Raises OmegaConf's ValidationError for a value of the wrong type."""
+    return OmegaConf.merge(OmegaConf.structured(LossPart), part)
+
+
+def loss_parts(loss_cfg) -> Dict[str, DictConfig]:
+    """``loss.parts`` typed, but the parts set to null."""
+    return {str(name): loss_part(part)
+            for name, part in (loss_cfg.parts or {}).items() if part is not None}
 
 
 @dataclass
@@ -482,3 +561,16 @@ def register_schemas() -> None:
     for group, options in GROUP_SCHEMAS.items():
         for option, schema in options.items():
             store.store(group=f"schema/{group}", name=option, node=schema)
+
+
+def group_schema(group: str, node, choice: Optional[str]):
+    """The schema of a group's option: a built-in option's, or the built-in one whose
+    ``_target_`` (or ``mode``) a user's option re-uses; None for a user's own target."""
+    options = GROUP_SCHEMAS[group]
+    target = target_path(node)
+    if target is not None:
+        return next((schema for schema in options.values()
+                     if getattr(schema, TARGET, None) == target), None)
+    if choice in options:
+        return options[choice]
+    return options.get(node.get("mode"))

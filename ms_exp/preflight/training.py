@@ -1,14 +1,19 @@
 """Checks of how a rank trains: ``trainer.loop``, sink mode, ``amp``, ``optimizer``,
 ``loss`` and ``loss.parts``, against each other and against what the rest of the config
-builds."""
+builds. The ``_target_`` components they name are checked in ms_exp/preflight/components.py."""
 import re
+
+from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.boost.options import boost_option
 from ms_exp.config.amp import needs_overflow_check
-from ms_exp.config.errors import require
+from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require, value_error
+from ms_exp.config.schema import LossPart, loss_part, own_keys
+from ms_exp.config.targets import TARGET, TARGET_ARGUMENTS, target_path
 from ms_exp.models.options import model_option
 
 PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+PART_KEYS = (*own_keys(LossPart), TARGET)
 
 
 def validate_loop(cfg) -> None:
@@ -35,7 +40,6 @@ def validate_loop(cfg) -> None:
         require(not trainer.dataset_sink_mode, "trainer.dataset_sink_mode", True,
                 "false with trainer.loop=functional (sink mode is Model's)")
     validate_amp(amp, loop, trainer.device_target)
-    validate_loss_parts(cfg.loss)
 
 
 def validate_amp(amp, loop: str, device_target) -> None:
@@ -69,12 +73,37 @@ def resolved_device_target(device_target) -> str:
     return ms.get_context("device_target")
 
 
+def typed_loss_parts(loss_cfg) -> dict:
+    """``loss.parts`` read typed (ms_exp.config.schema.loss_part), but those set to null: a
+    value of the wrong type, or a key LossPart does not declare in a part without
+    ``_target_``, is refused."""
+    parts = {}
+    for name, part in (loss_cfg.parts or {}).items():
+        key = f"loss.parts.{name}"
+        if part is None:
+            continue
+        if not hasattr(part, "keys"):
+            raise ConfigError(key, part, f"a part: {{name: ..., weight: ...}} or {{{TARGET}: "
+                              "..., weight: ..., its arguments}")
+        try:
+            parts[str(name)] = typed = loss_part(part)
+        except OmegaConfBaseException as error:
+            raise InvalidConfig(value_error(f"{key}.{error.full_key}", error)) from None
+        if target_path(typed) is None:
+            for unknown in (k for k in typed.keys() if k not in PART_KEYS):
+                raise ConfigError(f"{key}.{unknown}", typed[unknown],
+                                  one_of(PART_KEYS) + TARGET_ARGUMENTS, problem="unknown key")
+    return parts
+
+
 def validate_loss_parts(loss_cfg) -> None:
-    parts = loss_cfg.parts
+    parts = typed_loss_parts(loss_cfg)
     if not parts:
         return
     require(loss_cfg.label_smoothing == 0, "loss.label_smoothing", loss_cfg.label_smoothing,
             "0 with loss.parts (set label_smoothing per part)")
+    require(target_path(loss_cfg) is None, f"loss.{TARGET}", target_path(loss_cfg),
+            f"null with loss.parts (give each part its {TARGET})")
     for name, part in parts.items():
         require(bool(PART_NAME.fullmatch(str(name))) and name != "loss", "loss.parts",
                 str(name), "part names of letters, digits and _, starting with a letter, "
@@ -118,13 +147,14 @@ def validate_optimizer(cfg, epochs: int) -> None:
 
 def validate_loss(cfg) -> None:
     validate_loss_terms(cfg, "loss")
+    validate_loss_parts(cfg)
 
 
 def validate_loss_terms(cfg, key: str) -> None:
     """A loss's name and label smoothing: ``loss`` itself or one of ``loss.parts``."""
     require(0 <= cfg.label_smoothing < 1, f"{key}.label_smoothing", cfg.label_smoothing,
             "a number in [0, 1)")
-    if cfg.name.value == "softmax_cross_entropy":
+    if target_path(cfg) is None and cfg.name.value == "softmax_cross_entropy":
         require(cfg.label_smoothing == 0, f"{key}.label_smoothing", cfg.label_smoothing,
                 f"0 with {key}.name=softmax_cross_entropy (use cross_entropy or "
                 "cross_entropy_smooth to smooth labels)")

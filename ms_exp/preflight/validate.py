@@ -13,12 +13,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
 from ms_exp.config.errors import ConfigError, one_of
-from ms_exp.config.schema import GROUP_SCHEMAS, Config
+from ms_exp.config.schema import GROUP_SCHEMAS, Config, group_schema
+from ms_exp.config.targets import TARGET_ARGUMENTS, target_path
 from ms_exp.preflight.checkpoint import (
     validate_checkpoint,
     validate_checkpoint_choice,
     validate_snapshots,
 )
+from ms_exp.preflight.components import validate_components
 from ms_exp.preflight.dataset import validate_batch_fits, validate_dataset
 from ms_exp.preflight.launch_style import validate_launch_style
 from ms_exp.preflight.model import validate_model, validate_placement
@@ -48,6 +50,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
     validate_loss(cfg.loss)
     validate_loop(cfg)
+    validate_components(cfg)
     validate_tracking(cfg.tracking)
     if cfg.parallel.mode == "semi_auto":
         validate_shard_strategies(cfg)
@@ -63,22 +66,33 @@ def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]
     validate_dataset(cfg.dataset)
     validate_model(cfg)
     validate_loss(cfg.loss)
+    validate_components(cfg, training=False)
 
 
 def check_known_keys(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
-    """Refuse keys no schema declares, including ones added with ``+key=value``."""
+    """Refuse keys no schema declares, including ones added with ``+key=value``. A user's
+    option has no schema: its keys are its target's arguments, checked against the
+    target's signature when it is built."""
     _known_keys("", cfg, Config)
-    for group, options in GROUP_SCHEMAS.items():
-        _known_keys(f"{group}.", cfg[group], options[choices[group]])
+    for group in GROUP_SCHEMAS:
+        schema = group_schema(group, cfg[group], choices.get(group))
+        if schema is not None:
+            _known_keys(f"{group}.", cfg[group], schema)
 
 
 def _known_keys(prefix: str, node, schema) -> None:
     fields = {f.name: f.type for f in dataclasses.fields(schema)}
+    # A schema subclassing Dict (optimizer, loss) admits the own arguments of the
+    # ``_target_`` it names, checked against its signature (ms_exp/preflight/components.py).
+    takes_arguments = issubclass(schema, dict)
     for key in node.keys():
         if key == "hydra" and not prefix:
             continue
         if key not in fields:
+            if takes_arguments and target_path(node) is not None:
+                continue
             raise ConfigError(f"{prefix}{key}", OmegaConf.select(node, str(key)),
-                              one_of(fields), problem="unknown key")
+                              one_of(fields) + (TARGET_ARGUMENTS if takes_arguments else ""),
+                              problem="unknown key")
         if dataclasses.is_dataclass(fields[key]):
             _known_keys(f"{prefix}{key}.", node[key], fields[key])

@@ -1,7 +1,8 @@
-"""The callbacks a rank hands ``Model.fit``, in the order they must run: the console
-monitors, MLflow's metrics, checkpoints (and stage one's snapshots, and on CPU the emulated
-semi-auto layouts), the progress bar, then resuming at a step, flushing metrics after each
-checkpoint and stopping at a step boundary on a signal."""
+"""The callbacks a rank hands ``Model.fit`` (or the functional loop's ``fit``), in the order
+they must run: the console monitors, MLflow's metrics, checkpoints (and stage one's
+snapshots, and on CPU the emulated semi-auto layouts), the progress bar, the user's
+(``trainer.callbacks``), then resuming at a step, flushing metrics after each checkpoint and
+stopping at a step boundary on a signal."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -17,6 +18,9 @@ from ms_exp.checkpoint.callbacks import (
 )
 from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR
 from ms_exp.config.errors import require
+from ms_exp.config.schema import CALLBACK_TARGET
+from ms_exp.config.targets import build
+from ms_exp.data.build import loader_settings
 from ms_exp.tracking.callback import MlflowMetrics
 from ms_exp.train.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
 from ms_exp.train.monitors import FitTimeMonitor, LossPartsMonitor
@@ -36,7 +40,8 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
                      best_metric: str, strategies) -> FitCallbacks:
     interval = cfg.trainer.loss_print_interval
     monitor = LossPartsMonitor(loss_names, interval) if loss_names else LossMonitor(interval)
-    metrics = MlflowMetrics(tracker, cfg.dataset.batch_size * runtime.group_size,
+    global_batch = loader_settings(cfg.dataset)["batch_size"] * runtime.group_size
+    metrics = MlflowMetrics(tracker, global_batch,
                             cfg.tracking.log_every_n_steps, loss_names)
     callbacks = [monitor, FitTimeMonitor(), metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
@@ -55,6 +60,7 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
             save_steps=save_interval_steps(ckpt_cfg, steps_per_epoch)))
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, cfg.trainer.epochs))
+    callbacks += user_callbacks(cfg.trainer)
 
     saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
@@ -64,6 +70,13 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
         callbacks.append(FlushAfterCheckpoint(saver, tracker))
     callbacks.append(StopOnSignal(saver))
     return FitCallbacks(callbacks, metrics, saver, best)
+
+
+def user_callbacks(trainer_cfg) -> List[Callback]:
+    """``trainer.callbacks``, built in their order; an entry set to null is left out."""
+    return [build(f"trainer.callbacks.{name}", node, expected=(Callback,),
+                  expected_text=CALLBACK_TARGET)
+            for name, node in (trainer_cfg.callbacks or {}).items() if node is not None]
 
 
 def _snapshots(cfg, network, run_dir: Path, steps_per_epoch: int, tracker) -> WeightSnapshots:

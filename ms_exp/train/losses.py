@@ -1,15 +1,33 @@
-"""The loss from the ``loss`` section: one of the named losses (label smoothing as the
-model zoo ResNet's ``src/CrossEntropySmooth.py``), or several named parts
-(``loss.parts``), as the training-flow tutorial's Trainer has ``loss = loss1 + loss2``: the
-loss is the weighted sum, and each part is reported on its own (``train/<part>`` in
-MLflow, ``<part> is ...`` on the console)."""
+"""The loss from the ``loss`` section: a built-in named loss (label smoothing as the model
+zoo ResNet's ``src/CrossEntropySmooth.py``) or any loss Cell by ``_target_``, or several
+parts (``loss.parts``), as the training-flow tutorial's Trainer has ``loss = loss1 +
+loss2``: the loss is the weighted sum, and each part is reported on its own
+(``train/<part>`` in MLflow, ``<part> is ...`` on the console).
+
+A built-in name is a ``_target_`` config (``NAMED_LOSSES``) built by the same path as a
+user's target (``ms_exp.config.targets.build``)."""
 from typing import Tuple
 
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
+from ms_exp.config.schema import LOSS_TARGET, LossConfig, LossPart, loss_own_keys, loss_parts
+from ms_exp.config.targets import TARGET, build, target_path
+
 TOTAL = "loss"  # the name of the weighted sum among the reported values
 
+# loss.name -> the ``_target_`` config it stands for, from the loss's own keys.
+NAMED_LOSSES = {
+    # The model-saving tutorial's loss.
+    "cross_entropy": lambda cfg: {TARGET: "mindspore.nn.CrossEntropyLoss",
+                                  "label_smoothing": cfg.label_smoothing},
+    # The training-flow tutorial's loss; MindSpore's version has no label smoothing.
+    "softmax_cross_entropy": lambda cfg: {TARGET: "mindspore.nn.SoftmaxCrossEntropyWithLogits",
+                                          "sparse": True, "reduction": "mean"},
+    # The model zoo ResNet's; num_classes is passed (its signature names it).
+    "cross_entropy_smooth": lambda cfg: {TARGET: "ms_exp.train.losses.CrossEntropySmooth",
+                                         "smooth_factor": cfg.label_smoothing},
+}
 
 
 class CrossEntropySmooth(nn.LossBase):
@@ -32,15 +50,17 @@ class CrossEntropySmooth(nn.LossBase):
         return self.ce(logits, target)
 
 
-def create_loss(cfg, num_classes: int):
-    """The loss ``cfg`` names (``loss``, or one of ``loss.parts``) for ``num_classes``."""
-    name = cfg.name.value
-    if name == "cross_entropy":
-        return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-    if name == "cross_entropy_smooth":
-        return CrossEntropySmooth(num_classes, smooth_factor=cfg.label_smoothing)
-    # The training-flow tutorial's loss; MindSpore's version has no label smoothing.
-    return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+def create_loss(cfg, num_classes: int, key: str = "loss") -> nn.Cell:
+    """The loss ``cfg`` names (``loss``, or the part ``key``, ``loss.parts.<name>``) for
+    ``num_classes``: the user's ``_target_`` with its own arguments, else the built-in of
+    ``cfg.name``."""
+    if target_path(cfg) is None:
+        node, own = NAMED_LOSSES[cfg.name.value](cfg), ()
+    else:
+        node, own = cfg, loss_own_keys(cfg, LossConfig if key == "loss" else LossPart)
+    return build(key, node, own_keys=own, provided={"num_classes": num_classes},
+                 expected=(nn.Cell,), expected_text=LOSS_TARGET)
+
 
 class LossParts(nn.Cell):
     """``(total, part_1, ..., part_n)`` of ``(logits, labels)``; total = sum of
@@ -74,20 +94,21 @@ class TotalLoss(nn.Cell):
 
 
 def part_names(loss_cfg) -> Tuple[str, ...]:
-    return tuple(loss_cfg.parts.keys())
+    return tuple(loss_parts(loss_cfg))
 
 
 def create_loss_parts(loss_cfg, num_classes: int) -> LossParts:
-    """Every configured part; without ``loss.parts``, the one loss of ``loss.name``."""
-    if not loss_cfg.parts:
+    """Every configured part; without ``loss.parts``, the one loss of the section."""
+    parts = loss_parts(loss_cfg)
+    if not parts:
         return LossParts([create_loss(loss_cfg, num_classes)], [1.0])
-    parts = list(loss_cfg.parts.values())
-    return LossParts([create_loss(part, num_classes) for part in parts],
-                     [part.weight for part in parts])
+    return LossParts([create_loss(part, num_classes, f"loss.parts.{name}")
+                      for name, part in parts.items()],
+                     [part.weight for part in parts.values()])
 
 
 def create_training_loss(loss_cfg, num_classes: int) -> nn.Cell:
     """The ``loss_fn`` of ``Model``: the configured loss, or the weighted sum of its parts."""
-    if not loss_cfg.parts:
+    if not loss_parts(loss_cfg):
         return create_loss(loss_cfg, num_classes)
     return TotalLoss(create_loss_parts(loss_cfg, num_classes))

@@ -11,7 +11,7 @@ from ms_exp.train.announce import announce_loop
 from ms_exp.train.loops import create_loop
 from ms_exp.train.loops import loss_names as step_loss_names
 from ms_exp.train.losses import create_loss
-from ms_exp.train.metrics import classification_metrics
+from ms_exp.train.metrics import eval_metrics
 from ms_exp.train.optimizer import create_optimizer
 from ms_exp.train.precision import optimizer_loss_scale
 
@@ -21,7 +21,7 @@ def build_model(cfg, network, placement, spec, runtime, run_dir: Path, tracker,
     """The model to fit and the names of the losses its train step returns (``()``: one)."""
     model_opt = model_option(cfg.model)
     own_step = boost_option(cfg.boost).own_train_step or model_opt.own_train_step
-    metrics = classification_metrics(spec.num_classes)
+    metrics = eval_metrics(cfg, spec.num_classes)
     if own_step is not None:
         # It brings its own optimizer (AutoBoost's SGD(learning_rate=1); Wide&Deep's FTRL
         # and (Lazy)Adam).

@@ -4,11 +4,32 @@ The recipe pieces are those of MindSpore's model zoo ResNet (models/official/cv/
 which stage one of the dimension-reduction tutorial imports: per-step learning rates as
 ``src/lr_generator.py``'s ``get_lr``, parameter groups as ``src/util.py``'s
 ``init_group_params``.
+
+The optimizer is any mindspore.nn.Optimizer subclass: ``optimizer._target_`` with its own
+arguments beside it, or a built-in ``optimizer.name``, which stands for a ``_target_``
+config (``NAMED_OPTIMIZERS``) built by the same path (``ms_exp.config.targets.build``).
 """
 import math
 from typing import List
 
+import numpy as np
 from mindspore import nn
+
+from ms_exp.config.schema import (
+    OPTIMIZER_REQUIRED,
+    OPTIMIZER_TARGET,
+    OptimizerConfig,
+    own_keys,
+)
+from ms_exp.config.targets import TARGET, build, target_path
+
+# optimizer.name -> the ``_target_`` config it stands for. ``optimizer.momentum`` reaches
+# every target whose signature names it but sgd's: plain SGD, as before targets.
+NAMED_OPTIMIZERS = {
+    "sgd": {TARGET: "mindspore.nn.SGD", "momentum": 0.0},
+    "momentum": {TARGET: "mindspore.nn.Momentum"},
+    "adam": {TARGET: "mindspore.nn.Adam"},
+}
 
 # Parameters whose name holds one of these get no weight decay with optimizer.group_params:
 # batch norm's gamma and beta, and biases (the model zoo's init_group_params).
@@ -81,18 +102,34 @@ def create_optimizer(cfg, network: nn.Cell, steps_per_epoch: int, epochs: int,
     if cfg.schedule.value == "constant" and cfg.warmup_epochs == 0:
         lr = cfg.lr  # a scalar keeps the checkpoint free of a per-step lr table
     else:
-        lr = learning_rates(cfg, steps_per_epoch, epochs)
+        # An array, not a list: it is handed to the target as it is, never through a
+        # config node per step (MindSpore makes the same float32 tensor of either).
+        lr = np.asarray(learning_rates(cfg, steps_per_epoch, epochs), dtype=np.float32)
     if cfg.group_params:
-        params, weight_decay = parameter_groups(network, cfg.weight_decay), 0.0
+        params = parameter_groups(network, cfg.weight_decay)
     else:
-        params, weight_decay = network.trainable_params(), cfg.weight_decay
-    name = cfg.name.value
-    if name == "sgd":
-        return nn.SGD(params, learning_rate=lr, weight_decay=weight_decay,
-                      loss_scale=loss_scale)
-    if name == "momentum":
-        return nn.Momentum(params, learning_rate=lr, momentum=cfg.momentum,
-                           weight_decay=weight_decay, loss_scale=loss_scale)
-    return nn.Adam(params, learning_rate=lr, weight_decay=weight_decay, loss_scale=loss_scale)
+        params = network.trainable_params()
+    return build("optimizer", optimizer_node(cfg), own_keys=optimizer_own_keys(cfg),
+                 provided=optimizer_arguments(cfg, params, lr, loss_scale),
+                 required=OPTIMIZER_REQUIRED, expected=(nn.Optimizer,),
+                 expected_text=OPTIMIZER_TARGET)
 
 
+def optimizer_node(cfg):
+    """The ``_target_`` config of the optimizer: the user's, else the built-in's."""
+    return cfg if target_path(cfg) is not None else NAMED_OPTIMIZERS[cfg.name.value]
+
+
+def optimizer_own_keys(cfg) -> tuple:
+    return own_keys(OptimizerConfig) if target_path(cfg) is not None else ()
+
+
+def optimizer_arguments(cfg, params, lr, loss_scale: float) -> dict:
+    """ms_exp's values for the optimizer: ``params`` and ``learning_rate`` always; the
+    rest when the target's signature names them. With parameter groups the groups carry
+    the weight decay."""
+    arguments = {"params": params, "learning_rate": lr, "momentum": cfg.momentum,
+                 "loss_scale": loss_scale}
+    if not cfg.group_params:
+        arguments["weight_decay"] = cfg.weight_decay
+    return arguments

@@ -1,0 +1,173 @@
+"""Checks of the ``_target_`` components a job builds besides its network and data: the
+optimizer, the loss (or each of ``loss.parts``), ``trainer.callbacks`` and
+``trainer.metrics``. Each target must import and its arguments fit its signature (an unknown
+or missing one refused in one line naming the key); the loss, callbacks and metrics are
+built, which is cheap, to check what they return; the optimizer, which needs the network's
+parameters, is checked to be a mindspore.nn.Optimizer subclass.
+
+Only a config naming a target imports it (and so MindSpore); the built-in names are checked
+by their schemas and ms_exp/preflight/training.py alone.
+"""
+import inspect
+import re
+
+from ms_exp.boost.options import boost_option
+from ms_exp.config.amp import needs_overflow_check
+from ms_exp.config.errors import ConfigError, require
+from ms_exp.config.schema import (
+    CALLBACK_TARGET,
+    LOSS_TARGET,
+    METRIC_TARGET,
+    OPTIMIZER_REQUIRED,
+    OPTIMIZER_TARGET,
+    LossConfig,
+    LossPart,
+    OptimizerConfig,
+    loss_own_keys,
+    own_keys,
+)
+from ms_exp.config.targets import (
+    TARGET,
+    build,
+    config_arguments,
+    fit_arguments,
+    load_target,
+    parameters,
+    target_path,
+)
+from ms_exp.models.options import model_option
+from ms_exp.preflight.training import typed_loss_parts
+
+METRIC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# An optimizer's arguments that ms_exp computes: set beside a target they would win over it.
+PASSED_BY_MS_EXP = {
+    "params": "the trainable parameters (groups: optimizer.group_params=true)",
+    "learning_rate": "the schedule of optimizer.lr, optimizer.schedule, ...",
+    "loss_scale": "amp's fixed loss scale when the optimizer must divide by it "
+                  "(amp.loss_scale, amp.loss_scale_value)",
+}
+
+
+def validate_components(cfg, training: bool = True) -> None:
+    """The components a job builds (``training``), or an evaluation of its checkpoint
+    builds: its loss and metrics."""
+    validate_loss_targets(cfg)
+    validate_metrics(cfg)
+    if training:
+        validate_optimizer_target(cfg)
+        validate_callbacks(cfg.trainer)
+
+
+def validate_loss_targets(cfg) -> None:
+    """``loss``, or each of ``loss.parts``, that names a ``_target_``: a loss Cell."""
+    parts = typed_loss_parts(cfg.loss)
+    entries = ([(f"loss.parts.{name}", part, LossPart) for name, part in parts.items()]
+               if parts else [("loss", cfg.loss, LossConfig)])
+    for key, node, schema in entries:
+        if target_path(node) is None:
+            continue
+        from mindspore import nn
+
+        build(key, node, own_keys=loss_own_keys(node, schema),
+              provided=_num_classes(cfg, key, node), expected=(nn.Cell,),
+              expected_text=LOSS_TARGET)
+
+
+def validate_optimizer_target(cfg) -> None:
+    """``optimizer._target_``: an Optimizer subclass taking what ms_exp gives it."""
+    opt = cfg.optimizer
+    path = target_path(opt)
+    if path is None:
+        return
+    key = f"optimizer.{TARGET}"
+    for group, option in (("boost", boost_option(cfg.boost)), ("model", model_option(cfg.model))):
+        require(option.own_train_step is None, key, path,
+                f"null: {group}={option.name} trains with an optimizer of its own")
+    target = load_target("optimizer", path)
+    from mindspore import nn
+
+    if not (inspect.isclass(target) and issubclass(target, nn.Optimizer)):
+        raise ConfigError(key, path, OPTIMIZER_TARGET, problem="is not an optimizer")
+    # What ms_exp will pass (ms_exp/train/optimizer.py optimizer_arguments); the values
+    # matter not, only which the signature takes.
+    provided = {"params": [], "learning_rate": opt.lr, "momentum": opt.momentum,
+                "loss_scale": 1.0}
+    if not opt.group_params:
+        provided["weight_decay"] = opt.weight_decay
+    arguments = config_arguments(opt, own_keys(OptimizerConfig))
+    for name, instead in PASSED_BY_MS_EXP.items():
+        require(name not in arguments, f"optimizer.{name}", arguments.get(name),
+                f"no optimizer.{name}: ms_exp passes {instead}")
+    fit_arguments("optimizer", path, target, arguments, provided,
+                  required=OPTIMIZER_REQUIRED)
+    params = parameters(target)
+    if params is None or "**" in params:  # cannot tell what it takes before building it
+        return
+    if opt.weight_decay and not opt.group_params:
+        require("weight_decay" in params, "optimizer.weight_decay", opt.weight_decay,
+                f"0 with {key}={path}, which takes no weight_decay")
+    if _optimizer_divides_loss_scale(cfg) and "loss_scale" not in params:
+        raise ConfigError(
+            key, path, "an optimizer taking loss_scale with amp.loss_scale=fixed and "
+            "trainer.loop=model, or amp.drop_overflow_update=true, amp.loss_scale=dynamic "
+            "or trainer.loop=functional (the scaled step unscales the gradients itself)",
+            problem="takes no loss_scale")
+
+
+def _optimizer_divides_loss_scale(cfg) -> bool:
+    """As ms_exp/train/precision.py ``optimizer_loss_scale``: with a fixed scale and no
+    overflow check, Model leaves the division by the scale to the optimizer."""
+    amp = cfg.amp
+    return (cfg.trainer.loop.value == "model" and amp.loss_scale.value == "fixed"
+            and not needs_overflow_check(amp))
+
+
+def validate_callbacks(trainer_cfg) -> None:
+    """``trainer.callbacks``: each builds a mindspore.train.Callback."""
+    for name, node in (trainer_cfg.callbacks or {}).items():
+        if node is None:  # removed by an experiment or a command line
+            continue
+        key = f"trainer.callbacks.{name}"
+        _require_target(key, node, "my_project.callbacks.EpochLog")
+        from mindspore.train import Callback
+
+        build(key, node, expected=(Callback,), expected_text=CALLBACK_TARGET)
+
+
+def validate_metrics(cfg) -> None:
+    """``trainer.metrics``: each builds a mindspore.train.Metric, named as MLflow will
+    show it (eval/<name>), for a model evaluated with the classification metrics."""
+    metrics = {str(name): node for name, node in (cfg.trainer.metrics or {}).items()
+               if node is not None}
+    if not metrics:
+        return
+    option = model_option(cfg.model)
+    require(option.evaluation is None, "trainer.metrics", ", ".join(metrics),
+            f"none with model={option.name}, which is evaluated with metrics of its own")
+    for name, node in metrics.items():
+        require(bool(METRIC_NAME.fullmatch(name)) and not name.startswith("eval_"),
+                "trainer.metrics", name, "metric names of letters, digits and _, starting "
+                "with a letter, not with eval_ (MindSpore's own results)")
+        key = f"trainer.metrics.{name}"
+        _require_target(key, node, "my_project.metrics.F1")
+        from mindspore.train import Metric
+
+        build(key, node, provided=_num_classes(cfg, key, node), expected=(Metric,),
+              expected_text=METRIC_TARGET)
+
+
+def _require_target(key: str, node, example: str) -> None:
+    if not hasattr(node, "keys") or target_path(node) is None:
+        raise ConfigError(key, node, f"a {TARGET} config with the target's arguments, e.g. "
+                          f"+{key}.{TARGET}={example}")
+
+
+def _num_classes(cfg, key: str, node) -> dict:
+    """``num_classes`` for a target whose signature names it: the class count the dataset
+    declares (a user's dataset is asked, as the network's checks ask it)."""
+    params = parameters(load_target(key, target_path(node)))
+    if params is None or "num_classes" not in params:
+        return {}
+    from ms_exp.data.build import declared_shape
+
+    return {"num_classes": declared_shape(cfg.dataset)[1]}

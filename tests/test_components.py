@@ -1,0 +1,208 @@
+"""Components by ``_target_`` (issue 19, point 3): any MindSpore optimizer, loss Cell,
+callback and metric named in the config with its own arguments beside it, checked before
+anything runs, trained by both loops and recorded in MLflow; the built-in names go through
+the same path."""
+import numpy as np
+import pytest
+from conftest import train
+
+from ms_exp.run import main
+
+ERROR = "ms_exp: error: "
+
+# A user's project: what the config names by _target_, importable from PYTHONPATH.
+COMPONENTS = '''
+from pathlib import Path
+
+from mindspore import nn
+from mindspore.train import Callback, Metric
+
+
+class EpochFile(Callback):
+    """Appends "<tag> <epoch>" to ``path`` after every training epoch."""
+
+    def __init__(self, path, tag="run"):
+        super().__init__()
+        self.path, self.tag = Path(path), tag
+
+    def on_train_epoch_end(self, run_context):
+        with self.path.open("a") as out:
+            out.write(f"{self.tag} {run_context.original_args().cur_epoch_num}\\n")
+
+
+class NotACallback:
+    def __init__(self, path="unused"):
+        self.path = path
+
+
+class SampleCount(Metric):
+    """Samples evaluated, plus num_classes / 1000 to show ms_exp passed it."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.num_classes = num_classes
+        self.clear()
+
+    def clear(self):
+        self.count = 0
+
+    def update(self, *inputs):
+        self.count += self._convert_data(inputs[1]).shape[0]
+
+    def eval(self):
+        return self.count + self.num_classes / 1000
+
+
+class SparseFocal(nn.Cell):
+    """mindspore.nn.FocalLoss for class-index labels (it wants them (N, 1))."""
+
+    def __init__(self, gamma=2.0):
+        super().__init__()
+        self.focal = nn.FocalLoss(gamma=gamma)
+
+    def construct(self, logits, labels):
+        return self.focal(logits, labels.reshape(-1, 1))
+'''
+
+TINY = ("dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
+        "dataset.batch_size=32", "trainer.epochs=2")
+ADAMW = ("optimizer._target_=mindspore.nn.AdamWeightDecay", "+optimizer.beta1=0.8",
+         "optimizer.lr=0.001")
+
+
+@pytest.fixture(scope="module")
+def components(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("user_project")
+    (folder / "my_components.py").write_text(COMPONENTS)
+    return folder
+
+
+def callbacks(folder, tag: str) -> str:
+    """Two callbacks of the user's, the second to be removed by the command line."""
+    return (f"+trainer.callbacks={{epochs:{{_target_:my_components.EpochFile,"
+            f"path:{folder}/{tag}.txt,tag:{tag}}},gone:{{_target_:my_components.EpochFile,"
+            f"path:{folder}/gone.txt}}}}")
+
+
+@pytest.fixture(scope="module")
+def runs(components, tmp_path_factory):
+    """One tiny run per loop: AdamW with its own beta1, a user's loss (whole, or as a
+    part), a user's callback and metric; the other callback removed two ways."""
+    root = tmp_path_factory.mktemp("runs")
+    env = {"PYTHONPATH": str(components)}
+    common = (*TINY, *ADAMW, "+trainer.metrics.samples._target_=my_components.SampleCount")
+    model = train(root / "model", *common, "loss._target_=my_components.SparseFocal",
+                  "+loss.gamma=1.5", callbacks(root, "model"), "~trainer.callbacks.gone",
+                  env=env)
+    functional = train(root / "functional", *common, "trainer.loop=functional",
+                       "+loss.parts={focal:{_target_:my_components.SparseFocal,gamma:1.5,"
+                       "weight:0.5},ce:{name:cross_entropy}}",
+                       callbacks(root, "functional"), "trainer.callbacks.gone=null", env=env)
+    return root, {"model": model, "functional": functional}
+
+
+@pytest.mark.slow
+def test_targets_train_in_both_loops_and_are_recorded(runs):
+    root, results = runs
+    for loop, result in results.items():
+        run = result.store.get_run(result.run_id)
+        params = run.data.params
+        assert params["optimizer._target_"] == "mindspore.nn.AdamWeightDecay"
+        assert params["optimizer.beta1"] == "0.8"
+        assert params["trainer.callbacks.epochs._target_"] == "my_components.EpochFile"
+        assert params["trainer.metrics.samples._target_"] == "my_components.SampleCount"
+        # AdamWeightDecay's own state in the checkpoint: not the default Momentum's.
+        import mindspore as ms
+
+        saved = ms.load_checkpoint(str(result.run_dir / "checkpoints/rank_0/checkpoint-2_2.ckpt"))
+        assert any(name.startswith("adam_m.") for name in saved), loop
+        assert not any(name.startswith("moments.") for name in saved), loop
+        # The user's callback ran in this loop after each epoch; the removed one never did.
+        assert (root / f"{loop}.txt").read_text().split("\n")[:2] == [f"{loop} 1", f"{loop} 2"]
+        # The user's metric after each evaluation, given the dataset's 10 classes.
+        history = result.store.get_metric_history(result.run_id, "eval/samples")
+        assert sorted(m.step for m in history) == [2, 4]
+        assert {m.value for m in history} == {32.01}
+        assert np.isfinite(run.data.metrics["train/loss"])
+    assert not (root / "gone.txt").exists()
+    model, functional = results["model"], results["functional"]
+    assert model.store.get_run(model.run_id).data.params["loss._target_"] == \
+        "my_components.SparseFocal"
+    assert model.store.get_run(model.run_id).data.params["loss.gamma"] == "1.5"
+    # A part by _target_ beside a named one, each its own metric.
+    assert functional.store.get_metric_history(functional.run_id, "train/focal")
+    assert functional.store.get_metric_history(functional.run_id, "train/ce")
+
+
+BAD = {
+    "unknown argument of the optimizer": (
+        [*ADAMW, "+optimizer.nosuch=1"],
+        "optimizer.nosuch=1: is not an argument of the target; expected a parameter of "
+        "mindspore.nn.AdamWeightDecay: params, learning_rate, beta1, beta2, eps, "
+        "weight_decay"),
+    "target arguments without a target": (
+        ["+optimizer.beta1=0.8"],
+        "optimizer.beta1=0.8: unknown key; expected one of name, lr, momentum, weight_decay, "
+        "schedule, warmup_epochs, min_lr, lr_init, decay_epochs, group_params, _target_ "
+        "(other keys only beside a _target_: its own arguments)"),
+    "missing argument of a callback": (
+        ["+trainer.callbacks.epochs._target_=my_components.EpochFile"],
+        "trainer.callbacks.epochs.path='missing': not allowed; expected a value: "
+        "my_components.EpochFile requires 'path' (its parameters: path, tag)"),
+    "callback target that is not a callback": (
+        ["+trainer.callbacks.epochs._target_=my_components.NotACallback"],
+        "trainer.callbacks.epochs._target_='my_components.NotACallback': returned a "
+        "NotACallback; expected a mindspore.train.Callback"),
+    "metric target that is not a metric": (
+        ["+trainer.metrics.samples._target_=my_components.NotACallback"],
+        "trainer.metrics.samples._target_='my_components.NotACallback': returned a "
+        "NotACallback; expected a mindspore.train.Metric"),
+    "optimizer target that is not an optimizer": (
+        ["optimizer._target_=mindspore.nn.Dense"],
+        "optimizer._target_='mindspore.nn.Dense': is not an optimizer; expected a subclass "
+        "of mindspore.nn.Optimizer"),
+    "optimizer without the loss scale amp needs it to divide by": (
+        [*ADAMW, "amp.loss_scale=fixed"],
+        "optimizer._target_='mindspore.nn.AdamWeightDecay': takes no loss_scale; expected an "
+        "optimizer taking loss_scale with amp.loss_scale=fixed and trainer.loop=model, or "
+        "amp.drop_overflow_update=true, amp.loss_scale=dynamic or trainer.loop=functional "
+        "(the scaled step unscales the gradients itself)"),
+    "loss part argument its target does not take": (
+        ["+loss.parts.focal._target_=my_components.SparseFocal", "+loss.parts.focal.alpha=1"],
+        "loss.parts.focal.alpha=1: is not an argument of the target; expected a parameter "
+        "of my_components.SparseFocal: gamma"),
+    "loss target that does not import": (
+        ["loss._target_=my_components.NoSuchLoss"],
+        "loss._target_='my_components.NoSuchLoss': does not import"),
+}
+
+
+@pytest.mark.parametrize("argv,message", BAD.values(), ids=list(BAD))
+def test_a_bad_component_is_refused_in_one_line_before_anything_exists(
+        argv, message, components, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(components))
+    assert main(["trainer.progress_bar=never", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(ERROR + message), err
+    assert list(tmp_path.iterdir()) == []  # no outputs/, no mlflow.db
+
+
+def test_built_in_names_are_target_configs_built_the_same_way():
+    from mindspore import nn
+
+    from ms_exp.preflight.compose import compose_config
+    from ms_exp.train.losses import CrossEntropySmooth, create_loss
+    from ms_exp.train.optimizer import create_optimizer
+
+    network = nn.Dense(4, 3)
+    cfg = compose_config(["amp.loss_scale=fixed"])
+    momentum = create_optimizer(cfg.optimizer, network, 2, 1, loss_scale=8.0)
+    assert type(momentum) is nn.Momentum and momentum.loss_scale == 8.0
+    assert np.isclose(float(momentum.momentum.asnumpy()), 0.9)
+    sgd = create_optimizer(compose_config(["optimizer.name=sgd"]).optimizer, network, 2, 1)
+    assert type(sgd) is nn.SGD
+    smooth = create_loss(compose_config(["loss.name=cross_entropy_smooth",
+                                         "loss.label_smoothing=0.1"]).loss, 5)
+    assert type(smooth) is CrossEntropySmooth  # given num_classes: 0.1 / 4 off the label
+    assert np.isclose(float(smooth.off_value.asnumpy()), 0.025)
