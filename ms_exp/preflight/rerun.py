@@ -52,8 +52,7 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     )
 
     quiet_artifact_downloads()
-    flags = [a for a in extra if a.startswith("-")]
-    extra = [a for a in extra if not a.startswith("-")]
+    flags, extra = _split_flags(extra)
     uri = resolve_tracking_uri(_tracking_uri(extra))
     database = missing_database(uri)
     if database is not None:
@@ -73,14 +72,16 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
                 run_id, "hydra/overrides.yaml", workdir))
             config = OmegaConf.load(client.download_artifacts(
                 run_id, "config/config.yaml", workdir))
+            source_flags, searchpath = _config_source(client, run_id, workdir)
         except (MlflowException, OSError):
             raise InvalidConfig(f"{FLAG}={run_id}: the run has no recorded config "
                                 "(hydra/overrides.yaml, config/config.yaml)") from None
     overrides = [o for o in recorded if not str(o).startswith("tracking.rerun_of=")]
-    overrides += [*extra, f"tracking.rerun_of={run_id}"]
-    differences = list_differences(run.data.tags, config, overrides, extra)
+    overrides += [*searchpath, *extra, f"tracking.rerun_of={run_id}"]
+    flags = [*source_flags, *flags]
+    differences = list_differences(run.data.tags, config, overrides, extra, flags)
     print(f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
-          + (" ".join(overrides) or "(no overrides)"), flush=True)
+          + (" ".join([*flags, *overrides]) or "(no overrides)"), flush=True)
     if differences:
         print(f"differences from run {run_id} that may change the result:", flush=True)
         for line in differences:
@@ -90,9 +91,50 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     return [*flags, *overrides]
 
 
+# Hydra's flags that take a value (``--config-dir conf``), kept apart from the overrides.
+VALUE_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
+               "--cfg", "-c", "--package", "-p")
+
+
+def _split_flags(arguments: Sequence[str]) -> Tuple[List[str], List[str]]:
+    flags, overrides, rest = [], [], list(arguments)
+    while rest:
+        argument = rest.pop(0)
+        if argument in VALUE_FLAGS and rest:
+            flags += [argument, rest.pop(0)]
+        elif argument.startswith("-"):
+            flags.append(argument)
+        else:
+            overrides.append(argument)
+    return flags, overrides
+
+
+def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[str]]:
+    """Where the run's config came from (Hydra's record, ``hydra/hydra.yaml``): the
+    ``--config-dir``, ``--config-path`` and ``--config-name`` flags and the
+    ``hydra.searchpath`` overrides that find a user's options again."""
+    from ms_exp.preflight.compose import CONFIG_NAME, conf_dir
+
+    hydra = OmegaConf.load(client.download_artifacts(run_id, "hydra/hydra.yaml",
+                                                     workdir)).hydra
+    flags = []
+    for source in hydra.runtime.config_sources:
+        if source.provider == "command-line" and source.schema == "file":
+            flags += ["--config-dir", source.path]
+        elif (source.provider == "main" and source.schema == "file"
+              and source.path != str(conf_dir())):
+            flags += ["--config-path", source.path]
+    if hydra.job.config_name not in (None, CONFIG_NAME):
+        flags += ["--config-name", hydra.job.config_name]
+    searchpath = [o for o in hydra.overrides.hydra if str(o).startswith("hydra.searchpath=")]
+    return flags, searchpath
+
+
 def list_differences(tags, recorded_config, overrides: Sequence[str],
-                     extra: Sequence[str]) -> List[str]:
-    from ms_exp.preflight.compose import compose_config
+                     extra: Sequence[str], flags: Sequence[str] = ()) -> List[str]:
+    from hydra._internal.utils import get_args_parser
+
+    from ms_exp.preflight.compose import ConfigSource, compose_config
     from ms_exp.tracking import provenance
     from ms_exp.tracking.params import flatten
 
@@ -113,7 +155,8 @@ def list_differences(tags, recorded_config, overrides: Sequence[str],
     if tags.get("ms_exp.git.project.dirty") == "true":
         lines.append("the project's working tree had uncommitted changes then "
                      "(provenance/project.diff)")
-    cfg = compose_config(overrides)
+    cfg = compose_config(overrides,
+                         source=ConfigSource.from_args(get_args_parser().parse_args(flags)))
     fingerprint = provenance.dataset_fingerprint(cfg.dataset)["digest"]
     before = tags.get("ms_exp.dataset_fingerprint")
     if before and before != fingerprint:
