@@ -153,8 +153,13 @@ def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
 
 
 @pytest.mark.slow
-def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(project):
-    result = train(project, "-m", *OWN, *TINY, "trainer.epochs=1", "model.hidden=8,16")
+@pytest.mark.parametrize("launcher", ["concurrent", "submitit_local"])
+def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(project,
+                                                                              launcher):
+    """Each launcher's job processes import the project's modules (the basic launcher's
+    sweep runs from the installed wheel, tests/test_install.py)."""
+    result = train(project, "-m", *OWN, *TINY, "trainer.epochs=1", "model.hidden=8,16",
+                   f"hydra/launcher={launcher}")
     store = result.store
     runs = store.search_runs([store.get_experiment_by_name("ms_exp").experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]

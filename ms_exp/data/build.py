@@ -177,7 +177,7 @@ def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
             source = None
             break
         source = source.children[0]
-    if source is None or not isinstance(source, ds.MappableDataset):
+    if source is None or not _random_access(source):
         if wants_shard:
             raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg),
                               "a target returning a dataset over one random-access source, "
@@ -191,6 +191,16 @@ def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
         sampler = ds.RandomSampler() if passed["shuffle"] else ds.SequentialSampler()
     source.use_sampler(sampler)
     return data
+
+
+def _random_access(source) -> bool:
+    """A source whose sampler decides what is read. A GeneratorDataset over a generator
+    or iterable has a sampler too, but ignores it: every rank would read everything."""
+    import mindspore.dataset as ds
+
+    if isinstance(source, ds.GeneratorDataset):
+        return hasattr(source.source, "__getitem__")
+    return isinstance(source, ds.MappableDataset)
 
 
 def _sample_shape(batches) -> Tuple[int, ...]:
