@@ -77,23 +77,22 @@ def declared_spec(dataset_cfg) -> DataSpec:
 def sampled_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
     """Sample shape and class count of a user's option, from what its target returns for
     the training split (asked once per config in a process)."""
-    key = OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) \
-        else repr(dataset_cfg)
-    return _sampled(key, dataset_cfg)[:2]
+    return _sampled(dataset_cfg)[:2]
 
 
 def sampled_size(dataset_cfg) -> int:
     """Samples in the training split of a user's option (before any shard)."""
-    key = OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) \
-        else repr(dataset_cfg)
-    return _sampled(key, dataset_cfg)[2]
+    return _sampled(dataset_cfg)[2]
 
 
-# config YAML -> (shape, classes): preflight asks several checks, and every job of a sweep.
+# config YAML -> (shape, classes, samples): preflight asks several checks, and every job of
+# a sweep.
 _SAMPLED = {}
 
 
-def _sampled(key: str, dataset_cfg):
+def _sampled(dataset_cfg):
+    key = OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) \
+        else repr(dataset_cfg)
     if key not in _SAMPLED:
         train, size, labels = _pipeline(dataset_cfg, "train", Shard())
         _SAMPLED[key] = (_sample_shape(train), _class_count(dataset_cfg, labels, None, train),
@@ -101,10 +100,8 @@ def _sampled(key: str, dataset_cfg):
     return _SAMPLED[key]
 
 
-def _applied(dataset_cfg) -> set:
+def _applied(params) -> set:
     """ms_exp's keys the target's signature names: it applies them itself."""
-    target = load_target("dataset", target_path(dataset_cfg))
-    params = parameters(target) or {}
     return {key for key in (*LOADER_KEYS, *SHARD_KEYS) if key in params}
 
 
@@ -114,7 +111,8 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
 
     settings = loader_settings(dataset_cfg)
     is_train = split == "train"
-    applied = _applied(dataset_cfg)
+    params = parameters(load_target("dataset", target_path(dataset_cfg))) or {}
+    applied = _applied(params)
     sharded = shard.num_shards > 1
     passed = {"batch_size": settings["batch_size"],
               "shuffle": settings["shuffle"] and is_train,
@@ -123,7 +121,6 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
               "num_shards": shard.num_shards if sharded else None,
               "shard_id": shard.shard_id if sharded else None}
     provided = {"split": split, **{k: v for k, v in passed.items() if k in applied}}
-    params = parameters(load_target("dataset", target_path(dataset_cfg))) or {}
     own = (*LOADER_KEYS, *(k for k in LABEL_KEYS if k not in params))
     data = build("dataset", dataset_cfg, own_keys=own, provided=provided,
                  required=("split",))
