@@ -1,4 +1,4 @@
-"""The model zoo ResNet recipe (issue 9, parts 4 and 5): label-smoothing cross entropy,
+"""The model zoo ResNet recipe: label-smoothing cross entropy,
 parameter groups, per-step learning rates, all_reduce_fusion_config, checkpoint intervals,
 and stage one of the dimension-reduction tutorial as ``+experiment=resnet50_imagenet_stage_one``.
 
@@ -154,6 +154,20 @@ def test_checkpoints_every_n_epochs_unless_steps_are_given():
     assert save_interval_steps(compose_config([PRESET]).checkpoint, 625) == 6250
     steps = compose_config(["checkpoint.save_checkpoint_steps=100"]).checkpoint
     assert save_interval_steps(steps, 625) == 100
+
+
+def test_the_checks_accept_increasing_fusion_indices_and_refuse_others():
+    from ms_exp.config.errors import ConfigError
+    from ms_exp.preflight.parallel import validate_parallel
+
+    for fusion in ([85, 160], [1], []):
+        validate_parallel(compose_config(
+            ["parallel=data", "parallel.device_num=8",
+             f"parallel.all_reduce_fusion_config=[{','.join(map(str, fusion))}]"]).parallel)
+    for fusion in ("[0,20]", "[20,20]", "[35,20]"):
+        with pytest.raises(ConfigError, match="increasing positive gradient indices"):
+            validate_parallel(compose_config(
+                ["parallel=data", f"parallel.all_reduce_fusion_config={fusion}"]).parallel)
 
 
 def test_tutorial_on_eight_devices_passes_the_fusion_indices_to_mindspore():

@@ -20,7 +20,7 @@ def validate_parallel(cfg) -> None:
         return
     require(cfg.device_num >= 1, "parallel.device_num", cfg.device_num, "an integer >= 1")
     fusion = list(cfg.all_reduce_fusion_config)
-    require(all(0 < a < b for a, b in zip([0] + fusion, fusion)),
+    require(all(a < b for a, b in zip([0] + fusion, fusion)),
             "parallel.all_reduce_fusion_config", fusion,
             "increasing positive gradient indices, e.g. [20, 35]")
     launcher = cfg.launcher
