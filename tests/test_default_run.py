@@ -1,5 +1,8 @@
 """The default job, end to end, read back from MLflow; then evaluated with ms_exp.eval."""
 import re
+import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +24,12 @@ def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
     assert re.search(r"^epoch: 1 step: 20, loss is [0-9.]+$", default_run.stdout, re.M)
     assert re.search(r"throughput: [0-9.]+ samples/s", default_run.stdout)
     db = default_run.cwd / "mlflow.db"
-    assert (f"open it with: mlflow ui --backend-store-uri sqlite:///{db} "
-            "--host 127.0.0.1 --port 5000") in default_run.stdout
+    # Printed to paste into a shell where the virtual environment is not activated: the
+    # executable is named by its path unless the shell would find this one.
+    command = re.search(r"^open it with: (\S+) (ui --backend-store-uri .*)$",
+                        default_run.stdout, re.M)
+    assert command.group(2) == f"ui --backend-store-uri sqlite:///{db} --host 127.0.0.1 --port 5000"
+    assert shutil.which(command.group(1)) == str(Path(sys.executable).parent / "mlflow")
     assert default_run.run_dir.is_dir()
     # MLflow's default artifact root would create ./mlruns, which flips later `mlflow ui`
     # calls in this folder to the old file store.

@@ -1,4 +1,4 @@
-"""Security guarantees (issue 7, item 6): servers bind the loopback address, no config value
+"""Security guarantees: servers bind the loopback address, no config value
 reaches a shell, numpy files are never unpickled, checkpoints are never unpickled.
 
 Behaviour tests feed hostile input (shell metacharacters, pickles whose ``__reduce__`` would
@@ -24,6 +24,7 @@ from ms_exp.config.errors import InvalidConfig
 from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments, save_command
 from ms_exp.job.supervise import launch
 from ms_exp.preflight.compose import compose_config, preflight
+from ms_exp.tracking import store
 from ms_exp.tracking.store import resolve_tracking_uri, ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def test_printed_mlflow_ui_command_binds_loopback_for_every_local_store(tmp_path
               f"file://{tmp_path}/mlruns", str(tmp_path / "mlruns")]
     for uri in stores:
         argv = shlex.split(ui_command(uri))
-        assert argv[:2] == ["mlflow", "ui"], uri
+        assert Path(argv[0]).name == "mlflow" and argv[1] == "ui", uri
         assert argv[argv.index("--host") + 1] == LOOPBACK, uri
         assert argv[argv.index("--backend-store-uri") + 1] == uri, uri
     # A remote server is only named, never started.
@@ -91,8 +92,11 @@ def test_printed_mlflow_ui_command_binds_loopback_for_every_local_store(tmp_path
     assert remote == "open http://10.1.2.3:5000 in a browser"
 
 
-def test_printed_mlflow_ui_command_is_safe_to_paste_into_a_shell(tmp_path):
+def test_printed_mlflow_ui_command_is_safe_to_paste_into_a_shell(tmp_path, monkeypatch):
     """A tracking.uri full of shell metacharacters reaches ``mlflow`` as one argument."""
+    # The printed command names the environment's mlflow by path when the shell would not
+    # find it; here it must reach the recorder on PATH instead of starting a server.
+    monkeypatch.setattr(store, "mlflow_executable", lambda: "mlflow")
     marker = tmp_path / MARKER
     fake_bin = tmp_path / "bin"
     argv_recorder(fake_bin, "mlflow")
@@ -105,6 +109,16 @@ def test_printed_mlflow_ui_command_is_safe_to_paste_into_a_shell(tmp_path):
         assert recorded_argv(argv_file) == ["ui", "--backend-store-uri", uri,
                                             "--host", LOOPBACK, "--port", "5000"]
         assert not marker.exists(), payload
+
+
+def test_printed_mlflow_ui_command_runs_without_an_activated_environment(monkeypatch):
+    """Pasted into a shell whose PATH lacks the virtual environment, the command still runs
+    the environment's own mlflow; with the environment activated it is plain ``mlflow``."""
+    own = str(Path(sys.executable).parent / "mlflow")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert shlex.split(ui_command("sqlite:///x.db"))[0] == own
+    monkeypatch.setenv("PATH", f"{Path(own).parent}:/usr/bin:/bin")
+    assert shlex.split(ui_command("sqlite:///x.db"))[0] == "mlflow"
 
 
 @pytest.mark.parametrize("parallel", ["data", "semi_auto", "auto"])

@@ -3,12 +3,14 @@
 The default store is MLflow's own default, ``sqlite:///mlflow.db`` in the working directory,
 made absolute so it does not move when a job changes directory. New experiments keep their
 artifacts in ``mlartifacts/`` beside the database: MLflow would otherwise create
-``./mlruns``, and an ``./mlruns`` folder silently switches MLflow's default store back to
-the old file store for every later ``mlflow ui`` in that directory (DESIGN.md, decision 7).
+``./mlruns``, a folder whose name MLflow also reads as its old file store (one holding
+file-store experiments silently switches every later ``mlflow ui`` there to it)
+(docs/design.md#mlflow-default-store, docs/design.md#mlflow-file-store).
 """
 import os
 import re
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -56,7 +58,17 @@ def ui_command(uri: str) -> str:
     (the URI shell-quoted: it is printed for the user to paste into a shell)."""
     if not is_local_store(uri):
         return f"open {uri} in a browser"
-    return f"mlflow ui --backend-store-uri {shlex.quote(uri)} --host 127.0.0.1 --port 5000"
+    return (f"{mlflow_executable()} ui --backend-store-uri {shlex.quote(uri)} "
+            "--host 127.0.0.1 --port 5000")
+
+
+def mlflow_executable() -> str:
+    """``mlflow`` when the shell finds this environment's own, else its full path: a
+    virtual environment that is not activated has its ``mlflow`` only beside its Python."""
+    beside = Path(sys.executable).parent / "mlflow"
+    if not beside.is_file() or shutil.which("mlflow") == str(beside):
+        return "mlflow"
+    return shlex.quote(str(beside))
 
 
 def ensure_experiment(client: "MlflowClient", name: str) -> str:
