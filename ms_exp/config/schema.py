@@ -24,20 +24,21 @@ from ms_exp.config.targets import TARGET, target_path
 # The optimizer and loss sections hold typed ms_exp keys and, beside them, the own arguments
 # of the class their ``_target_`` names: OmegaConf admits keys beyond a structured config's
 # fields when its class subclasses ``Dict``, and warns on every such node that this is
-# deprecated (omegaconf issue 663; still supported by 2.3). Nothing a user could act on.
+# deprecated (https://github.com/omry/omegaconf/issues/663; still supported by 2.3).
+# Nothing a user could act on.
 warnings.filterwarnings(
     "ignore", message=r"Class `(OptimizerConfig|LossConfig|LossPart)` subclasses `Dict`",
     category=UserWarning)
 
 
 class ContextMode(Enum):
-    graph = "graph"
-    pynative = "pynative"
+    graph = "graph"  # GRAPH_MODE: the network compiled into a static graph (faster steps)
+    pynative = "pynative"  # PYNATIVE_MODE: operators run one by one (easier to debug)
 
 
 class ProgressBar(Enum):
     auto = "auto"  # only when stdout is a terminal, never in CI logs
-    always = "always"
+    always = "always"  # also when stdout is not a terminal (logs, CI)
     never = "never"
 
 
@@ -62,15 +63,15 @@ class LossScaleKind(Enum):
 
 
 class OptimizerName(Enum):
-    sgd = "sgd"
-    momentum = "momentum"
-    adam = "adam"
+    sgd = "sgd"  # mindspore.nn.SGD without momentum
+    momentum = "momentum"  # mindspore.nn.Momentum
+    adam = "adam"  # mindspore.nn.Adam
 
 
 class LrSchedule(Enum):
-    constant = "constant"
-    linear = "linear"
-    cosine = "cosine"
+    constant = "constant"  # a flat lr after the warmup
+    linear = "linear"  # linear decay from lr to min_lr (the model zoo ResNet's get_lr)
+    cosine = "cosine"  # the model zoo ResNet's cosine decay from lr to about 0
 
 
 class LossName(Enum):
@@ -82,9 +83,9 @@ class LossName(Enum):
 
 
 class CheckpointArtifacts(Enum):
-    all = "all"
+    all = "all"  # every checkpoint of every rank
     last = "last"  # the final and the best checkpoint
-    none = "none"
+    none = "none"  # no checkpoint artifacts; the files stay in the run directory
 
 
 # --- parallel --------------------------------------------------------------------------
@@ -93,9 +94,10 @@ class CheckpointArtifacts(Enum):
 class SearchMode(Enum):
     """``search_mode`` of AUTO_PARALLEL."""
 
+    # Propagates the strategies set with Cell.shard to the operators without one.
     sharding_propagation = "sharding_propagation"
-    dynamic_programming = "dynamic_programming"
-    recursive_programming = "recursive_programming"
+    dynamic_programming = "dynamic_programming"  # a cost-model search over the whole graph
+    recursive_programming = "recursive_programming"  # a quicker search for large networks
 
 
 class LaunchStyle(Enum):
@@ -103,7 +105,9 @@ class LaunchStyle(Enum):
     ms_exp/job/supervise.py runs it)."""
 
     msrun = "msrun"  # MindSpore's own launcher: every device target, CPU included
-    mpirun = "mpirun"  # Open MPI's: GPU and Ascend (MindSpore 2.10 trains no CPU ranks there)
+    # Open MPI's: GPU and Ascend (MindSpore 2.10 trains no CPU ranks there:
+    # docs/design.md#mpirun-on-cpu)
+    mpirun = "mpirun"
     rank_table = "rank_table"  # one process per rank with RANK_TABLE_FILE: Ascend (HCCL) only
 
 
@@ -113,37 +117,43 @@ class LauncherConfig:
     Several nodes: the same command on every node with its own ``node_rank`` and
     ``local_worker_num``."""
 
-    style: LaunchStyle = LaunchStyle.msrun
+    style: LaunchStyle = LaunchStyle.msrun  # what starts the ranks
     # style=rank_table, as the training-flow tutorial's Ascend script: the rank table
-    # (RANK_TABLE_FILE) and the first rank's DEVICE_ID (its START_ID); rank i gets
-    # DEVICE_ID=start_device_id+i and RANK_ID=i.
+    # (RANK_TABLE_FILE, hccl_<n>p_*.json) listing one device per rank, on this server.
     rank_table_file: Optional[str] = None
+    # style=rank_table: the first rank's DEVICE_ID (the script's START_ID); rank i gets
+    # DEVICE_ID=start_device_id+i and RANK_ID=i.
     start_device_id: int = 0
     # style=mpirun: arguments after ms_exp's own, e.g. [--hostfile, hosts, --bind-to, none].
     mpirun_args: List[str] = field(default_factory=list)
     # msrun's arguments (style=msrun); log_dir and join_timeout are read by every style.
-    worker_num: Optional[int] = None  # None: parallel.device_num
-    local_worker_num: Optional[int] = None  # None: worker_num (every worker on this node)
-    node_rank: int = -1  # -1: msrun assigns ranks (single node)
-    master_addr: str = "127.0.0.1"
+
+    worker_num: Optional[int] = None  # all workers: None or parallel.device_num (one per device)
+    # Workers on this node (fewer than worker_num: several nodes); None: worker_num.
+    local_worker_num: Optional[int] = None
+    node_rank: int = -1  # this node's rank, 0 to nodes - 1; -1: msrun assigns ranks (one node)
+    master_addr: str = "127.0.0.1"  # msrun's scheduler, on node 0 (one node: this machine)
+    # The scheduler's port, 1024 to 65535 and free; jobs a sweep runs at once need one each.
     master_port: int = 8118
-    log_dir: str = "log_output"  # relative paths are inside the run directory
-    cluster_time_out: int = 600
+    log_dir: str = "log_output"  # the ranks' logs; relative paths are inside the run directory
+    cluster_time_out: int = 600  # seconds msrun waits for every worker to join, >= 1
     # Seconds a rank may outlive a failed one before the rest are stopped.
     join_timeout: int = 30
 
 
 @dataclass
 class StandAloneParallel:
-    mode: str = "stand_alone"
-    device_num: int = 1
+    mode: str = "stand_alone"  # the option's parallel mode (pick another with parallel=...)
+    device_num: int = 1  # one process, one device (the only value allowed)
 
 
 @dataclass
 class DataParallel:
-    mode: str = "data"
-    device_num: int = 2
-    gradients_mean: bool = True
+    mode: str = "data"  # the option's parallel mode (pick another with parallel=...)
+    device_num: int = 2  # ranks, one process and one device each
+    gradients_mean: bool = True  # average the all-reduced gradients (false: sum them)
+    # Increasing gradient indices where all-reduce fusion groups split, e.g. [20, 35];
+    # []: MindSpore's default fusion.
     all_reduce_fusion_config: List[int] = field(default_factory=list)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
 
@@ -152,7 +162,7 @@ class DataParallel:
 class SemiAutoParallel(DataParallel):
     mode: str = "semi_auto"
     device_num: int = 8
-    full_batch: bool = False
+    full_batch: bool = False  # every rank reads the whole batch; false: each reads its shard
     # Operator path -> shard strategy, e.g. {layer1: {matmul: [[2, 1], [1, 2]]}}.
     strategies: Dict[str, Any] = field(default_factory=dict)
 
@@ -161,8 +171,8 @@ class SemiAutoParallel(DataParallel):
 class AutoParallel(DataParallel):
     mode: str = "auto"
     device_num: int = 8
-    full_batch: bool = False
-    search_mode: SearchMode = SearchMode.sharding_propagation
+    full_batch: bool = False  # every rank reads the whole batch; false: each reads its shard
+    search_mode: SearchMode = SearchMode.sharding_propagation  # how the strategies are found
 
 
 # --- checkpoint ------------------------------------------------------------------------
@@ -172,9 +182,10 @@ class AutoParallel(DataParallel):
 class StrategyFile:
     """``strategy_ckpt_config`` of ``mindspore.set_auto_parallel_context``."""
 
+    # Where MindSpore writes the strategy file (semi_auto, auto); '': nowhere.
     save_file: str = ""
-    load_file: str = ""
-    only_trainable_params: bool = True
+    load_file: str = ""  # a strategy file to read the layouts from ('': none); must exist
+    only_trainable_params: bool = True  # the file holds the trainable parameters' layouts only
 
 
 @dataclass
@@ -182,22 +193,26 @@ class WeightSnapshots:
     """Weight-only snapshots (``CheckpointConfig(saved_network=network)``) for stage one of
     dimension-reduction training: their PCA spans the subspace stage two trains in."""
 
-    per_epoch: int = 0  # 0: no snapshots
-    start_epoch: int = 1  # the tutorial drops early weights: snapshots from this epoch on
-    keep_max: int = 100
+    per_epoch: int = 0  # snapshots per epoch into `<run dir>/snapshots`; 0: no snapshots
+    # The tutorial drops early weights: snapshots from this epoch on (1 to trainer.epochs).
+    start_epoch: int = 1
+    keep_max: int = 100  # snapshots kept, the oldest deleted first (>= 1)
 
 
 @dataclass
 class CheckpointSchema:
-    save: bool = True
+    save: bool = True  # ModelCheckpoint every interval; false: none (evaluation still runs)
+    # true: every rank saves the full, merged weights; false: only its own slice, the strategy
+    # file saying how the slices fit together (CheckpointConfig(integrated_save)).
     integrated_save: bool = True
+    # Files `<prefix>-<epoch>_<step>.ckpt` in `<run dir>/checkpoints/rank_<r>`; no slashes.
     prefix: str = "checkpoint"
     # None: every save_checkpoint_epochs epochs (once per epoch by default, as the
     # training-flow tutorial; the model zoo ResNet's save_checkpoint_epochs * steps).
     save_checkpoint_steps: Optional[int] = None
-    save_checkpoint_epochs: int = 1
-    keep_checkpoint_max: int = 5
-    keep_best: bool = True
+    save_checkpoint_epochs: int = 1  # save every this many epochs (1 when steps are set)
+    keep_checkpoint_max: int = 5  # checkpoints kept per rank, the oldest deleted first
+    keep_best: bool = True  # best.ckpt: the weights of the best eval accuracy, beside the rest
     strategy: StrategyFile = field(default_factory=StrategyFile)
     snapshots: WeightSnapshots = field(default_factory=WeightSnapshots)
 
@@ -207,7 +222,7 @@ class CheckpointSchema:
 
 @dataclass
 class BoostOff:
-    mode: str = "off"
+    mode: str = "off"  # the option's boost mode (pick another with boost=...)
     level: str = "O0"  # Model(boost_level=...): O0 disables every boost algorithm
 
 
@@ -217,7 +232,7 @@ class BoostDimReduce:
     steps with line search in the span of the stage-one snapshots' principal components).
     The keys below the stage-one source are MindSpore's own ``dim_reduce`` keys."""
 
-    mode: str = "dim_reduce"
+    mode: str = "dim_reduce"  # the option's boost mode (pick another with boost=...)
     level: str = "O1"  # AutoBoost level; O1 or O2 (the tutorial uses O1)
     # Stage one: an MLflow run id ("latest": the newest finished run that kept snapshots),
     # or the paths below.
@@ -225,12 +240,14 @@ class BoostDimReduce:
     pretrained_weight_path: Optional[str] = None  # stage one's final checkpoint
     weight_load_dir: Optional[str] = None  # stage one's snapshot folder
     pca_mat_path: Optional[str] = None  # a PCA matrix (.npy) computed before
+    # Principal components spanning the subspace: a multiple of parallel.device_num, at
+    # most the number of snapshots.
     n_components: int = 32
-    rho: float = 0.55
-    gamma: float = 0.9
-    alpha: float = 0.001
-    sigma: float = 0.4
-    timeout: int = 1800  # seconds a rank waits for rank 0's PCA matrix
+    rho: float = 0.55  # in (0, 1): the line search tries steps 1 and rho
+    gamma: float = 0.9  # in [0, 1): the residual gradient's momentum
+    alpha: float = 0.001  # >= 0: the residual gradient's step
+    sigma: float = 0.4  # in (0, 1): the line search's sufficient-decrease factor
+    timeout: int = 1800  # seconds a rank waits for rank 0's PCA matrix (>= 1)
 
 
 # --- placement -------------------------------------------------------------------------
@@ -238,7 +255,7 @@ class BoostDimReduce:
 
 @dataclass
 class DevicePlacement:
-    mode: str = "device"
+    mode: str = "device"  # the option's placement (pick another with placement=...)
 
 
 @dataclass
@@ -247,7 +264,7 @@ class HostDevicePlacement:
     and their sparse optimizers (``optimizer.target = "CPU"``) in host memory, the dense
     layers on the device."""
 
-    mode: str = "host_device"
+    mode: str = "host_device"  # the option's placement (pick another with placement=...)
 
 
 # --- dataset ---------------------------------------------------------------------------
@@ -255,56 +272,61 @@ class HostDevicePlacement:
 
 @dataclass
 class DatasetCommon:
-    batch_size: int = 32
-    shuffle: bool = True
-    num_parallel_workers: int = 1
+    batch_size: int = 32  # samples per step on each rank
+    shuffle: bool = True  # shuffle the training split every epoch
+    num_parallel_workers: int = 1  # parallel workers of the data pipeline
+    # Drop an epoch's last, incomplete batch: a batch larger than a rank's share of the
+    # training split then gives no step, and is refused.
     drop_remainder: bool = True
 
 
 @dataclass
 class DigitsDataset(DatasetCommon):
-    _target_: str = "ms_exp.data.digits.digits"
-    name: str = "digits"
-    eval_fraction: float = 0.2
+    _target_: str = "ms_exp.data.digits.digits"  # the function that reads the dataset
+    name: str = "digits"  # the dataset's name in run names and tags
+    eval_fraction: float = 0.2  # the held-out (stratified) share: the eval set, in (0, 1)
     split_seed: int = 0  # fixed so the held-out split does not move with trainer.seed
-    mean: List[float] = field(default_factory=lambda: [0.3053])
-    std: List[float] = field(default_factory=lambda: [0.3760])
+    mean: List[float] = field(default_factory=lambda: [0.3053])  # per channel, of pixels in [0, 1]
+    std: List[float] = field(default_factory=lambda: [0.3760])  # per channel, > 0
 
 
 @dataclass
 class MnistDataset(DatasetCommon):
-    _target_: str = "ms_exp.data.mnist.mnist"
-    name: str = "mnist"
-    # None: the DATA_PATH environment variable, as the model-saving tutorial.
+    _target_: str = "ms_exp.data.mnist.mnist"  # the function that reads the dataset
+    name: str = "mnist"  # the dataset's name in run names and tags
+    # The folder of the MNIST idx files; None: the DATA_PATH environment variable, as the
+    # model-saving tutorial.
     path: Optional[str] = None
-    mean: List[float] = field(default_factory=lambda: [0.1307])
-    std: List[float] = field(default_factory=lambda: [0.3081])
+    mean: List[float] = field(default_factory=lambda: [0.1307])  # per channel, of pixels in [0, 1]
+    std: List[float] = field(default_factory=lambda: [0.3081])  # per channel, > 0
 
 
 @dataclass
 class ImageNetDataset(DatasetCommon):
-    _target_: str = "ms_exp.data.imagenet.imagenet"
-    name: str = "imagenet"
-    path: Optional[str] = None  # None: DATA_PATH
-    train_dir: str = "train"
-    eval_dir: str = "val"
-    image_size: int = 224
+    _target_: str = "ms_exp.data.imagenet.imagenet"  # the function that reads the dataset
+    name: str = "imagenet"  # the dataset's name in run names and tags
+    path: Optional[str] = None  # the folder holding train_dir and eval_dir; None: DATA_PATH
+    train_dir: str = "train"  # the training split's class folders, under path
+    eval_dir: str = "val"  # the eval split's class folders, under path
+    image_size: int = 224  # the side of the square images the network reads
     # None: the number of class folders under train_dir.
     num_classes: Optional[int] = None
+    # Per channel, of pixels in [0, 255] (the model zoo's).
     mean: List[float] = field(default_factory=lambda: [0.485 * 255, 0.456 * 255, 0.406 * 255])
+    # Per channel, > 0, of pixels in [0, 255] (the model zoo's).
     std: List[float] = field(default_factory=lambda: [0.229 * 255, 0.224 * 255, 0.225 * 255])
 
 
 @dataclass
 class SyntheticDataset(DatasetCommon):
-    _target_: str = "ms_exp.data.synthetic.synthetic"
-    name: str = "synthetic"
-    num_samples: int = 1024
-    num_eval_samples: int = 256
-    image_shape: List[int] = field(default_factory=lambda: [1, 28, 28])
-    num_classes: int = 10
-    noise: float = 1.0
-    data_seed: int = 0
+    _target_: str = "ms_exp.data.synthetic.synthetic"  # the function that makes the dataset
+    name: str = "synthetic"  # the dataset's name in run names and tags
+    num_samples: int = 1024  # training samples
+    num_eval_samples: int = 256  # eval samples
+    image_shape: List[int] = field(default_factory=lambda: [1, 28, 28])  # [channels, h, w] >= 1
+    num_classes: int = 10  # classes, >= 2 (one random prototype image each)
+    noise: float = 1.0  # the Gaussian noise's standard deviation around the prototypes, >= 0
+    data_seed: int = 0  # the same data for every run with the same data_seed
 
 
 @dataclass
@@ -313,8 +335,8 @@ class CriteoDataset(DatasetCommon):
     tab-separated text (label, 13 integer fields, 26 hexadecimal categorical fields), each
     record holding the converter's ``--samples-per-record`` samples."""
 
-    _target_: str = "ms_exp.data.criteo.criteo"
-    name: str = "criteo"
+    _target_: str = "ms_exp.data.criteo.criteo"  # the function that reads the dataset
+    name: str = "criteo"  # the dataset's name in run names and tags
     path: Optional[str] = None  # the converter's output folder; None: DATA_PATH
     batch_size: int = 1000  # a multiple of the data's samples per record (1000 by default)
 
@@ -324,18 +346,18 @@ class CriteoDataset(DatasetCommon):
 
 @dataclass
 class MlpModel:
-    _target_: str = "ms_exp.models.mlp.mlp"
-    name: str = "mlp"
-    hidden_size: int = 512
-    weight_init: str = "normal"
+    _target_: str = "ms_exp.models.mlp.mlp"  # the function that builds the network
+    name: str = "mlp"  # the model's name in run names and tags
+    hidden_size: int = 512  # the width of both hidden layers
+    weight_init: str = "normal"  # the MindSpore initializer of every weight and bias
 
 
 @dataclass
 class ResNetModel:
-    _target_: str = "ms_exp.models.resnet.resnet"
-    name: str = "resnet"
-    depth: int = 50
-    width: float = 1.0
+    _target_: str = "ms_exp.models.resnet.resnet"  # the function that builds the network
+    name: str = "resnet"  # the model's name in run names and tags
+    depth: int = 50  # ResNet-18 or ResNet-50; images of at least 32x32
+    width: float = 1.0  # scales every channel count, > 0 (0.125 trains in seconds on CPU)
 
 
 @dataclass
@@ -343,19 +365,20 @@ class WideDeepModel:
     """Wide&Deep as in MindSpore's model zoo: a wide linear part and a deep MLP over the
     embeddings of every field, trained with FTRL (wide) and Adam or LazyAdam (deep)."""
 
-    _target_: str = "ms_exp.models.wide_deep.wide_deep"
-    name: str = "wide_deep"
+    _target_: str = "ms_exp.models.wide_deep.wide_deep"  # the function that builds the network
+    name: str = "wide_deep"  # the model's name in run names and tags
     # None: the dataset's vocabulary (criteo_meta.json). Larger allocates bigger tables, as
     # the model zoo's fixed vocab_size does (the scale setting of the hybrid tutorial).
     vocab_size: Optional[int] = None
-    emb_dim: int = 80
+    emb_dim: int = 80  # the embedding width of every field
+    # The widths of the deep MLP's hidden layers, each >= 1.
     deep_layers: List[int] = field(default_factory=lambda: [1024, 512, 256, 128])
-    keep_prob: float = 1.0  # dropout keep probability of the deep layers
-    init_range: float = 0.01  # uniform(-r, r) for the embedding tables
-    l2_coef: float = 8e-5  # L2 on the deep embedding table, added to deep_loss
-    wide_lr: float = 5e-2  # FTRL
-    deep_lr: float = 3.5e-4  # Adam / LazyAdam
-    loss_scale: float = 1024.0  # the sens both gradients are scaled by
+    keep_prob: float = 1.0  # dropout keep probability of the deep layers, in (0, 1]
+    init_range: float = 0.01  # uniform(-r, r) for the embedding tables, > 0
+    l2_coef: float = 8e-5  # L2 on the deep embedding table, added to deep_loss (>= 0)
+    wide_lr: float = 5e-2  # the wide part's learning rate (FTRL), > 0
+    deep_lr: float = 3.5e-4  # the deep part's learning rate (Adam / LazyAdam), > 0
+    loss_scale: float = 1024.0  # the sens both gradients are scaled by, > 0
 
 
 # --- sections of config.yaml that are not groups ---------------------------------------
@@ -367,27 +390,28 @@ DEVICE_TARGETS = ("None", "CPU", "GPU", "Ascend")
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 10
-    seed: int = 1
-    mode: ContextMode = ContextMode.graph
+    epochs: int = 10  # epochs to train, >= 1
+    seed: int = 1  # the global seed (mindspore.set_seed), >= 0
+    mode: ContextMode = ContextMode.graph  # MindSpore's execution mode
     # "None" lets MindSpore pick the backend of the installed package (init_env).
     device_target: Optional[str] = "None"
+    # The device to train on, when no launcher sets DEVICE_ID (distributed ranks get theirs).
     device_id: int = 0
-    loss_print_interval: int = 20
-    progress_bar: ProgressBar = ProgressBar.auto
+    loss_print_interval: int = 20  # LossMonitor(per_print_times): a loss line every n steps
+    progress_bar: ProgressBar = ProgressBar.auto  # a progress bar of the epoch's steps
     # Continue an interrupted run from its last good checkpoint (ms_exp/checkpoint/resume.py):
     # "auto" (the newest unfinished run of this config, else a new run), an MLflow run id, a run
     # directory or a checkpoint file. None: always a new run.
     resume: Optional[str] = None
-    loop: TrainLoop = TrainLoop.model
+    loop: TrainLoop = TrainLoop.model  # what runs the training steps
     # Sink mode (Model.train(dataset_sink_mode=True, sink_size=...)): the device pulls
     # sink_size steps per call and callbacks see one step end per sink. The CPU has no sink
-    # mode: there ms_exp trains without it and says so (README, "Dataset sink mode").
+    # mode: there ms_exp trains without it and says so (docs/design.md#cpu-no-sink-mode).
     dataset_sink_mode: bool = False
     sink_size: int = -1  # steps per sink; -1: the whole dataset
     # Callbacks added to both loops: name -> a ``_target_`` config of a
     # mindspore.train.Callback, its own arguments beside it. An experiment adds one by name
-    # and removes one with ~trainer.callbacks.<name> (or <name>: null).
+    # and removes one with `~trainer.callbacks.<name>` (or `<name>: null`).
     callbacks: Dict[str, Any] = field(default_factory=dict)
     # Eval metrics beside the classification ones: name -> a ``_target_`` config of a
     # mindspore.train.Metric (num_classes passed when its signature names it), logged as
@@ -403,12 +427,12 @@ class OptimizerConfig(Dict[str, Any]):
     ``momentum``, ``weight_decay`` and the fixed loss scale when its signature names them
     (ms_exp/train/optimizer.py)."""
 
-    name: OptimizerName = OptimizerName.momentum
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    schedule: LrSchedule = LrSchedule.constant
-    warmup_epochs: int = 0
+    name: OptimizerName = OptimizerName.momentum  # a built-in optimizer (null _target_)
+    lr: float = 0.05  # the learning rate, > 0; with a schedule its peak (the model zoo's lr_max)
+    momentum: float = 0.9  # in [0, 1); given to an optimizer whose signature names it, not sgd
+    weight_decay: float = 0.0  # >= 0; given to an optimizer whose signature names it
+    schedule: LrSchedule = LrSchedule.constant  # the learning rate per step, after the warmup
+    warmup_epochs: int = 0  # epochs of linear warmup from lr_init to lr
     min_lr: float = 0.0  # where linear decay ends (the model zoo's lr_end)
     # Where warmup starts (the model zoo's lr_init); None: min_lr.
     lr_init: Optional[float] = None
@@ -428,10 +452,10 @@ class LossPart(Dict[str, Any]):
     """One term of a loss made of several (the training-flow tutorial's loss1 + loss2): a
     named loss, or any loss Cell by ``_target_`` with its own arguments beside ``weight``."""
 
-    name: LossName = LossName.cross_entropy
-    label_smoothing: float = 0.0
-    weight: float = 1.0
-    _target_: Optional[str] = None
+    name: LossName = LossName.cross_entropy  # a built-in loss, as loss.name
+    label_smoothing: float = 0.0  # as loss.label_smoothing
+    weight: float = 1.0  # the part's weight in the sum, >= 0 (0: reported, not trained on)
+    _target_: Optional[str] = None  # any loss Cell of (logits, labels); wins over name
 
 
 @dataclass
@@ -440,11 +464,11 @@ class LossConfig(Dict[str, Any]):
     not declared here being its own argument (``label_smoothing`` too when not 0), and
     ``num_classes`` passed when its signature names it (ms_exp/train/losses.py)."""
 
-    name: LossName = LossName.cross_entropy
-    label_smoothing: float = 0.0
+    name: LossName = LossName.cross_entropy  # a built-in loss (null _target_)
+    label_smoothing: float = 0.0  # in [0, 1); 0 with softmax_cross_entropy, which has none
     # Several losses: part name -> LossPart (each read typed by loss_parts: OmegaConf cannot
     # type the values of a dict by a class subclassing Dict). The loss is the weighted sum of
-    # the parts, and each part is logged as train/<part name>. Empty: the one loss above.
+    # the parts, and each part is logged as `train/<part name>`. Empty: the one loss above.
     parts: Dict[str, Any] = field(default_factory=dict)
     # Any loss Cell of (logits, labels), e.g. my_project.losses.Focal; wins over name.
     _target_: Optional[str] = None
@@ -489,26 +513,29 @@ class AmpConfig:
     """Mixed precision and loss scaling, as stage one of the dimension-reduction tutorial
     configures ``Model(amp_level=..., keep_batchnorm_fp32=..., loss_scale_manager=...)``."""
 
-    level: AmpLevel = AmpLevel.O0
+    level: AmpLevel = AmpLevel.O0  # how much of the network computes in float16
     keep_batchnorm_fp32: Optional[bool] = None  # None: the level's default (True for O2)
-    loss_scale: LossScaleKind = LossScaleKind.none
+    loss_scale: LossScaleKind = LossScaleKind.none  # the loss scale manager
     loss_scale_value: float = 1024.0  # the fixed scale, or the dynamic scale's start
     # fixed: skip the update of a step whose gradients overflow (inf/nan) instead of
     # applying it. dynamic always skips such steps, and lowers the scale.
     drop_overflow_update: bool = False
-    scale_factor: int = 2  # dynamic: the scale is divided by this on overflow ...
-    scale_window: int = 2000  # ... and multiplied by it after this many good steps
+    scale_factor: int = 2  # dynamic, >= 2: divides the scale on overflow, multiplies it later
+    scale_window: int = 2000  # dynamic, >= 1: good steps before the scale grows by scale_factor
 
 
 @dataclass
 class TrackingConfig:
-    enabled: bool = True
-    # None: sqlite:///<working directory>/mlflow.db, MLflow's own default store.
+    enabled: bool = True  # log the run to MLflow; false: train without a tracking store
+    # None: `sqlite:///<working directory>/mlflow.db`, MLflow's own default store; or an
+    # MLflow server such as `http://127.0.0.1:5000`.
     uri: Optional[str] = None
-    experiment_name: str = "ms_exp"
-    # None: "<model>-<dataset>-<parallel mode>".
+    experiment_name: str = "ms_exp"  # the MLflow experiment the runs belong to
+    # None: `<model>-<dataset>-<parallel mode>`.
     run_name: Optional[str] = None
-    log_every_n_steps: int = 1
+    log_every_n_steps: int = 1  # log the step metrics (train/loss, ...) every n steps
+    # The checkpoints the run logs as MLflow artifacts (with log_checkpoints=none, evaluating
+    # the run later needs the local copy).
     log_checkpoints: CheckpointArtifacts = CheckpointArtifacts.last
     # Set by `--from-run`: the run this one reproduces (tagged ms_exp.rerun_of).
     rerun_of: Optional[str] = None
