@@ -15,7 +15,8 @@ What ms_exp handles around ``mindspore.parallel.transform_checkpoints`` (2.10):
   ``checkpoint-9_10.ckpt`` wins over ``checkpoint-10_10.ckpt`` and ``best.ckpt`` over both:
   ms_exp picks each rank's newest ``<prefix>-<epoch>_<step>.ckpt`` itself (else the newest
   ``<prefix>*.ckpt``), checks that every rank picked the same step, and hands MindSpore a
-  staging folder of links holding exactly that file per rank;
+  staging folder of links holding exactly that file per rank
+  (docs/design.md#transform-checkpoints-last-file);
 - its ``ckpt_prefix`` names the *output*: ``<out>/rank_<r>/<prefix><r>.ckpt``
   (``<prefix><r>_part0.ckpt`` when the destination strategy lists more parameters than the
   source); the paths are read back rather than assumed;

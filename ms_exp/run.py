@@ -116,7 +116,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.argv = [sys.argv[0], *argv]
     share_import_path()
     # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED
-    # too, not leave it RUNNING (each job's own run already handles it, DESIGN.md 7).
+    # too, not leave it RUNNING (each job's own run already handles it;
+    # docs/design.md#mlflow-run-status-on-signals).
     guard = nullcontext()
     if args.multirun:
         from ms_exp.tracking.lifecycle import terminate_as_interrupt

@@ -3,9 +3,10 @@ mpirun or the launching process itself (parallel.launcher.style; ms_exp/job/supe
 
 Hydra does not run here: the launching process composed and validated the config and wrote
 it to ``<run dir>/config.yaml``; every rank reads it, so all ranks share one run directory
-and one MLflow run (DESIGN.md, decision 2). Rank 0 logs metrics into the run named by
-MLflow's own ``MLFLOW_RUN_ID`` (or, while the tracking server cannot be reached, into the
-job's journal named by ``MS_EXP_MLFLOW_JOURNAL``); the launching process ends the run.
+and one MLflow run (docs/design.md#one-process-composes). Rank 0 logs metrics into the run
+named by MLflow's own ``MLFLOW_RUN_ID`` (or, while the tracking server cannot be reached,
+into the job's journal named by ``MS_EXP_MLFLOW_JOURNAL``); the launching process ends the
+run.
 """
 import argparse
 import os

@@ -3,7 +3,7 @@
 A two-job ``-m`` sweep runs as a real subprocess; ``mlflow server`` serves its store; headless
 Chromium, driven by Playwright, opens the experiment's runs table and each child's run page.
 The browser is Debian's ``chromium`` package at an explicit path, because browser downloads
-(``playwright install``) fail on these machines (../shared/DESIGN.md, decision 8); .ci/run
+(``playwright install``) fail on these machines (docs/design.md#browser-from-apt); .ci/run
 installs it. A missing browser fails this test rather than skipping it, so CI cannot go green
 without it. The screenshot is kept in test-artifacts/mlflow_ui_sweep.png.
 """
@@ -99,7 +99,7 @@ def require_chromium() -> None:
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium package "
                     "(apt-get install -y --no-install-recommends chromium; .ci/run does). "
                     "`playwright install` browser downloads do not work here "
-                    "(../shared/DESIGN.md, decision 8).", pytrace=False)
+                    "(docs/design.md#browser-from-apt).", pytrace=False)
 
 
 @pytest.fixture

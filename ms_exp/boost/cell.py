@@ -2,19 +2,20 @@
 
 1. ``BoostTrainOneStepCell._no_sens_impl`` (the path ``Model`` takes without a loss scale)
    computes the loss and the DimReduce update but has no ``return``, so every step's output
-   is None and LossMonitor, MLflow and the console see no loss (DESIGN.md, decision 6).
+   is None and LossMonitor, MLflow and the console see no loss
+   (docs/design.md#boost-cell-returns-no-loss).
    ``LossReturningBoostCell`` returns it.
 2. With more than one rank, MindSpore's ``DimReduce`` (a) sums the ranks' parts of the
    projected gradient with one ``Broadcast`` per rank, which fails on CPU ("Memcpy error"
    in BroadcastCPUKernelMod), and (b) averages the loss over ranks with ``//``, a floor
    division, so the line search compares floor(mean loss) and almost never accepts a step.
    ``FixedDimReduce`` sums the parts with one AllReduce (the same sum: every rank adds
-   every rank's part) and divides the loss with ``/``.
+   every rank's part) and divides the loss with ``/`` (docs/design.md#dimreduce-multi-rank).
 3. DimReduce's line search runs the network in training mode with trial weights, then puts
    the weights back but not BatchNorm's moving statistics, which every trial pass updated:
    a ResNet's held-out accuracy fell from 0.48 to 0.03 after stage two, and back to 0.44
    with stage one's statistics. ``FixedDimReduce`` restores the network's non-trainable
-   parameters after each trial as well.
+   parameters after each trial as well (docs/design.md#dimreduce-batchnorm).
 """
 import numpy as np
 from mindspore import ParameterTuple, nn, ops
@@ -97,7 +98,8 @@ class LossReturningBoostCell(BoostTrainOneStepCell):
     def __init__(self, network, optimizer, sens=None):
         # DimReduce is a Cell with auto_prefix: assigning it the optimizer renames the
         # network's own parameters to "optimizer.<name>", so checkpoints of stage two would
-        # no longer load into the network. The names are put back below.
+        # no longer load into the network. The names are put back below
+        # (docs/design.md#dimreduce-renames-parameters).
         names = {id(p): p.name for p in network.get_parameters()}
         super().__init__(network, optimizer, sens)
         if self.enable_dim_reduce:

@@ -7,7 +7,8 @@ makes the same two calls Model would (``AutoBoost(level, dict)`` and its
 - ``AutoBoost`` is a process-wide singleton that keeps the first configuration it was
   given: in one process (a Hydra sweep runs its jobs one after another) every later job
   would silently train with the first job's rho, gamma and sigma, and a stage two after any
-  earlier ``Model`` would not boost at all. It is reset before each job's build.
+  earlier ``Model`` would not boost at all. It is reset before each job's build
+  (docs/design.md#autoboost-singleton).
 - the training cell must return its loss (``LossReturningBoostCell``);
 - the PCA step must use a private folder and a cached matrix (``ms_exp.boost.pca``).
 """
@@ -24,7 +25,7 @@ from ms_exp.boost.pca import PcaPlan, pca_for_rank
 def boost_config_dict(boost_cfg, device_number: int, weight_load_dir, pca_mat_path) -> Dict:
     """The tutorial's dictionary with MindSpore's real key names: ``n_components`` and
     ``common.device_number`` (the tutorial's ``n_component`` and ``device_num`` are
-    silently ignored by MindSpore 2.10)."""
+    silently ignored by MindSpore 2.10: docs/design.md#boost-config-unknown-keys)."""
     return {
         "boost": {"mode": "manual", "dim_reduce": True},
         "common": {"device_number": device_number},

@@ -3,8 +3,9 @@
 MindSpore computes the matrix while the stage-two training cell is built
 (``AutoBoost.network_auto_process_train``) and writes it, its per-rank splits and an
 end marker into ``weight_load_dir`` (or next to ``pca_mat_path``), deleting any it finds
-there first. Pointed at a shared snapshot folder, jobs running at the same time would
-delete each other's files, and every job of a sweep would redo the same PCA. So:
+there first (docs/design.md#pca-folder). Pointed at a shared snapshot folder, jobs running
+at the same time would delete each other's files, and every job of a sweep would redo the
+same PCA. So:
 
 - each job hands MindSpore a private work folder, ``<run dir>/pca``, shared only by the
   job's own ranks and removed when the job ends;

@@ -192,7 +192,8 @@ def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
 
 def _random_access(source) -> bool:
     """A source whose sampler decides what is read. A GeneratorDataset over a generator
-    or iterable has a sampler too, but ignores it: every rank would read everything."""
+    or iterable has a sampler too, but ignores it: every rank would read everything
+    (docs/design.md#generator-ignores-sampler)."""
     import mindspore.dataset as ds
 
     if isinstance(source, ds.GeneratorDataset):

@@ -4,10 +4,10 @@ Ascend script of the training-flow tutorial); ``parallel.launcher.style`` choose
 
 The process the user started keeps Hydra, the run directory and the MLflow run; every rank
 runs ``python -m ms_exp.worker --run-dir <run dir>`` and reads the resolved config the
-parent wrote there (DESIGN.md, decision 2). A plan is the exact commands and environment of
-the processes a style starts, rendered from config alone so that what is printed, saved as
-the bash script ``<run dir>/launch_command.sh`` (to run again or copy to a cluster node) and
-run (ms_exp/job/supervise.py) are one and the same.
+parent wrote there (docs/design.md#one-process-composes). A plan is the exact commands and
+environment of the processes a style starts, rendered from config alone so that what is
+printed, saved as the bash script ``<run dir>/launch_command.sh`` (to run again or copy to
+a cluster node) and run (ms_exp/job/supervise.py) are one and the same.
 """
 import os
 import shlex
@@ -100,7 +100,7 @@ def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
         "--join=True",
         f"--cluster_time_out={launcher.cluster_time_out}",
         # msrun runs its task with the `python` found on PATH; launch() puts this
-        # interpreter first there.
+        # interpreter first there (docs/design.md#msrun-python-from-path).
         *worker_argv(run_dir),
     ]
 

@@ -76,7 +76,8 @@ def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
     (spec,) = plan.processes
     full_env = environment(spec, env)
     if plan.style == MSRUN:
-        # msrun runs the `python` on PATH: this interpreter's.
+        # msrun runs the `python` on PATH: this interpreter's
+        # (docs/design.md#msrun-python-from-path).
         command = [sys.executable, "-m", "mindspore.parallel.cluster.run", *spec.argv[1:]]
         full_env["PATH"] = f"{interpreter_path_dir(run_dir)}{os.pathsep}" \
                            f"{os.environ.get('PATH', '')}"

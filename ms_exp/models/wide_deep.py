@@ -61,10 +61,11 @@ class WideDeepLoss(nn.Cell):
 
     The model zoo's deep loss adds L2 over the whole deep table. That term's gradient is
     dense: with host tables MindSpore 2.10 cannot add it to the lookup's row gradient
-    ("Unsupported op [RowTensorAdd] on CPU"), and it would touch every row each step, the
-    cost host tables exist to avoid (the model zoo drops it in its host and
-    parameter-server modes). Here the L2 is over the embeddings the batch looks up, under
-    both placements, so ``device`` and ``host_device`` train the same loss."""
+    ("Unsupported op [RowTensorAdd] on CPU", docs/design.md#host-table-dense-gradient), and
+    it would touch every row each step, the cost host tables exist to avoid (the model zoo
+    drops it in its host and parameter-server modes). Here the L2 is over the embeddings
+    the batch looks up, under both placements, so ``device`` and ``host_device`` train the
+    same loss."""
 
     def __init__(self, network: WideDeepModel, l2_coef: float):
         super().__init__(auto_prefix=False)  # keeps the network's parameter names

@@ -5,7 +5,8 @@ global batch). ``ModelCheckpoint`` writes the full weights into the rank's folde
 ``integrated_save=False`` :class:`SliceSavedCheckpoints` then replaces each new file with
 the slice this rank would hold under the configured shard strategies, and rank 0 writes the
 strategy file, so the run directory looks as the model-saving tutorial's does on 8 cards
-and MindSpore's ``transform_checkpoints`` merges it back.
+and MindSpore's ``transform_checkpoints`` merges it back
+(docs/design.md#semi-auto-refused-on-cpu, docs/design.md#offline-checkpoint-tools).
 """
 import os
 from pathlib import Path

@@ -6,7 +6,7 @@ parameter that rank would hold in semi-auto parallel, plus a strategy file in Mi
 format. MindSpore's offline tools (``transform_checkpoints``, ``merge_sliced_parameter``,
 ``build_searched_strategy``) read both back; that is the proof the layout is right.
 
-Conventions (MindSpore's, see DESIGN.md decision 3):
+Conventions (MindSpore's, see docs/design.md#device-matrix):
 
 - An operator's device matrix is built from its shard strategy; when the strategy uses fewer
   devices than ``device_num``, the repeated-calculation factor ``device_num / used`` is

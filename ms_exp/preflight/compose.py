@@ -2,7 +2,7 @@
 
 The launching process composes and validates every job of the command line before Hydra
 creates a run directory and before MindSpore or MLflow start, so bad input costs nothing
-and leaves nothing behind (DESIGN.md, decision 1).
+and leaves nothing behind (docs/design.md#checked-before-running).
 
 The config is looked up where Hydra will look: ms_exp's config folder (or the folder of
 ``--config-path``), a user's ``--config-dir`` and every ``hydra.searchpath`` entry of the

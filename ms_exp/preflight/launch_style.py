@@ -8,7 +8,8 @@ from typing import Optional
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.parallel.launcher_config import MPIRUN, MSRUN, RANK_TABLE, is_distributed, launch_style
 
-# What each style needs of the device, with MindSpore 2.10 (see LaunchStyle).
+# What each style needs of the device, with MindSpore 2.10 (see LaunchStyle;
+# docs/design.md#mpirun-on-cpu).
 STYLE_TARGETS = {MPIRUN: ("GPU", "Ascend"), RANK_TABLE: ("Ascend",)}
 STYLE_TARGET_REASONS = {
     MPIRUN: "MindSpore 2.10 initialises no CPU communication under mpirun",

@@ -1,8 +1,8 @@
 """A run's MLflow calls kept on disk while its tracking server cannot be reached.
 
-A job does not stop because the team's MLflow server is down or goes away mid-run (issue
-7): from the first call the server does not answer, the job's calls go to a journal in its
-run directory, ``<run dir>/mlflow-offline/<started>-<pid>.jsonl``, one JSON line per call,
+A job does not stop because the team's MLflow server is down or goes away mid-run: from the
+first call the server does not answer, the job's calls go to a journal in its run
+directory, ``<run dir>/mlflow-offline/<started>-<pid>.jsonl``, one JSON line per call,
 written and flushed line by line so a job killed later keeps what it had. The lines are the
 sidecar's own requests (ms_exp/tracking/sidecar.py): the first is ``start`` (what is needed
 to create the run, or the id of the run that exists), then params, metric rows, tags,

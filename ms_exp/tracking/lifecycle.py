@@ -1,11 +1,11 @@
 """Start an MLflow run and end it with the status it really had.
 
 MLflow leaves a run RUNNING when the process gets SIGTERM and marks Ctrl-C FAILED
-(DESIGN.md, decision 7). Here SIGTERM and SIGINT become an exception in the main thread, so training
-unwinds through the same path as Ctrl-C, and both end the run KILLED; any other exception
-ends it FAILED with the error recorded as a tag. The run itself is kept by the job's MLflow
-sidecar process (ms_exp/tracking/sidecar.py), which also ends it KILLED when the job's
-process dies without a word (SIGKILL).
+(docs/design.md#mlflow-run-status-on-signals). Here SIGTERM and SIGINT become an exception
+in the main thread, so training unwinds through the same path as Ctrl-C, and both end the
+run KILLED; any other exception ends it FAILED with the error recorded as a tag. The run
+itself is kept by the job's MLflow sidecar process (ms_exp/tracking/sidecar.py), which also
+ends it KILLED when the job's process dies without a word (SIGKILL).
 
 While ``Model.fit`` runs, the first signal does not unwind at once: it waits for the end of
 the current step, where ms_exp.train.loop_control.StopOnSignal saves a checkpoint of that step and
@@ -49,7 +49,8 @@ def _raise_terminated(signum, frame):
 
 
 # Both signals: Ctrl-C before MindSpore's runtime starts reaches Python as SIGINT; once it
-# runs, MindSpore 2.10's native handler turns SIGINT into SIGTERM (seen on CPU).
+# runs, MindSpore 2.10's native handler turns SIGINT into SIGTERM (seen on CPU;
+# docs/design.md#sigint-becomes-sigterm).
 _HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 

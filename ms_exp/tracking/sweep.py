@@ -3,9 +3,9 @@
 ``SweepRun`` is a Hydra callback (``hydra.callbacks`` in conf/config.yaml), called in the
 launching process. It creates the store, the experiment and the parent run there, before
 any job starts: jobs creating a fresh SQLite store or a new experiment at the same time lose
-runs (DESIGN.md, decision 7). The parent's id goes down to the jobs in environment
-variables; a job's run carries it as the ``mlflow.parentRunId`` tag, which is how the
-MLflow UI nests runs. When the sweep ends, the parent gets the job counts, its status and
+runs (docs/design.md#mlflow-concurrent-first-use). The parent's id goes down to the jobs in
+environment variables; a job's run carries it as the ``mlflow.parentRunId`` tag, which is
+how the MLflow UI nests runs. When the sweep ends, the parent gets the job counts, its status and
 the sweep report of ``ms_exp.tracking.sweep_report`` (tables and plots under ``report/``).
 
 Hydra's basic sweeper re-raises a failed job's exception once the batch has run and Ctrl-C

@@ -6,7 +6,7 @@ Tracker directly.
 Metrics are collected here and handed to MLflow's asynchronous logging
 (``log_batch(synchronous=False)``) as one batch about every ``SUBMIT_SECONDS``, so a
 training step never waits for the store (3 ms a call on SQLite, 50 ms against a server:
-DESIGN.md, decision 7) and does not pay for MLflow's per-call validation and queueing
+docs/design.md#mlflow-logging-cost) and does not pay for MLflow's per-call validation and queueing
 either: an asynchronous log_batch of three metrics took 110 us a call here, 2.5% of the
 default job's 4.4 ms step; collecting them takes 8 us (README, Framework overhead).
 """

@@ -5,7 +5,7 @@ or pynative mode, device id, and the parallel mode of the ``parallel`` group. On
 GPU the parallel modes are MindSpore's own. On CPU, where MindSpore 2.10 refuses
 SEMI_AUTO_PARALLEL and AUTO_PARALLEL ("Invalid communication backend: CPU"), those two run
 as DATA_PARALLEL over the same ranks: the same math, with the layouts emulated when
-checkpoints are written (DESIGN.md, decision 3).
+checkpoints are written (docs/design.md#semi-auto-refused-on-cpu).
 """
 from dataclasses import dataclass
 

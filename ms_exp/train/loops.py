@@ -23,7 +23,7 @@ def create_loop(cfg, network, optimizer, metrics, num_classes: int, rewrite_dir:
     Trainer; either has ``train_network`` and ``fit``."""
     # amp level O1 rewrites the network's source into ./rewritten_network (MindSpore's
     # rewrite package writes to the working directory): into this rank's folder of the run,
-    # not the user's working directory.
+    # not the user's working directory (docs/design.md#amp-o1-rewritten-network).
     with _working_directory(rewrite_dir if cfg.amp.level.value == "O1" else None):
         return _create_loop(cfg, network, optimizer, metrics, num_classes)
 
@@ -66,7 +66,7 @@ def fit_arguments(trainer_cfg, device_target: str) -> dict:
     """``dataset_sink_mode``/``sink_size`` for ``fit``. The CPU has no sink mode: MindSpore
     trains without it but keeps ``sink_size`` as the epoch's length for the callbacks while
     the epoch runs over the whole dataset (step numbers in the logs go wrong), so on CPU
-    ms_exp leaves both out and says so."""
+    ms_exp leaves both out and says so (docs/design.md#cpu-no-sink-mode)."""
     if not trainer_cfg.dataset_sink_mode:
         return {"dataset_sink_mode": False}
     if device_target == "CPU":
