@@ -1,18 +1,26 @@
-"""Run every benchmark, then put each one's results table into README.md.
+"""Run every benchmark, then put each one's results table into its page of the docs.
 
-Each benchmark writes ``benchmarks/results/<name>.md`` (and a plot); the README holds that
-table between ``<!-- results: <name> -->`` and ``<!-- /results: <name> -->``, and this script
-replaces what is between them, so the README always shows what the scripts last measured.
+Each benchmark writes ``benchmarks/results/<name>.md`` (and a plot, ``<name>.png``); its page,
+``docs/benchmarks/<name>.md``, holds that table between ``<!-- results: <name> -->`` and
+``<!-- /results: <name> -->``, and this script replaces what is between them, so the docs
+always show what the scripts last measured. The pages embed the plots through
+``docs/benchmarks/results``, a link to ``benchmarks/results``.
 
     python benchmarks/run_all.py                      # all of them, about 50 minutes on 2 cores
     python benchmarks/run_all.py --only overhead checkpoint_cost
-    python benchmarks/run_all.py --readme-only        # only copy the existing results in
+    python benchmarks/run_all.py --docs-only          # run nothing; copy the existing results in
+
+Every page is checked for its marked block before anything runs; a page without one stops
+the script with a one-line message. Pages are written only after every benchmark asked for
+has succeeded.
 """
 import argparse
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Dict
 
 from benchlib import RESULTS, ROOT
 
@@ -26,22 +34,42 @@ BENCHMARKS = {
     "dim_reduce": "dim_reduce.py",
     "loops": "loops.py",
 }
-README = ROOT / "README.md"
+DOCS = ROOT / "docs" / "benchmarks"
+
+
+def page(name: str, docs: Path = DOCS) -> Path:
+    return docs / f"{name}.md"
 
 
 def marked_block(name: str) -> re.Pattern:
     return re.compile(rf"(<!-- results: {name} -->\n).*?(<!-- /results: {name} -->)", re.S)
 
 
-def splice(readme: str, name: str) -> str:
-    """``readme`` with the block of ``name`` replaced by its results table."""
-    pattern = marked_block(name)
-    if not pattern.search(readme):
-        sys.exit(f"README.md has no '<!-- results: {name} -->' ... "
+def check_page(name: str, docs: Path = DOCS) -> str:
+    """The text of ``name``'s page; exits with one line when it is missing or has no block."""
+    path = page(name, docs)
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    if not path.is_file():
+        sys.exit(f"{shown} does not exist; it must hold a '<!-- results: {name} -->' ... "
                  f"'<!-- /results: {name} -->' block")
-    table = (RESULTS / f"{name}.md").read_text().rstrip("\n") + "\n"
+    text = path.read_text()
+    if not marked_block(name).search(text):
+        sys.exit(f"{shown} has no '<!-- results: {name} -->' ... "
+                 f"'<!-- /results: {name} -->' block")
+    return text
+
+
+def splice(text: str, name: str, results: Path = RESULTS) -> str:
+    """``text`` with the marked block of ``name`` replaced by its results table."""
+    pattern = marked_block(name)
+    if not pattern.search(text):
+        sys.exit(f"no '<!-- results: {name} -->' ... '<!-- /results: {name} -->' block")
+    table_file = results / f"{name}.md"
+    if not table_file.is_file():
+        sys.exit(f"{table_file} does not exist; run python benchmarks/{BENCHMARKS[name]}")
+    table = table_file.read_text().rstrip("\n") + "\n"
     return pattern.sub(lambda match: match.group(1) + "\n" + table + "\n" + match.group(2),
-                       readme, count=1)
+                       text, count=1)
 
 
 def run(name: str) -> None:
@@ -50,8 +78,20 @@ def run(name: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / BENCHMARKS[name])],
                           cwd=ROOT)
     if done.returncode != 0:
-        sys.exit(f"{name} failed (exit status {done.returncode}); README.md left as it was")
+        sys.exit(f"{name} failed (exit status {done.returncode}); docs/benchmarks left as "
+                 "they were")
     print(f"== {name}: {time.monotonic() - started:.0f} s", flush=True)
+
+
+def update_pages(names, docs: Path = DOCS, results: Path = RESULTS) -> Dict[str, bool]:
+    """Splice each benchmark's results into its page; ``{name: whether the page changed}``.
+    Every page is read and spliced before any is written."""
+    texts = {name: check_page(name, docs) for name in names}
+    new = {name: splice(texts[name], name, results) for name in names}
+    for name in names:
+        if new[name] != texts[name]:
+            page(name, docs).write_text(new[name])
+    return {name: new[name] != texts[name] for name in names}
 
 
 def main() -> None:
@@ -59,19 +99,20 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
                         help=f"run these only ({', '.join(BENCHMARKS)})")
-    parser.add_argument("--readme-only", action="store_true",
-                        help="run nothing; copy benchmarks/results/*.md into README.md")
+    parser.add_argument("--docs-only", action="store_true",
+                        help="run nothing; copy benchmarks/results/<name>.md into "
+                             "docs/benchmarks/<name>.md")
     args = parser.parse_args()
     names = args.only or list(BENCHMARKS)
-    if not args.readme_only:
+    for name in names:  # before an hour of benchmarks, not after
+        check_page(name)
+    if not args.docs_only:
         for name in names:
             run(name)
-    readme = README.read_text()
+    changed = update_pages(names)
     for name in names:
-        readme = splice(readme, name)
-    # Written whole at the end: a failed benchmark leaves README.md untouched.
-    README.write_text(readme)
-    print(f"README.md: {', '.join(names)} tables updated")
+        print(f"docs/benchmarks/{name}.md: "
+              f"{'updated' if changed[name] else 'already up to date'}")
 
 
 if __name__ == "__main__":
