@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 7): every kind of wrong command line, refused the same way.
+"""The bad-input corpus: every kind of wrong command line, refused the same way.
 
 Each case calls ``python -m ms_exp.run``'s ``main()`` in-process, in an empty working
 directory, and checks what a user sees and what is left behind:

@@ -1,4 +1,4 @@
-"""Components by ``_target_`` (issue 19, point 3): any MindSpore optimizer, loss Cell,
+"""Components by ``_target_``: any MindSpore optimizer, loss Cell,
 callback and metric named in the config with its own arguments beside it, checked before
 anything runs, trained by both loops and recorded in MLflow; the built-in names go through
 the same path."""

@@ -1,0 +1,167 @@
+"""Docs that cannot rot: every ``python -m ms_exp.run`` command shown in README.md and docs/
+composes with Hydra as shown, README's links lead to files that exist, and nothing in the
+repository sends a reader outside it. (``mkdocs build --strict`` in .ci/run checks the site's
+own links and anchors.)"""
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import List, NamedTuple
+
+import pytest
+
+from ms_exp.preflight.compose import ConfigSource, compose_config, expand_jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# A project's own config folder, as the guides use it: the worked example's.
+PROJECT = ROOT / "examples" / "my_project"
+
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+INLINE = re.compile(r"`(python -m ms_exp\.run[^`]*)`")
+# A command starts its line (after environment assignments) or follows `&&` or `;`: a
+# mention inside prose or a tree, "(python -m ms_exp.run)", is not one.
+COMMAND = re.compile(r"(?:^\s*|&&\s*|;\s*)(?:[A-Z_]+=\S+\s+)*(?:\S*/)?python3? -m ms_exp\.run\b(.*)")
+PLACEHOLDER = re.compile(r"<[^<>]+>")
+
+
+class Shown(NamedTuple):
+    where: str
+    text: str
+
+
+def shown_commands() -> List[Shown]:
+    """Every ms_exp.run command line in a code block or an inline code span."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        name = page.relative_to(ROOT)
+        for block in FENCE.finditer(text):
+            first = text.count("\n", 0, block.start()) + 2
+            joined = block.group(1).replace("\\\n", " \n")
+            for offset, line in enumerate(joined.split("\n")):
+                if COMMAND.search(line):
+                    continuation = line
+                    # a `\`-continued command: its lines were joined with " \n" above
+                    following = joined.split("\n")[offset + 1:]
+                    while continuation.endswith(" ") and following:
+                        continuation += following.pop(0)
+                    found.append(Shown(f"{name}:{first + offset}", continuation))
+        for span in INLINE.finditer(FENCE.sub("", text)):
+            found.append(Shown(f"{name} `{span.group(1)[:40]}`", span.group(1)))
+    return found
+
+
+def job_overrides(command: str):
+    """(overrides, multirun, config source) of a shown command, placeholders filled."""
+    arguments = shlex.split(PLACEHOLDER.sub("placeholder", COMMAND.search(command).group(1)),
+                            comments=True)
+    overrides, multirun, config_dir = [], False, None
+    while arguments:
+        argument = arguments.pop(0)
+        if argument in ("-m", "--multirun"):
+            multirun = True
+        elif argument == "--config-dir":
+            config_dir = arguments.pop(0)
+        elif argument in ("--from-run", "--cfg", "-c", "--package", "-p"):
+            arguments.pop(0)
+        elif argument in ("--help", "-h", "--hydra-help", "--info"):
+            pass
+        elif argument.startswith("-"):
+            raise AssertionError(f"a flag the docs test does not know: {argument}")
+        elif argument in ("|", "&&", ">", "2>&1", ";"):
+            break
+        else:
+            overrides.append(argument)
+    source = None
+    if config_dir is not None:
+        folder = config_dir if Path(config_dir).is_absolute() else PROJECT / config_dir
+        source = ConfigSource(config_dir=str(folder))
+    return overrides, multirun, source
+
+
+COMMANDS = shown_commands()
+
+
+def test_the_docs_show_the_headline_commands():
+    texts = [shown.text for shown in COMMANDS]
+    assert any("parallel=semi_auto checkpoint=sliced" in text for text in texts)
+    assert any("-m" in text.split() and "boost.rho=" in text for text in texts)
+    assert len(COMMANDS) > 40
+
+
+def covering_jobs(jobs: List[List[str]]) -> List[List[str]]:
+    """Enough of a sweep's jobs that every swept value is composed at least once (a value
+    that composes with one combination composes with all: the keys are independent)."""
+    seen, chosen = set(), []
+    for job in jobs:
+        if not seen.issuperset(job):
+            chosen.append(job)
+            seen.update(job)
+    return chosen
+
+
+COMPOSED = set()  # the same job shown on several pages is composed once
+
+
+@pytest.mark.parametrize("shown", COMMANDS, ids=[shown.where for shown in COMMANDS])
+def test_every_shown_run_command_composes(shown):
+    """Composed as Hydra composes it (the groups, keys and types of every value a sweep
+    takes); paths and run ids a reader fills in are not looked up."""
+    overrides, multirun, source = job_overrides(shown.text)
+    for job in covering_jobs(expand_jobs(overrides, multirun)):
+        if (tuple(job), source) not in COMPOSED:
+            compose_config(job, source=source)
+            COMPOSED.add((tuple(job), source))
+
+
+def test_readme_links_lead_to_files_in_the_repository():
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [target for target in targets if "://" not in target]
+    assert local, "README links into docs/"
+    missing = [target for target in local if not (ROOT / target).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_readme_stays_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 260
+
+
+def tracked_text_files() -> List[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    suffixes = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".sh", ""}
+    return [ROOT / name for name in listed
+            if Path(name).suffix in suffixes and (ROOT / name).is_file()]
+
+
+# Built from parts so that this file does not match itself.
+OUTSIDE = re.compile(r"\.\./" + "shared|" + "DESIGN" + r"\.md")
+ISSUE_NUMBER = re.compile(r"(?<![/\w])([Ii]ssues?|[Dd]ecision) #?\d+")
+
+
+def test_nothing_refers_outside_the_repository_or_to_issue_numbers():
+    """A reader of a clone can follow every reference: no file outside the repository, no
+    tracker's issue number (an upstream issue is cited by its URL)."""
+    offending = []
+    for path in tracked_text_files():
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if OUTSIDE.search(line) or ISSUE_NUMBER.search(line):
+                offending.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:90]}")
+    assert not offending, "\n".join(offending)
+
+
+TUTORIAL_URL = re.compile(r"https://(gitee\.com/mindspore|www\.mindspore\.cn)/\S+")
+
+
+def test_each_preset_that_reproduces_a_tutorial_cites_it_by_url():
+    presets = sorted((ROOT / "experiments").glob("*.yaml"))
+    citing = []
+    for preset in presets:
+        header = "\n".join(line for line in preset.read_text().splitlines()
+                           if line.startswith("#"))
+        if "tutorial" in header.lower():
+            assert TUTORIAL_URL.search(header), f"{preset.name} names a tutorial without its URL"
+            citing.append(preset.name)
+    assert "model_saving.yaml" in citing and "dim_reduce_stage_one.yaml" in citing
