@@ -3,7 +3,8 @@
 Each benchmark writes ``benchmarks/results/<name>.md`` (and a plot, ``<name>.png``); its page,
 ``docs/benchmarks/<name>.md``, holds that table between ``<!-- results: <name> -->`` and
 ``<!-- /results: <name> -->``, and this script replaces what is between them, so the docs
-always show what the scripts last measured. The pages embed the plots through
+always show what the scripts last measured. A guide that quotes a benchmark's table holds
+the same block (``docs/guides/*.md``) and is filled alike. The pages embed the plots through
 ``docs/benchmarks/results``, a link to ``benchmarks/results``.
 
     python benchmarks/run_all.py                      # all of them, about 50 minutes on 2 cores
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 from benchlib import RESULTS, ROOT
 
@@ -35,6 +36,7 @@ BENCHMARKS = {
     "loops": "loops.py",
 }
 DOCS = ROOT / "docs" / "benchmarks"
+GUIDES = ROOT / "docs" / "guides"
 
 
 def page(name: str, docs: Path = DOCS) -> Path:
@@ -83,15 +85,33 @@ def run(name: str) -> None:
     print(f"== {name}: {time.monotonic() - started:.0f} s", flush=True)
 
 
-def update_pages(names, docs: Path = DOCS, results: Path = RESULTS) -> Dict[str, bool]:
-    """Splice each benchmark's results into its page; ``{name: whether the page changed}``.
-    Every page is read and spliced before any is written."""
-    texts = {name: check_page(name, docs) for name in names}
-    new = {name: splice(texts[name], name, results) for name in names}
+def quoting_guides(name: str, guides: Path = GUIDES) -> List[Path]:
+    """The guides that hold ``name``'s marked block."""
+    return sorted(path for path in guides.glob("*.md") if marked_block(name).search(
+        path.read_text()))
+
+
+def update_pages(names, docs: Path = DOCS, results: Path = RESULTS,
+                 guides: Path = GUIDES) -> Dict[str, bool]:
+    """Splice each benchmark's results into its page and the guides that quote it;
+    ``{name: whether a page changed}``. Every page is read and spliced before any is
+    written."""
+    texts = {}
     for name in names:
-        if new[name] != texts[name]:
-            page(name, docs).write_text(new[name])
-    return {name: new[name] != texts[name] for name in names}
+        check_page(name, docs)
+        for path in [page(name, docs), *quoting_guides(name, guides)]:
+            text = texts.get(path, path.read_text())
+            texts[path] = text
+    new = dict(texts)
+    for name in names:
+        for path in [page(name, docs), *quoting_guides(name, guides)]:
+            new[path] = splice(new[path], name, results)
+    for path, text in new.items():
+        if text != texts[path]:
+            path.write_text(text)
+    return {name: any(new[path] != texts[path]
+                      for path in [page(name, docs), *quoting_guides(name, guides)])
+            for name in names}
 
 
 def main() -> None:
@@ -111,8 +131,9 @@ def main() -> None:
             run(name)
     changed = update_pages(names)
     for name in names:
-        print(f"docs/benchmarks/{name}.md: "
-              f"{'updated' if changed[name] else 'already up to date'}")
+        where = ", ".join(str(path.relative_to(ROOT))
+                          for path in [page(name), *quoting_guides(name)])
+        print(f"{name} ({where}): {'updated' if changed[name] else 'already up to date'}")
 
 
 if __name__ == "__main__":

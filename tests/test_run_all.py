@@ -20,10 +20,18 @@ def test_splices_the_results_between_the_markers(tmp_path):
     page = docs / "loops.md"
     page.write_text("# Loops\n\n<!-- results: loops -->\nold table\n<!-- /results: loops -->\n"
                     "\nprose after\n")
-    assert run_all.update_pages(["loops"], docs, results) == {"loops": True}
+    guides = tmp_path / "guides"
+    guides.mkdir()
+    quoting = guides / "training-loops.md"
+    quoting.write_text("# Guide\n<!-- results: loops -->\n<!-- /results: loops -->\n")
+    (guides / "other.md").write_text("# Other\n")
+    assert run_all.update_pages(["loops"], docs, results, guides) == {"loops": True}
     assert page.read_text() == ("# Loops\n\n<!-- results: loops -->\n\n| a |\n|---|\n| 1 |\n"
                                 "\n<!-- /results: loops -->\n\nprose after\n")
-    assert run_all.update_pages(["loops"], docs, results) == {"loops": False}
+    assert quoting.read_text() == ("# Guide\n<!-- results: loops -->\n\n| a |\n|---|\n"
+                                   "| 1 |\n\n<!-- /results: loops -->\n")
+    assert (guides / "other.md").read_text() == "# Other\n"
+    assert run_all.update_pages(["loops"], docs, results, guides) == {"loops": False}
 
 
 def test_refuses_a_page_without_its_block(tmp_path):
@@ -44,6 +52,9 @@ def test_every_page_shows_its_latest_results():
     for name in run_all.BENCHMARKS:
         text = run_all.check_page(name)
         assert run_all.splice(text, name) == text, "run python benchmarks/run_all.py --docs-only"
+        for guide in run_all.quoting_guides(name):
+            quoted = guide.read_text()
+            assert run_all.splice(quoted, name) == quoted, f"{guide.name} quotes old results"
         assert f"](results/{name}.png)" in text
         assert (run_all.DOCS / "results" / f"{name}.png").is_file()
 
