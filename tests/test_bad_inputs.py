@@ -526,7 +526,7 @@ BAD_INPUTS = {
                 "weight_decay, schedule, warmup_epochs, min_lr, lr_init, decay_epochs, "
                 "group_params, _target_ (other keys only beside a _target_: its own "
                 "arguments)"),
-    "the dim-reduce tutorial's n_component": bad(
+    "the dimension-reduction tutorial's n_component": bad(
         "boost=dim_reduce", "boost.n_component=4",
         message="boost.n_component=4: unknown key; expected one of alpha, gamma, level, mode, "
                 "n_components, pca_mat_path, pretrained_weight_path, rho, sigma, "

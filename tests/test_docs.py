@@ -21,7 +21,8 @@ FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`(python -m ms_exp\.run[^`]*)`")
 # A command starts its line (after environment assignments) or follows `&&` or `;`: a
 # mention inside prose or a tree, "(python -m ms_exp.run)", is not one.
-COMMAND = re.compile(r"(?:^\s*|&&\s*|;\s*)(?:[A-Z_]+=\S+\s+)*(?:\S*/)?python3? -m ms_exp\.run\b(.*)")
+COMMAND = re.compile(r"(?:^\s*|&&\s*|;\s*)(?:[A-Z_]+=\S+\s+)*"
+                     r"(?:\S*/)?python3? -m ms_exp\.run\b(.*)")
 PLACEHOLDER = re.compile(r"<[^<>]+>")
 
 
@@ -165,3 +166,22 @@ def test_each_preset_that_reproduces_a_tutorial_cites_it_by_url():
             assert TUTORIAL_URL.search(header), f"{preset.name} names a tutorial without its URL"
             citing.append(preset.name)
     assert "model_saving.yaml" in citing and "dim_reduce_stage_one.yaml" in citing
+
+
+TUTORIAL_NAME = re.compile(r"\b([\w&-]+) tutorial\b", re.I)
+
+
+def test_the_code_names_only_the_tutorials_the_design_page_lists():
+    """A comment's "the model-saving tutorial" is looked up in docs/design.md#tutorials."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    listed = set(re.findall(r"^\| the ([\w&-]+) tutorial \|", design, re.M))
+    assert listed == {"model-saving", "training-flow", "dimension-reduction", "hybrid-training"}
+    unknown = []
+    for path in tracked_text_files():
+        if path.suffix not in (".py", ".yaml"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for name in TUTORIAL_NAME.findall(line):
+                if "-" in name and name.lower() not in listed:
+                    unknown.append(f"{path.relative_to(ROOT)}:{number}: {name} tutorial")
+    assert not unknown, "\n".join(unknown)

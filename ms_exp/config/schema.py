@@ -368,7 +368,7 @@ class WideDeepModel:
     _target_: str = "ms_exp.models.wide_deep.wide_deep"  # the function that builds the network
     name: str = "wide_deep"  # the model's name in run names and tags
     # None: the dataset's vocabulary (criteo_meta.json). Larger allocates bigger tables, as
-    # the model zoo's fixed vocab_size does (the scale setting of the hybrid tutorial).
+    # the model zoo's fixed vocab_size does (the scale setting of the hybrid-training tutorial).
     vocab_size: Optional[int] = None
     emb_dim: int = 80  # the embedding width of every field
     # The widths of the deep MLP's hidden layers, each >= 1.
