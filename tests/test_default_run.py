@@ -20,7 +20,7 @@ def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
     accuracy = float(re.search(r"final evaluation: eval/accuracy ([0-9.]+)",
                                default_run.stdout).group(1))
     assert accuracy > 0.9  # ten digit classes: chance is 0.1
-    assert "run standalone!" in default_run.stdout
+    assert "run standalone!" not in default_run.stdout  # the tutorial's init_env print: noise
     assert re.search(r"^epoch: 1 step: 20, loss is [0-9.]+$", default_run.stdout, re.M)
     assert re.search(r"throughput: [0-9.]+ samples/s", default_run.stdout)
     db = default_run.cwd / "mlflow.db"
@@ -80,7 +80,7 @@ def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(defa
 
     assert {"config/config.yaml"} <= listing("config")
     assert {"hydra/config.yaml", "hydra/hydra.yaml", "hydra/overrides.yaml"} <= listing("hydra")
-    assert {"logs/console.log", "logs/run.log"} <= listing("logs")
+    assert listing("logs") == {"logs/console.log"}  # no empty run.log beside it
     assert listing("checkpoints/rank_0") == {"checkpoints/rank_0/checkpoint-10_44.ckpt",
                                              "checkpoints/rank_0/best.ckpt"}
 

@@ -268,6 +268,9 @@ def test_ranks_honour_the_rank_and_device_their_launcher_set():
 # --- preflight accepts what can run ------------------------------------------------------
 
 def test_preflight_accepts_a_rank_table_on_ascend_and_mpirun_on_gpu(tmp_path, monkeypatch):
+    # As on a node that has both (this one has neither: test_first_contact refuses them).
+    monkeypatch.setattr("ms_exp.preflight.device.available_targets",
+                        lambda: ("CPU", "GPU", "Ascend"))
     table = write_rank_table(tmp_path / "hccl_2p.json", 2)
     (cfg,) = preflight([DP, *RANK_TABLE, f"parallel.launcher.rank_table_file={table}",
                         f"hydra.run.dir={tmp_path}/out"])

@@ -48,15 +48,20 @@ def test_run_records_code_packages_command_and_data(original):
     assert re.search(r"^mindspore==2\.10\.0$", requirements, re.M)
 
 
+def differences(stdout: str) -> str:
+    """The lines a re-run lists under "differences from run ..."."""
+    return re.search(r"differences from run .*\n((?:  - .*\n)*)", stdout).group(1)
+
+
 @pytest.mark.slow
 def test_from_run_reproduces_the_weights_bit_for_bit_and_links_the_runs(original):
     again = train(original.cwd, "--from-run", original.run_id)
     assert f"re-running MLflow run {original.run_id}" in again.stdout
     if "differences from run" in again.stdout:  # a dirty tree here, then and now
-        listed = again.stdout.split("differences from run", 1)[1].split("run standalone!")[0]
+        listed = differences(again.stdout)
         assert "dataset fingerprint" not in listed and "config " not in listed
         assert all("uncommitted changes" in line
-                   for line in listed.splitlines()[1:] if line.strip())
+                   for line in listed.splitlines() if line.strip())
     else:
         assert "same code, packages, data and config as the original run" in again.stdout
     assert_same_weights(weights(original, "checkpoint-1_44.ckpt"),
@@ -82,7 +87,7 @@ def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
     before = first.store.get_run(first.run_id).data.tags["ms_exp.dataset_fingerprint"]
     write_mnist(data, train=64, test=32, seed=5)  # same files, other pixels
     again = train(tmp_path, "--from-run", first.run_id)
-    section = again.stdout.split("differences from run", 1)[1].split("run standalone!")[0]
+    section = differences(again.stdout)
     assert "numpy 0.0.1 then, " in section
     assert f"dataset fingerprint {before} then, " in section
     dataset = json.loads((again.run_dir / "provenance" / "dataset.json").read_text())

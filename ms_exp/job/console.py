@@ -10,12 +10,16 @@ class _Tee:
     def __init__(self, stream: TextIO, copy: TextIO):
         self._stream, self._copy = stream, copy
 
+    # A logging handler created during a job (MindSpore's, on its first warning) keeps this
+    # object after the job has closed its copy; later jobs of a sweep still reach the console.
     def write(self, text: str) -> int:
-        self._copy.write(text)
+        if not self._copy.closed:
+            self._copy.write(text)
         return self._stream.write(text)
 
     def flush(self) -> None:
-        self._copy.flush()
+        if not self._copy.closed:
+            self._copy.flush()
         self._stream.flush()
 
     def __getattr__(self, name):  # isatty, fileno, encoding... of the real stream

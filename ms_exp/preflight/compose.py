@@ -25,7 +25,6 @@ from hydra._internal.utils import (
 )
 from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig
@@ -33,6 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import register_schemas
+from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError, parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import output_folder
 from ms_exp.preflight.validate import validate
@@ -163,12 +163,18 @@ def _source(source: Optional[ConfigSource], config_name: Optional[str]) -> Confi
 
 def expand_jobs(overrides: Sequence[str], multirun: bool) -> List[List[str]]:
     """The override list of every job a (multi)run command line will start."""
+    parsed = parse_overrides(overrides, multirun)
     if not multirun:
         return [list(overrides)]
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    try:
+        batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    except HydraException:  # a search space (interval, tag) the basic sweeper cannot list
+        text = next(o.input_line for o in parsed
+                    if o.is_sweep_override() and not o.is_discrete_sweep())
+        raise OverrideError(f"override {text!r}: a search space that Hydra's basic sweeper "
+                            f"cannot list; expected {SWEEP_GRAMMAR}") from None
     return [job for batch in batches for job in batch]
 
 

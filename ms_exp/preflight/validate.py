@@ -22,6 +22,7 @@ from ms_exp.preflight.checkpoint import (
 )
 from ms_exp.preflight.components import validate_components
 from ms_exp.preflight.dataset import validate_batch_fits, validate_dataset
+from ms_exp.preflight.device import validate_device_present
 from ms_exp.preflight.launch_style import validate_launch_style
 from ms_exp.preflight.model import validate_model, validate_placement
 from ms_exp.preflight.parallel import (
@@ -56,6 +57,8 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
         validate_shard_strategies(cfg)
     validate_snapshots(cfg)
     boost_option(cfg.boost).check(cfg)
+    # What this machine has, after every check of the config itself.
+    validate_device_present(cfg.trainer)
     validate_master_port_free(cfg.parallel)
 
 

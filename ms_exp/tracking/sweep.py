@@ -17,10 +17,13 @@ refused command line must not pay for MLflow.
 """
 import json
 import os
+import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
+from urllib.parse import unquote, urlparse
 
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
@@ -151,8 +154,11 @@ class SweepRun(Callback):
         _active = self
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
-        # Called here only for in-process launchers; with joblib or submitit it runs in the
-        # job's process, so finish() also counts from the store.
+        # Hydra calls this for a single run too, where hydra.job.num is ??? (MISSING), and
+        # in a joblib or submitit worker; only the launching process of a tracked sweep has
+        # a parent run to count for, and finish() also counts from the store.
+        if self.tracker is None:
+            return
         self.jobs += 1
         if job_return.status == JobStatus.FAILED:
             self.failed.append(f"#{config.hydra.job.num} {' '.join(job_return.overrides)}")
@@ -188,7 +194,9 @@ class SweepRun(Callback):
             tags = parent.data.tags
             skipped = sum(key.startswith("ms_exp.sweep.skipped.") for key in tags)
             finished = sum(c.info.status == "FINISHED" for c in children)
-            tracker.log_metrics({"sweep/jobs": max(self.jobs, len(children) + skipped),
+            jobs = max(self.jobs, len(children) + skipped)
+            counts = f"{finished} of {jobs} jobs finished"
+            tracker.log_metrics({"sweep/jobs": jobs,
                                  "sweep/finished_jobs": finished,
                                  "sweep/failed_jobs": failures,
                                  "sweep/skipped_jobs": skipped}, step=0)
@@ -196,20 +204,58 @@ class SweepRun(Callback):
             best = Path(tags.get("ms_exp.sweep.dir", "")) / "optimization_results.yaml"
             if best.is_file():
                 tracker.log_artifact(best, "sweep")
-            _log_report(tracker)
+            report = _log_report(tracker)
         finally:
             tracker.finish(status)
+        print(where_lines(tracker, tags.get("ms_exp.sweep.dir"), report, f"{status}, {counts}"),
+              flush=True)
 
 
-def _log_report(tracker) -> None:
-    """The sweep report (ms_exp.tracking.sweep_report) as artifacts of the parent; a report
-    that cannot be made is said, but never changes the sweep's status."""
+def _log_report(tracker):
+    """The sweep report (ms_exp.tracking.sweep_report) as artifacts of the parent, its table
+    printed; a report that cannot be made is said (None), but never changes the sweep's
+    status."""
     from ms_exp.tracking.sweep_report import write_report
 
     try:
         report = write_report(tracker.client, tracker.run_id)
     except Exception as error:
         print(f"ms_exp: no sweep report: {error}", file=sys.stderr)
-        return
+        return None
     print(report.markdown, flush=True)
+    return report
 
+
+def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
+    """The lines a sweep prints last: where its jobs' folders, its report and its parent run
+    are, the command that writes the report again and the one that opens the MLflow UI."""
+    from ms_exp.tracking.store import is_local_store, resolve_tracking_uri, ui_command
+
+    uri = tracker.tracking_uri
+    lines = [f"outputs: {sweep_dir} (a folder per job, by number)"] if sweep_dir else []
+    if report is not None:
+        lines += [f"sweep report: {', '.join(report.files)}",
+                  f"  in {_local_path(report.artifact_uri)}"]
+    lines.append(f"MLflow parent run {tracker.run_id} (experiment {tracker.experiment_id}, "
+                 f"{outcome}) in {uri}")
+    store = "" if uri == resolve_tracking_uri(None) else f" --tracking-uri {shlex.quote(uri)}"
+    lines.append(f"report again: {_python()} -m ms_exp.report {tracker.run_id}{store}")
+    lines.append(f"open it with: {ui_command(uri)}")
+    if is_local_store(uri):
+        lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
+                     f"{tracker.experiment_id}/runs/{tracker.run_id}")
+    return "\n".join(lines)
+
+
+def _local_path(uri: str) -> str:
+    """A ``file:`` artifact URI as the folder it names; any other URI as it is."""
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def _python() -> str:
+    """``python`` when the shell finds this interpreter by that name, else its full path: a
+    virtual environment that is not activated is found only by its path."""
+    if shutil.which("python") == sys.executable:
+        return "python"
+    return shlex.quote(sys.executable)

@@ -83,7 +83,6 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
         # the settings are handed over all the same so the context matches the config.
         ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.STAND_ALONE,
                                      strategy_ckpt_config=strategy_ckpt_config(strategy_cfg))
-        print("run standalone!", flush=True)
         return Runtime(device_target=target, mode=mode, device_id=device_id, rank_id=0,
                        group_size=1, parallel_mode="stand_alone")
 
