@@ -6,6 +6,8 @@ override is refused with one line and exit status 2, and no run directory or MLf
 is created for it.
 """
 import os
+import re
+import shlex
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -25,6 +27,7 @@ from ms_exp.preflight.compose import (
     group_options,
     preflight,
 )
+from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.rerun import rerun_arguments, split_from_run
 from ms_exp.preflight.validate import validate
 from ms_exp.tracking.sweep import end_active_sweep
@@ -49,10 +52,64 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     return result.final_eval.get("eval/accuracy")
 
 
+# Hydra runs one of these per command line (hydra._internal.utils.run_hydra).
+COMMANDS = {"run": "--run", "multirun": "-m/--multirun", "cfg": "--cfg", "info": "--info",
+            "shell_completion": "--shell-completion"}
+
+
 def parse_args(argv: List[str]):
+    """Hydra's own command line, its mistakes refused in one line (argparse would print its
+    usage block, and Hydra a traceback for two commands at once)."""
     from hydra._internal.utils import get_args_parser
 
-    return get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    parser.error = lambda message: _refuse_flag(parser, argv, message)
+    args = parser.parse_args(argv)
+    given = [flag for dest, flag in COMMANDS.items() if getattr(args, dest) not in (None, False)]
+    if len(given) > 1:
+        raise InvalidConfig(f"{' with '.join(given)}: not allowed together; expected one of "
+                            f"{', '.join(COMMANDS.values())} (--cfg prints one job's config: "
+                            f"drop -m to see it)")
+    if args.resolve and not (args.cfg or args.help):
+        raise InvalidConfig("--resolve: not allowed alone; expected --cfg job|hydra|all with it")
+    return args
+
+
+def _refuse_flag(parser, argv: List[str], message: str):
+    unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        first = unknown.group(1).split()[0]
+        if not first.startswith("-"):  # an override after a flag that follows overrides
+            raise InvalidConfig(
+                f"override {first!r} after a flag: Hydra reads the overrides as one group; "
+                f"expected the flags before them: python -m ms_exp.run "
+                f"{shlex.join(_flags_first(argv))}")
+        flags = [a.option_strings[0] for a in parser._actions if a.option_strings]
+        raise InvalidConfig(f"{first}: unknown flag; expected one of {', '.join(flags)}, "
+                            f"--from-run, or key=value overrides")
+    argument = re.fullmatch(r"argument (\S+): (.*)", message)
+    if argument:
+        flag, problem = argument.groups()
+        choice = re.fullmatch(r"invalid choice: (.*) \(choose from (.*)\)", problem)
+        if choice:
+            raise InvalidConfig(f"{flag}={choice.group(1)}: not allowed; expected one of "
+                                f"{choice.group(2).replace(chr(39), '')}")
+        extra = re.fullmatch(r"ignored explicit argument (.*)", problem)
+        if extra:
+            raise InvalidConfig(f"{flag}={extra.group(1)}: not allowed; expected the flag "
+                                f"alone (it takes no value)")
+        raise InvalidConfig(f"{flag}: {problem}")
+    raise InvalidConfig(message)
+
+
+def _flags_first(argv: List[str]) -> List[str]:
+    from hydra._internal.utils import get_args_parser
+
+    overrides = get_args_parser().parse_intermixed_args(argv).overrides
+    flags = list(argv)
+    for override in overrides:
+        flags.remove(override)
+    return [*flags, *overrides]
 
 
 def print_help(overrides: List[str], source: Optional[ConfigSource] = None) -> None:
@@ -100,16 +157,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     except InvalidConfig as error:
         print(f"ms_exp: error: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         # Where Hydra will look for the config: --config-path/--config-name/--config-dir.
         source = ConfigSource.from_args(args, hydra_job)
         if args.help:
             print_help(args.overrides, source)
             return 0
-        # --cfg, --info and shell completion only print; Hydra reports their errors itself.
+        # --cfg, --info and shell completion only print: the overrides' grammar is checked,
+        # Hydra reports the rest itself.
         if not (args.hydra_help or args.cfg or args.info or args.shell_completion):
             preflight(args.overrides, multirun=args.multirun, source=source)
+        elif not args.shell_completion:
+            parse_overrides(args.overrides, multirun=False)
     except InvalidConfig as error:
         print(f"ms_exp: error: {error}", file=sys.stderr)
         return EXIT_BAD_CONFIG

@@ -1,8 +1,10 @@
 """What a new user meets first: a mistake on the command line is one line naming it and
 what is allowed, exit 2, and nothing is created (no run directory, no MLflow store)."""
 import io
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,8 +27,25 @@ REFUSED = [
      "cannot list; expected with -m, key=a,b,c (no empty item), key=range(start,stop[,step])"),
     (["trainer.device_target=GPU"],
      "trainer.device_target='GPU': not allowed; expected a device MindSpore finds on this "
-     "machine: CPU (mindspore.hal.is_available('GPU') is False), or None to let it pick"),
+     "machine: CPU (mindspore.device_context.gpu.is_available() is False), or None to "
+     "let it pick"),
     (["trainer.device_target=Ascend"], "expected a device MindSpore finds on this machine: CPU"),
+    # The sweep's second job: refused before the first one starts.
+    (["-m", "trainer.device_target=CPU,GPU"], "trainer.device_target='GPU': not allowed"),
+    # Hydra's flags: argparse's usage block and Hydra's tracebacks become one line.
+    (["optimizer.lr=0.1", "-m", "trainer.seed=1,2"],
+     "override 'trainer.seed=1,2' after a flag: Hydra reads the overrides as one group; "
+     "expected the flags before them: python -m ms_exp.run -m optimizer.lr=0.1 "
+     "trainer.seed=1,2"),
+    (["-m", "--cfg", "job"],
+     "-m/--multirun with --cfg: not allowed together; expected one of --run, -m/--multirun, "
+     "--cfg, --info, --shell-completion"),
+    (["--cfg", "jobs"], "--cfg/-c='jobs': not allowed; expected one of job, hydra, all"),
+    (["--multirun=true"], "--multirun/-m='true': not allowed; expected the flag alone"),
+    (["-m", "--epochs", "2"], "--epochs: unknown flag; expected one of --help, --hydra-help"),
+    (["--resolve"], "--resolve: not allowed alone; expected --cfg job|hydra|all with it"),
+    (["--cfg", "job", "optimizer.lr=0.01,0.1"], "a list of values is a sweep; add -m"),
+    (["--cfg", "job", "optimizer.lr=[0.01"], "override 'optimizer.lr=[0.01': unbalanced"),
 ]
 
 
@@ -50,6 +69,21 @@ def test_a_sweep_of_good_values_still_passes_the_grammar():
                                fusion] in jobs
 
 
+def test_a_search_space_is_checked_at_its_ends_for_a_sweeper_that_samples_it(tmp_path):
+    from ms_exp.config.errors import ConfigError
+    from ms_exp.preflight.compose import preflight
+
+    sweep = ["hydra/sweeper=optuna", f"hydra.sweep.dir={tmp_path}/sweep"]
+    configs = preflight([*sweep, "optimizer.lr=interval(0.01,0.2)",
+                         "trainer.seed=tag(int,interval(1,4))"], multirun=True)
+    assert sorted((c.optimizer.lr, c.trainer.seed) for c in configs) == [
+        (0.01, 1), (0.01, 4), (0.2, 1), (0.2, 4)]
+    with pytest.raises(ConfigError, match=r"^optimizer.lr=-1.0: not allowed; expected a "
+                                          r"number > 0"):
+        preflight([*sweep, "optimizer.lr=interval(-1,0.2)"], multirun=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_logging_handler_made_during_a_job_still_reaches_the_console_after_it(tmp_path):
     # MindSpore creates its log handler on its first warning, on the stream of that moment:
     # in a sweep, the first job's console copy, closed when the job ends.
@@ -66,3 +100,27 @@ def test_a_logging_handler_made_during_a_job_still_reaches_the_console_after_it(
         sys.stderr = real
     assert console.getvalue() == "during the job\na later job\n"
     assert (tmp_path / "console.log").read_text() == "during the job\n"
+
+
+def test_asking_for_the_devices_is_silent_and_leaves_the_backend_to_the_job():
+    # The check runs in the process that then trains: set_context and an op must still work.
+    probe = ("from ms_exp.preflight.device import available_targets; "
+             "print(available_targets()); import mindspore as ms; "
+             "ms.set_context(device_target='CPU'); "
+             "print(ms.ops.add(ms.Tensor(1), ms.Tensor(2)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == "('CPU',)" and done.stdout.split()[-1] == "3"
+    assert "not available" not in done.stderr  # MindSpore's warnings for absent backends
+
+
+def test_a_build_of_the_checkout_leaves_nothing_git_shows():
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    # What setuptools writes beside the sources on a non-editable `pip install .`.
+    written = ["build/lib/ms_exp/run.py", "ms_exp.egg-info/PKG-INFO"]
+    done = subprocess.run(["git", "check-ignore", *written], cwd=root, capture_output=True,
+                          text=True)
+    assert done.stdout.split() == written

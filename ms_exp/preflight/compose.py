@@ -25,6 +25,7 @@ from hydra._internal.utils import (
 )
 from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig
@@ -44,6 +45,7 @@ CONF_CANDIDATES = (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf")
 CONFIG_NAME = "config"
 # Sweeps larger than this are spot-checked: the first this many jobs are composed up front.
 MAX_JOBS_CHECKED = 64
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 class CompositionError(InvalidConfig):
@@ -162,20 +164,37 @@ def _source(source: Optional[ConfigSource], config_name: Optional[str]) -> Confi
 
 
 def expand_jobs(overrides: Sequence[str], multirun: bool) -> List[List[str]]:
-    """The override list of every job a (multi)run command line will start."""
+    """The override list of every job a (multi)run command line will start; a search space
+    (``interval(a,b)``, which a sampling sweeper such as Optuna draws from) stands for two
+    jobs, one at each end."""
     parsed = parse_overrides(overrides, multirun)
     if not multirun:
         return [list(overrides)]
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    try:
-        batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
-    except HydraException:  # a search space (interval, tag) the basic sweeper cannot list
-        text = next(o.input_line for o in parsed
-                    if o.is_sweep_override() and not o.is_discrete_sweep())
-        raise OverrideError(f"override {text!r}: a search space that Hydra's basic sweeper "
-                            f"cannot list; expected {SWEEP_GRAMMAR}") from None
+    listed = [_ends(o) if o in search_spaces(parsed) else o for o in parsed]
+    batches = BasicSweeper.split_arguments(listed, max_batch_size=None)
     return [job for batch in batches for job in batch]
+
+
+def search_spaces(parsed: Sequence[Override]) -> List[Override]:
+    return [o for o in parsed if o.is_sweep_override() and not o.is_discrete_sweep()]
+
+
+def _ends(space: Override) -> Override:
+    value = space.value()
+    cast = int if "int" in value.tags else float
+    (ends,) = parse_overrides([f"{space.get_key_element()}={cast(value.start)},"
+                               f"{cast(value.end)}"], multirun=True)
+    return ends
+
+
+def check_sweeper(cfg: DictConfig, spaces: Sequence[Override]) -> None:
+    """Hydra's basic sweeper, the default, lists the jobs and cannot draw from a space."""
+    if spaces and cfg.hydra.sweeper._target_ == BASIC_SWEEPER:
+        raise OverrideError(f"override {spaces[0].input_line!r}: a search space that Hydra's "
+                            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
+                            f"hydra/sweeper=optuna to sample it")
 
 
 @contextmanager
@@ -204,8 +223,10 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
     """Compose and validate every job; return their configs or raise a one-line error."""
     source = _source(source, config_name)
     configs = []
+    spaces = search_spaces(parse_overrides(overrides, multirun))
     for job in expand_jobs(overrides, multirun)[:MAX_JOBS_CHECKED]:
         cfg = compose_config(job, return_hydra_config=True, source=source)
+        check_sweeper(cfg, spaces)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         with hydra_config_of(cfg, output):
             validate(cfg, cfg.hydra.runtime.choices)

@@ -1,6 +1,10 @@
-"""Is the device the config names on this machine? Asked of MindSpore (``mindspore.hal``)
-before anything is created, so a GPU job on a CPU-only laptop is one line, not a failed run
-and MindSpore's plugin-loading errors."""
+"""Is the device the config names on this machine? Asked of MindSpore
+(``mindspore.device_context.<target>.is_available()``) before anything is created, so a GPU
+job on a CPU-only laptop is one line, not a failed run and MindSpore's plugin-loading errors.
+
+The answer is the one MindSpore stored when it loaded its device plugins at import: asking
+starts no backend, so the job's own ``set_context`` later in this process is unaffected.
+"""
 import os
 from contextlib import contextmanager
 from typing import Iterator, Tuple
@@ -12,8 +16,8 @@ TARGETS = ("CPU", "GPU", "Ascend")
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """MindSpore's plugin loader reports a missing backend on the process's own file
-    descriptors (C++ and Python alike); the refusal says it in one line instead."""
+    """An absent backend is reported as MindSpore warnings with its plugin loader's errors,
+    written to the process's own file descriptors; the refusal says it in one line instead."""
     saved = os.dup(1), os.dup(2)
     with open(os.devnull, "w") as null:
         os.dup2(null.fileno(), 1)
@@ -27,12 +31,16 @@ def _quiet() -> Iterator[None]:
             os.close(saved[1])
 
 
-def available_targets() -> Tuple[str, ...]:
-    """The device targets MindSpore can load a backend for here."""
-    from mindspore import hal
+def is_available(target: str) -> bool:
+    import mindspore.device_context as devices
 
     with _quiet():
-        return tuple(target for target in TARGETS if hal.is_available(target))
+        return getattr(devices, target.lower()).is_available()
+
+
+def available_targets() -> Tuple[str, ...]:
+    """The device targets MindSpore loaded a backend for here."""
+    return tuple(target for target in TARGETS if is_available(target))
 
 
 def validate_device_present(trainer_cfg) -> None:
@@ -44,4 +52,5 @@ def validate_device_present(trainer_cfg) -> None:
     available = available_targets()
     require(target in available, "trainer.device_target", target,
             f"a device MindSpore finds on this machine: {', '.join(available)} "
-            f"(mindspore.hal.is_available('{target}') is False), or None to let it pick")
+            f"(mindspore.device_context.{target.lower()}.is_available() is False), "
+            f"or None to let it pick")
