@@ -10,7 +10,14 @@ from mlflow import MlflowClient
 
 from ms_exp import report
 from ms_exp.tracking.store import ensure_experiment
-from ms_exp.tracking.sweep_report import ReportError, swept_keys, write_report
+from ms_exp.tracking.sweep_report import (
+    Reference,
+    ReportError,
+    metric_figure,
+    stage_one_references,
+    swept_keys,
+    write_report,
+)
 
 PLOTS = {"eval_accuracy_vs_checkpoint.integrated_save.png", "train_loss.png"}
 
@@ -180,3 +187,69 @@ def test_swept_keys_without_sweep_params_are_the_params_that_differ(recorded_swe
     assert swept_keys(bare, children) == ["checkpoint.strategy.save_file", "optimizer.lr"]
     with pytest.raises(ReportError, match="has no child runs"):
         write_report(client, bare.info.run_id)
+
+
+def jobs_scatter(axes):
+    (jobs,) = [c for c in axes.collections if c.get_label() == "each job"]
+    return [tuple(point) for point in jobs.get_offsets()]
+
+
+def test_jobs_with_equal_values_are_all_drawn_beside_a_labelled_mean():
+    # Two jobs share gamma=0.8 and their accuracy; three share gamma=0.9; one failed.
+    rows = [{"boost.gamma": gamma, "eval/accuracy": accuracy} for gamma, accuracy in (
+        ("0.8", 0.9), ("0.8", 0.9), ("0.9", 0.91), ("0.9", 0.88), ("0.9", 0.88),
+        ("0.9", None))]
+    stage_one = Reference("stage one (0123abcd): 0.9700", 0.97, "0123abcd" * 4)
+    axes = metric_figure(rows, "boost.gamma", "eval/accuracy", [stage_one]).axes[0]
+    points = jobs_scatter(axes)
+    assert len(points) == len(set(points)) == 5
+    assert sorted(round(y, 2) for _, y in points) == [0.88, 0.88, 0.9, 0.9, 0.91]
+    # Each job stays nearer its own value than the next one.
+    assert sorted(round(x, 1) for x, _ in points) == [0.8, 0.8, 0.9, 0.9, 0.9]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == \
+        ["mean of the jobs with each boost.gamma", "each job", "stage one (0123abcd): 0.9700"]
+    mean, reference = axes.lines
+    assert list(mean.get_xdata()) == [0.8, 0.9]
+    assert [round(y, 4) for y in mean.get_ydata()] == [0.9, round((0.91 + 0.88 * 2) / 3, 4)]
+    assert list(reference.get_ydata()) == [0.97, 0.97]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["0.8", "0.9"]
+    assert axes.get_title() == "eval/accuracy against boost.gamma (5 jobs; 1 failed or without it)"
+
+
+def test_categorical_values_spread_their_jobs_too():
+    rows = [{"checkpoint.integrated_save": flag, "eval/accuracy": 0.5}
+            for flag in ("true", "true", "false")]
+    axes = metric_figure(rows, "checkpoint.integrated_save", "eval/accuracy").axes[0]
+    points = jobs_scatter(axes)
+    assert len(set(points)) == 3
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["false", "true"]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == \
+        ["mean of the jobs with each checkpoint.integrated_save", "each job"]
+    assert metric_figure([{"k": "1", "eval/accuracy": None}], "k", "eval/accuracy") is None
+
+
+def test_stage_two_report_states_stage_ones_score(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = ensure_experiment(client, "report")
+    stage_one = client.create_run(experiment, run_name="dim_reduce-stage-one").info.run_id
+    client.log_metric(stage_one, "eval/accuracy", 0.97)
+    client.set_terminated(stage_one)
+    parent = client.create_run(experiment, run_name="sweep", tags={"ms_exp.sweep": "true"})
+    parent_id = parent.info.run_id
+    client.log_param(parent_id, "boost.gamma", "0.8,0.9")
+    for gamma in ("0.8", "0.9"):
+        run_id = client.create_run(experiment, run_name=f"gamma={gamma}", tags={
+            "mlflow.parentRunId": parent_id,
+            "ms_exp.overrides": f"boost.gamma={gamma}"}).info.run_id
+        client.log_param(run_id, "boost.gamma", gamma)
+        client.log_param(run_id, "boost.stage_one_run_id", stage_one)
+        client.log_metric(run_id, "eval/accuracy", 0.93)
+        client.set_terminated(run_id)
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_id}'")
+    (reference,) = stage_one_references(client, children, "eval/accuracy")
+    assert (reference.value, reference.run_id) == (0.97, stage_one)
+    assert reference.label == f"stage one ({stage_one[:8]}): 0.9700"
+    report = write_report(client, parent_id)
+    assert f"Stage one (run {stage_one}), which the jobs started from: eval/accuracy 0.9700" \
+        in report.markdown
+    assert "eval_accuracy_vs_boost.gamma.png" in report.files

@@ -62,6 +62,27 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(tmp_path):
     assert sorted(Path(c.data.tags["ms_exp.run_dir"]).relative_to(tmp_path).parts[::3]
                   for c in children) == [("multirun", "0"), ("multirun", "1")]
 
+    # The sweep ends saying where its jobs, its report and its parent run are.
+    run_id, experiment = parent.info.run_id, parent.info.experiment_id
+    report_dir = Path(client.get_run(run_id).info.artifact_uri[len("file://"):]) / "report"
+    end = result.stdout.splitlines()[-7:]
+    assert end[:4] == [
+        f"sweep folder: {tags['ms_exp.sweep.dir']} (a folder per job, by number)",
+        "sweep report: eval_accuracy_vs_optimizer.lr.png, summary.csv, summary.md, "
+        "train_loss.png",
+        f"  in {report_dir}",
+        f"MLflow parent run {run_id} (experiment {experiment}, FINISHED, 2 of 2 jobs "
+        f"finished) in sqlite:///{tmp_path.resolve() / 'mlflow.db'}"]
+    assert (report_dir / "summary.md").is_file()
+    assert end[4].startswith("report again: ") and end[4].endswith(f" -m ms_exp.report {run_id}")
+    assert end[5].startswith("open it with: ") and "ui --backend-store-uri" in end[5]
+    assert end[6] == f"  then browse to http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}"
+    # As printed, in a shell whose PATH has no virtual environment.
+    again = subprocess.run(end[4][len("report again: "):], shell=True, cwd=tmp_path,
+                           env={**os.environ, "PATH": "/usr/bin:/bin"},
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and f"({run_id}): 2 jobs" in again.stdout, again.stderr
+
     rows = summary_rows(client, parent.info.run_id, tmp_path)
     assert {"run_id", "run_name", "status", "optimizer.lr", "eval/accuracy",
             "train/loss"} <= set(rows[0])
@@ -97,7 +118,12 @@ except SystemExit as exit:
     code = exit.code
 left = os.environ.get("MS_EXP_PARENT_RUN_ID")
 single = main([*args, "tracking.run_name=after"])
-print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single}))
+try:
+    main([*args, "dataset.split_seed=1", "tracking.run_name=failed"])
+    failed = 0
+except SystemExit as exit:
+    failed = exit.code
+print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single, "failed": failed}))
 """
 
 
@@ -108,8 +134,11 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")]
     assert line, done.stdout[-2000:] + done.stderr[-3000:]
     # Hydra runs the whole batch, then exits 1 for the failed job.
-    assert json.loads(line[0][len("RESULT "):]) == {"sweep": 1, "left": None, "single": 0}
+    assert json.loads(line[0][len("RESULT "):]) == \
+        {"sweep": 1, "left": None, "single": 0, "failed": 1}
     assert "OSError: disk went away" in done.stderr
+    # Neither the sweep's failed job nor a failed single run upsets the sweep's callback.
+    assert "Callback" not in done.stderr and "MissingMandatoryValue" not in done.stderr
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     parent, others = parent_and_children(client)
@@ -120,7 +149,10 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
         "#1 trainer.progress_bar=never trainer.epochs=1 dataset.split_seed=1"
     (after,) = [r for r in others if r.info.run_name == "after"]
     assert "mlflow.parentRunId" not in after.data.tags and after.info.status == "FINISHED"
-    children = {r.data.params["dataset.split_seed"]: r for r in others if r is not after}
+    (single_failed,) = [r for r in others if r.info.run_name == "failed"]
+    assert "mlflow.parentRunId" not in single_failed.data.tags
+    children = {r.data.params["dataset.split_seed"]: r for r in others
+                if r not in (after, single_failed)}
     assert {seed: c.info.status for seed, c in children.items()} == \
         {"0": "FINISHED", "1": "FAILED"}
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id
@@ -128,7 +160,33 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     rows = summary_rows(client, parent.info.run_id, tmp_path)
     assert {r["dataset.split_seed"]: r["status"] for r in rows} == \
         {"0": "FINISHED", "1": "FAILED"}
+    assert f"MLflow parent run {parent.info.run_id} (experiment 1, FAILED, 1 of 2 jobs " \
+           f"finished) in sqlite:///{tmp_path.resolve() / 'mlflow.db'}" in done.stdout
 
+
+
+@pytest.mark.parametrize("num", [1, "???"])
+def test_a_failed_job_is_counted_without_a_callback_warning(num, recwarn):
+    # Through Hydra's own dispatcher, which turns a callback that raises into a warning.
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    callback = sweep.SweepRun()
+    callback.tracker = object()  # a tracked sweep is running
+    callbacks = Callbacks()
+    callbacks.callbacks.append(callback)
+    config = OmegaConf.create({"hydra": {"job": {"num": num}}})
+    failed = JobReturn(overrides=["optimizer.lr=0.1"], status=JobStatus.FAILED)
+    callbacks.on_job_end(config=config, job_return=JobReturn(status=JobStatus.COMPLETED))
+    callbacks.on_job_end(config=config, job_return=failed)
+    assert [str(w.message) for w in recwarn] == []
+    assert (callback.jobs, callback.failed) == (2, ["#1 optimizer.lr=0.1"])
+    # A single run (no sweep running) is not counted at all.
+    alone = sweep.SweepRun()
+    callbacks.callbacks[:] = [alone]
+    callbacks.on_job_end(config=config, job_return=failed)
+    assert (alone.jobs, alone.failed, [str(w.message) for w in recwarn]) == (0, [], [])
 
 @pytest.mark.slow
 def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):

@@ -154,14 +154,15 @@ class SweepRun(Callback):
         _active = self
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
-        # Hydra calls this for a single run too, where hydra.job.num is ??? (MISSING), and
-        # in a joblib or submitit worker; only the launching process of a tracked sweep has
-        # a parent run to count for, and finish() also counts from the store.
+        # Hydra calls this for a single run too, and in a joblib or submitit worker; only
+        # the launching process of a tracked sweep has a parent run to count for, and
+        # finish() also counts from the store.
         if self.tracker is None:
             return
         self.jobs += 1
         if job_return.status == JobStatus.FAILED:
-            self.failed.append(f"#{config.hydra.job.num} {' '.join(job_return.overrides)}")
+            self.failed.append(f"{_job_number(config, self.jobs - 1)} "
+                               f"{' '.join(job_return.overrides or [])}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         self.finish("FINISHED")
@@ -211,6 +212,16 @@ class SweepRun(Callback):
               flush=True)
 
 
+def _job_number(config: DictConfig, counted: int) -> str:
+    """``#<hydra.job.num>``; the jobs counted before it when Hydra left the number unset
+    (``???`` outside a multirun): reading an unset value raises, and Hydra turns a raising
+    callback into a warning on every failed job."""
+    from omegaconf import OmegaConf
+
+    number = OmegaConf.select(config, "hydra.job.num", default=None)
+    return f"#{counted if number is None else number}"
+
+
 def _log_report(tracker):
     """The sweep report (ms_exp.tracking.sweep_report) as artifacts of the parent, its table
     printed; a report that cannot be made is said (None), but never changes the sweep's
@@ -232,7 +243,7 @@ def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
     from ms_exp.tracking.store import is_local_store, resolve_tracking_uri, ui_command
 
     uri = tracker.tracking_uri
-    lines = [f"outputs: {sweep_dir} (a folder per job, by number)"] if sweep_dir else []
+    lines = [f"sweep folder: {sweep_dir} (a folder per job, by number)"] if sweep_dir else []
     if report is not None:
         lines += [f"sweep report: {', '.join(report.files)}",
                   f"  in {_local_path(report.artifact_uri)}"]

@@ -10,7 +10,7 @@ import math
 import re
 import statistics
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -31,6 +31,7 @@ SAVE_TIME = "checkpoint/save_time_s"
 _BYTES_METRIC = re.compile(r"checkpoint/bytes_rank_(\d+)$")
 # Metrics where smaller is better; anything else (accuracy, throughput) is best when larger.
 _LOWER_IS_BETTER = ("loss", "error", "time", "bytes")
+STAGE_ONE_PARAM = "boost.stage_one_run_id"
 _CELL_CHARS = 80  # in summary.md (a failed job's error); summary.csv keeps all of it
 
 
@@ -41,6 +42,14 @@ class SweepReport:
     artifact_uri: str  # where summary.csv, summary.md and the plots were logged
     files: List[str]
     markdown: str  # summary.md: a title line and the table
+
+
+@dataclass
+class Reference:
+    """A score the jobs are measured against: a horizontal line on the plots."""
+    label: str
+    value: float
+    run_id: Optional[str] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +166,27 @@ def _write_tables(folder: Path, title: str, columns, rows) -> str:
     return markdown
 
 
+def stage_one_references(client: MlflowClient, children: Sequence[Run],
+                         metric: str) -> List[Reference]:
+    """``metric`` of the stage-one runs that stage-two jobs (boost=dim_reduce) started from:
+    what those jobs must beat. A job's ``boost.stage_one_run_id`` param is the run it used
+    (``latest`` already resolved); a run that is gone or lacks the metric gives none."""
+    from mlflow.exceptions import MlflowException
+
+    ids = sorted({child.data.params.get(STAGE_ONE_PARAM) for child in children}
+                 - {None, "", "null", "None"})
+    references = []
+    for run_id in ids:
+        try:
+            value = client.get_run(run_id).data.metrics.get(metric)
+        except MlflowException:
+            continue
+        if _usable(value):
+            references.append(Reference(f"stage one ({run_id[:8]}): {value:.4f}", value,
+                                        run_id))
+    return references
+
+
 # ---------------------------------------------------------------------------------------------
 # The plots
 
@@ -186,33 +216,73 @@ def _as_numbers(values: Iterable[str]) -> Optional[List[float]]:
         return None
 
 
-def plot_metric_against(folder: Path, rows, key: str, metric: str) -> None:
-    """``metric`` for every job against the value of ``key``: a numeric axis when every
-    value is a number, else one category per value (true/false, mlp/resnet)."""
+def metric_figure(rows, key: str, metric: str, references: Sequence["Reference"] = ()):
+    """``metric`` for every job against the value of ``key`` (a Figure; None when no job
+    has the metric): a numeric axis when every value is a number, else one category per
+    value (true/false, mlp/resnet). Jobs that share a value sit side by side around it, so
+    none hides another; the line (or marks) is their mean; ``references`` are horizontal
+    lines, such as stage one's score."""
     points = [(str(row[key]), row[metric]) for row in rows if _usable(row[metric])]
     if not points:
-        return
+        return None
     figure, axes = _figure()
     numbers = _as_numbers(x for x, _ in points)
     if numbers is not None:
         xs = numbers
-        by_x = defaultdict(list)
-        for x, (_, y) in zip(xs, points):
-            by_x[x].append(y)
-        # Through the mean over the other swept keys' values: a plain line for one key.
-        ordered = sorted(by_x)
-        axes.plot(ordered, [statistics.mean(by_x[x]) for x in ordered], color="grey")
+        values = sorted(set(xs))
+        gaps = [b - a for a, b in zip(values, values[1:])]
+        width = 0.25 * min(gaps) if gaps else 0.1 * (abs(values[0]) or 1.0)
+        if len(values) <= 12:
+            written = {number: text for number, (text, _) in zip(xs, points)}
+            axes.set_xticks(values, [written[v] for v in values])
     else:
         categories = sorted({x for x, _ in points})
         xs = [categories.index(x) for x, _ in points]
+        width = 0.3
         axes.set_xticks(range(len(categories)), categories)
         axes.set_xlim(-0.5, len(categories) - 0.5)
-    axes.scatter(xs, [y for _, y in points], zorder=3)
+    ys = [y for _, y in points]
+    by_x = defaultdict(list)
+    for x, y in zip(xs, ys):
+        by_x[x].append(y)
+    ordered = sorted(by_x)
+    means = [statistics.mean(by_x[x]) for x in ordered]
+    # Over the other swept keys' values: with one swept key, the jobs themselves.
+    mean_label = f"mean of the jobs with each {key}"
+    if numbers is not None:
+        axes.plot(ordered, means, color="grey", label=mean_label)
+    else:
+        axes.hlines(means, [x - width / 2 for x in ordered], [x + width / 2 for x in ordered],
+                    color="grey", label=mean_label)
+    axes.scatter(_side_by_side(xs, width), ys, zorder=3, label="each job")
+    for reference in references:
+        axes.axhline(reference.value, linestyle="--", color="tab:red", label=reference.label)
     axes.set_xlabel(key)
     axes.set_ylabel(metric)
-    axes.set_title(f"{metric} against {key} ({len(points)} jobs)")
+    missing = len(rows) - len(points)
+    without = f"; {missing} failed or without it" if missing else ""
+    axes.set_title(f"{metric} against {key} ({len(points)} jobs{without})")
     axes.grid(alpha=0.3)
-    figure.savefig(folder / f"{_slug(metric)}_vs_{_slug(key)}.png", dpi=110)
+    axes.legend(fontsize="small")
+    return figure
+
+
+def _side_by_side(xs: Sequence[float], width: float) -> List[float]:
+    """Each x moved within ``width`` so that jobs with the same value are spread evenly
+    around it instead of drawn on top of each other; a value only one job has stays put."""
+    total, seen, spread = Counter(xs), Counter(), []
+    for x in xs:
+        n, i = total[x], seen[x]
+        seen[x] += 1
+        spread.append(x if n == 1 else x + width * (i / (n - 1) - 0.5))
+    return spread
+
+
+def plot_metric_against(folder: Path, rows, key: str, metric: str,
+                        references: Sequence["Reference"] = ()) -> None:
+    figure = metric_figure(rows, key, metric, references)
+    if figure is not None:
+        figure.savefig(folder / f"{_slug(metric)}_vs_{_slug(key)}.png", dpi=110)
 
 
 def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[str]) -> None:
@@ -261,11 +331,15 @@ def write_report(client: MlflowClient, parent_run_id: str,
     columns, rows = summary_table(children, keys, metric)
     title = (f"Sweep {parent.info.run_name} ({parent_run_id}): {len(rows)} jobs, by {metric}, "
              f"{'lowest' if lower_is_better(metric) else 'highest'} first")
+    references = stage_one_references(client, children, metric)
+    for reference in references:
+        title += (f"\n\nStage one (run {reference.run_id}), which the jobs started from: "
+                  f"{metric} {reference.value:.4f}")
     with tempfile.TemporaryDirectory(prefix="ms_exp_report_") as scratch:
         folder = Path(scratch)
         markdown = _write_tables(folder, title, columns, rows)
         for key in keys:
-            plot_metric_against(folder, rows, key, metric)
+            plot_metric_against(folder, rows, key, metric, references)
         plot_loss_curves(folder, client, rows, keys)
         client.log_artifacts(parent_run_id, scratch, REPORT_DIR)
         files = sorted(p.name for p in folder.iterdir())
