@@ -37,7 +37,6 @@ from datafiles import (
     write_mnist,
 )
 
-from ms_exp.config.schema import LauncherConfig
 from ms_exp.data.criteo_sample import sample_lines
 from ms_exp.preflight import parallel as parallel_checks
 from ms_exp.run import main
@@ -51,7 +50,8 @@ CRITEO = ("dataset=criteo", "model=wide_deep", "dataset.path=<data>/criteo",
 DIM_REDUCE = ("boost=dim_reduce", "optimizer.name=sgd", "optimizer.lr=1",
               "optimizer.momentum=0")
 MIB = 2 ** 20
-DEFAULT_MASTER_PORT = LauncherConfig.master_port
+# A port the cases name explicitly; it counts as free (other jobs here may hold it).
+NAMED_MASTER_PORT = 8118
 
 
 @dataclass
@@ -506,7 +506,7 @@ BAD_INPUTS = {
     "master port below 1024": bad(
         "parallel=data", "parallel.launcher.master_port=80",
         message="parallel.launcher.master_port=80: not allowed; expected a port from 1024 "
-                "to 65535"),
+                "to 65535, or null for a free one"),
     "fusion indices not increasing": bad(
         "parallel=data", "parallel.all_reduce_fusion_config=[35,20]",
         message="parallel.all_reduce_fusion_config=[35, 20]: not allowed; expected "
@@ -908,7 +908,7 @@ BAD_INPUTS = {
                 "(another process is listening on 127.0.0.1:<port>)"),
     "one master port for concurrent jobs": bad(
         "-m", "hydra/launcher=concurrent", "parallel=data", "optimizer.lr=0.01,0.1",
-        store=BOTH,
+        "parallel.launcher.master_port=8118", store=BOTH,
         message="parallel.launcher.master_port=8118: not allowed; expected a different port "
                 "for each distributed job that hydra/launcher=concurrent runs at the same "
                 "time (jobs 0 and 1 both use 8118; sweep it too, e.g. "
@@ -995,11 +995,11 @@ def test_bad_input_is_refused_in_one_line_and_leaves_nothing(case, with_store, w
                                                              tmp_path_factory, existing_store,
                                                              monkeypatch, capsys):
     monkeypatch.delenv("DATA_PATH", raising=False)
-    # Other jobs on this machine may hold the default master port; the cases name it, and
-    # "master port in use" holds a port of its own.
+    # Other jobs on this machine may hold the port the cases name; "master port in use"
+    # holds a port of its own.
     port_is_free = parallel_checks.port_is_free
     monkeypatch.setattr(parallel_checks, "port_is_free", lambda address, port:
-                        port == DEFAULT_MASTER_PORT or port_is_free(address, port))
+                        port == NAMED_MASTER_PORT or port_is_free(address, port))
     with ExitStack() as stack:
         scene = Scene(tmp_path_factory.mktemp("data"), workdir, monkeypatch, stack)
         if case.setup:

@@ -51,7 +51,7 @@ def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
     for rank in (0, 1):
         log = (run_dir / "log_output" / f"worker_{rank}.log").read_text()
         assert re.search(r"epoch: 1 step: 20, loss is [0-9.]+", log)
-        assert "run distribute!" in log
+        assert "run distribute!" not in log  # the tutorial's init_env print: noise
 
 
 @pytest.mark.distributed
@@ -71,10 +71,10 @@ def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
     assert len(samples) == 22
     listing = {a.path for a in client.list_artifacts(run.info.run_id, "logs/ranks")}
     assert {"logs/ranks/worker_0.log", "logs/ranks/worker_1.log"} <= listing
-    for rank in (0, 1):
+    for rank, best in ((0, {"best.ckpt"}), (1, set())):  # one best.ckpt: rank 0's
         files = {a.path.rsplit("/", 1)[-1]
                  for a in client.list_artifacts(run.info.run_id, f"checkpoints/rank_{rank}")}
-        assert files == {"checkpoint-1_22.ckpt", "best.ckpt"}
+        assert files == {"checkpoint-1_22.ckpt", *best}
     assert {a.path for a in client.list_artifacts(run.info.run_id, "launch")} == \
         {"launch/launch_command.sh"}
     run_dirs = list((data_parallel_run.cwd / "outputs").glob("*/*"))
@@ -113,7 +113,8 @@ def test_msrun_arguments_for_a_multi_node_cluster():
     assert msrun_arguments(cfg.parallel, Path("/shared/run")) == [
         "--worker_num=16", "--local_worker_num=8", "--master_addr=10.0.0.5",
         "--master_port=9000", "--node_rank=1", "--log_dir=/shared/logs", "--join=True",
-        "--cluster_time_out=300", "python", "-m", "ms_exp.worker", "--run-dir", "/shared/run"]
+        "--tail_worker_log=0", "--cluster_time_out=300",
+        "python", "-m", "ms_exp.worker", "--run-dir", "/shared/run"]
 
 
 @pytest.mark.parametrize("mode,expected", [

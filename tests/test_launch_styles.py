@@ -77,9 +77,10 @@ def test_msrun_is_the_default_and_renders_the_msrun_line(tmp_path):
     cfg = compose_config([DP])
     plan = launch_plan(cfg.parallel, tmp_path)
     assert plan.style == "msrun"
+    port = cfg.parallel.launcher.master_port  # chosen free by the first rendering
     line = ("msrun", "--worker_num=2", "--local_worker_num=2", "--master_addr=127.0.0.1",
-            "--master_port=8118", "--node_rank=-1", f"--log_dir={tmp_path}/log_output",
-            "--join=True", "--cluster_time_out=600",
+            f"--master_port={port}", "--node_rank=-1", f"--log_dir={tmp_path}/log_output",
+            "--join=True", "--tail_worker_log=0", "--cluster_time_out=600",
             "python", "-m", "ms_exp.worker", "--run-dir", str(tmp_path))
     assert plan.processes == (LaunchProcess(line),)
     assert list(line[1:]) == msrun_arguments(cfg.parallel, tmp_path)

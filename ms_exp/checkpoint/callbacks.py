@@ -92,12 +92,17 @@ class BestCheckpoint(Callback):
     """Save the network's weights whenever an evaluation beats the best ``metric`` so far
     (the model option's ``best_metric``: accuracy, or AUC for Wide&Deep).
 
-    Written to a temporary name and renamed, so ``best.ckpt`` is never half-written."""
+    Written to a temporary name and renamed, so ``best.ckpt`` is never half-written. The
+    file holds the whole network on every rank (``save_checkpoint`` integrates the slices),
+    so only rank 0 keeps it (``keep``); where the weights are sharded (``gathers``) the other
+    ranks still save, as gathering them is collective, and delete what they wrote."""
 
-    def __init__(self, network, directory: Path, metric: str = "accuracy"):
+    def __init__(self, network, directory: Path, metric: str = "accuracy", keep: bool = True,
+                 gathers: bool = False):
         super().__init__()
         self.network = network
         self.metric = metric
+        self.keep, self.gathers = keep, gathers
         self.path = Path(directory) / BEST_NAME
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
@@ -112,9 +117,15 @@ class BestCheckpoint(Callback):
         value = params.eval_results.get(self.metric)
         if value is None or value != value or (self.best is not None and value <= self.best):
             return  # value != value: NaN (an AUC over one class) is never a best
+        if not (self.keep or self.gathers):
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name("best.partial.ckpt")
         ms.save_checkpoint(self.network, str(partial), crc_check=True)
+        if not self.keep:
+            partial.unlink(missing_ok=True)
+            self.best = float(value)
+            return
         os.replace(partial, self.path)
         self.best, self.best_epoch = float(value), params.cur_epoch_num
         record = self.path.with_name(BEST_RECORD)
@@ -134,7 +145,10 @@ def save_interval_steps(cfg, steps_per_epoch: int) -> int:
 
 def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
                                 parallel_mode: str, best_metric: str = "accuracy",
-                                start_step: int = 0) -> List[Callback]:
+                                start_step: int = 0, rank_id: int = 0,
+                                sharded: bool = False) -> List[Callback]:
+    """``sharded``: the weights are split over the ranks (semi-auto or auto parallel, not
+    emulated), so every rank takes part in saving ``best.ckpt``."""
     callbacks: List[Callback] = []
     if cfg.save:
         if not cfg.integrated_save and parallel_mode == "stand_alone":
@@ -148,7 +162,8 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
         callbacks.append(TimedModelCheckpoint(cfg.prefix, str(directory), config,
                                               cfg.keep_checkpoint_max, start_step))
     if cfg.keep_best:
-        callbacks.append(BestCheckpoint(network, directory, best_metric))
+        callbacks.append(BestCheckpoint(network, directory, best_metric,
+                                        keep=rank_id == 0, gathers=sharded))
     return callbacks
 
 

@@ -133,8 +133,9 @@ class LauncherConfig:
     local_worker_num: Optional[int] = None
     node_rank: int = -1  # this node's rank, 0 to nodes - 1; -1: msrun assigns ranks (one node)
     master_addr: str = "127.0.0.1"  # msrun's scheduler, on node 0 (one node: this machine)
-    # The scheduler's port, 1024 to 65535 and free; jobs a sweep runs at once need one each.
-    master_port: int = 8118
+    # The scheduler's port, 1024 to 65535 and free; null: a free port chosen when the job
+    # launches (one node only: the nodes of a multi-node job must agree on one).
+    master_port: Optional[int] = None
     log_dir: str = "log_output"  # the ranks' logs; relative paths are inside the run directory
     cluster_time_out: int = 600  # seconds msrun waits for every worker to join, >= 1
     # Seconds a rank may outlive a failed one before the rest are stopped.

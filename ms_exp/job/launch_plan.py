@@ -7,13 +7,18 @@ runs ``python -m ms_exp.worker --run-dir <run dir>`` and reads the resolved conf
 parent wrote there (docs/design.md#one-process-composes). A plan is the exact commands and
 environment of the processes a style starts, rendered from config alone so that what is
 printed, saved as the bash script ``<run dir>/launch_command.sh`` (to run again or copy to
-a cluster node) and run (ms_exp/job/supervise.py) are one and the same.
+a cluster node) and run (ms_exp/job/supervise.py) are one and the same. A job whose
+``parallel.launcher.master_port`` is null gets a free port the first time its msrun plan is
+rendered; the port is kept on its config, so every later rendering says the same.
 """
 import os
 import shlex
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
+
+from omegaconf import read_write
 
 from ms_exp.parallel.launcher_config import MPIRUN, MSRUN, RANK_TABLE, launch_style, log_dir
 from ms_exp.parallel.ranks import worker_argv
@@ -85,6 +90,26 @@ class LaunchPlan:
         return "\n".join(lines) + "\n"
 
 
+def free_port(address: str) -> int:
+    """A port nothing listens on at ``address`` now, as the operating system hands it out:
+    at random from its ephemeral range (Linux: 32768 to 60999 unless set otherwise), so
+    jobs choosing at the same moment differ, and clear of the ports from 8118 up where
+    MindSpore's CPU ranks listen for each other (docs/guides/distributed.md#ports)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def master_port(parallel_cfg) -> int:
+    """The job's master port: the configured one, or a free one chosen now and kept on
+    ``parallel_cfg`` so that what is printed, saved and run use the same."""
+    launcher = parallel_cfg.launcher
+    if launcher.master_port is None:
+        with read_write(launcher):
+            launcher.master_port = free_port(launcher.master_addr)
+    return launcher.master_port
+
+
 def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
     """msrun's arguments and the worker command line, without the ``msrun`` itself."""
     launcher = parallel_cfg.launcher
@@ -94,10 +119,13 @@ def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
         f"--worker_num={worker_num}",
         f"--local_worker_num={local_worker_num}",
         f"--master_addr={launcher.master_addr}",
-        f"--master_port={launcher.master_port}",
+        f"--master_port={master_port(parallel_cfg)}",
         f"--node_rank={launcher.node_rank}",
         f"--log_dir={log_dir(parallel_cfg, run_dir)}",
         "--join=True",
+        # With --join msrun copies the ranks' logs to its output: rank 0's alone keeps the
+        # console readable (every rank's stays in its worker_<rank>.log).
+        "--tail_worker_log=0",
         f"--cluster_time_out={launcher.cluster_time_out}",
         # msrun runs its task with the `python` found on PATH; launch() puts this
         # interpreter first there (docs/design.md#msrun-python-from-path).

@@ -1,10 +1,15 @@
 """A job's files logged into its MLflow run when it ends, also after a failure (they
 explain it): logs, every rank's logs, stage one's snapshots, the strategy file, checkpoint
-sizes and the checkpoints ``tracking.log_checkpoints`` asks for.
+sizes and the checkpoints ``tracking.log_checkpoints`` asks for; and, for a run of sliced
+checkpoints, the lines that say where they are and how to merge them.
 
 ``ms_exp.checkpoint.files`` is imported where it is used: it imports MindSpore, which the
 launching process of a distributed job never needs."""
+import shlex
+import shutil
+import sys
 from pathlib import Path
+from typing import List
 
 from omegaconf import DictConfig
 
@@ -37,6 +42,32 @@ def log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
         for path in (last_checkpoint(rank, cfg.checkpoint.prefix), rank / BEST_NAME):
             if path is not None and path.is_file():
                 tracker.log_artifact(path, f"checkpoints/{rank.name}")
+
+
+def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
+    """The last lines of a run that saved sliced checkpoints: where the slices and the
+    strategy file are, and the command that merges them (``ms_exp.ckpt merge``)."""
+    strategy = Path(cfg.checkpoint.strategy.save_file or "")
+    ckpt_root = Path(run_dir).resolve() / "checkpoints"
+    if not (is_distributed(cfg.parallel) and cfg.checkpoint.save
+            and not cfg.checkpoint.integrated_save and strategy.name and strategy.is_file()
+            and ckpt_root.is_dir()):
+        return []
+    ranks = sorted((p.name for p in ckpt_root.glob("rank_*") if p.is_dir()),
+                   key=lambda name: int(name.rsplit("_", 1)[-1]))
+    shown = f"{ranks[0]} ... {ranks[-1]}" if len(ranks) > 1 else ", ".join(ranks)
+    return [f"sliced checkpoints (one slice per rank): {ckpt_root}/{{{shown}}}",
+            f"strategy file: {strategy.resolve()}",
+            f"merge them into one checkpoint: {_python()} -m ms_exp.ckpt merge "
+            f"{shlex.quote(str(Path(run_dir).resolve()))}"]
+
+
+def _python() -> str:
+    """``python`` when the shell finds this interpreter by that name, else its full path: a
+    virtual environment that is not activated is found only by its path."""
+    if shutil.which("python") == sys.executable:
+        return "python"
+    return shlex.quote(sys.executable)
 
 
 def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig) -> None:

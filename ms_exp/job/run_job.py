@@ -24,7 +24,7 @@ from ms_exp.config.run_config import RESOLVED_CONFIG
 from ms_exp.job.console import tee_output
 from ms_exp.job.distributed import train_with_ranks
 from ms_exp.job.identity import finished_before, run_identity
-from ms_exp.job.outputs import log_outputs
+from ms_exp.job.outputs import log_outputs, sliced_checkpoint_lines
 from ms_exp.job.summary import report_result
 from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
@@ -93,6 +93,9 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
             write_run_record(run_dir, status=status)
             log_outputs(tracker, run_dir, cfg)
         report_result(result, tracker, uri)
+        sliced = sliced_checkpoint_lines(run_dir, cfg)
+        if sliced:
+            print("\n".join(sliced), flush=True)
         return result
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from ms_exp.job.console import LAUNCHER_LOG, LauncherFilter
 from ms_exp.job.launch_plan import LaunchPlan, LaunchProcess, launch_plan
 from ms_exp.job.rank_failures import failure_report
 from ms_exp.parallel.launcher_config import MSRUN, RANK_TABLE
@@ -70,27 +71,34 @@ def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
                   grace: int) -> None:
     """msrun or mpirun, which start the ranks themselves.
 
-    Their output (their own lines and the ranks' output they copy) is copied to this
-    process's stdout, so it lands in the console and in the run's console.log, and read
-    for the pid of a worker that died."""
+    Their output (their own lines and the ranks' output they copy: msrun's only rank 0's)
+    is written whole to the launcher's log in the log folder, read for the pid of a worker
+    that died, and, filtered (ms_exp/job/console.py), copied to this process's stdout, so
+    it lands in the console and in the run's console.log."""
     (spec,) = plan.processes
     full_env = environment(spec, env)
     if plan.style == MSRUN:
         # msrun runs the `python` on PATH: this interpreter's
         # (docs/design.md#msrun-python-from-path).
-        command = [sys.executable, "-m", "mindspore.parallel.cluster.run", *spec.argv[1:]]
+        command = [sys.executable, "-m", "mindspore.parallel.cluster.run",
+                   *spec.argv[1:]]
         full_env["PATH"] = f"{interpreter_path_dir(run_dir)}{os.pathsep}" \
                            f"{os.environ.get('PATH', '')}"
     else:
         command = [shutil.which(spec.argv[0]) or spec.argv[0],
                    *with_this_interpreter(spec.argv[1:])]
+    plan.logs.mkdir(parents=True, exist_ok=True)
+    if plan.style == MSRUN:
+        print(f"each rank's output is in {plan.logs}/worker_<rank>.log; rank 0's is shown "
+              "here", flush=True)
     # A session of its own, so that every rank can be stopped with one signal.
     process = subprocess.Popen(command, env=full_env, start_new_session=True,
                                preexec_fn=die_with_parent,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                errors="replace", bufsize=1)
     failed_pids: List[int] = []
-    pump = threading.Thread(target=_copy_output, args=(process.stdout, failed_pids),
+    pump = threading.Thread(target=_copy_output,
+                            args=(process.stdout, failed_pids, plan.logs / LAUNCHER_LOG),
                             daemon=True)
     pump.start()
     try:
@@ -136,12 +144,14 @@ def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int) -> None
 
 
 def _write_log(stream, log: Path, to_console: bool) -> None:
+    shown = LauncherFilter()
     with open(log, "w") as out:
         for line in stream:
             out.write(line)
             out.flush()
-            if to_console:
-                sys.stdout.write(line)
+            text = shown.shown(line) if to_console else None
+            if text is not None:
+                sys.stdout.write(text)
     sys.stdout.flush()
 
 
@@ -175,12 +185,17 @@ def _stop_processes(ranks: List[subprocess.Popen], grace: int) -> None:
             rank.wait()
 
 
-def _copy_output(stream, failed_pids: List[int]) -> None:
-    for line in stream:
-        sys.stdout.write(line)
-        match = _WORKER_DIED.search(line)
-        if match:
-            failed_pids.append(int(match.group(1)))
+def _copy_output(stream, failed_pids: List[int], log: Path) -> None:
+    shown = LauncherFilter()
+    with open(log, "a", encoding="utf-8", buffering=1) as everything:
+        for line in stream:
+            everything.write(line)
+            match = _WORKER_DIED.search(line)
+            if match:
+                failed_pids.append(int(match.group(1)))
+            text = shown.shown(line)
+            if text is not None:
+                sys.stdout.write(text)
     sys.stdout.flush()
 
 

@@ -43,7 +43,8 @@ class SemiAutoLayouts(Callback):
     On train begin the layouts of every parameter and optimizer state are computed from the
     train network; rank 0 writes the strategy file. With ``slice_files`` each checkpoint
     ``ModelCheckpoint`` leaves in ``directory`` is replaced, atomically, by this rank's
-    slice; ``best.ckpt`` stays whole, as ``save_checkpoint`` integrates by default."""
+    slice; ``best.ckpt`` (rank 0's only) stays whole, as ``save_checkpoint`` integrates by
+    default."""
 
     def __init__(self, network, strategies, device_num: int, rank_id: int, directory: Path,
                  prefix: str, strategy_file: str, slice_files: bool, save_steps: int):

@@ -46,8 +46,15 @@ def validate_parallel(cfg) -> None:
     else:
         require(launcher.node_rank in (-1, 0), "parallel.launcher.node_rank",
                 launcher.node_rank, "-1 or 0 when every worker is on this node")
-    require(1024 <= launcher.master_port <= 65535, "parallel.launcher.master_port",
-            launcher.master_port, "a port from 1024 to 65535")
+    if launcher.master_port is None:
+        # Each node would choose its own port; the ranks of other nodes could not find it.
+        require(nodes == 1, "parallel.launcher.master_port", None,
+                f"a port from 1024 to 65535 when the workers span {nodes} nodes (every "
+                "node's msrun must reach the same scheduler; null chooses a free port on "
+                "one node only)")
+    else:
+        require(1024 <= launcher.master_port <= 65535, "parallel.launcher.master_port",
+                launcher.master_port, "a port from 1024 to 65535, or null for a free one")
     positive("parallel.launcher", launcher, "cluster_time_out")
     require(launcher.join_timeout >= 0, "parallel.launcher.join_timeout",
             launcher.join_timeout, "seconds >= 0")
@@ -59,6 +66,8 @@ def validate_master_port_free(cfg) -> None:
     if cfg.mode == "stand_alone" or launch_style(cfg) != "msrun":
         return  # only msrun listens on the master port
     launcher = cfg.launcher
+    if launcher.master_port is None:
+        return  # chosen free when the job launches (ms_exp/job/launch_plan.py)
     if launcher.node_rank in (-1, 0) and is_local_address(launcher.master_addr):
         require(port_is_free(launcher.master_addr, launcher.master_port),
                 "parallel.launcher.master_port", launcher.master_port,
@@ -112,7 +121,8 @@ def validate_shard_strategies(cfg) -> None:
 
 def concurrent_master_ports(configs) -> None:
     """Distributed jobs that a launcher runs at the same time must not share a master
-    port: the second job's msrun cannot bind it, or its ranks join the first job's cluster."""
+    port: the second job's msrun cannot bind it, or its ranks join the first job's cluster.
+    Only ports set explicitly can be shared; each job left at null chooses its own."""
     if not configs:
         return
     hydra_cfg = configs[0].hydra
@@ -125,6 +135,8 @@ def concurrent_master_ports(configs) -> None:
         if cfg.parallel.mode == "stand_alone" or launch_style(cfg.parallel) != "msrun":
             continue
         port = cfg.parallel.launcher.master_port
+        if port is None:
+            continue
         address = (cfg.parallel.launcher.master_addr, port)
         if address in first_job:
             raise ConfigError("parallel.launcher.master_port", port,

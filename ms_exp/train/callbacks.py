@@ -26,6 +26,9 @@ from ms_exp.train.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnS
 from ms_exp.train.monitors import FitTimeMonitor, LossPartsMonitor
 from ms_exp.train.progress import ProgressBar, wants_progress_bar
 
+# Parallel modes whose parameters may be split over the ranks (where MindSpore runs them).
+SHARDED_MODES = ("semi_auto", "auto")
+
 
 @dataclass
 class FitCallbacks:
@@ -46,7 +49,9 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
     callbacks = [monitor, FitTimeMonitor(), metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode,
-                                             best_metric, start_step)
+                                             best_metric, start_step, runtime.rank_id,
+                                             sharded=runtime.parallel_mode in SHARDED_MODES
+                                             and not runtime.emulated)
     if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
         callbacks.append(_snapshots(cfg, network, run_dir, steps_per_epoch, tracker))
     if runtime.emulated:

@@ -89,7 +89,6 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
     from mindspore.communication import get_group_size, get_rank, init
 
     init()
-    print("run distribute!", flush=True)
     group_size = get_group_size()
     if parallel_cfg.device_num != group_size:
         raise ValueError(f"the setting device_num: {parallel_cfg.device_num} not equal to the "

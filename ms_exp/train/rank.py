@@ -14,6 +14,7 @@ from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.files import last_checkpoint, rank_dir
 from ms_exp.checkpoint.resume import ResumePoint, restore, write_run_record
 from ms_exp.data import Shard, create_datasets
+from ms_exp.data.build import loader_settings
 from ms_exp.data.options import dataset_name
 from ms_exp.models import create_network
 from ms_exp.models.options import model_option
@@ -45,6 +46,9 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     print(f"dataset={dataset_name(cfg.dataset)}: {spec.train_size} training and {spec.eval_size} "
           f"held-out samples of shape {spec.image_shape}, {spec.num_classes} classes, "
           f"{steps_per_epoch} steps per epoch", flush=True)
+    if shard.num_shards > 1 and runtime.rank_id == 0:
+        print(global_batch_note(shard.num_shards, loader_settings(cfg.dataset)["batch_size"],
+                                steps_per_epoch, spec.train_size), flush=True)
 
     option = model_option(cfg.model)
     placement = create_placement(cfg.placement)
@@ -104,6 +108,16 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         last_checkpoint=last_checkpoint(ckpt_dir, cfg.checkpoint.prefix)
         if cfg.checkpoint.save else None,
         best_checkpoint=best.path if best and best.path.exists() else None)
+
+
+def global_batch_note(ranks: int, batch: int, steps_per_epoch: int, shard_size: int) -> str:
+    """Why a sharded run's accuracy trails a stand-alone run's of the same epochs: one step
+    trains on every rank's batch at once, so an epoch has ``ranks`` times fewer steps."""
+    alone = ranks * shard_size // batch
+    return (f"{ranks} ranks x batch {batch} = global batch {ranks * batch}: each rank trains "
+            f"{steps_per_epoch} steps per epoch on its 1/{ranks} of the training data, where "
+            f"stand-alone takes about {alone} steps of batch {batch}, so accuracy after the "
+            "same epochs is lower than stand-alone's")
 
 
 def peak_host_memory_mb() -> float:
