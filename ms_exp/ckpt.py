@@ -5,9 +5,10 @@
     python -m ms_exp.ckpt transform CHECKPOINT_DIR --strategy SRC --dst-strategy DST --output DIR
 
 CHECKPOINT_DIR holds one ``rank_<r>/`` folder per device, as ``ModelCheckpoint`` (and the CPU
-layout emulation of ``parallel=semi_auto``) writes them. ``merge`` prints the path of the one
-full checkpoint; ``transform`` re-slices N ranks into the M of the destination strategy and
-prints the output folder.
+layout emulation of ``parallel=semi_auto``) writes them. ``merge`` says what it merged (the
+file, epoch and step each rank held, the ranks, the strategy file), then prints the path of
+the one full checkpoint, written with a CRC so that loading it is checked; ``transform``
+re-slices N ranks into the M of the destination strategy and prints the output folder.
 
 What ms_exp handles around ``mindspore.parallel.transform_checkpoints`` (2.10):
 
@@ -152,9 +153,11 @@ def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
 # ---------------------------------------------------------------------------------------------
 # Running transform_checkpoints
 
-def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str) -> Dict[int, Path]:
+def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
+               ) -> Tuple[Dict[int, Path], Dict[int, Path]]:
     """Stage one file per rank, run MindSpore's transform into a temporary folder next to
-    ``output_dir``, then move each rank's result into ``output_dir/rank_<r>/``."""
+    ``output_dir``, then move each rank's result into ``output_dir/rank_<r>/``; returns the
+    results and the source file of each rank."""
     options = [("--strategy", src_strategy)] + ([("--dst-strategy", dst_strategy)]
                                                 if dst_strategy else [])
     ranks = _check_inputs(src_dir, options, prefix)
@@ -203,16 +206,46 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str) -> 
                                 f"{rank_dir.name}, expected one", exit_code=1)
             target = output / rank_dir.name
             target.mkdir(parents=True, exist_ok=True)
+            if dst_strategy is None:  # merged: one full file, saved again with its CRC
+                _with_crc(written[0])
             os.replace(written[0], target / written[0].name)
             produced[int(match.group(1))] = target / written[0].name
-    return dict(sorted(produced.items()))
+    return dict(sorted(produced.items())), files
 
 
-def merge_checkpoints(src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint") -> Path:
+def _with_crc(path: Path) -> None:
+    """transform_checkpoints writes no CRC, so every later load warns and checks nothing;
+    the merged weights are written again, with one (in place: the file is still scratch)."""
+    import mindspore as ms
+
+    weights = ms.load_checkpoint(str(path))
+    ms.save_checkpoint([{"name": name, "data": value} for name, value in weights.items()],
+                       str(path), crc_check=True)
+
+
+_STEPPED = re.compile(r"-(\d+)_(\d+)\.ckpt$")
+
+
+def describe_merge(files: Dict[int, Path], strategy_file) -> str:
+    """What a merge took: the file each rank held (one name: every rank saved the same step),
+    its epoch and step, the ranks and the strategy file."""
+    name = files[0].name
+    stepped = _STEPPED.search(name)
+    when = f" (epoch {stepped.group(1)}, step {stepped.group(2)} of the epoch)" if stepped else ""
+    return (f"merged {name}{when} of ranks 0-{len(files) - 1} ({files[0].parents[1]}) "
+            f"with the strategy file {Path(strategy_file).resolve()}")
+
+
+def merge_checkpoints(src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint",
+                      report=None) -> Path:
     """Merge every rank's slices into one full checkpoint (``output_dir/rank_0/<prefix>0.ckpt``;
-    ``output_dir`` defaults to ``<src_dir>/merged``) and return its path."""
+    ``output_dir`` defaults to ``<src_dir>/merged``) and return its path; ``report`` (a
+    callable) is given the line of ``describe_merge``."""
     output_dir = output_dir if output_dir is not None else Path(src_dir) / "merged"
-    return _transform(src_dir, strategy_file, None, output_dir, prefix)[0]
+    produced, files = _transform(src_dir, strategy_file, None, output_dir, prefix)
+    if report is not None:
+        report(describe_merge(files, strategy_file))
+    return produced[0]
 
 
 def transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str = "checkpoint") -> Path:
@@ -252,17 +285,20 @@ def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
 
 
 def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     from ms_exp.config.run_config import load_run_config
-    from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
+    from ms_exp.tracking.store import (
+        StoreError,
+        existing_store,
+        job_run,
+        quiet_artifact_downloads,
+        resolve_tracking_uri,
+    )
 
-    client = MlflowClient(resolve_tracking_uri(tracking_uri))
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as error:
-        raise CkptError(f"run {run_id}: {str(error).splitlines()[0]}")
+    try:  # the store is only read: a missing one is refused, never created
+        client = existing_store(resolve_tracking_uri(tracking_uri))
+        run = job_run(client, run_id)
+    except StoreError as error:
+        raise CkptError(f"run {run_id}: {error}") from None
     local = Path(run.data.tags.get("ms_exp.run_dir", ""))
     if local.name and (local / "checkpoints").is_dir():
         return run_sources(str(local), workdir)
@@ -330,7 +366,8 @@ def main(argv=None) -> int:
                                     "pass --strategy")
                 output = args.output or (folder / "merged" if Path(args.checkpoint_dir).is_dir()
                                          else Path("merged") / args.checkpoint_dir)
-                print(merge_checkpoints(folder, strategy, output, args.prefix or prefix))
+                print(merge_checkpoints(folder, strategy, output, args.prefix or prefix,
+                                        report=print))
         else:
             print(transform(args.checkpoint_dir, args.strategy, args.dst_strategy, args.output,
                             args.prefix))

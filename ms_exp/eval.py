@@ -10,6 +10,7 @@ tutorial's ``result: ... ckpt= ...`` line, and records the result in MLflow as a
 the evaluated run.
 """
 import argparse
+import difflib
 import sys
 import tempfile
 from pathlib import Path
@@ -17,14 +18,20 @@ from typing import List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, load_verified, verify_checkpoint
 from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
-from ms_exp.config.errors import ConfigError
+from ms_exp.config.errors import ConfigError, InvalidConfig
 from ms_exp.config.run_config import choices_from_config, load_run_config
 from ms_exp.config.schema import StandAloneParallel
 from ms_exp.config.targets import component_name
 from ms_exp.preflight.validate import validate_for_evaluation
-from ms_exp.tracking.store import quiet_artifact_downloads, resolve_tracking_uri
+from ms_exp.tracking.store import (
+    StoreError,
+    existing_store,
+    job_run,
+    missing_store,
+    quiet_artifact_downloads,
+    resolve_tracking_uri,
+)
 
 EXIT_BAD_INPUT = 2
 
@@ -33,8 +40,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ms_exp.eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-id", help="MLflow run id of an ms_exp.run job")
-    parser.add_argument("--checkpoint", default="last",
-                        help="last or best (of --run-id), or a checkpoint file path")
+    parser.add_argument("--checkpoint",
+                        help="last (the default) or best of --run-id, or a checkpoint file")
     parser.add_argument("--config", type=Path,
                         help="the run's config.yaml (default: found from the run or the "
                              "checkpoint's run directory)")
@@ -45,9 +52,49 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def fetch_from_run(client, run_id: str, which: str, workdir: Path) -> Tuple[Path, Path]:
+def open_run(uri: str, run_id: str):
+    """The client and run of ``--run-id``, refused in one line naming the store searched
+    when the store is not there (MlflowClient would create an empty one), the id is not a
+    run in it, or the run is not a job's (a sweep's parent, an evaluation)."""
+    try:
+        client = existing_store(uri)
+        return client, job_run(client, run_id)
+    except StoreError as error:
+        raise ConfigError("--run-id", run_id, error.allowed, error.problem) from None
+
+
+CHECKPOINT_NAMES = ("last", "best")
+
+
+def check_checkpoint_flag(value: Optional[str], run_id: Optional[str]) -> str:
+    """``--checkpoint`` as given, or ``last`` for a run; refused before any store is read
+    when it is neither last, best nor a file that exists."""
+    if value is None:
+        if not run_id:
+            raise ConfigError("--run-id", None, "--run-id <run id> or --checkpoint <file>",
+                              "missing")
+        return "last"
+    if value in CHECKPOINT_NAMES:
+        if not run_id:
+            raise ConfigError("--checkpoint", value, "a checkpoint file that exists (last and "
+                              "best name a checkpoint of --run-id)", "needs --run-id")
+        return value
+    if Path(value).is_file():
+        return value
+    close = difflib.get_close_matches(value, CHECKPOINT_NAMES, n=1, cutoff=0.5)
+    problem = f"no such file (did you mean {close[0]}?)" if close else "no such file"
+    allowed = ("last or best (of --run-id), or a checkpoint file that exists" if run_id
+               else "a checkpoint file that exists, or last or best with --run-id")
+    raise ConfigError("--checkpoint", value, allowed, problem)
+
+
+def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
     """Download the run's recorded config and its ``which`` checkpoint (last or best)."""
-    run = client.get_run(run_id)
+    run_id = run.info.run_id
+    logged_config = {a.path for a in client.list_artifacts(run_id, "config")}
+    if "config/config.yaml" not in logged_config:
+        raise ConfigError("--run-id", run_id, "the id of an ms_exp.run job's run",
+                          "the run has no config/config.yaml artifact")
     config = Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir)))
     if which not in ("last", "best"):
         return config, Path(which)
@@ -75,21 +122,30 @@ def config_beside(checkpoint: Path) -> Path:
     return run_dir_of(checkpoint) / "config.yaml"
 
 
-def merge_run(source: str, workdir: Path, uri: str) -> Path:
+def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
     """One full checkpoint from the slices of every rank of a sliced run, by MindSpore's
-    transform_checkpoints (ms_exp.ckpt)."""
+    transform_checkpoints (ms_exp.ckpt), in ``workdir`` (deleted after the evaluation), and
+    what it was merged from, to name in place of that temporary file."""
     folder, strategy, prefix = run_sources(source, workdir, uri)
     if strategy is None or not strategy.is_file():
         raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
-    merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix)
-    print(f"merged the slices of every rank into {merged.name} with transform_checkpoints",
-          flush=True)
-    return merged
+    merged_from = []
+    merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix,
+                               report=merged_from.append)
+    shown = merged_from[0]
+    scratch = f"{Path(workdir).resolve()}/"
+    if scratch in shown:  # downloaded artifacts, deleted after the evaluation
+        shown = f"{shown.replace(scratch, '')}, artifacts of MLflow run {source}"
+    print(f"{shown}, with transform_checkpoints, for this evaluation", flush=True)
+    return merged, shown
 
 
-def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
+def evaluate(cfg: DictConfig, checkpoint: Path, shown: str) -> dict:
+    """Evaluate ``checkpoint``; the printed line names it as ``shown`` (a merged checkpoint
+    lives in a temporary folder: ``shown`` says what it was merged from)."""
     import mindspore as ms
 
+    from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
     from ms_exp.data import create_datasets
     from ms_exp.models import create_network
     from ms_exp.models.options import model_option
@@ -118,28 +174,24 @@ def evaluate(cfg: DictConfig, checkpoint: Path) -> dict:
         model = ms.Model(network, loss_fn=create_training_loss(cfg.loss, spec.num_classes),
                          metrics=eval_metrics(cfg, spec.num_classes))
     result = model.eval(eval_set, dataset_sink_mode=False)
-    print("result:", result, "ckpt=", checkpoint, flush=True)
+    print("result:", result, "ckpt=", shown, flush=True)
     return result
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     quiet_artifact_downloads()
-    from mlflow import MlflowClient
-
     from ms_exp.tracking.lifecycle import tracked_run
 
     with tempfile.TemporaryDirectory(prefix="ms_exp_eval_") as workdir:
         try:
+            which = check_checkpoint_flag(args.checkpoint, args.run_id)
             uri = resolve_tracking_uri(args.tracking_uri)
             if args.run_id:
-                config_file, checkpoint = fetch_from_run(MlflowClient(uri), args.run_id,
-                                                         args.checkpoint, Path(workdir))
+                client, run = open_run(uri, args.run_id)
+                config_file, checkpoint = fetch_from_run(client, run, which, Path(workdir))
             else:
-                checkpoint = Path(args.checkpoint)
-                if not checkpoint.is_file():
-                    raise ConfigError("--checkpoint", args.checkpoint,
-                                      "a checkpoint file that exists, or --run-id")
+                checkpoint = Path(which)
                 config_file = config_beside(checkpoint)
             if args.config:
                 config_file = args.config
@@ -149,24 +201,35 @@ def main(argv: Optional[List[str]] = None) -> int:
             validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
+            shown = str(Path(checkpoint).resolve())
+            if args.run_id and Path(workdir).resolve() in Path(checkpoint).resolve().parents:
+                artifact = run.data.tags[f"ms_exp.checkpoint.{which}"]
+                shown = f"{artifact} of MLflow run {args.run_id}"
+            # MindSpore is imported once the command line is known to be right.
+            from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, verify_checkpoint
             if is_sliced_run(cfg) and Path(checkpoint).name != BEST_NAME:
-                checkpoint = merge_run(args.run_id or str(run_dir_of(Path(checkpoint))),
-                                       Path(workdir), uri)
+                checkpoint, shown = merge_run(args.run_id or str(run_dir_of(Path(checkpoint))),
+                                              Path(workdir), uri)
             try:    # before an MLflow run is opened for the evaluation
                 verify_checkpoint(Path(checkpoint))
             except DamagedCheckpoint as error:
                 raise CkptError(str(error)) from None
-        except (ConfigError, CkptError) as error:
+        except (InvalidConfig, CkptError) as error:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        tags = {"ms_exp.evaluated_checkpoint": str(checkpoint),
+        record = cfg.tracking.enabled
+        if record and missing_store(uri) is not None:
+            record = False  # evaluating reads a run: it never creates a store to record in
+            print(f"not recorded in MLflow: no store at {missing_store(uri)} (searched {uri}; "
+                  "pass --tracking-uri to record the evaluation)", flush=True)
+        tags = {"ms_exp.evaluated_checkpoint": shown,
                 "ms_exp.dataset": component_name(cfg.dataset),
                 "ms_exp.model": component_name(cfg.model)}
         name = (f"eval-{cfg.tracking.run_name or component_name(cfg.model)}-"
                 f"{Path(checkpoint).stem}")
-        with tracked_run(cfg.tracking.enabled, uri, cfg.tracking.experiment_name, name, tags,
+        with tracked_run(record, uri, cfg.tracking.experiment_name, name, tags,
                          parent_run_id=args.run_id) as tracker:
-            result = evaluate(cfg, checkpoint)
+            result = evaluate(cfg, checkpoint, shown)
             tracker.log_metrics({f"eval/{k}": float(v) for k, v in result.items()}, step=0)
             if tracker.enabled:
                 print(f"MLflow run {tracker.run_id} (child of {args.run_id or 'no run'}) "

@@ -24,7 +24,7 @@ from typing import List, Optional
 
 from mlflow import MlflowClient
 
-from ms_exp.tracking.store import is_local_store, missing_database, resolve_tracking_uri, ui_command
+from ms_exp.tracking.store import is_local_store, missing_store, resolve_tracking_uri, ui_command
 from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
 from ms_exp.tracking.sweep_runs import find_sweep
 
@@ -45,11 +45,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _open_store(uri: Optional[str]) -> MlflowClient:
+    """The sweep's store; one that does not exist is refused, not created."""
     uri = resolve_tracking_uri(uri)
-    database = missing_database(uri)
+    database = missing_store(uri)
     if database is not None:
-        raise ReportError(f"no MLflow store at {database} (run this where the sweep ran, "
-                          "or pass --tracking-uri)")
+        raise ReportError(f"no MLflow store at {database} (searched {uri}; nothing was "
+                          "created): run this where the sweep ran, or pass --tracking-uri")
     return MlflowClient(uri)
 
 

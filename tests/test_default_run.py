@@ -128,5 +128,6 @@ def test_eval_refuses_a_missing_checkpoint_in_one_line(tmp_path):
     result = run_cli("ms_exp.eval", ["--checkpoint", str(tmp_path / "nope.ckpt")], tmp_path)
     assert result.rc == 2
     assert result.stderr.strip().splitlines() == [
-        f"ms_exp.eval: error: --checkpoint='{tmp_path / 'nope.ckpt'}': not allowed; "
-        "expected a checkpoint file that exists, or --run-id"]
+        f"ms_exp.eval: error: --checkpoint='{tmp_path / 'nope.ckpt'}': no such file; "
+        "expected a checkpoint file that exists, or last or best with --run-id"]
+    assert list(tmp_path.iterdir()) == []

@@ -114,7 +114,11 @@ def test_merge_by_run_id_and_eval_of_the_sliced_run(sliced, tmp_path):
     assert merged.stdout.strip().endswith("checkpoint0.ckpt")
     result = run_cli("ms_exp.eval", ["--run-id", sliced.run_id], sliced.cwd)
     assert result.rc == 0, result.stderr[-2000:]
-    assert "merged the slices of every rank" in result.stdout
+    merged_from = (f"merged checkpoint-1_5.ckpt (epoch 1, step 5 of the epoch) of ranks 0-7 "
+                   f"({sliced.run_dir / 'checkpoints'}) with the strategy file "
+                   f"{sliced.run_dir / 'strategy.ckpt'}")
+    assert f"{merged_from}, with transform_checkpoints, for this evaluation" in result.stdout
+    assert re.search(r"^result: .* ckpt= (.*)$", result.stdout, re.M).group(1) == merged_from
     final = sliced.store.get_run(sliced.run_id).data.metrics["eval/accuracy"]
     printed = float(re.search(r"'accuracy': ([0-9.]+)", result.stdout).group(1))
     assert printed == pytest.approx(final, abs=1e-9)

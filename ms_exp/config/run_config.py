@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from ms_exp.config.errors import InvalidConfig, from_composition_error
 from ms_exp.config.schema import Config, group_schema
 from ms_exp.config.targets import component_name
 
@@ -18,12 +20,16 @@ def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
     """A resolved config saved by a run (``<run dir>/config.yaml``), typed again by the
     root schema so enums and defaults behave as at training time."""
     saved = OmegaConf.load(path)
-    merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
-                             OmegaConf.from_dotlist(list(overrides)))
-    for group, option in choices_from_config(merged).items():
-        schema = group_schema(group, merged[group], option)
-        if schema is not None:  # a user's option has none: its target's signature checks it
-            merged[group] = OmegaConf.merge(OmegaConf.structured(schema), merged[group])
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
+                                 OmegaConf.from_dotlist(list(overrides)))
+        for group, option in choices_from_config(merged).items():
+            schema = group_schema(group, merged[group], option)
+            if schema is not None:  # a user's option has none: its target's signature checks
+                merged[group] = OmegaConf.merge(OmegaConf.structured(schema), merged[group])
+    except OmegaConfBaseException as error:  # an unknown key or a mistyped override
+        line = from_composition_error(error, overrides)
+        raise InvalidConfig(line or f"{path}: {str(error).splitlines()[0]}") from None
     return merged
 
 

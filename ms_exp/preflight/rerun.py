@@ -46,7 +46,7 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     from mlflow.exceptions import MlflowException
 
     from ms_exp.tracking.store import (
-        missing_database,
+        missing_store,
         quiet_artifact_downloads,
         resolve_tracking_uri,
     )
@@ -54,7 +54,7 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     quiet_artifact_downloads()
     flags, extra = _split_flags(extra)
     uri = resolve_tracking_uri(_tracking_uri(extra))
-    database = missing_database(uri)
+    database = missing_store(uri)  # MlflowClient would create it, empty
     if database is not None:
         raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database}; expected the "
                             "id of a run in an existing store (name the run's store with "
