@@ -90,13 +90,14 @@ class LaunchPlan:
         return "\n".join(lines) + "\n"
 
 
-def free_port(address: str) -> int:
-    """A port nothing listens on at ``address`` now, as the operating system hands it out:
+def free_port() -> int:
+    """A port nothing listens on now, on any address of this machine (so on the master
+    address too, whatever it is), as the operating system hands it out:
     at random from its ephemeral range (Linux: 32768 to 60999 unless set otherwise), so
     jobs choosing at the same moment differ, and clear of the ports from 8118 up where
     MindSpore's CPU ranks listen for each other (docs/guides/distributed.md#ports)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((address, 0))
+        probe.bind(("", 0))
         return probe.getsockname()[1]
 
 
@@ -106,7 +107,7 @@ def master_port(parallel_cfg) -> int:
     launcher = parallel_cfg.launcher
     if launcher.master_port is None:
         with read_write(launcher):
-            launcher.master_port = free_port(launcher.master_addr)
+            launcher.master_port = free_port()
     return launcher.master_port
 
 
