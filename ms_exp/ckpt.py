@@ -279,7 +279,9 @@ def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
         return path / "checkpoints", strategy, cfg.checkpoint.prefix
     if path.is_dir():
         return path, None, "checkpoint"
-    if not re.fullmatch(r"[0-9a-f]{32}", source):
+    from ms_exp.tracking.store import is_run_id
+
+    if not is_run_id(source):
         raise CkptError(f"{source}: not a run directory, a checkpoint folder or an MLflow run id")
     return _download_run(source, workdir, tracking_uri)
 

@@ -218,9 +218,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
         record = cfg.tracking.enabled
-        if record and missing_store(uri) is not None:
+        missing = missing_store(uri) if record else None
+        if missing is not None:
             record = False  # evaluating reads a run: it never creates a store to record in
-            print(f"not recorded in MLflow: no store at {missing_store(uri)} (searched {uri}; "
+            print(f"not recorded in MLflow: no store at {missing} (searched {uri}; "
                   "pass --tracking-uri to record the evaluation)", flush=True)
         tags = {"ms_exp.evaluated_checkpoint": shown,
                 "ms_exp.dataset": component_name(cfg.dataset),

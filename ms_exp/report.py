@@ -24,7 +24,7 @@ from typing import List, Optional
 
 from mlflow import MlflowClient
 
-from ms_exp.tracking.store import is_local_store, missing_store, resolve_tracking_uri, ui_command
+from ms_exp.tracking.store import missing_store, resolve_tracking_uri, ui_lines
 from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
 from ms_exp.tracking.sweep_runs import find_sweep
 
@@ -65,10 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     uri = client.tracking_uri
     print(report.markdown)
     print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")
-    print(f"open it with: {ui_command(uri)}")
-    if is_local_store(uri):
-        print("  then browse to http://127.0.0.1:5000/#/experiments/"
-              f"{report.experiment_id}/runs/{report.parent_run_id}")
+    print("\n".join(ui_lines(uri, report.experiment_id, report.parent_run_id)))
     return 0
 
 

@@ -55,10 +55,10 @@ def _from_run(run_id: str, tracking_cfg):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from ms_exp.tracking.store import missing_database, resolve_tracking_uri
+    from ms_exp.tracking.store import missing_store, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_cfg.uri)
-    db = missing_database(uri)
+    db = missing_store(uri)
     if db is not None:
         raise ConfigError("boost.stage_one_run_id", run_id,
                           f"a run in an existing store ({db} does not exist)")

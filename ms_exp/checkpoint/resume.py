@@ -20,11 +20,12 @@ resumed run ends with the weights an uninterrupted one would have (tests/test_re
 """
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
+
+from ms_exp.tracking.store import is_run_id
 
 RUN_RECORD = "run.json"
 RESUME_FILE = "resume.json"
@@ -34,10 +35,6 @@ DAMAGED_SUFFIX = ".damaged"
 
 class ResumeError(ValueError):
     """The named run or checkpoint cannot be continued; the message is one line."""
-
-
-def is_run_id(value: str) -> bool:
-    return bool(re.fullmatch(r"[0-9a-f]{32}", value))
 
 
 # -- the run record -------------------------------------------------------------------------

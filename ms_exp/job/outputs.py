@@ -6,8 +6,6 @@ checkpoints, the lines that say where they are and how to merge them.
 ``ms_exp.checkpoint.files`` is imported where it is used: it imports MindSpore, which the
 launching process of a distributed job never needs."""
 import shlex
-import shutil
-import sys
 from pathlib import Path
 from typing import List
 
@@ -15,6 +13,7 @@ from omegaconf import DictConfig
 
 from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR, snapshot_files
 from ms_exp.parallel.launcher_config import is_distributed, log_dir
+from ms_exp.tracking.store import python_command
 
 
 def log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
@@ -58,16 +57,8 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
     shown = f"{ranks[0]} ... {ranks[-1]}" if len(ranks) > 1 else ", ".join(ranks)
     return [f"sliced checkpoints (one slice per rank): {ckpt_root}/{{{shown}}}",
             f"strategy file: {strategy.resolve()}",
-            f"merge them into one checkpoint: {_python()} -m ms_exp.ckpt merge "
+            f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge "
             f"{shlex.quote(str(Path(run_dir).resolve()))}"]
-
-
-def _python() -> str:
-    """``python`` when the shell finds this interpreter by that name, else its full path: a
-    virtual environment that is not activated is found only by its path."""
-    if shutil.which("python") == sys.executable:
-        return "python"
-    return shlex.quote(sys.executable)
 
 
 def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig) -> None:

@@ -4,7 +4,7 @@ best checkpoints also become tags of the run (``ms_exp.eval --checkpoint last|be
 from pathlib import Path
 from typing import Optional
 
-from ms_exp.tracking.store import ui_command
+from ms_exp.tracking.store import ui_lines
 from ms_exp.train.result import JobResult
 
 
@@ -25,9 +25,7 @@ def report_result(result: JobResult, tracker, uri: str) -> None:
     if tracker.enabled and tracker.run_id is not None:
         lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) "
                      f"in {uri}")
-        lines.append(f"open it with: {ui_command(uri)}")
-        lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
-                     f"{tracker.experiment_id}/runs/{tracker.run_id}")
+        lines += ui_lines(uri, tracker.experiment_id, tracker.run_id)
     if tracker.enabled and tracker.offline_journal is not None:
         from ms_exp.tracking.journal import offline_note
 

@@ -172,7 +172,8 @@ def expand_jobs(overrides: Sequence[str], multirun: bool) -> List[List[str]]:
         return [list(overrides)]
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    listed = [_ends(o) if o in search_spaces(parsed) else o for o in parsed]
+    spaces = search_spaces(parsed)
+    listed = [_ends(o) if o in spaces else o for o in parsed]
     batches = BasicSweeper.split_arguments(listed, max_batch_size=None)
     return [job for batch in batches for job in batch]
 

@@ -8,11 +8,10 @@ from ms_exp.checkpoint.resume import (
     ResumeError,
     common_checkpoints,
     explicit_target,
-    is_run_id,
 )
 from ms_exp.config.errors import ConfigError, one_of, positive, require
 from ms_exp.config.schema import DEVICE_TARGETS
-from ms_exp.tracking.store import resolve_tracking_uri
+from ms_exp.tracking.store import is_run_id, resolve_tracking_uri
 
 
 def validate_trainer(cfg) -> None:

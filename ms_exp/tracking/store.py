@@ -13,7 +13,7 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -36,13 +36,6 @@ def sqlite_path(uri: str) -> Optional[Path]:
     if not uri.startswith("sqlite:///"):
         return None
     return Path(uri[len("sqlite:///"):])
-
-
-def missing_database(uri: str) -> Optional[Path]:
-    """The SQLite file of ``uri`` if it does not exist: commands that only read a store
-    refuse it, since ``MlflowClient`` would silently create an empty one."""
-    database = sqlite_path(uri)
-    return database if database is not None and not database.is_file() else None
 
 
 def missing_store(uri: str) -> Optional[Path]:
@@ -81,6 +74,12 @@ def existing_store(uri: str, hint: str = "pass --tracking-uri") -> "MlflowClient
 
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_run_id(value: str) -> bool:
+    """Is ``value`` shaped like an MLflow run id (32 lowercase hex digits)?"""
+    return bool(RUN_ID.fullmatch(value))
+
 JOB_RUN = "the id of a job's run (32 hex digits, printed as 'MLflow run <id>' by the job)"
 
 
@@ -90,7 +89,7 @@ def job_run(client: "MlflowClient", run_id: str) -> "Run":
     from mlflow.exceptions import MlflowException
 
     uri = client.tracking_uri
-    if not RUN_ID.fullmatch(run_id):
+    if not is_run_id(run_id):
         raise StoreError(f"not a run id{_what_else(client, run_id)}", JOB_RUN)
     try:
         run = client.get_run(run_id)
@@ -150,6 +149,24 @@ def ui_command(uri: str) -> str:
         return f"open {uri} in a browser"
     return (f"{mlflow_executable()} ui --backend-store-uri {shlex.quote(uri)} "
             "--host 127.0.0.1 --port 5000")
+
+
+def ui_lines(uri: str, experiment_id: str, run_id: str) -> List[str]:
+    """The lines that say how to see a run in the MLflow UI: the command that opens the
+    store and, for a local store (served on the loopback address), the run's address."""
+    lines = [f"open it with: {ui_command(uri)}"]
+    if is_local_store(uri):
+        lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
+                     f"{experiment_id}/runs/{run_id}")
+    return lines
+
+
+def python_command() -> str:
+    """``python`` when the shell finds this interpreter by that name, else its full path: a
+    virtual environment that is not activated is found only by its path."""
+    if shutil.which("python") == sys.executable:
+        return "python"
+    return shlex.quote(sys.executable)
 
 
 def mlflow_executable() -> str:

@@ -18,7 +18,6 @@ refused command line must not pay for MLflow.
 import json
 import os
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -240,7 +239,7 @@ def _log_report(tracker):
 def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
     """The lines a sweep prints last: where its jobs' folders, its report and its parent run
     are, the command that writes the report again and the one that opens the MLflow UI."""
-    from ms_exp.tracking.store import is_local_store, resolve_tracking_uri, ui_command
+    from ms_exp.tracking.store import python_command, resolve_tracking_uri, ui_lines
 
     uri = tracker.tracking_uri
     lines = [f"sweep folder: {sweep_dir} (a folder per job, by number)"] if sweep_dir else []
@@ -250,11 +249,8 @@ def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
     lines.append(f"MLflow parent run {tracker.run_id} (experiment {tracker.experiment_id}, "
                  f"{outcome}) in {uri}")
     store = "" if uri == resolve_tracking_uri(None) else f" --tracking-uri {shlex.quote(uri)}"
-    lines.append(f"report again: {_python()} -m ms_exp.report {tracker.run_id}{store}")
-    lines.append(f"open it with: {ui_command(uri)}")
-    if is_local_store(uri):
-        lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
-                     f"{tracker.experiment_id}/runs/{tracker.run_id}")
+    lines.append(f"report again: {python_command()} -m ms_exp.report {tracker.run_id}{store}")
+    lines += ui_lines(uri, tracker.experiment_id, tracker.run_id)
     return "\n".join(lines)
 
 
@@ -262,11 +258,3 @@ def _local_path(uri: str) -> str:
     """A ``file:`` artifact URI as the folder it names; any other URI as it is."""
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
-
-
-def _python() -> str:
-    """``python`` when the shell finds this interpreter by that name, else its full path: a
-    virtual environment that is not activated is found only by its path."""
-    if shutil.which("python") == sys.executable:
-        return "python"
-    return shlex.quote(sys.executable)
