@@ -87,6 +87,20 @@ def boxplot(axis, groups: Dict[str, Sequence[float]], ylabel: str) -> None:
     axis.grid(True, axis="y", alpha=0.3)
 
 
+def arms_per_seed(axis, rows, arms: Sequence[str], labels: Sequence[str]) -> None:
+    """Each arm's value per seed as dots, linked across arms per seed, and its mean ± sd."""
+    for index, arm in enumerate(arms):
+        values = [row[arm] for row in rows]
+        axis.scatter([index] * len(values), values, alpha=0.6)
+        axis.errorbar(index + 0.15, statistics.mean(values),
+                      yerr=statistics.stdev(values) if len(values) > 1 else 0,
+                      fmt="o", color="black", capsize=4)
+    for row in rows:
+        axis.plot(range(len(arms)), [row[arm] for arm in arms], color="grey", alpha=0.3)
+    axis.set_xticks(range(len(arms)), labels, fontsize=8)
+    axis.set_ylabel("held-out accuracy")
+
+
 def pyplot():
     import matplotlib
 
@@ -136,6 +150,23 @@ def rounds_parser(doc: str, epochs: int) -> argparse.ArgumentParser:
     return parser
 
 
+def seeds_parser(doc: str, seeds: Sequence[int]) -> argparse.ArgumentParser:
+    """``--seeds`` and ``--workdir``, the options of the benchmarks that compare accuracy."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where runs and mlflow.db go (default: a temporary folder)")
+    return parser
+
+
+def runs_folder(args, prefix: str) -> Path:
+    """``--workdir``, or a new temporary folder; said on the console, as runs go there."""
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"runs and MLflow store in {workdir}", flush=True)
+    return workdir
+
+
 def measure_and_write(name: str, args, measure: Callable, table: Callable,
                       plot: Callable) -> None:
     """``measure(args, scratch)`` in a scratch folder, then write results/<name>.md from
@@ -148,3 +179,27 @@ def measure_and_write(name: str, args, measure: Callable, table: Callable,
     (RESULTS / f"{name}.md").write_text(text)
     plot(results, args, RESULTS / f"{name}.png")
     print(text)
+
+
+def ms_exp_job(workdir: Path, *overrides: str, env: Optional[Dict[str, str]] = None) -> str:
+    """Run ``python -m ms_exp.run`` in ``workdir``; returns the MLflow run id it printed
+    (with ``-m`` first, the sweep's parent run). A failed job stops the benchmark with its
+    output."""
+    command = [sys.executable, "-m", "ms_exp.run", *overrides, "trainer.progress_bar=never"]
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(command)}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    lines = done.stdout.splitlines()
+    for start in ("MLflow parent run ", "MLflow run "):  # a sweep prints its jobs' runs too
+        for line in lines:
+            if line.startswith(start):
+                return line[len(start):].split()[0]
+    sys.exit(f"no 'MLflow run <id>' line in the output of {' '.join(command)}")
+
+
+def accuracy_at(client, run_id: str, step: Optional[int] = None) -> float:
+    """A run's ``eval/accuracy`` at ``step`` (the last one when None), from MLflow."""
+    history = client.get_metric_history(run_id, "eval/accuracy")
+    if step is None:
+        return max(history, key=lambda metric: metric.step).value
+    return next(m.value for m in history if m.step == step)

@@ -15,14 +15,20 @@ one's. Held-out accuracy is read back from MLflow.
 
 Writes benchmarks/results/dim_reduce.md (table) and dim_reduce.png (plot).
 """
-import argparse
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from benchlib import command_line, machine_line
+from benchlib import (
+    accuracy_at,
+    arms_per_seed,
+    command_line,
+    machine_line,
+    ms_exp_job,
+    pyplot,
+    runs_folder,
+    seeds_parser,
+)
 from mlflow import MlflowClient
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -31,33 +37,16 @@ STEPS_PER_EPOCH = 44  # digits, batch 32
 ARMS = ("stage one", "dim_reduce +2", "continue +2", "continue +8")
 
 
-def run(workdir: Path, *overrides: str) -> str:
-    """One ms_exp job; returns its MLflow run id."""
-    command = [sys.executable, "-m", "ms_exp.run", "trainer.progress_bar=never", *overrides]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"failed: {' '.join(command)}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    line = next(text for text in done.stdout.splitlines() if text.startswith("MLflow run "))
-    return line.split()[2]
-
-
-def accuracy_at(client: MlflowClient, run_id: str, step=None) -> float:
-    history = client.get_metric_history(run_id, "eval/accuracy")
-    if step is None:
-        return history[-1].value
-    return next(m.value for m in history if m.step == step)
-
-
 def measure(seeds, extra, workdir: Path):
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     rows = []
     for seed in seeds:
         common = [f"trainer.seed={seed}", *extra]
-        stage_one = run(workdir, "+experiment=dim_reduce_stage_one", *common)
+        stage_one = ms_exp_job(workdir, "+experiment=dim_reduce_stage_one", *common)
         print(f"seed {seed}: stage one {stage_one}", flush=True)
-        stage_two = run(workdir, "+experiment=dim_reduce_stage_two",
+        stage_two = ms_exp_job(workdir, "+experiment=dim_reduce_stage_two",
                         f"boost.stage_one_run_id={stage_one}", *common)
-        longer = {n: run(workdir, "+experiment=dim_reduce_stage_one",
+        longer = {n: ms_exp_job(workdir, "+experiment=dim_reduce_stage_one",
                          f"trainer.epochs={STAGE_ONE_EPOCHS + n}",
                          "checkpoint.snapshots.per_epoch=0", *common) for n in (2, 8)}
         base = accuracy_at(client, stage_one)
@@ -93,38 +82,20 @@ def table(rows, extra) -> str:
 
 
 def plot(rows, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(7, 4))
-    for index, arm in enumerate(ARMS):
-        values = [r[arm] for r in rows]
-        axes.scatter([index] * len(values), values, alpha=0.6)
-        axes.errorbar(index + 0.15, statistics.mean(values),
-                      yerr=statistics.stdev(values) if len(values) > 1 else 0,
-                      fmt="o", color="black", capsize=4)
-    for row in rows:
-        axes.plot(range(len(ARMS)), [row[a] for a in ARMS], color="grey", alpha=0.3)
-    axes.set_xticks(range(len(ARMS)), ARMS)
-    axes.set_ylabel("held-out accuracy")
+    arms_per_seed(axes, rows, ARMS, ARMS)
     axes.set_title("Dimension-reduction stage two vs training on (digits, per seed)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser = seeds_parser(__doc__, [1, 2, 3, 4, 5])
     parser.add_argument("--extra", nargs="*", default=[],
                         help="overrides for every job, e.g. model.hidden_size=256")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="where runs and mlflow.db go (default: a temporary folder)")
     args = parser.parse_args()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ms_exp_dim_reduce_"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    print(f"runs and MLflow store in {workdir}", flush=True)
+    workdir = runs_folder(args, "ms_exp_dim_reduce_")
     rows = measure(args.seeds, args.extra, workdir)
     RESULTS.mkdir(exist_ok=True)
     text = table(rows, args.extra)

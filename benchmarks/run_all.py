@@ -7,7 +7,7 @@ always show what the scripts last measured. A guide that quotes a benchmark's ta
 the same block (``docs/guides/*.md``) and is filled alike. The pages embed the plots through
 ``docs/benchmarks/results``, a link to ``benchmarks/results``.
 
-    python benchmarks/run_all.py                      # all of them, about 50 minutes on 2 cores
+    python benchmarks/run_all.py                      # all of them, about 60 minutes on 2 cores
     python benchmarks/run_all.py --only overhead checkpoint_cost
     python benchmarks/run_all.py --docs-only          # run nothing; copy the existing results in
 
@@ -33,6 +33,7 @@ BENCHMARKS = {
     "dp_scaling": "dp_scaling.py",
     "wide_deep_tables": "wide_deep_tables.py",
     "dim_reduce": "dim_reduce.py",
+    "dim_reduce_tutorial": "dim_reduce_tutorial.py",
     "loops": "loops.py",
 }
 DOCS = ROOT / "docs" / "benchmarks"
