@@ -181,12 +181,12 @@ def measure_and_write(name: str, args, measure: Callable, table: Callable,
     print(text)
 
 
-def ms_exp_job(workdir: Path, *overrides: str, env: Optional[Dict[str, str]] = None) -> str:
+def ms_exp_job(workdir: Path, *overrides: str) -> str:
     """Run ``python -m ms_exp.run`` in ``workdir``; returns the MLflow run id it printed
     (with ``-m`` first, the sweep's parent run). A failed job stops the benchmark with its
     output."""
     command = [sys.executable, "-m", "ms_exp.run", *overrides, "trainer.progress_bar=never"]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"failed: {' '.join(command)}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     lines = done.stdout.splitlines()

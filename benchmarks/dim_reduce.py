@@ -45,10 +45,10 @@ def measure(seeds, extra, workdir: Path):
         stage_one = ms_exp_job(workdir, "+experiment=dim_reduce_stage_one", *common)
         print(f"seed {seed}: stage one {stage_one}", flush=True)
         stage_two = ms_exp_job(workdir, "+experiment=dim_reduce_stage_two",
-                        f"boost.stage_one_run_id={stage_one}", *common)
+                               f"boost.stage_one_run_id={stage_one}", *common)
         longer = {n: ms_exp_job(workdir, "+experiment=dim_reduce_stage_one",
-                         f"trainer.epochs={STAGE_ONE_EPOCHS + n}",
-                         "checkpoint.snapshots.per_epoch=0", *common) for n in (2, 8)}
+                                f"trainer.epochs={STAGE_ONE_EPOCHS + n}",
+                                "checkpoint.snapshots.per_epoch=0", *common) for n in (2, 8)}
         base = accuracy_at(client, stage_one)
         for n, run_id in longer.items():
             same = accuracy_at(client, run_id, STAGE_ONE_EPOCHS * STEPS_PER_EPOCH)
