@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -85,6 +85,23 @@ def boxplot(axis, groups: Dict[str, Sequence[float]], ylabel: str) -> None:
     axis.boxplot([list(v) for v in groups.values()], tick_labels=list(groups))
     axis.set_ylabel(ylabel)
     axis.grid(True, axis="y", alpha=0.3)
+
+
+def mean_sd(values: Iterable[float]) -> str:
+    """``mean ± sd`` of ``values`` (sd 0 for a single value)."""
+    values = list(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.4f} ± {sd:.4f}"
+
+
+def seed_table(rows, arms: Sequence[str], headers: Sequence[str]) -> List[str]:
+    """A markdown table of each arm's value per seed, then their mean ± sd."""
+    lines = ["| seed | " + " | ".join(headers) + " |", "|---" * (len(arms) + 1) + "|"]
+    lines += [f"| {row['seed']} | " + " | ".join(f"{row[arm]:.4f}" for arm in arms) + " |"
+              for row in rows]
+    lines.append("| mean ± sd | " + " | ".join(mean_sd(row[arm] for row in rows)
+                                                for arm in arms) + " |")
+    return lines
 
 
 def arms_per_seed(axis, rows, arms: Sequence[str], labels: Sequence[str]) -> None:

@@ -15,11 +15,11 @@ one's. Held-out accuracy is read back from MLflow.
 
 Writes benchmarks/results/dim_reduce.md (table) and dim_reduce.png (plot).
 """
-import statistics
 import sys
 from pathlib import Path
 
 from benchlib import (
+    RESULTS,
     accuracy_at,
     arms_per_seed,
     command_line,
@@ -27,11 +27,11 @@ from benchlib import (
     ms_exp_job,
     pyplot,
     runs_folder,
+    seed_table,
     seeds_parser,
 )
 from mlflow import MlflowClient
 
-RESULTS = Path(__file__).resolve().parent / "results"
 STAGE_ONE_EPOCHS = 12
 STEPS_PER_EPOCH = 44  # digits, batch 32
 ARMS = ("stage one", "dim_reduce +2", "continue +2", "continue +8")
@@ -66,13 +66,7 @@ def measure(seeds, extra, workdir: Path):
 
 
 def table(rows, extra) -> str:
-    lines = ["| seed | " + " | ".join(ARMS) + " |", "|---" * (len(ARMS) + 1) + "|"]
-    for row in rows:
-        lines.append(f"| {row['seed']} | " + " | ".join(f"{row[a]:.4f}" for a in ARMS) + " |")
-    means = [statistics.mean(r[a] for r in rows) for a in ARMS]
-    spreads = [statistics.stdev(r[a] for r in rows) if len(rows) > 1 else 0.0 for a in ARMS]
-    lines.append("| mean ± sd | " + " | ".join(f"{m:.4f} ± {s:.4f}"
-                                                for m, s in zip(means, spreads)) + " |")
+    lines = seed_table(rows, ARMS, ARMS)
     wins = sum(r["dim_reduce +2"] > r["continue +2"] for r in rows)
     header = (f"Held-out accuracy on digits (360 images), {len(rows)} seeds"
               + (f", overrides: {' '.join(extra)}" if extra else "") + ".\n"

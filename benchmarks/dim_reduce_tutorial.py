@@ -45,9 +45,11 @@ from benchlib import (
     arms_per_seed,
     command_line,
     machine_line,
+    mean_sd,
     ms_exp_job,
     pyplot,
     runs_folder,
+    seed_table,
     seeds_parser,
 )
 from mlflow import MlflowClient
@@ -107,18 +109,17 @@ def measure_seed(seed: int, workdir: Path, client: MlflowClient) -> Dict[str, ob
                          f"tracking.run_name=decay-in-{STAGE_ONE + DIM_REDUCE_EPOCHS}")
     steps = min(m.step for m in client.get_metric_history(stage_one, "eval/accuracy"))
     base = accuracy_at(client, stage_one)
-    if accuracy_at(client, whole, STAGE_ONE * steps) != base:
+    same = accuracy_at(client, whole, STAGE_ONE * steps)
+    if same != base:
         sys.exit(f"seed {seed}: the {SCHEDULE}-epoch run is not stage one continued "
-                 f"({accuracy_at(client, whole, STAGE_ONE * steps)} != {base} after "
-                 f"epoch {STAGE_ONE})")
+                 f"({same} != {base} after epoch {STAGE_ONE})")
     row = {"seed": seed, "stage one": base,
            "dim_reduce +2": accuracy_at(client, dim_reduce),
            "plain +2": accuracy_at(client, whole, (STAGE_ONE + DIM_REDUCE_EPOCHS) * steps),
            LONG: accuracy_at(client, whole, LONGER * steps),
            DECAY: accuracy_at(client, decayed),
            WHOLE: accuracy_at(client, whole),
-           "runs": {"stage one": stage_one, "dim_reduce": dim_reduce, "whole": whole,
-                    DECAY: decayed},
+           "stage one run": stage_one,
            "curves": {f"plain ({SCHEDULE}-epoch schedule)": curve(client, whole, steps),
                       DECAY: curve(client, decayed, steps),
                       "dim_reduce +2": curve(client, dim_reduce, steps, STAGE_ONE)}}
@@ -146,22 +147,6 @@ def measure_sweep(seed: int, stage_one: str, workdir: Path,
     print(f"seed {seed}: sweep {parent}, {len(jobs)} jobs in {time.monotonic() - started:.0f} s",
           flush=True)
     return jobs
-
-
-def mean_sd(values) -> str:
-    values = list(values)
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.4f} ± {sd:.4f}"
-
-
-def arms_table(rows) -> List[str]:
-    lines = ["| seed | " + " | ".join(f"{arm} ({BUDGET[arm]} ep)" for arm in ARMS) + " |",
-             "|---" * (len(ARMS) + 1) + "|"]
-    lines += [f"| {row['seed']} | " + " | ".join(f"{row[arm]:.4f}" for arm in ARMS) + " |"
-              for row in rows]
-    lines.append("| mean ± sd | " + " | ".join(mean_sd(r[arm] for r in rows) for arm in ARMS)
-                 + " |")
-    return lines
 
 
 def wins(rows, arm: str, other: str) -> str:
@@ -196,7 +181,7 @@ def sweep_table(sweeps: Dict[int, List[Dict[str, float]]], rows) -> List[str]:
     return lines
 
 
-def table(rows, sweeps, args) -> str:
+def table(rows, sweeps) -> str:
     header = [f"Held-out accuracy on digits (360 images) after each arm, {len(rows)} seeds; "
               f"MLP with 8 hidden units, the tutorial's schedule halved to {SCHEDULE} epochs "
               f"(warm-up {WARMUP}, lr_max {LR_MAX}, linear decay to 0) stopped at epoch "
@@ -206,7 +191,7 @@ def table(rows, sweeps, args) -> str:
               f"{wins(rows, 'dim_reduce +2', LONG)}, {DECAY} in "
               f"{wins(rows, 'dim_reduce +2', DECAY)}.",
               "", machine_line(), "", command_line("dim_reduce_tutorial.py"), "",
-              *arms_table(rows)]
+              *seed_table(rows, ARMS, [f"{arm} ({BUDGET[arm]} ep)" for arm in ARMS])]
     if sweeps:
         header += ["", f"Stage two swept over {' x '.join(f'{k} {v}' for k, v in SWEEP.items())} "
                    f"from each seed's stage one ({len(next(iter(sweeps.values())))} jobs per "
@@ -265,10 +250,10 @@ def main() -> None:
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     rows = [measure_seed(seed, workdir, client) for seed in args.seeds]
     sweeps = {} if args.no_sweep else {
-        row["seed"]: measure_sweep(row["seed"], row["runs"]["stage one"], workdir, client)
+        row["seed"]: measure_sweep(row["seed"], row["stage one run"], workdir, client)
         for row in rows}
     RESULTS.mkdir(exist_ok=True)
-    text = table(rows, sweeps, args)
+    text = table(rows, sweeps)
     (RESULTS / "dim_reduce_tutorial.md").write_text(text)
     plot_arms(rows, RESULTS / "dim_reduce_tutorial.png")
     written = [RESULTS / "dim_reduce_tutorial.md", RESULTS / "dim_reduce_tutorial.png"]
