@@ -5,6 +5,7 @@ Hydra starts, every job of the command line is composed and validated here, so a
 override is refused with one line and exit status 2, and no run directory or MLflow run
 is created for it.
 """
+import errno
 import os
 import re
 import shlex
@@ -15,6 +16,7 @@ from typing import List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
@@ -33,6 +35,7 @@ from ms_exp.preflight.validate import validate
 from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 EXIT_INTERRUPTED = 130
 
 register_schemas()
@@ -48,7 +51,17 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     hydra_dir = run_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
-    result = run_job(cfg, run_dir, hydra_dir, list(hydra_cfg.overrides.task))
+    try:
+        result = run_job(cfg, run_dir, hydra_dir, list(hydra_cfg.overrides.task))
+    except OSError as error:
+        if error.errno not in FULL_DISK or hydra_cfg.mode != RunMode.RUN:
+            raise       # a sweep's job: the sweep reports it among its failed jobs
+        # The job has ended its run FAILED with the error as a tag and uploaded its logs;
+        # the cause, in one line, is all there is to say.
+        print(f"ms_exp: error: {error.filename or run_dir}: {error.strerror}; the run in "
+              f"{run_dir} is marked FAILED and resumes with trainer.resume=auto once there "
+              "is space", file=sys.stderr, flush=True)
+        sys.exit(1)
     return result.final_eval.get("eval/accuracy")
 
 

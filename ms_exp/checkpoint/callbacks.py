@@ -14,7 +14,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import mindspore as ms
 from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
@@ -41,16 +41,27 @@ class TimedModelCheckpoint(ModelCheckpoint):
     that defines ``step_end`` or ``end`` itself."""
 
     def __init__(self, prefix: str, directory: str, config: CheckpointConfig, keep_max: int,
-                 start_step: int = 0):
+                 start_step: int = 0, before_save: Optional[Callable[[], None]] = None):
         super().__init__(prefix=prefix, directory=directory, config=config)
         self.save_time_s = 0.0
         self.keep_max = keep_max
+        self.before_save = before_save
         if start_step:
             # A resumed run writes on in its own folder: ModelCheckpoint would otherwise
             # switch to "<prefix>_1-..." names because files of that prefix exist, and would
             # save again on the first step because it counts from step 0.
             self._prefix = prefix
             self._last_triggered_step = start_step
+
+    def _check_save_ckpt(self, cb_params, force_to_save):
+        # ModelCheckpoint decides here, right before writing, whether this step is saved:
+        # the one place to run ``before_save`` (waiting for the step's metrics to be in
+        # MLflow) before the file exists, so no kill can leave a checkpoint whose steps'
+        # metrics are lost (a resumed run does not train those steps again).
+        save = super()._check_save_ckpt(cb_params, force_to_save)
+        if save and self.before_save is not None:
+            self.before_save()
+        return save
 
     def save_now(self, run_context) -> None:
         """Save at the current step (an interrupted run's last checkpoint)."""
@@ -114,7 +125,12 @@ class BestCheckpoint(Callback):
 
     def on_eval_end(self, run_context):
         params = run_context.original_args()
-        value = params.eval_results.get(self.metric)
+        self.consider(params.eval_results, params.cur_epoch_num)
+
+    def consider(self, results, epoch: int) -> None:
+        """Keep the network's weights if ``results`` (an evaluation after ``epoch``) beat
+        the best so far."""
+        value = results.get(self.metric)
         if value is None or value != value or (self.best is not None and value <= self.best):
             return  # value != value: NaN (an AUC over one class) is never a best
         if not (self.keep or self.gathers):
@@ -127,12 +143,12 @@ class BestCheckpoint(Callback):
             self.best = float(value)
             return
         os.replace(partial, self.path)
-        self.best, self.best_epoch = float(value), params.cur_epoch_num
+        self.best, self.best_epoch = float(value), epoch
         record = self.path.with_name(BEST_RECORD)
         record.with_suffix(".partial").write_text(json.dumps(
             {"metric": self.metric, "value": self.best, "epoch": self.best_epoch}))
         os.replace(record.with_suffix(".partial"), record)
-        print(f"epoch: {params.cur_epoch_num} new best {self.metric}: {value:.4f} "
+        print(f"epoch: {epoch} new best {self.metric}: {value:.4f} "
               f"saved to {self.path}", flush=True)
 
 
@@ -146,9 +162,12 @@ def save_interval_steps(cfg, steps_per_epoch: int) -> int:
 def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
                                 parallel_mode: str, best_metric: str = "accuracy",
                                 start_step: int = 0, rank_id: int = 0,
-                                sharded: bool = False) -> List[Callback]:
+                                sharded: bool = False,
+                                before_save: Optional[Callable[[], None]] = None
+                                ) -> List[Callback]:
     """``sharded``: the weights are split over the ranks (semi-auto or auto parallel, not
-    emulated), so every rank takes part in saving ``best.ckpt``."""
+    emulated), so every rank takes part in saving ``best.ckpt``. ``before_save`` runs
+    before each numbered checkpoint is written."""
     callbacks: List[Callback] = []
     if cfg.save:
         if not cfg.integrated_save and parallel_mode == "stand_alone":
@@ -160,7 +179,8 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
             # epoch_num and step_num: where a resumed run continues (ms_exp/checkpoint/resume.py).
             append_info=["epoch_num", "step_num"], crc_check=True)
         callbacks.append(TimedModelCheckpoint(cfg.prefix, str(directory), config,
-                                              cfg.keep_checkpoint_max, start_step))
+                                              cfg.keep_checkpoint_max, start_step,
+                                              before_save))
     if cfg.keep_best:
         callbacks.append(BestCheckpoint(network, directory, best_metric,
                                         keep=rank_id == 0, gathers=sharded))

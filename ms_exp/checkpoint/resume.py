@@ -21,9 +21,9 @@ resumed run ends with the weights an uninterrupted one would have (tests/test_re
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ms_exp.tracking.store import is_run_id
 
@@ -46,8 +46,12 @@ def write_run_record(run_dir: Path, **fields) -> None:
     record = {"started": time.time(), **read_run_record(run_dir), **fields,
               "updated": time.time()}
     partial = path.with_suffix(f".{os.getpid()}.partial")
-    partial.write_text(json.dumps(record, indent=2))
-    os.replace(partial, path)
+    try:
+        partial.write_text(json.dumps(record, indent=2))
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)     # a full disk: the previous version stays
+        raise
 
 
 def read_run_record(run_dir: Path) -> dict:
@@ -69,6 +73,9 @@ class ResumePoint:
     checkpoint: str     # the file name, the same in every rank's folder
     epoch: int          # of the checkpoint, counted from 1 as ModelCheckpoint names it
     step_in_epoch: int
+    # The last step of each group of curves already in the MLflow run
+    # (ms_exp/tracking/logged_steps.py): the ranks do not log those steps again.
+    logged: Dict[str, int] = field(default_factory=dict)
 
     def save(self) -> None:
         partial = self.run_dir / (RESUME_FILE + ".partial")

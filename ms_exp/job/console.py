@@ -17,14 +17,30 @@ class _Tee:
     # A logging handler created during a job (MindSpore's, on its first warning) keeps this
     # object after the job has closed its copy; later jobs of a sweep still reach the console.
     def write(self, text: str) -> int:
-        if not self._copy.closed:
-            self._copy.write(text)
+        self._to_copy(self._copy.write, text)
         return self._stream.write(text)
 
     def flush(self) -> None:
-        if not self._copy.closed:
-            self._copy.flush()
+        self._to_copy(self._copy.flush)
         self._stream.flush()
+
+    def _to_copy(self, call, *args) -> None:
+        # A full disk must not turn every print into an error that hides the job's own.
+        if self._copy.closed:
+            return
+        try:
+            call(*args)
+        except OSError as error:
+            _give_up_copy(self._copy, error, self._stream)
+
+
+def _give_up_copy(copy: TextIO, error: OSError, stream: TextIO) -> None:
+    try:
+        copy.close()
+    except OSError:
+        pass
+    stream.write(f"ms_exp: warning: {copy.name}: {error.strerror or error}; the console is "
+                 "no longer copied there\n")
 
     def __getattr__(self, name):  # isatty, fileno, encoding... of the real stream
         return getattr(self._stream, name)
@@ -33,12 +49,16 @@ class _Tee:
 @contextmanager
 def tee_output(path: Path) -> Iterator[None]:
     stdout, stderr = sys.stdout, sys.stderr
-    with open(path, "a", encoding="utf-8", buffering=1) as copy:
-        sys.stdout, sys.stderr = _Tee(stdout, copy), _Tee(stderr, copy)
+    copy = open(path, "a", encoding="utf-8", buffering=1)
+    sys.stdout, sys.stderr = _Tee(stdout, copy), _Tee(stderr, copy)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
         try:
-            yield
-        finally:
-            sys.stdout, sys.stderr = stdout, stderr
+            copy.close()
+        except OSError as error:
+            _give_up_copy(copy, error, stderr)
 
 
 # A MindSpore log line: "[WARNING] DISTRIBUTED(pid,thread,python):time [file:line] Func] text".

@@ -9,6 +9,7 @@ from ms_exp.job.supervise import launch
 from ms_exp.parallel.launcher_config import launch_style
 from ms_exp.tracking.journal import JOURNAL_VARIABLE
 from ms_exp.train.result import JobResult
+from ms_exp.train.stop_step import clear_stop_step
 
 
 def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
@@ -30,5 +31,6 @@ def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobRe
             "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": tracker.run_id,
             "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
             JOURNAL_VARIABLE: str(tracker.journal or "")}.items() if value}
+    clear_stop_step(run_dir)     # an earlier attempt's, in a resumed run directory
     launch(cfg.parallel, run_dir, env)
     return JobResult.load(run_dir)

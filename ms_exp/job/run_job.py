@@ -7,6 +7,8 @@ is saved there for the ranks, the MLflow run is opened with its params, config, 
 and provenance; then this process trains (stand-alone) or launches the ranks (distributed),
 and whatever happens the outputs are logged and the run ended with its status.
 """
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -14,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.resume import (
+    RUN_RECORD,
     ResumePoint,
     clear_resume_point,
     find_resume_point,
@@ -30,6 +33,7 @@ from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
 from ms_exp.tracking.finished import config_digest
 from ms_exp.tracking.lifecycle import tracked_run
+from ms_exp.tracking.logged_steps import last_logged_steps
 from ms_exp.tracking.params import flatten
 from ms_exp.tracking.store import resolve_tracking_uri
 from ms_exp.train.result import JobResult
@@ -53,18 +57,45 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
             return earlier
     own_dir = run_dir
     resume = find_resume_point(cfg, own_dir, digest, uri)
+    resumed_run_id = _resumed_run_id(resume, tracking)
+    if resumed_run_id and read_run_record(resume.run_dir).get("digest") == digest:
+        # The same config trains the same values again: those already in the run are not
+        # logged twice (another config, e.g. more epochs, may train others: logged again).
+        resume = replace(resume, logged=last_logged_steps(uri, resumed_run_id))
     run_dir = _prepare_run_dir(own_dir, resume)
     config_file = run_dir / RESOLVED_CONFIG
     # What the run trains, not how this command reached it: a re-run (--from-run) or the
     # ranks reading it must not resume again.
     OmegaConf.save(_without_resume(cfg), config_file, resolve=True)
     write_run_record(run_dir, digest=digest, status="RUNNING")
+    try:
+        result = _run_tracked(cfg, run_dir, own_dir, resume, resumed_run_id, config_file,
+                              hydra_dir, overrides, uri, digest)
+    except KeyboardInterrupt:
+        _record_end(run_dir, "KILLED")
+        raise
+    except BaseException:
+        # Also a run that trained to the end but whose MLflow run could not be ended
+        # FINISHED: it is not finished, and resume=auto continues it.
+        _record_end(run_dir, "FAILED")
+        raise
+    # Only now that the MLflow run is ended FINISHED: a job killed before this line is
+    # resumed (nothing left to train: it ends the run FINISHED again), not started afresh.
+    _record_end(run_dir, "FINISHED")
+    return result
+
+
+def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
+                 resume: Optional[ResumePoint], resumed_run_id: Optional[str],
+                 config_file: Path, hydra_dir: Optional[Path], overrides: List[str],
+                 uri: str, digest: str) -> JobResult:
+    """The job inside its MLflow run, which ends when this returns or raises."""
+    tracking = cfg.tracking
     run_name, tags, parent = run_identity(cfg, run_dir, overrides, uri, digest)
-    status = "FAILED"
     with tee_output(run_dir / "console.log"), \
             tracked_run(tracking.enabled, uri, tracking.experiment_name, run_name, tags,
                         parent_run_id=parent,
-                        run_id=_resumed_run_id(resume, tracking),
+                        run_id=resumed_run_id,
                         offline_dir=run_dir) as tracker:
         if resume is None:
             resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
@@ -85,18 +116,23 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
                 from ms_exp.train.rank import train_in_process
 
                 result = train_in_process(cfg, run_dir, tracker)
-            status = "FINISHED"
-        except KeyboardInterrupt:
-            status = "KILLED"
-            raise
         finally:
-            write_run_record(run_dir, status=status)
             log_outputs(tracker, run_dir, cfg)
         report_result(result, tracker, uri)
         sliced = sliced_checkpoint_lines(run_dir, cfg)
         if sliced:
             print("\n".join(sliced), flush=True)
         return result
+
+
+def _record_end(run_dir: Path, status: str) -> None:
+    """The status in the run record; on a full disk a warning, so that the error that
+    ended the job is the one reported (the record still says RUNNING: resumable)."""
+    try:
+        write_run_record(run_dir, status=status)
+    except OSError as error:
+        print(f"ms_exp: warning: {run_dir / RUN_RECORD}: not updated to {status} "
+              f"({error.strerror or error})", file=sys.stderr, flush=True)
 
 
 def _prepare_run_dir(own_dir: Path, resume: Optional[ResumePoint]) -> Path:

@@ -4,9 +4,12 @@ Metric names are stable and always stepped by the global training step, so the M
 can overlay runs: ``train/loss``, ``train/step_time_ms``, ``train/samples_per_s``,
 ``train/epoch_time_s``, and ``eval/<metric>`` after each epoch's evaluation. A network with
 several losses (Wide&Deep) adds ``train/<name>`` for each, ``train/loss`` being its first.
+
+A resumed job leaves out the steps its run has already (``already_logged``, by the groups of
+ms_exp/tracking/logged_steps.py), so every step is in the run once.
 """
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 from mindspore.train import Callback
@@ -29,8 +32,10 @@ def loss_value(net_outputs) -> float:
 
 class MlflowMetrics(Callback):
     def __init__(self, tracker: RunTracker, samples_per_step: int, log_every_n_steps: int,
-                 loss_names: Sequence[str] = ()):
+                 loss_names: Sequence[str] = (),
+                 already_logged: Optional[Mapping[str, int]] = None):
         super().__init__()
+        self.already_logged = dict(already_logged or {})
         self.loss_names = tuple(loss_names)
         self.tracker = tracker
         self.samples_per_step = samples_per_step
@@ -57,7 +62,7 @@ class MlflowMetrics(Callback):
         self._step_start = now
         self._epoch_step_times.append(step_time)
         self.global_step = params.cur_step_num
-        if self.global_step % self.every == 0:
+        if self.global_step % self.every == 0 and self._new("step"):
             metrics = {f"train/{name}": value for name, value in
                        loss_parts(params.net_outputs, self.loss_names).items()}
             # The first of several losses is the loss; converted once, above.
@@ -68,13 +73,29 @@ class MlflowMetrics(Callback):
             self.tracker.log_metrics(metrics, step=self.global_step)
 
     def on_eval_end(self, run_context):
-        results = run_context.original_args().eval_results
+        self.record_eval(run_context.original_args().eval_results)
+
+    def record_eval(self, results: Mapping[str, float]) -> None:
+        """One evaluation's results, at the current step."""
         # Model.fit adds the eval network's last output as "eval_loss"; the averaged
         # "loss" metric is the one worth plotting.
         metrics = {f"eval/{name}": float(value) for name, value in results.items()
                    if not name.startswith("eval_")}
         self.eval_history.append(metrics)
-        self.tracker.log_metrics(metrics, step=self.global_step)
+        if self._new("eval"):
+            self.tracker.log_metrics(metrics, step=self.global_step)
+
+    def record_epoch(self, epoch: int, epoch_time: Optional[float] = None) -> None:
+        """The end of ``epoch``, at the current step (its time, when it was measured)."""
+        if self._new("epoch"):
+            metrics = {"train/epoch": epoch}
+            if epoch_time is not None:
+                metrics["train/epoch_time_s"] = epoch_time
+            self.tracker.log_metrics(metrics, step=self.global_step)
+
+    def _new(self, group: str) -> bool:
+        """Whether the run lacks this step's metrics of ``group`` (a resumed run's own)."""
+        return self.global_step > self.already_logged.get(group, -1)
 
     def on_train_epoch_end(self, run_context):
         params = run_context.original_args()
@@ -82,7 +103,6 @@ class MlflowMetrics(Callback):
         times = sorted(self._epoch_step_times) or [float("nan")]
         median = times[len(times) // 2]
         throughput = self.samples_per_step / median
-        self.tracker.log_metrics({"train/epoch_time_s": epoch_time,
-                                  "train/epoch": params.cur_epoch_num}, step=self.global_step)
+        self.record_epoch(params.cur_epoch_num, epoch_time)
         print(f"epoch: {params.cur_epoch_num} throughput: {throughput:.1f} samples/s, "
               f"median step time: {median * 1000:.3f} ms", flush=True)

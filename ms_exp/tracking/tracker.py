@@ -20,6 +20,10 @@ from mlflow.entities import Metric, Param, RunTag
 from ms_exp.tracking import provenance
 from ms_exp.tracking.params import param_value
 
+# How a run ended other than FINISHED (ms_exp/tracking/lifecycle.py, recorder.py), and where
+# a resumed run keeps them.
+ENDED_TAGS = ("ms_exp.ended_by", "ms_exp.error")
+EARLIER_END_TAG = "ms_exp.earlier_end"
 # MLflow refuses more than 100 params in one log_batch call.
 _PARAMS_PER_BATCH = 100
 # Merge queued metric batches for up to this long before writing them.
@@ -52,9 +56,10 @@ class Tracker:
         from ms_exp.tracking.store import ensure_experiment
 
         if run_id:
-            experiment_id = client.get_run(run_id).info.experiment_id
+            run = client.get_run(run_id)
             client.update_run(run_id, status="RUNNING")
-            tracker = cls(client, run_id, experiment_id)
+            tracker = cls(client, run_id, run.info.experiment_id)
+            tracker._forget_how_it_ended(run.data.tags)
             if tags:
                 tracker.set_tags(tags)
             return tracker
@@ -63,6 +68,18 @@ class Tracker:
             tags = {**tags, "mlflow.parentRunId": parent_run_id}
         run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
         return cls(client, run.info.run_id, experiment_id)
+
+    def _forget_how_it_ended(self, tags: Mapping[str, str]) -> None:
+        """A reopened run is running again: how its last attempt ended (killed, failed) is
+        no longer how the run ended, and is kept as ``ms_exp.earlier_end`` instead."""
+        ended = [tags[key] for key in ENDED_TAGS if key in tags]
+        if not ended:
+            return
+        earlier = tags.get(EARLIER_END_TAG)
+        self.set_tags({EARLIER_END_TAG: "; ".join([earlier, *ended] if earlier else ended)[-5000:]})
+        for key in ENDED_TAGS:
+            if key in tags:
+                self.client.delete_tag(self.run_id, key)
 
     @property
     def tracking_uri(self) -> str:

@@ -1,8 +1,8 @@
 """The callbacks a rank hands ``Model.fit`` (or the functional loop's ``fit``), in the order
 they must run: the console monitors, MLflow's metrics, checkpoints (and stage one's
 snapshots, and on CPU the emulated semi-auto layouts), the progress bar, the user's
-(``trainer.callbacks``), then resuming at a step, flushing metrics after each checkpoint and
-stopping at a step boundary on a signal."""
+(``trainer.callbacks``), then resuming at a step and stopping at a step boundary on a
+signal."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -22,9 +22,10 @@ from ms_exp.config.schema import CALLBACK_TARGET
 from ms_exp.config.targets import build
 from ms_exp.data.build import loader_settings
 from ms_exp.tracking.callback import MlflowMetrics
-from ms_exp.train.loop_control import FlushAfterCheckpoint, StartAtStep, StopOnSignal
+from ms_exp.train.loop_control import StartAtStep, StopOnSignal
 from ms_exp.train.monitors import FitTimeMonitor, LossPartsMonitor
 from ms_exp.train.progress import ProgressBar, wants_progress_bar
+from ms_exp.train.stop_step import stop_step_file
 
 # Parallel modes whose parameters may be split over the ranks (where MindSpore runs them).
 SHARDED_MODES = ("semi_auto", "auto")
@@ -40,18 +41,23 @@ class FitCallbacks:
 
 def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, tracker,
                      steps_per_epoch: int, start_step: int, loss_names: Sequence[str],
-                     best_metric: str, strategies) -> FitCallbacks:
+                     best_metric: str, strategies, already_logged=None) -> FitCallbacks:
+    """``already_logged``: the last step of each group of curves the MLflow run has (a
+    resumed run's, ms_exp/tracking/logged_steps.py)."""
     interval = cfg.trainer.loss_print_interval
     monitor = LossPartsMonitor(loss_names, interval) if loss_names else LossMonitor(interval)
     global_batch = loader_settings(cfg.dataset)["batch_size"] * runtime.group_size
     metrics = MlflowMetrics(tracker, global_batch,
-                            cfg.tracking.log_every_n_steps, loss_names)
+                            cfg.tracking.log_every_n_steps, loss_names, already_logged)
     callbacks = [monitor, FitTimeMonitor(), metrics]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode,
                                              best_metric, start_step, runtime.rank_id,
                                              sharded=runtime.parallel_mode in SHARDED_MODES
-                                             and not runtime.emulated)
+                                             and not runtime.emulated,
+                                             # the metrics of the steps a checkpoint holds
+                                             # are in MLflow before it exists
+                                             before_save=tracker.flush)
     if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
         callbacks.append(_snapshots(cfg, network, run_dir, steps_per_epoch, tracker))
     if runtime.emulated:
@@ -71,9 +77,8 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
     if start_step:
         callbacks.insert(0, StartAtStep(start_step))
-    if saver is not None:
-        callbacks.append(FlushAfterCheckpoint(saver, tracker))
-    callbacks.append(StopOnSignal(saver))
+    callbacks.append(StopOnSignal(
+        saver, stop_step_file(run_dir) if runtime.group_size > 1 else None))
     return FitCallbacks(callbacks, metrics, saver, best)
 
 

@@ -129,6 +129,12 @@ class FunctionalTrainer:
             print(f"{self.overflow_steps} steps had gradients that overflowed: {done}",
                   flush=True)
 
+    def eval(self, eval_set, dataset_sink_mode: bool = False) -> dict:
+        """``Model.eval`` for this loop: the metrics over ``eval_set``."""
+        params = _InternalCallbackParam(cur_step_num=0, batch_num=0, net_outputs=None)
+        self._evaluate(eval_set, params, [])
+        return params.metrics
+
     def _evaluate(self, eval_set, params, callbacks: List[Callback]) -> None:
         """The tutorial's evaluation after each epoch, reported to the callbacks as
         Model.fit reports its own (``eval_results``: the metrics and ``eval_loss``)."""

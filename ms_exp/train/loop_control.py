@@ -1,8 +1,12 @@
 """Callbacks that move where ``Model.fit`` starts and stops: a resumed run starts at the
 step after its checkpoint, an interrupted one stops at a step boundary with a checkpoint."""
+from pathlib import Path
+from typing import Optional
+
 from mindspore.train import Callback
 
 from ms_exp.tracking.lifecycle import StepBoundary, Terminated
+from ms_exp.train.stop_step import agreed_stop_step, propose_stop_step
 
 
 class StartAtStep(Callback):
@@ -22,46 +26,46 @@ class StopOnSignal(Callback):
     """Acts on a SIGINT/SIGTERM held by ms_exp.tracking.lifecycle until the step ended:
     saves a checkpoint of that step with ``saver`` (when checkpoints are saved) and raises
     Terminated, which ends the MLflow run KILLED. Must come after the other callbacks, so the
-    step's metrics and regular checkpoint are written first."""
+    step's metrics and regular checkpoint are written first.
 
-    def __init__(self, saver=None):
+    With ``stop_file`` (a distributed job) the ranks stop after the step they agree on there
+    (ms_exp/train/stop_step.py), one after the signal, also a rank that saw no signal."""
+
+    def __init__(self, saver=None, stop_file: Optional[Path] = None):
         super().__init__()
         self.saver = saver
+        self.stop_file = stop_file
+        self.stop_at: Optional[int] = None
 
     def on_train_begin(self, run_context):
         StepBoundary.armed = True
 
     def on_train_step_end(self, run_context):
-        if StepBoundary.pending:
+        if self.stop_file is None:
+            if StepBoundary.pending:
+                self._stop(run_context)
+            return
+        step = run_context.original_args().cur_step_num
+        if self.stop_at is None:
+            if StepBoundary.pending:
+                self.stop_at = propose_stop_step(self.stop_file, step + 1)
+            else:
+                self.stop_at = agreed_stop_step(self.stop_file)
+        if self.stop_at is not None and step >= self.stop_at:
             self._stop(run_context)
 
     def on_train_end(self, run_context):
         # A signal during the last evaluation: the final checkpoint is written by now.
-        if StepBoundary.pending:
+        if StepBoundary.pending or self.stop_at is not None:
             self._stop(run_context)
         StepBoundary.reset()
 
     def _stop(self, run_context) -> None:
-        message = StepBoundary.pending
+        message = StepBoundary.pending or \
+            f"another rank received a signal: all stop after step {self.stop_at}"
         StepBoundary.reset()
         if self.saver is not None:
             self.saver.save_now(run_context)
             print(f"interrupted: checkpoint {self.saver.latest_ckpt_file_name} saved",
                   flush=True)
         raise Terminated(message)
-
-
-class FlushAfterCheckpoint(Callback):
-    """Once a checkpoint is written, wait until the metrics of the steps it holds are in the
-    MLflow run: a run killed later and resumed from it then has no gap in its curves (the
-    steps after the checkpoint are trained and logged again). Comes after ``saver``."""
-
-    def __init__(self, saver, tracker):
-        super().__init__()
-        self.saver, self.tracker = saver, tracker
-        self.flushed = saver.latest_ckpt_file_name
-
-    def on_train_step_end(self, run_context):
-        if self.saver.latest_ckpt_file_name != self.flushed:
-            self.flushed = self.saver.latest_ckpt_file_name
-            self.tracker.flush()

@@ -70,7 +70,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
                              steps_per_epoch)
     fit = create_callbacks(cfg, network, runtime, run_dir, ckpt_dir, tracker,
                            steps_per_epoch, start_step, loss_names, option.best_metric,
-                           strategies)
+                           strategies, resume.logged if resume is not None else None)
 
     # The MLflow run is created by the sidecar meanwhile (ms_exp/tracking/sidecar.py); a
     # store that cannot be reached stops the job here, before training.
@@ -79,6 +79,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         # Where a resumed job appends (ms_exp/checkpoint/resume.py); read without asking
         # MLflow.
         write_run_record(run_dir, run_id=tracker.run_id)
+    if resume is not None and _evaluation_missing(start_step, steps_per_epoch, resume.logged):
+        _evaluate_epoch(model, eval_set, fit, start_step, steps_per_epoch)
     after_fit = boost_option(cfg.boost).after_fit
     try:
         if start_step < epochs * steps_per_epoch:
@@ -108,6 +110,27 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         last_checkpoint=last_checkpoint(ckpt_dir, cfg.checkpoint.prefix)
         if cfg.checkpoint.save else None,
         best_checkpoint=best.path if best and best.path.exists() else None)
+
+
+def _evaluation_missing(start_step: int, steps_per_epoch: int, logged) -> bool:
+    """Whether the checkpoint resumed from ends an epoch whose evaluation is not in the run:
+    the job was killed after the epoch's last checkpoint, before or while evaluating (a
+    resumed ``Model.fit`` starts with the next epoch, and without one more epoch to train
+    the run would end without its final evaluation)."""
+    ends_epoch = start_step > 0 and start_step % steps_per_epoch == 0
+    return ends_epoch and logged.get("eval", -1) < start_step
+
+
+def _evaluate_epoch(model, eval_set, fit, step: int, steps_per_epoch: int) -> None:
+    epoch = step // steps_per_epoch
+    print(f"epoch {epoch} was not evaluated before the run stopped: evaluating it now",
+          flush=True)
+    results = model.eval(eval_set, dataset_sink_mode=False)
+    fit.metrics.global_step = step
+    fit.metrics.record_eval(results)
+    fit.metrics.record_epoch(epoch)     # its time is unknown: that attempt was cut short
+    if fit.best is not None:
+        fit.best.consider(results, epoch)
 
 
 def global_batch_note(ranks: int, batch: int, steps_per_epoch: int, shard_size: int) -> str:

@@ -1,0 +1,36 @@
+"""How far a run's curves already reach in MLflow, so that a resumed job logs every step once.
+
+A job resumed from its checkpoint at step S trains the steps after S again. Those the
+interrupted attempt had logged are in the run already, with the same values (training
+resumes bit for bit, docs/guides/resilience.md); logging them again would put two points at
+each of those steps. So before the ranks start, the launching process reads the last step of
+each group of curves (:data:`GROUPS`) and the training callback leaves those steps out
+(ms_exp/tracking/callback.py). The steps up to S are in the run before S's checkpoint is
+written (``before_save`` in ms_exp/checkpoint/callbacks.py), so nothing is missing either.
+
+A store that cannot be read gives no steps: the job then logs everything again, as twice is
+better than never.
+"""
+from typing import Dict
+
+# Curves logged together, and the metric that says how far each group reaches.
+GROUPS = {"step": "train/loss", "epoch": "train/epoch", "eval": "eval/loss"}
+
+
+def last_logged_steps(tracking_uri: str, run_id: str) -> Dict[str, int]:
+    """``{group: last step}`` for each group of :data:`GROUPS` the run has."""
+    from mlflow import MlflowClient
+
+    from ms_exp.tracking.recorder import detect_outages_quickly
+
+    detect_outages_quickly()
+    client = MlflowClient(tracking_uri)
+    steps = {}
+    try:
+        for group, key in GROUPS.items():
+            history = client.get_metric_history(run_id, key)
+            if history:
+                steps[group] = max(metric.step for metric in history)
+    except Exception:  # noqa: BLE001 - see the module's docstring
+        return {}
+    return steps
