@@ -139,6 +139,20 @@ def test_mnist_folder_missing_an_idx_file_is_refused(tmp_path, data):
         assert present not in line
 
 
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_mnist_file_with_no_samples_says_so(tmp_path, split):
+    """Header and size agree on 0 images: refused for the file, not for dataset.batch_size
+    (which the training split's 0 samples used to be blamed on)."""
+    counts = {"train": 0, "test": 10} if split == "train" else {"train": 96, "test": 0}
+    root = write_mnist(tmp_path / "mnist_empty", **counts)
+    line = assert_refused(run_cli(tmp_path, "dataset=mnist", f"dataset.path={root}"),
+                          tmp_path)
+    images = "train-images-idx3-ubyte" if split == "train" else "t10k-images-idx3-ubyte"
+    assert line == (f"ms_exp: error: dataset.path='{root}': not allowed; expected MNIST idx "
+                    f"files as MnistDataset reads them ({images} holds no samples: its "
+                    "header says 0 images)")
+
+
 def test_mnist_without_path_or_data_path_is_refused(tmp_path):
     line = assert_refused(run_cli(tmp_path, "dataset=mnist"), tmp_path)
     assert line.startswith("ms_exp: error: dataset.path="), line

@@ -111,6 +111,64 @@ def test_printed_mlflow_ui_command_is_safe_to_paste_into_a_shell(tmp_path, monke
         assert not marker.exists(), payload
 
 
+# A run directory or data folder as hostile as a path gets: spaces, both quotes, and every
+# payload that would create ./PWNED in a shell.
+HOSTILE_DIR = "a b 'q' \"dq\" " + " ".join(SHELL_PAYLOADS)
+
+
+def pasted_argv(line: str, prefix: str, tmp_path: Path, program: str) -> List[str]:
+    """Run the command after ``prefix`` in ``line`` through ``bash -c`` with ``program``
+    replaced by a recorder; return the arguments it received."""
+    assert prefix in line, line
+    command = line.split(prefix, 1)[1]
+    fake_bin = tmp_path / "bin"
+    argv_recorder(fake_bin, program)
+    argv_file = tmp_path / "argv"
+    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+           "ARGV_FILE": str(argv_file)}
+    subprocess.run(["bash", "-c", command], env=env, check=True, cwd=tmp_path)
+    assert not (tmp_path / MARKER).exists(), command
+    return recorded_argv(argv_file)
+
+
+def test_printed_upload_command_is_safe_to_paste_into_a_shell(tmp_path):
+    """The journal's ``upload with:`` hint (printed by the job's report and the recorder's
+    warnings) reaches python with the run directory as one argument, nothing executed."""
+    from ms_exp.tracking.journal import OFFLINE_DIR, offline_note
+
+    run_dir = tmp_path / HOSTILE_DIR / "run"
+    journal = run_dir / OFFLINE_DIR / "20261123-000000-1.jsonl"
+    for run_id in (None, "abc123"):
+        line = offline_note("http://127.0.0.1:9", journal, run_id)
+        assert pasted_argv(line, "upload with: ", tmp_path, "python") == [
+            "-m", "ms_exp.tracking.upload", str(run_dir)]
+
+
+def test_printed_criteo_commands_are_safe_to_paste_into_a_shell(tmp_path, monkeypatch,
+                                                                capsys):
+    """``train on it:`` of the converter and ``convert it:`` of the sample writer: the
+    folder reaches the program as one argument, and Hydra reads the path back verbatim."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ms_exp.data.criteo_convert import train_command
+    from ms_exp.data.criteo_sample import main as sample_main
+
+    out_dir = str(tmp_path / HOSTILE_DIR / "criteo")
+    argv = pasted_argv(f"train on it: {train_command(out_dir)}", "train on it: ", tmp_path,
+                       "python")
+    assert argv[:4] == ["-m", "ms_exp.run", "model=wide_deep", "dataset=criteo"]
+    assert OverridesParser.create().parse_override(argv[4]).value() == out_dir
+
+    (tmp_path / HOSTILE_DIR).mkdir(exist_ok=True)
+    monkeypatch.chdir(tmp_path / HOSTILE_DIR)
+    out_file = tmp_path / HOSTILE_DIR / "sample.txt"
+    assert sample_main([str(out_file), "--lines", "5"]) == 0
+    line = next(text for text in capsys.readouterr().out.splitlines()
+                if text.startswith("convert it: "))
+    assert pasted_argv(line, "convert it: ", tmp_path, "python") == [
+        "-m", "ms_exp.data.criteo_convert", str(out_file), "OUT_DIR"]
+
+
 def test_printed_mlflow_ui_command_runs_without_an_activated_environment(monkeypatch):
     """Pasted into a shell whose PATH lacks the virtual environment, the command still runs
     the environment's own mlflow; with the environment activated it is plain ``mlflow``."""

@@ -28,6 +28,7 @@ from ms_exp.data.criteo_format import (
     META_FORMAT,
     RECONVERT,
     TRAIN_FILE,
+    damaged_record_file,
     read_meta,
 )
 
@@ -67,16 +68,39 @@ def criteo(split: str, path: str, batch_size: int = 1000, drop_remainder: bool =
 
     # Expanded as validation expands it: MindSpore's readers take "~/criteo" literally.
     root = Path(path).expanduser()
-    size = samples_per_record(SimpleNamespace(path=path, batch_size=batch_size),
-                              read_meta(root))
+    meta = read_meta(root)
+    size = samples_per_record(SimpleNamespace(path=path, batch_size=batch_size), meta)
+    records_file = root / (TRAIN_FILE if split == "train" else EVAL_FILE)
+    check_record_file(path, records_file, meta)
     workers = num_parallel_workers
     # MindSpore's readers and map take lists of column names, not tuples. With shards,
     # MindDataset gives every rank ceil(records / shards) records, repeating a few.
-    records = ds.MindDataset(str(root / (TRAIN_FILE if split == "train" else EVAL_FILE)),
+    records = ds.MindDataset(str(records_file),
                              columns_list=list(COLUMNS), shuffle=shuffle,
                              num_parallel_workers=workers, num_shards=num_shards,
                              shard_id=shard_id)
     return unpack(records.batch(batch_size // size, drop_remainder=drop_remainder), workers)
+
+
+# Record files found whole in this process: (path, size, mtime) -> True.
+_WHOLE_FILES = set()
+
+
+def check_record_file(path: str, records_file: Path, meta: dict) -> None:
+    """Refuse a record file that differs from what the converter recorded (size, CRC32)
+    before MindSpore reads it: a truncated one stops the job mid-epoch with "Failed to
+    read file" naming no file, and some flipped bytes kill it with SIGSEGV, printing
+    nothing. The CRC reads the whole file once a process (about a second a GB)."""
+    stat = records_file.stat()
+    key = (str(records_file.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key in _WHOLE_FILES:
+        return
+    problem = damaged_record_file(records_file, meta)
+    if problem is not None:
+        raise ConfigError("dataset.path", path, f"a folder written by the Criteo converter, "
+                          f"unchanged since; {RECONVERT}",
+                          problem=f"{records_file} {problem}")
+    _WHOLE_FILES.add(key)
 
 
 def vocab_size(path: str) -> int:

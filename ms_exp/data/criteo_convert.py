@@ -44,6 +44,8 @@ interrupted or failed run never leaves half a dataset where training would read 
 """
 import argparse
 import os
+import re
+import shlex
 import shutil
 import sys
 import zlib
@@ -80,6 +82,28 @@ class Options:
     seed: int
     overwrite: bool
     samples_per_record: int = DEFAULT_SAMPLES_PER_RECORD
+
+
+# Characters a Hydra override value may hold unquoted (besides letters and digits).
+HYDRA_PLAIN = set("/._-~+:@%")
+
+
+def hydra_value(value: str) -> str:
+    """``value`` as Hydra's override grammar reads it back verbatim: plain, or in single
+    quotes with its quotes escaped (and the backslashes before a quote or at the end, the
+    only ones Hydra unescapes)."""
+    if value and all(c.isalnum() or c in HYDRA_PLAIN for c in value):
+        return value
+    quoted = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)
+    return f"'{quoted}'"
+
+
+def train_command(out_dir) -> str:
+    """The command that trains on ``out_dir``, printed for the user to paste: the path is
+    quoted for Hydra and the whole argument for the shell."""
+    return shlex.join(["python", "-m", "ms_exp.run", "model=wide_deep", "dataset=criteo",
+                       f"dataset.path={hydra_value(str(out_dir))}"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,8 +232,7 @@ def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO
     print(f"wrote {sizes[0]} train and {sizes[1]} eval samples, vocab_size "
           f"{vocabulary.size} ({vocabulary.mode}), to {options.out_dir}", file=out)
     print(packing_summary(meta), file=out)
-    print(f"train on it: python -m ms_exp.run model=wide_deep dataset=criteo "
-          f"dataset.path={options.out_dir}", file=out)
+    print(f"train on it: {train_command(options.out_dir)}", file=out)
     return meta
 
 

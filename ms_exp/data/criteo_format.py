@@ -5,14 +5,18 @@ writes, and what the reader (``ms_exp.data.criteo``) and the config checks
 A converted folder holds ``train.mindrecord`` and ``eval.mindrecord``, whose records pack
 ``samples_per_record`` N samples each (columns ``feat_ids`` int32 [N, 39], ``feat_vals``
 float32 [N, 39], ``label`` float32 [N, 1]), and ``criteo_meta.json``, which says N, the
-vocabulary size and the sample counts, under format number META_FORMAT. The raw text the
+vocabulary size, the sample counts and each record file's size and CRC32 (``files``: a
+file damaged after conversion is named before training; MindSpore's reader dies with
+SIGSEGV on some flipped bytes), under format number META_FORMAT. The raw text the
 converter reads has RAW_FIELDS tab-separated fields a line: the label, DENSE_FIELDS
 integers and CATEGORICAL_FIELDS hexadecimal categories.
 
 Nothing here imports MindSpore: the checks read the meta file before it may be imported.
 """
 import json
+import zlib
 from pathlib import Path
+from typing import Optional
 
 DENSE_FIELDS = 13
 CATEGORICAL_FIELDS = 26
@@ -41,3 +45,34 @@ def record_schema(samples_per_record: int) -> dict:
 def read_meta(path) -> dict:
     """The converter's ``criteo_meta.json`` in folder ``path``."""
     return json.loads((Path(path).expanduser() / META_FILE).read_text())
+
+
+# The meta key of the record files' sizes and CRC32s (absent in folders converted before
+# it: those are not verified).
+FILES_KEY = "files"
+CRC_CHUNK = 1 << 20
+
+
+def file_digest(path: Path) -> dict:
+    """``{"bytes": size, "crc32": CRC32 of the content}`` of ``path``."""
+    crc = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CRC_CHUNK), b""):
+            crc = zlib.crc32(chunk, crc)
+    return {"bytes": path.stat().st_size, "crc32": crc}
+
+
+def damaged_record_file(path: Path, meta: dict) -> Optional[str]:
+    """What differs in record file ``path`` from what the converter recorded in ``meta``
+    (its size, then its CRC32), None if nothing does or nothing was recorded."""
+    recorded = (meta.get(FILES_KEY) or {}).get(path.name)
+    if not isinstance(recorded, dict):
+        return None
+    size = path.stat().st_size
+    if size != recorded.get("bytes"):
+        return f"is {size} bytes; the converter wrote {recorded.get('bytes')} (truncated " \
+               "or changed since)"
+    if file_digest(path)["crc32"] != recorded.get("crc32"):
+        return "has changed since it was converted (its CRC32 differs from the one in " \
+               f"{META_FILE}: corrupt)"
+    return None

@@ -22,9 +22,11 @@ from ms_exp.data.criteo_format import (
     DENSE_FIELDS,
     EVAL_FILE,
     FIELD_SIZE,
+    FILES_KEY,
     META_FILE,
     META_FORMAT,
     TRAIN_FILE,
+    file_digest,
     record_schema,
 )
 from ms_exp.data.criteo_text import Malformed, Progress, Stats, read_valid
@@ -161,6 +163,8 @@ def write_meta(folder: Path, raw: Path, stats: Stats, vocabulary,
         "source": str(raw),
         "eval_fraction": eval_fraction,
         "seed": seed,
+        # The finished record files, so that a file damaged later is named before training.
+        FILES_KEY: {name: file_digest(folder / name) for name in (TRAIN_FILE, EVAL_FILE)},
     }
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return meta

@@ -17,6 +17,7 @@ Memory: about 170 bytes a line while it runs (the drawn columns), whatever N is.
 import argparse
 import gzip
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,7 +244,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bad = f" and {malformed} malformed" if malformed else ""
     print(f"wrote {lines} valid{bad} lines (seed {seed}, {size:,} bytes) to {out_file}; "
           "a Criteo-format sample, not Criteo data")
-    print(f"convert it: python -m ms_exp.data.criteo_convert {out_file} OUT_DIR")
+    print(f"convert it: python -m ms_exp.data.criteo_convert {shlex.quote(str(out_file))} "
+          "OUT_DIR")
     return 0
 
 

@@ -4,11 +4,16 @@ Transforms are the model zoo's ResNet ones: random-resized crop and flip for tra
 resize to size/0.875 and center crop for evaluation. Classes are the sorted folder names of
 the training split, and the eval split is read with the same indexing so a class missing
 from it does not shift the labels.
+
+Every image of the split is checked (header and end, ``headers.check_image_folder``) before
+the reader is built: a JPEG cut off inside its header makes MindSpore's Decode die with
+SIGFPE mid-epoch, printing nothing; here it is refused with its path before training.
 """
 from pathlib import Path
 
 import mindspore.dataset as ds
 
+from ms_exp.data.headers import check_image_folder
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 from ms_exp.data.transforms import normalize
 
@@ -32,6 +37,9 @@ def imagenet(split: str, path: str, train_dir: str = "train", eval_dir: str = "v
     root = Path(path).expanduser()
     indexing = {name: index for index, name in enumerate(class_folders(root / train_dir))}
     size = image_size
+    key, name = ("dataset.train_dir", train_dir) if split == "train" else \
+        ("dataset.eval_dir", eval_dir)
+    check_image_folder(key, name, root / name, IMAGE_EXTENSIONS)
     if split == "train":
         folder = root / train_dir
         ops = [ds.vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333)),

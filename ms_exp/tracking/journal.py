@@ -20,6 +20,7 @@ store and names the run they went to, so an upload cut short goes on where it st
 """
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
@@ -45,7 +46,9 @@ def run_dir_of(journal: Path) -> Path:
 
 
 def upload_command(run_dir: Path) -> str:
-    return f"python -m {UPLOAD_MODULE} {Path(run_dir).absolute()}"
+    """The command that uploads ``run_dir``'s journals, shell-quoted: it is printed for the
+    user to paste, and a run directory may hold spaces, quotes or ``$(...)``."""
+    return shlex.join(["python", "-m", UPLOAD_MODULE, str(Path(run_dir).absolute())])
 
 
 def offline_note(uri: str, journal: Path, run_id: Optional[str]) -> str:

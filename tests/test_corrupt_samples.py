@@ -1,0 +1,232 @@
+"""Damaged image files are named before training, never a silent death.
+
+A JPEG cut off inside its header (before its first scan) makes MindSpore's Decode divide by
+zero: the job died with SIGFPE (exit 136), printing nothing, its MLflow run KILLED and
+``run.json`` RUNNING. ``ms_exp.data.headers.damaged_image`` reads each file's header and
+last bytes; the image folder option checks every file of a split when it is built.
+"""
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from datafiles import write_image_folder
+
+from ms_exp.config.errors import ConfigError
+from ms_exp.data.headers import check_image_folder, damaged_image
+from ms_exp.data.spec import IMAGE_EXTENSIONS
+
+TINY_RESNET18 = ["model=resnet", "model.depth=18", "model.width=0.125",
+                 "dataset.image_size=32", "dataset.batch_size=4"]
+SIGFPE_EXIT = 128 + 8
+
+
+def encoded(fmt: str) -> bytes:
+    from PIL import Image
+
+    pixels = (np.random.default_rng(0).random((40, 40, 3)) * 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format=fmt)
+    return out.getvalue()
+
+
+def first_scan(jpeg: bytes) -> int:
+    return jpeg.index(b"\xff\xda")
+
+
+def problem_of(tmp_path: Path, content: bytes) -> str:
+    path = tmp_path / "image.JPEG"
+    path.write_bytes(content)
+    return damaged_image(path)
+
+
+def test_whole_images_pass(tmp_path):
+    for fmt in ("JPEG", "PNG", "BMP"):
+        assert problem_of(tmp_path, encoded(fmt)) is None, fmt
+    folder = write_image_folder(tmp_path / "images")
+    assert check_image_folder("dataset.train_dir", "train", folder / "train",
+                              IMAGE_EXTENSIONS) == 24
+
+
+def test_a_jpeg_cut_off_in_its_header_is_named(tmp_path):
+    jpeg = encoded("JPEG")
+    # Every cut before the scan starts: the cuts MindSpore's Decode dies on with SIGFPE
+    # (after the frame header) and those it refuses.
+    for size in (3, 10, 100, 200, first_scan(jpeg), first_scan(jpeg) + 4):
+        problem = problem_of(tmp_path, jpeg[:size])
+        assert problem == (f"has a cut-off JPEG header ({size} bytes, it ends before its "
+                           "first scan)"), size
+
+
+def test_a_cut_off_or_unreadable_file_is_named(tmp_path):
+    jpeg, png, bmp = encoded("JPEG"), encoded("PNG"), encoded("BMP")
+    cases = {
+        b"": "is empty (0 bytes)",
+        b"not an image at all": "is not a JPEG, PNG or BMP image (19 bytes)",
+        jpeg[:first_scan(jpeg) + 100]: f"is cut off ({first_scan(jpeg) + 100} bytes, no "
+                                        "JPEG end-of-image marker)",
+        png[:len(png) // 2]: f"is cut off ({len(png) // 2} bytes, no PNG IEND chunk)",
+        png[:-4]: f"is cut off ({len(png) - 4} bytes, no PNG IEND chunk)",
+        bmp[:len(bmp) - 10]: f"is cut off ({len(bmp) - 10} bytes; its header says "
+                             f"{len(bmp)})",
+    }
+    for content, expected in cases.items():
+        assert problem_of(tmp_path, content) == expected
+
+
+def test_a_folder_names_its_first_damaged_file_and_counts_the_rest(tmp_path):
+    folder = write_image_folder(tmp_path / "images")
+    cat = folder / "train" / "cat" / "cat_train_0003.JPEG"
+    dog = folder / "train" / "dog" / "dog_train_0001.JPEG"
+    cat.write_bytes(cat.read_bytes()[:200])
+    dog.write_bytes(b"")
+    with pytest.raises(ConfigError) as refused:
+        check_image_folder("dataset.train_dir", "train", folder / "train", IMAGE_EXTENSIONS)
+    assert str(refused.value) == (
+        f"dataset.train_dir='train': {cat} has a cut-off JPEG header (200 bytes, it ends "
+        f"before its first scan); 1 more damaged file in {folder / 'train'}; expected class "
+        "folders of whole JPEG, PNG or BMP images; remove or replace the file")
+
+
+def test_a_truncated_jpeg_stops_the_job_before_training_naming_the_file(tmp_path):
+    """The job of the report: a folder that trains, with one JPEG cut off inside its header.
+    Before: SIGFPE (exit 136), nothing printed, run.json RUNNING."""
+    data = write_image_folder(tmp_path / "images")
+    bad = data / "train" / "cat" / "cat_train_0003.JPEG"
+    bad.write_bytes(bad.read_bytes()[:200])
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ms_exp.run", f"hydra.run.dir={work / 'run'}",
+         "trainer.progress_bar=never", "trainer.epochs=1", "dataset=imagenet",
+         f"dataset.path={data}", *TINY_RESNET18],
+        cwd=work, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True,
+        text=True, timeout=240)
+    assert proc.returncode not in (SIGFPE_EXIT, -8), proc.returncode
+    assert proc.returncode != 0
+    expected = (f"dataset.train_dir='train': {bad} has a cut-off JPEG header (200 bytes, it "
+                "ends before its first scan); expected class folders of whole JPEG, PNG or "
+                "BMP images; remove or replace the file")
+    assert expected in proc.stderr, proc.stderr[-3000:]
+    assert "loss is" not in proc.stdout  # stopped before the first step
+    record = work / "run" / "run.json"
+    if record.exists():  # refused in the job (preflight would leave no run directory)
+        assert json.loads(record.read_text())["status"] == "FAILED"
+    store = work / "mlflow.db"
+    if store.exists():
+        import sqlite3
+
+        with sqlite3.connect(store) as db:
+            assert db.execute("SELECT status FROM runs").fetchall() == [("FAILED",)]
+
+
+# --- MNIST: the idx checks run again when the dataset is built ----------------------------
+
+def test_a_truncated_mnist_file_is_named_when_the_dataset_is_built(tmp_path):
+    """A rank or an evaluation builds the dataset without the config checks; MindSpore's
+    reader would stop mid-pipeline naming no file."""
+    from datafiles import write_mnist
+
+    from ms_exp.data.mnist import mnist
+
+    root = write_mnist(tmp_path / "mnist", train=96, test=32)
+    images = root / "train-images-idx3-ubyte"
+    os.truncate(images, images.stat().st_size - 5000)
+    with pytest.raises(ConfigError) as refused:
+        mnist("train", str(root))
+    assert str(refused.value) == (
+        f"dataset.path='{root}': not allowed; expected MNIST idx files as MnistDataset reads "
+        "them (train-images-idx3-ubyte is 70280 bytes; its header says 75280 (truncated or "
+        "not an idx file))")
+
+
+# --- Criteo: record files checked against the sizes and CRC32s the converter recorded -----
+
+@pytest.fixture(scope="module")
+def criteo_folder(tmp_path_factory) -> Path:
+    from datafiles import write_criteo_text
+
+    from ms_exp.data.criteo_convert import main as convert
+
+    root = tmp_path_factory.mktemp("criteo")
+    write_criteo_text(root / "raw.txt", 400)
+    assert convert([str(root / "raw.txt"), str(root / "converted"),
+                    "--samples-per-record", "10"]) == 0
+    return root / "converted"
+
+
+def damaged_copy(source: Path, target: Path, how: str) -> Path:
+    import shutil
+
+    from ms_exp.data.criteo_format import TRAIN_FILE
+
+    shutil.copytree(source, target)
+    records = target / TRAIN_FILE
+    if how == "truncated":
+        os.truncate(records, records.stat().st_size // 2)
+    else:  # bytes overwritten inside the first data page, after the 16 MiB header region
+        with open(records, "r+b") as f:
+            f.seek(16 * 1024 * 1024 + 1000)
+            f.write(b"\xff" * 4000)
+    return target
+
+
+def test_the_converter_records_each_record_file(criteo_folder):
+    from ms_exp.data.criteo_format import (
+        EVAL_FILE,
+        TRAIN_FILE,
+        damaged_record_file,
+        file_digest,
+        read_meta,
+    )
+
+    meta = read_meta(criteo_folder)
+    for name in (TRAIN_FILE, EVAL_FILE):
+        assert meta["files"][name] == file_digest(criteo_folder / name)
+        assert damaged_record_file(criteo_folder / name, meta) is None
+    # Folders converted before the record: nothing to compare, not refused.
+    assert damaged_record_file(criteo_folder / TRAIN_FILE, {"format": 2}) is None
+
+
+@pytest.mark.parametrize("how", ["truncated", "overwritten"])
+def test_a_damaged_record_file_is_named_when_the_dataset_is_built(criteo_folder, tmp_path,
+                                                                  how):
+    from ms_exp.data.criteo import criteo
+    from ms_exp.data.criteo_format import read_meta
+
+    folder = damaged_copy(criteo_folder, tmp_path / how, how)
+    records = folder / "train.mindrecord"
+    written = read_meta(folder)["files"]["train.mindrecord"]["bytes"]
+    problem = (f"is {records.stat().st_size} bytes; the converter wrote {written} (truncated "
+               "or changed since)" if how == "truncated" else
+               "has changed since it was converted (its CRC32 differs from the one in "
+               "criteo_meta.json: corrupt)")
+    with pytest.raises(ConfigError) as refused:
+        criteo("train", str(folder), batch_size=10)
+    assert str(refused.value) == (
+        f"dataset.path='{folder}': {records} {problem}; expected a folder written by the "
+        "Criteo converter, unchanged since; convert again with `python -m "
+        "ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`")
+    criteo("eval", str(folder), batch_size=10)  # the untouched split still builds
+
+
+def test_overwritten_criteo_records_stop_the_job_before_training_naming_the_file(
+        criteo_folder, tmp_path):
+    """Before: SIGSEGV (exit 139) once training read the page, nothing printed."""
+    folder = damaged_copy(criteo_folder, tmp_path / "overwritten", "overwritten")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ms_exp.run", f"hydra.run.dir={work / 'run'}",
+         "trainer.progress_bar=never", "trainer.epochs=1", "model=wide_deep",
+         "dataset=criteo", f"dataset.path={folder}", "dataset.batch_size=10"],
+        cwd=work, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True,
+        text=True, timeout=240)
+    assert proc.returncode not in (139, -11, 0), proc.returncode
+    assert (f"{folder / 'train.mindrecord'} has changed since it was converted"
+            in proc.stderr), proc.stderr[-3000:]
+    assert "loss is" not in proc.stdout
