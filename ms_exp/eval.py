@@ -29,8 +29,10 @@ from ms_exp.tracking.store import (
     existing_store,
     job_run,
     missing_store,
+    not_a_database,
     quiet_artifact_downloads,
     resolve_tracking_uri,
+    sqlite_path,
 )
 
 EXIT_BAD_INPUT = 2
@@ -118,7 +120,12 @@ def run_dir_of(checkpoint: Path) -> Path:
     return checkpoint.resolve().parents[2]
 
 
-def config_beside(checkpoint: Path) -> Path:
+def config_beside(checkpoint: Path) -> Optional[Path]:
+    """The config.yaml of the run directory holding ``checkpoint``, None when the file is
+    not in ``<run dir>/checkpoints/rank_<r>/``."""
+    folder = checkpoint.resolve().parent
+    if not (folder.name.startswith("rank_") and folder.parent.name == "checkpoints"):
+        return None
     return run_dir_of(checkpoint) / "config.yaml"
 
 
@@ -140,9 +147,11 @@ def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
     return merged, shown
 
 
-def evaluate(cfg: DictConfig, checkpoint: Path, shown: str) -> dict:
-    """Evaluate ``checkpoint``; the printed line names it as ``shown`` (a merged checkpoint
-    lives in a temporary folder: ``shown`` says what it was merged from)."""
+def prepare(cfg: DictConfig, checkpoint: Path):
+    """The ``Model`` to evaluate, its weights loaded from ``checkpoint``, and the eval set;
+    built before an MLflow run is opened for the evaluation, so a checkpoint of another
+    network (another shape, a missing parameter) is refused in one line and leaves no
+    FAILED run."""
     import mindspore as ms
 
     from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
@@ -164,6 +173,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path, shown: str) -> dict:
         weights = load_verified(checkpoint)
     except DamagedCheckpoint as error:
         raise CkptError(str(error)) from None
+    check_shapes(network, weights, checkpoint)
     not_loaded, _ = ms.load_param_into_net(network, weights)
     if not_loaded:
         raise ConfigError("--checkpoint", str(checkpoint),
@@ -173,6 +183,27 @@ def evaluate(cfg: DictConfig, checkpoint: Path, shown: str) -> dict:
     else:
         model = ms.Model(network, loss_fn=create_training_loss(cfg.loss, spec.num_classes),
                          metrics=eval_metrics(cfg, spec.num_classes))
+    return model, eval_set
+
+
+def check_shapes(network, weights: dict, checkpoint: Path) -> None:
+    """Refuse a checkpoint whose parameters have other shapes than the network's (MindSpore's
+    load_param_into_net raises a RuntimeError of several sentences); the line names the
+    first such parameter and both shapes."""
+    for name, parameter in network.parameters_dict().items():
+        saved = weights.get(name)
+        if saved is not None and tuple(saved.shape) != tuple(parameter.shape):
+            raise ConfigError(
+                "--checkpoint", str(checkpoint),
+                f"a checkpoint of the network the config builds ({name} is "
+                f"{list(saved.shape)} in the checkpoint, {list(parameter.shape)} in the "
+                "network: is an override such as model.* other than the run's?)")
+
+
+def evaluate(model, eval_set, shown: str) -> dict:
+    """Evaluate the prepared ``model``; the printed line names the checkpoint as ``shown``
+    (a merged checkpoint lives in a temporary folder: ``shown`` says what it was merged
+    from)."""
     result = model.eval(eval_set, dataset_sink_mode=False)
     print("result:", result, "ckpt=", shown, flush=True)
     return result
@@ -192,15 +223,27 @@ def main(argv: Optional[List[str]] = None) -> int:
                 config_file, checkpoint = fetch_from_run(client, run, which, Path(workdir))
             else:
                 checkpoint = Path(which)
-                config_file = config_beside(checkpoint)
+                config_file = None if args.config else config_beside(checkpoint)
             if args.config:
                 config_file = args.config
+            elif config_file is None or not Path(config_file).is_file():
+                problem = (f"its run directory {Path(config_file).parent} has no config.yaml"
+                           if config_file is not None else
+                           "not in a run directory (<run dir>/checkpoints/rank_<r>/), so no "
+                           "config.yaml says which network it holds")
+                raise ConfigError("--checkpoint", which, "--config <the run's config.yaml> "
+                                  "with it, or --run-id <run id> instead", problem)
             if not Path(config_file).is_file():
                 raise ConfigError("--config", str(config_file), "the run's config.yaml")
             cfg = load_run_config(Path(config_file), args.overrides)
             validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
+            database = sqlite_path(uri)
+            problem = not_a_database(database) if database is not None else None
+            if problem is not None:
+                raise ConfigError("--tracking-uri" if args.tracking_uri else "tracking.uri",
+                                  uri, "an MLflow store to record the evaluation in", problem)
             shown = str(Path(checkpoint).resolve())
             if args.run_id and Path(workdir).resolve() in Path(checkpoint).resolve().parents:
                 artifact = run.data.tags[f"ms_exp.checkpoint.{which}"]
@@ -214,6 +257,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 verify_checkpoint(Path(checkpoint))
             except DamagedCheckpoint as error:
                 raise CkptError(str(error)) from None
+            model, eval_set = prepare(cfg, Path(checkpoint))
         except (InvalidConfig, CkptError) as error:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -230,7 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 f"{Path(checkpoint).stem}")
         with tracked_run(record, uri, cfg.tracking.experiment_name, name, tags,
                          parent_run_id=args.run_id) as tracker:
-            result = evaluate(cfg, checkpoint, shown)
+            result = evaluate(model, eval_set, shown)
             tracker.log_metrics({f"eval/{k}": float(v) for k, v in result.items()}, step=0)
             if tracker.enabled:
                 print(f"MLflow run {tracker.run_id} (child of {args.run_id or 'no run'}) "

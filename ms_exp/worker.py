@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.run_config import RESOLVED_CONFIG, load_run_config
 from ms_exp.parallel.launcher_config import log_dir
 from ms_exp.parallel.ranks import (
@@ -43,16 +44,41 @@ def attach_tracker(rank_id: int):
                           journal=journal, ends_run=False)
 
 
+EXIT_BAD_INPUT = 2
+
+
+def read_checked_config(run_dir: Path):
+    """The run's config.yaml, read typed and checked by the checks ``python -m ms_exp.run``
+    made of it before it launched this rank (validate_config: all but the machine's free
+    master port, which msrun holds now, and its device, which init_env takes). A file
+    edited, damaged or written by another version since is refused in one line before
+    MindSpore starts, instead of failing inside it."""
+    from ms_exp.config.run_config import choices_from_config
+    from ms_exp.preflight.validate import validate_config
+
+    path = run_dir / RESOLVED_CONFIG
+    cfg = load_run_config(path)
+    try:
+        validate_config(cfg, choices_from_config(cfg))
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{path}: {error}") from None
+    return cfg
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ms_exp.worker", description=__doc__)
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     die_with_parent()       # msrun or mpirun (or the launching process), which die with it
+    try:
+        cfg = read_checked_config(args.run_dir)
+    except InvalidConfig as error:
+        print(f"ms_exp.worker: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
     # MindSpore is imported only now, once this rank dies with its launcher.
     from ms_exp.train.context import init_env
     from ms_exp.train.rank import train
 
-    cfg = load_run_config(args.run_dir / RESOLVED_CONFIG)
     logs = log_dir(cfg.parallel, args.run_dir)
     # The rank its launcher named (RANK_ID, mpirun's OMPI_COMM_WORLD_RANK) records its pid
     # before MindSpore's init, which waits for every rank: a rank stuck there can be stopped.

@@ -17,6 +17,7 @@ directory. Placeholders in arguments and messages: ``<data>`` is the case's data
 ``<cwd>`` the working directory, ``<port>`` a port a test socket is listening on.
 """
 import json
+import multiprocessing
 import shutil
 import socket
 import sqlite3
@@ -67,6 +68,7 @@ class Scene:
 
     def fill(self, text: str) -> str:
         for name, value in {"<data>": str(self.data), "<cwd>": str(self.cwd),
+                            "<cpus>": str(multiprocessing.cpu_count()),
                             **self.placeholders}.items():
             text = text.replace(name, value)
         return text
@@ -262,6 +264,37 @@ def rank_table_of_two_servers(scene: Scene) -> None:
 
 def no_mpirun_on_path(scene: Scene) -> None:
     scene.monkeypatch.setenv("PATH", str(scene.data))
+
+
+def text_file_as_store(scene: Scene) -> None:
+    scene.data.mkdir(parents=True, exist_ok=True)
+    (scene.data / "notes.db").write_text("meeting notes, not a database\n")
+
+
+def checkpoint_file(path: Path) -> Path:
+    """A real MindSpore checkpoint (CRC included) of two small parameters at ``path``."""
+    import mindspore as ms
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ms.save_checkpoint([{"name": "w", "data": ms.Tensor(np.ones((64, 64), np.float32))},
+                        {"name": "b", "data": ms.Tensor(np.zeros(64, np.float32))}],
+                       str(path), crc_check=True)
+    return path
+
+
+def truncated_checkpoint_in_a_run(scene: Scene) -> None:
+    """``<data>/run/checkpoints/rank_0/checkpoint-1_44.ckpt``, cut short as by a full disk."""
+    checkpoint = checkpoint_file(scene.data / "run/checkpoints/rank_0/checkpoint-1_44.ckpt")
+    with open(checkpoint, "r+b") as f:
+        f.truncate(checkpoint.stat().st_size // 2)
+
+
+def checkpoint_outside_a_run(scene: Scene) -> None:
+    checkpoint_file(scene.data / "loose.ckpt")
+
+
+LONG_NAME = "x" * 20000
 
 
 # --- the corpus -------------------------------------------------------------------------
@@ -514,6 +547,121 @@ BAD_INPUTS = {
     "resnet depth": bad(
         "model=resnet", "dataset=synthetic", "dataset.image_shape=[3,32,32]",
         "model.depth=34", message="model.depth=34: not allowed; expected one of 18, 50"),
+    # --- values the types admit but MindSpore, numpy and MLflow do not
+    "learning rate infinite": bad(
+        "optimizer.lr=inf", store=BOTH,
+        message="optimizer.lr=inf: not allowed; expected a finite number (a literal beyond "
+                "1.8e308, such as 1e400, reads as inf)"),
+    "learning rate beyond float64": bad(
+        "optimizer.lr=1e400",
+        message="optimizer.lr=inf: not allowed; expected a finite number (a literal beyond "
+                "1.8e308, such as 1e400, reads as inf)"),
+    "learning rate not a number (nan)": bad(
+        "optimizer.lr=nan",
+        message="optimizer.lr=nan: not allowed; expected a finite number"),
+    "fixed loss scale infinite": bad(
+        "amp.loss_scale=fixed", "amp.loss_scale_value=inf",
+        message="amp.loss_scale_value=inf: not allowed; expected a finite number (a literal "
+                "beyond 1.8e308, such as 1e400, reads as inf)"),
+    "normalisation std nan in a list": bad(
+        "dataset.std=[nan]",
+        message="dataset.std[0]=nan: not allowed; expected a finite number"),
+    "loss part weight infinite": bad(
+        "+loss.parts={a:{weight:inf}}",
+        message="loss.parts.a.weight=inf: not allowed; expected a finite number (a literal "
+                "beyond 1.8e308, such as 1e400, reads as inf)"),
+    "Wide&Deep learning rate infinite": bad(
+        *CRITEO, "model.wide_lr=-inf", setup=criteo,
+        message="model.wide_lr=-inf: not allowed; expected a finite number (a literal beyond "
+                "1.8e308, such as 1e400, reads as inf)"),
+    "seed beyond what set_seed takes": bad(
+        "trainer.seed=1099511627776", store=BOTH,
+        message="trainer.seed=1099511627776: not allowed; expected an integer from 0 to "
+                "4294967295 (what mindspore.set_seed and numpy.random.seed take)"),
+    "seed negative": bad(
+        "trainer.seed=-1",
+        message="trainer.seed=-1: not allowed; expected an integer from 0 to 4294967295 "
+                "(what mindspore.set_seed and numpy.random.seed take)"),
+    "split seed beyond what numpy takes": bad(
+        "dataset.split_seed=4294967296",
+        message="dataset.split_seed=4294967296: not allowed; expected an integer from 0 to "
+                "4294967295 (what mindspore.set_seed and numpy.random.seed take)"),
+    "epochs beyond int32": bad(
+        "trainer.epochs=1180591620717411303424",
+        message="trainer.epochs=1180591620717411303424: not allowed; expected an integer of "
+                "at most 2147483647 (int32, as MindSpore takes it)"),
+    "hidden size below int32": bad(
+        "model.hidden_size=-99999999999",
+        message="model.hidden_size=-99999999999: not allowed; expected an integer of at least "
+                "-2147483648 (int32, as MindSpore takes it)"),
+    "more data workers than CPUs": bad(
+        "dataset.num_parallel_workers=100000", store=BOTH,
+        message="dataset.num_parallel_workers=100000: not allowed; expected an integer from 1 "
+                "to <cpus>, the CPUs of this machine (mindspore.dataset refuses more workers "
+                "than CPUs)"),
+    "experiment name beyond MLflow's limit": bad(
+        f"tracking.experiment_name={LONG_NAME}", store=BOTH,
+        message="tracking.experiment_name='xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."
+                "xxxxxxxxxx': not allowed; expected a name of at most 500 characters, MLflow's "
+                "limit (it has 20000)"),
+    "run name beyond MLflow's SQL stores": bad(
+        f"tracking.run_name={'r' * 251}",
+        message="tracking.run_name='rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr...rrrrrrrrrr': "
+                "not allowed; expected null or a name of at most 250 characters, what "
+                "MLflow's SQL stores hold (it has 251)"),
+    "tracking server without a host": bad(
+        "tracking.uri=http://", store=BOTH,
+        message="tracking.uri='http://': not allowed; expected the address of an MLflow "
+                "server, with its host: http://HOST[:PORT], e.g. http://127.0.0.1:5000"),
+    "tracking server with a port but no host": bad(
+        "tracking.uri=https://:5000",
+        message="tracking.uri='https://:5000': not allowed; expected the address of an MLflow "
+                "server, with its host: https://HOST[:PORT], e.g. http://127.0.0.1:5000"),
+    "tracking store a text file": bad(
+        "tracking.uri=sqlite:///<data>/notes.db", setup=text_file_as_store, store=BOTH,
+        message="tracking.uri='sqlite:///<data>/notes.db': not allowed; expected a SQLite "
+                "database, or a file name that does not exist yet (<data>/notes.db is not a "
+                "SQLite database)"),
+    "tracking store a folder": bad(
+        "tracking.uri=sqlite:///<data>", setup=file_in_the_way,
+        message="tracking.uri='sqlite:///<data>': not allowed; expected a SQLite database, or "
+                "a file name that does not exist yet (<data> is not a file)"),
+    # --- OmegaConf's type messages, in ms_exp's words
+    "normalisation std not a list": bad(
+        "dataset.std=0",
+        message="dataset.std=0: not allowed; expected a list in brackets, e.g. [1, 2]"),
+    "a list as a mapping": bad(
+        "dataset.std={a:1}",
+        message="dataset.std={a:1}: not allowed; expected a list in brackets, e.g. [1, 2]"),
+    "a section set to one value": bad(
+        "trainer=3",
+        message="trainer=3: not allowed; expected a section of keys, not one value (set a key "
+                "of it: section.key=value)"),
+    "null for a key that cannot be null": bad(
+        "model.hidden_size=null",
+        message="model.hidden_size=null: not allowed; expected a value (it cannot be null)"),
+    "a choice given as a list": bad(
+        "optimizer.name=[sgd]",
+        message="optimizer.name=['sgd']: not allowed; expected one of sgd, momentum, adam"),
+    "a string given as a list": bad(
+        "tracking.experiment_name=[a]",
+        message="tracking.experiment_name=['a']: not allowed; expected a string"),
+    "callbacks given one value": bad(
+        "trainer.callbacks=3",
+        message="trainer.callbacks=3: not allowed; expected a mapping in braces, e.g. "
+                "{name: value}"),
+    "an unquoted parenthesis (Hydra's grammar)": bad(
+        "optimizer.lr=()",
+        message="override 'optimizer.lr=()': '(' cannot stand unquoted in the value of "
+                "optimizer.lr (Hydra's parser: mismatched input '('); expected key=value, "
+                "+key=value (add a key), ++key=value (add or set), ~key (remove); quote a "
+                "value that holds , ( ) [ ] { } or spaces"),
+    "an unquoted equals sign (Hydra's grammar)": bad(
+        "optimizer.lr=a=b",
+        message="override 'optimizer.lr=a=b': '=' cannot stand unquoted in the value of "
+                "optimizer.lr (Hydra's parser: mismatched input '='); expected key=value, "
+                "+key=value (add a key), ++key=value (add or set), ~key (remove); quote a "
+                "value that holds , ( ) [ ] { } or spaces"),
     # --- unknown keys
     "unknown model key": bad(
         "model.hiden_size=3",
@@ -943,6 +1091,21 @@ BAD_INPUTS = {
         message="trainer.resume='<data>/run': not allowed; expected a run with a "
                 "checkpoint-<epoch>_<step>.ckpt in each of its 1 rank folders "
                 "(<data>/run/checkpoints)"),
+    "resume from a truncated checkpoint": bad(
+        "trainer.resume=<data>/run/checkpoints/rank_0/checkpoint-1_44.ckpt",
+        setup=truncated_checkpoint_in_a_run, store=BOTH,
+        message="trainer.resume='<data>/run/checkpoints/rank_0/checkpoint-1_44.ckpt': not "
+                "allowed; expected a checkpoint that reads back whole (checkpoint "
+                "<data>/run/checkpoints/rank_0/checkpoint-1_44.ckpt is damaged (truncated or "
+                "corrupt: MindSpore's CRC check or parse failed: Failed to read the "
+                "checkpoint file <data>/run/checkpoints/rank_0/checkpoint-1_44.ckpt. The file "
+                "may be corrupted, and the content cannot be parsed.)); name an older "
+                "checkpoint, or the run directory to resume from its newest good one"),
+    "resume from a checkpoint outside a run": bad(
+        "trainer.resume=<data>/loose.ckpt", setup=checkpoint_outside_a_run,
+        message="trainer.resume='<data>/loose.ckpt': not allowed; expected a checkpoint in a "
+                "run directory, <run dir>/checkpoints/rank_<r>/<file>.ckpt (loose.ckpt is in "
+                "<data>); to evaluate a loose file use python -m ms_exp.eval --checkpoint"),
     "resume a run that saves no checkpoint": bad(
         "checkpoint=none", "trainer.resume=auto", store=BOTH,
         message="trainer.resume='auto': not allowed; expected null with checkpoint=none (a "

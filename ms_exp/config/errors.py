@@ -5,6 +5,7 @@ users of ms_exp get the same facts on one line, and the same shape for the range
 checks that ms_exp adds on top of the schema.
 """
 import re
+from enum import Enum
 from typing import Iterable, Optional
 
 from hydra.errors import MissingConfigException
@@ -20,10 +21,10 @@ class ConfigError(InvalidConfig):
 
     def __init__(self, key: str, value, allowed: str, problem: str = "not allowed"):
         self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"{key}={_show(value)}: {problem}; expected {allowed}")
+        super().__init__(f"{key}={show(value)}: {problem}; expected {allowed}")
 
 
-def _show(value) -> str:
+def show(value) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):  # as the user writes it on the command line and in YAML
@@ -46,26 +47,37 @@ def from_composition_error(error: Exception, overrides: Iterable[str]) -> Option
     """Turn an exception raised by Hydra's compose into one line, or None if unknown."""
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
-    cause = error.__cause__ or error.__context__ or error
-    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
+    # Hydra's exception carries OmegaConf's as its cause; OmegaConf's own (a run's saved
+    # config merged with overrides) may carry the conversion's ValueError as its context.
+    cause = next((e for e in (error.__cause__, error.__context__, error)
+                  if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)),
+                 None)
+    if cause is None:
+        return None
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         parent = cause.parent_node
         keys = sorted(k for k in parent.keys() if k != "hydra") if parent is not None else []
         value = _override_value(cause.full_key, overrides)
         return f"{cause.full_key}={value}: unknown key; expected {one_of(keys)}"
-    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
-        return value_error(cause.full_key, cause)
-    return None
+    shown = None
+    if cause.value is None:  # OmegaConf names no value when merging a node of another kind
+        given = _override_value(cause.full_key, overrides)
+        shown = None if given == "?" else given
+    return value_error(cause.full_key, cause, shown)
 
 
-def value_error(key: str, error: OmegaConfBaseException) -> str:
-    """OmegaConf's refusal of a value (``error.value`` under ``key``) in one line; also for
-    what is typed after composition (each of ``loss.parts``, which Hydra holds untyped so
-    that a part can name a ``_target_`` with its own arguments, and can be given in
-    pieces: ``+loss.parts.a.weight=2``)."""
-    return f"{key}={_show(error.value)}: {_reason(str(error.msg))}"
+def value_error(key: str, error: OmegaConfBaseException, shown: Optional[str] = None) -> str:
+    """OmegaConf's refusal of a value (``error.value`` under ``key``, or ``shown`` as the
+    user typed it) in one line; also for what is typed after composition (each of
+    ``loss.parts``, which Hydra holds untyped so that a part can name a ``_target_`` with
+    its own arguments, and can be given in pieces: ``+loss.parts.a.weight=2``)."""
+    return f"{key}={shown if shown is not None else show(error.value)}: " \
+           f"{_reason(str(error.msg))}"
 
 
 def _reason(message: str) -> str:
+    """What is allowed, from OmegaConf's message: every wording it has for a value of the
+    wrong kind becomes "not allowed; expected ..."; anything else is its first line."""
     first = message.splitlines()[0]
     conversion = re.search(r"could not be converted to (\w+)", first)
     if conversion:
@@ -75,7 +87,34 @@ def _reason(message: str) -> str:
     choices = re.search(r"expected one of \[(.*)\]", first)
     if choices:
         return f"not allowed; expected one of {choices.group(1)}"
+    enum = re.search(r"is not a valid input for <enum '(\w+)'>", first)
+    if enum:
+        return f"not allowed; expected {_enum_values(enum.group(1))}"
+    for pattern, allowed in _KIND_REASONS:
+        if re.search(pattern, first):
+            return f"not allowed; expected {allowed}"
     return first
+
+
+# OmegaConf's messages for a value of the wrong kind (a list, a mapping, a section, a single
+# value, null) and what each expects instead.
+_KIND_REASONS = (
+    (r"is not a ListConfig, list or tuple|Cannot merge (DictConfig|\w+) with ListConfig",
+     "a list in brackets, e.g. [1, 2]"),
+    (r"Cannot assign \w+ to Dict\[|Cannot merge ListConfig with DictConfig|"
+     r"is not a DictConfig, dict",
+     "a mapping in braces, e.g. {name: value}"),
+    (r"is not a subclass of (\w+)",
+     "a section of keys, not one value (set a key of it: section.key=value)"),
+    (r"is not Optional", "a value (it cannot be null)"),
+    (r"Cannot convert '\w+' to string", "a string"),
+)
+
+
+def _enum_values(name: str) -> str:
+    """The values of the schema's Enum ``name`` (OmegaConf names only the class)."""
+    enum = next((e for e in Enum.__subclasses__() if e.__name__ == name), None)
+    return one_of(member.value for member in enum) if enum is not None else f"a {name}"
 
 
 _TYPE_NAMES = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false",

@@ -6,10 +6,11 @@ The launching process saves the resolved config there; the ranks, ``ms_exp.eval`
 from pathlib import Path
 from typing import Iterable
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ms_exp.config.errors import InvalidConfig, from_composition_error
+from ms_exp.config.errors import InvalidConfig, from_composition_error, show
 from ms_exp.config.schema import Config, group_schema
 from ms_exp.config.targets import component_name
 
@@ -18,19 +19,77 @@ RESOLVED_CONFIG = "config.yaml"
 
 def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
     """A resolved config saved by a run (``<run dir>/config.yaml``), typed again by the
-    root schema so enums and defaults behave as at training time."""
-    saved = OmegaConf.load(path)
+    root schema so enums and defaults behave as at training time. A file that is missing,
+    not YAML, empty, or holds a key or value the schemas refuse is an InvalidConfig whose
+    one line names the file (and the key)."""
+    path = Path(path)
+    saved = _read(path)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
                                  OmegaConf.from_dotlist(list(overrides)))
-        for group, option in choices_from_config(merged).items():
-            schema = group_schema(group, merged[group], option)
-            if schema is not None:  # a user's option has none: its target's signature checks
-                merged[group] = OmegaConf.merge(OmegaConf.structured(schema), merged[group])
     except OmegaConfBaseException as error:  # an unknown key or a mistyped override
-        line = from_composition_error(error, overrides)
-        raise InvalidConfig(line or f"{path}: {str(error).splitlines()[0]}") from None
+        raise InvalidConfig(_refusal(path, error, overrides, saved)) from None
+    missing = [group for group in GROUPS if OmegaConf.is_missing(merged, group)]
+    if missing:
+        raise InvalidConfig(f"{path}: {', '.join(missing)} missing; expected {SAVED}")
+    for group, option in choices_from_config(merged).items():
+        schema = group_schema(group, merged[group], option)
+        if schema is None:  # a user's option has none: its target's signature checks
+            continue
+        try:
+            merged[group] = OmegaConf.merge(OmegaConf.structured(schema), merged[group])
+        except OmegaConfBaseException as error:
+            raise InvalidConfig(_refusal(path, error, overrides, saved, f"{group}.")) from None
     return merged
+
+
+# What a run's config.yaml is, as the one-line refusals name it.
+SAVED = "the config.yaml that python -m ms_exp.run saves into the run directory"
+GROUPS = ("parallel", "checkpoint", "boost", "placement", "dataset", "model")
+
+
+def _read(path: Path) -> DictConfig:
+    """The file as YAML, refused in one line when missing, unreadable, not YAML or empty."""
+    if not path.is_file():
+        raise InvalidConfig(f"{path}: no such file; expected {SAVED}")
+    try:
+        saved = OmegaConf.load(path)
+    except OSError as error:
+        raise InvalidConfig(f"{path}: cannot be read ({error.strerror or error}); expected "
+                            f"{SAVED}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise InvalidConfig(f"{path}: not YAML ({problem}{where}); expected {SAVED}") from None
+    except OmegaConfBaseException as error:
+        raise InvalidConfig(f"{path}: {str(error).splitlines()[0]}; expected {SAVED}") from None
+    if not isinstance(saved, DictConfig) or not saved:
+        raise InvalidConfig(f"{path}: {'empty' if not saved else 'not a mapping of keys'}; "
+                            f"expected {SAVED}")
+    return saved
+
+
+def _refusal(path: Path, error: OmegaConfBaseException, overrides: Iterable[str],
+             saved: DictConfig, prefix: str = "") -> str:
+    """One line for OmegaConf's refusal: the key (under ``prefix`` when a group's schema
+    refused it) and its value, from the overrides or else from the file (then named)."""
+    overrides = list(overrides)
+    chain = [e for e in (error.__cause__, error.__context__, error)
+             if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)]
+    for refused in chain if prefix else ():
+        refused.full_key = prefix + refused.full_key
+    line = from_composition_error(error, overrides)
+    if line is None:
+        return f"{path}: {str(error).splitlines()[0]}"
+    key = chain[0].full_key
+    if key and not any(o.lstrip("+~").partition("=")[0] == key for o in overrides):
+        # The key is the file's: show its value there, and name the file.
+        if f"{key}=?:" in line:
+            line = line.replace(f"{key}=?:", f"{key}={show(OmegaConf.select(saved, key))}:",
+                                1)
+        return f"{path}: {line}"
+    return line
 
 
 def choices_from_config(cfg: DictConfig) -> dict:

@@ -275,7 +275,7 @@ class HostDevicePlacement:
 class DatasetCommon:
     batch_size: int = 32  # samples per step on each rank
     shuffle: bool = True  # shuffle the training split every epoch
-    num_parallel_workers: int = 1  # parallel workers of the data pipeline
+    num_parallel_workers: int = 1  # workers of the data pipeline, 1 to the CPU count
     # Drop an epoch's last, incomplete batch: a batch larger than a rank's share of the
     # training split then gives no step, and is refused.
     drop_remainder: bool = True
@@ -392,7 +392,7 @@ DEVICE_TARGETS = ("None", "CPU", "GPU", "Ascend")
 @dataclass
 class TrainerConfig:
     epochs: int = 10  # epochs to train, >= 1
-    seed: int = 1  # the global seed (mindspore.set_seed), >= 0
+    seed: int = 1  # the global seed (mindspore.set_seed), 0 to 2**32 - 1
     mode: ContextMode = ContextMode.graph  # MindSpore's execution mode
     # "None" lets MindSpore pick the backend of the installed package (init_env).
     device_target: Optional[str] = "None"
@@ -529,10 +529,11 @@ class AmpConfig:
 class TrackingConfig:
     enabled: bool = True  # log the run to MLflow; false: train without a tracking store
     # None: `sqlite:///<working directory>/mlflow.db`, MLflow's own default store; or an
-    # MLflow server such as `http://127.0.0.1:5000`.
+    # MLflow server with its host, such as `http://127.0.0.1:5000`.
     uri: Optional[str] = None
-    experiment_name: str = "ms_exp"  # the MLflow experiment the runs belong to
-    # None: `<model>-<dataset>-<parallel mode>`.
+    # The MLflow experiment the runs belong to; at most 500 characters (MLflow's limit).
+    experiment_name: str = "ms_exp"
+    # None: `<model>-<dataset>-<parallel mode>`; at most 250 characters (MLflow's SQL stores).
     run_name: Optional[str] = None
     log_every_n_steps: int = 1  # log the step metrics (train/loss, ...) every n steps
     # The checkpoints the run logs as MLflow artifacts (with log_checkpoints=none, evaluating

@@ -1,14 +1,16 @@
 """Checks of the ``dataset`` group, from file headers only (no sample is decoded): MNIST's
 idx files, image folders, the Criteo converter's output, and batches that fit the split."""
 import math
+import multiprocessing
 from pathlib import Path
 
 from ms_exp.config.errors import ConfigError, positive, require
 from ms_exp.data.build import loader_settings, sampled_shape, sampled_size
-from ms_exp.data.criteo import samples_per_record
+from ms_exp.data.criteo import check_record_file, samples_per_record
 from ms_exp.data.criteo_format import COLUMNS as CRITEO_COLUMNS
 from ms_exp.data.criteo_format import EVAL_FILE, META_FILE, RECONVERT, TRAIN_FILE, read_meta
 from ms_exp.data.headers import (
+    check_image_folder,
     count_files,
     first_file,
     image_signature,
@@ -33,6 +35,7 @@ def validate_dataset(cfg) -> None:
         validate_user_dataset(cfg)
         return
     positive("dataset", cfg, "batch_size", "num_parallel_workers")
+    validate_workers(cfg.num_parallel_workers)
     name = option.name
     if name == "digits":
         require(0 < cfg.eval_fraction < 1, "dataset.eval_fraction", cfg.eval_fraction,
@@ -60,11 +63,22 @@ def validate_dataset(cfg) -> None:
                 list(cfg.std), f"{len(cfg.mean)} positive numbers, one per mean")
 
 
+def validate_workers(workers: int) -> None:
+    """mindspore.dataset refuses more parallel workers than this machine has CPUs
+    (``check_num_parallel_workers``: "num_parallel_workers exceeds the boundary between 1
+    and <cpu_count()>"), when the pipeline is built in the job."""
+    cpus = multiprocessing.cpu_count()
+    require(workers <= cpus, "dataset.num_parallel_workers", workers,
+            f"an integer from 1 to {cpus}, the CPUs of this machine (mindspore.dataset "
+            "refuses more workers than CPUs)")
+
+
 def validate_user_dataset(cfg) -> None:
     """A user's option: ms_exp's keys in range, then its target called for the training
     split (it imports, takes these arguments and returns samples ms_exp can batch)."""
     settings = loader_settings(cfg)
     positive("dataset", settings, "batch_size", "num_parallel_workers")
+    validate_workers(settings["num_parallel_workers"])
     for key in ("shuffle", "drop_remainder"):
         require(isinstance(settings[key], bool), f"dataset.{key}", settings[key],
                 "true or false")
@@ -91,6 +105,9 @@ def validate_image_folder(cfg) -> None:
             require(image_signature(image) is not None, f"dataset.{key}", cfg[key],
                     f"class folders of JPEG, PNG or BMP images ({image.parent.name}/"
                     f"{image.name} is none of them)")
+        # Then every image, from its header and last bytes: a JPEG cut off in its header
+        # kills the job with SIGFPE inside MindSpore's Decode, printing nothing.
+        check_image_folder(f"dataset.{key}", cfg[key], split, IMAGE_EXTENSIONS)
         folders = folders or len(classes)
     require(cfg.image_size >= 1, "dataset.image_size", cfg.image_size, "an integer >= 1")
     if cfg.num_classes is not None:
@@ -122,6 +139,7 @@ def validate_criteo(cfg) -> None:
     size = samples_per_record(cfg, meta)
     for name in (TRAIN_FILE, EVAL_FILE):
         schema = mindrecord_columns("dataset.path", cfg.path, root / name)
+        check_record_file(cfg.path, root / name, meta)
         shapes = {column: list(schema.get(column, {}).get("shape", [])) for column in
                   CRITEO_COLUMNS}
         require(all(shape[:1] == [size] for shape in shapes.values()), "dataset.path",

@@ -2,6 +2,7 @@
 composed: a grammar mistake (a stray comma, an unclosed ``range(``, a missing ``=``) or a
 value list without ``-m`` is one line naming the override and what Hydra's grammar allows,
 instead of Hydra's parser traceback."""
+import re
 from typing import List, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -56,4 +57,12 @@ def _reason(text: str, error: HydraException) -> str:
         return "unbalanced brackets"
     if ",," in value or value.startswith(",") or value.endswith(","):
         return "an empty item in a list of values"
+    unexpected = re.match(r"(?:mismatched|extraneous) input ('.*?') expecting|"
+                          r"no viable alternative at input ('.*?')$|"
+                          r"token recognition error at: ('.*?')$", detail)
+    if unexpected:
+        token = next(group for group in unexpected.groups() if group is not None)
+        where = f"in the value of {key.lstrip('+~')}" if key.lstrip("+~") else "here"
+        return (f"{token} cannot stand unquoted {where} (Hydra's parser: "
+                f"{detail.split(' expecting ')[0]})")
     return f"Hydra's parser says: {detail}"

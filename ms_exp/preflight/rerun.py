@@ -7,6 +7,7 @@ project's commit and a dirty tree, the dataset's fingerprint, and config values 
 recorded overrides no longer produce (changed defaults).
 """
 import platform
+import shlex
 import tempfile
 from typing import List, Sequence, Tuple
 
@@ -81,13 +82,15 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     flags = [*source_flags, *flags]
     differences = list_differences(run.data.tags, config, overrides, extra, flags)
     print(f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
-          + (" ".join([*flags, *overrides]) or "(no overrides)"), flush=True)
+          + (shlex.join([*flags, *overrides]) or "(no overrides)"), flush=True)
     if differences:
         print(f"differences from run {run_id} that may change the result:", flush=True)
         for line in differences:
             print(f"  - {line}", flush=True)
     else:
-        print("same code, packages, data and config as the original run", flush=True)
+        print("same code, packages, data and config as the original run: on CPU in graph "
+              "mode the same weights bit for bit (optimizer state may differ in values "
+              "below 1.2e-38, see docs/guides/reproducing.md)", flush=True)
     return [*flags, *overrides]
 
 

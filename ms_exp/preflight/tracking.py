@@ -1,27 +1,59 @@
 """Checks of the ``tracking`` section: the MLflow store can be written (a SQLite file's
-folder) or is a URI MLflow knows."""
+folder, and the file a SQLite database if it exists) or is a URI MLflow knows (a server's
+with a host), and names fit what MLflow stores."""
 from pathlib import Path
+from urllib.parse import urlparse
 
 from ms_exp.config.errors import positive, require
 from ms_exp.preflight.paths import enough_free_space, writable_dir
+from ms_exp.tracking.store import not_a_database
+
+# MLflow's own limit on an experiment's name (MAX_EXPERIMENT_NAME_LENGTH in
+# mlflow/utils/validation.py: create_experiment refuses a longer one), and the width of the
+# run name in its SQL stores (``runs.name``, String(250) in
+# mlflow/store/tracking/dbmodels/models.py: PostgreSQL and MySQL refuse a longer one).
+MAX_EXPERIMENT_NAME_LENGTH = 500
+MAX_RUN_NAME_LENGTH = 250
+SERVER_SCHEMES = ("http", "https")
 
 
 def validate_tracking(cfg) -> None:
     positive("tracking", cfg, "log_every_n_steps")
     require(bool(cfg.experiment_name), "tracking.experiment_name", cfg.experiment_name,
             "a non-empty name")
+    require(len(cfg.experiment_name) <= MAX_EXPERIMENT_NAME_LENGTH, "tracking.experiment_name",
+            _shortened(cfg.experiment_name),
+            f"a name of at most {MAX_EXPERIMENT_NAME_LENGTH} characters, MLflow's limit (it "
+            f"has {len(cfg.experiment_name)})")
+    if cfg.run_name is not None:
+        require(len(cfg.run_name) <= MAX_RUN_NAME_LENGTH, "tracking.run_name",
+                _shortened(cfg.run_name),
+                f"null or a name of at most {MAX_RUN_NAME_LENGTH} characters, what MLflow's "
+                f"SQL stores hold (it has {len(cfg.run_name)})")
     if cfg.enabled:
         uri = cfg.uri
         if uri is None:
             writable_dir("tracking.uri", uri, Path.cwd())
             enough_free_space("tracking.uri", uri, Path.cwd())
         elif uri.startswith("sqlite:///"):
-            store_folder = Path(uri[len("sqlite:///"):]).parent
-            writable_dir("tracking.uri", uri, store_folder)
-            enough_free_space("tracking.uri", uri, store_folder)
+            database = Path(uri[len("sqlite:///"):])
+            writable_dir("tracking.uri", uri, database.parent)
+            enough_free_space("tracking.uri", uri, database.parent)
+            problem = not_a_database(database)
+            require(problem is None, "tracking.uri", uri,
+                    f"a SQLite database, or a file name that does not exist yet ({problem})")
         else:
             scheme = uri.split("://", 1)[0] if "://" in uri else ""
             allowed = ("http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
             require(scheme in allowed, "tracking.uri", uri,
                     "null (sqlite:///mlflow.db here) or a URI of scheme sqlite, "
                     + ", ".join(allowed))
+            if scheme in SERVER_SCHEMES:
+                require(bool(urlparse(uri).hostname), "tracking.uri", uri,
+                        f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
+                        ", e.g. http://127.0.0.1:5000")
+
+
+def _shortened(name: str) -> str:
+    """A name too long to print whole: its start and how it ends."""
+    return name if len(name) <= 60 else f"{name[:40]}...{name[-10:]}"

@@ -1,6 +1,9 @@
 """Checks of the ``trainer`` section, ``trainer.resume`` among them (the run and checkpoint
 it names exist and every rank holds the checkpoint)."""
+import logging
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.resume import (
@@ -46,6 +49,11 @@ def validate_resume(cfg) -> None:
         require(path.exists(), key, resume, f"{RESUME_ALLOWED} that exists")
         if path.is_file():
             require(path.suffix == ".ckpt", key, resume, f"{RESUME_ALLOWED} (.ckpt)")
+            folder = path.resolve().parent
+            require(folder.name.startswith("rank_") and folder.parent.name == "checkpoints",
+                    key, resume, f"a checkpoint in a run directory, <run dir>/checkpoints/"
+                    f"rank_<r>/<file>.ckpt ({path.name} is in {folder}); to evaluate a loose "
+                    "file use python -m ms_exp.eval --checkpoint")
         else:
             require((path / "checkpoints").is_dir(), key, resume,
                     f"{RESUME_ALLOWED} ({path} has no checkpoints/ folder)")
@@ -57,3 +65,39 @@ def validate_resume(cfg) -> None:
     require(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted), key, resume,
             f"a run with a {cfg.checkpoint.prefix}-<epoch>_<step>.ckpt in each of its {ranks} "
             f"rank folders ({run_dir / 'checkpoints'})")
+    if wanted is not None:
+        verify_named_checkpoint(key, resume, run_dir, wanted, ranks)
+
+
+def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str,
+                            ranks: int) -> None:
+    """A checkpoint file named explicitly is read back whole (MindSpore's CRC) in every
+    rank folder before anything is created: resuming would otherwise find it damaged only
+    in the job, after its run directory and MLflow run exist. (A run id or run directory
+    resumes from the newest good checkpoint, skipping damaged ones, in the job.)"""
+    from ms_exp.checkpoint.files import DamagedCheckpoint, rank_dir, verify_checkpoint
+
+    for rank in range(ranks):
+        try:
+            with mindspore_warnings_off():  # the refusal below says it, in one line
+                verify_checkpoint(rank_dir(run_dir, rank) / name)
+        except DamagedCheckpoint as error:
+            raise ConfigError(key, resume, f"a checkpoint that reads back whole ({error}); "
+                              "name an older checkpoint, or the run directory to resume from "
+                              "its newest good one") from None
+
+
+@contextmanager
+def mindspore_warnings_off() -> Iterator[None]:
+    """MindSpore's own warnings muted for the block: reading a damaged checkpoint logs
+    "[WARNING] ME(...) ... the ckpt file do not contain the crc code" to stderr before the
+    error that the one-line refusal already states."""
+    from mindspore import log
+
+    logger = log._get_logger()  # MindSpore's logger (GLOG_v), made on first use
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

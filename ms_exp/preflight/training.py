@@ -1,6 +1,7 @@
 """Checks of how a rank trains: ``trainer.loop``, sink mode, ``amp``, ``optimizer``,
 ``loss`` and ``loss.parts``, against each other and against what the rest of the config
 builds. The ``_target_`` components they name are checked in ms_exp/preflight/components.py."""
+import dataclasses
 import re
 
 from omegaconf.errors import OmegaConfBaseException
@@ -8,6 +9,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ms_exp.boost.options import boost_option
 from ms_exp.config.amp import needs_overflow_check
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require, value_error
+from ms_exp.config.numbers import check_number
 from ms_exp.config.schema import LossPart, loss_part, own_keys
 from ms_exp.config.targets import TARGET, TARGET_ARGUMENTS, target_path
 from ms_exp.models.options import model_option
@@ -89,6 +91,8 @@ def typed_loss_parts(loss_cfg) -> dict:
             parts[str(name)] = typed = loss_part(part)
         except OmegaConfBaseException as error:
             raise InvalidConfig(value_error(f"{key}.{error.full_key}", error)) from None
+        for declared in dataclasses.fields(LossPart):
+            check_number(f"{key}.{declared.name}", declared.type, typed.get(declared.name))
         if target_path(typed) is None:
             for unknown in (k for k in typed.keys() if k not in PART_KEYS):
                 raise ConfigError(f"{key}.{unknown}", typed[unknown],

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
 from ms_exp.config.errors import ConfigError, one_of
+from ms_exp.config.numbers import check_number
 from ms_exp.config.schema import GROUP_SCHEMAS, Config, group_schema
 from ms_exp.config.targets import TARGET_ARGUMENTS, target_path
 from ms_exp.preflight.checkpoint import (
@@ -37,6 +38,16 @@ from ms_exp.preflight.training import validate_loop, validate_loss, validate_opt
 
 def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     """``choices`` maps each group to its selected option (Hydra's runtime.choices)."""
+    validate_config(cfg, choices)
+    # What this machine has, after every check of the config itself.
+    validate_device_present(cfg.trainer)
+    validate_master_port_free(cfg.parallel)
+
+
+def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
+    """Every check of the config itself, without the state of the machine that launches
+    it (a free master port, the device): also what each rank of a distributed job checks
+    of the config.yaml it reads (ms_exp/worker.py), while msrun holds that port."""
     check_known_keys(cfg, choices)
     validate_trainer(cfg.trainer)
     validate_parallel(cfg.parallel)
@@ -57,9 +68,6 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
         validate_shard_strategies(cfg)
     validate_snapshots(cfg)
     boost_option(cfg.boost).check(cfg)
-    # What this machine has, after every check of the config itself.
-    validate_device_present(cfg.trainer)
-    validate_master_port_free(cfg.parallel)
 
 
 def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
@@ -73,9 +81,10 @@ def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]
 
 
 def check_known_keys(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
-    """Refuse keys no schema declares, including ones added with ``+key=value``. A user's
-    option has no schema: its keys are its target's arguments, checked against the
-    target's signature when it is built."""
+    """Refuse keys no schema declares, including ones added with ``+key=value``, and
+    numbers no schema's type can bound (check_numbers). A user's option has no schema: its
+    keys are its target's arguments, checked against the target's signature when it is
+    built."""
     _known_keys("", cfg, Config)
     for group in GROUP_SCHEMAS:
         schema = group_schema(group, cfg[group], choices.get(group))
@@ -99,3 +108,5 @@ def _known_keys(prefix: str, node, schema) -> None:
                               problem="unknown key")
         if dataclasses.is_dataclass(fields[key]):
             _known_keys(f"{prefix}{key}.", node[key], fields[key])
+        else:
+            check_number(f"{prefix}{key}", fields[key], OmegaConf.select(node, str(key)))

@@ -38,6 +38,26 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(uri[len("sqlite:///"):])
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def not_a_database(database: Path) -> Optional[str]:
+    """Why the file of a ``sqlite:///`` store is not one SQLite can open, or None (also
+    when it does not exist yet, or is empty: SQLite makes a database of it)."""
+    if not database.exists():
+        return None
+    if not database.is_file():
+        return f"{database} is not a file"
+    try:
+        with open(database, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except OSError as error:
+        return f"{database} cannot be read: {error.strerror or error}"
+    if header and header != SQLITE_HEADER:
+        return f"{database} is not a SQLite database"
+    return None
+
+
 def missing_store(uri: str) -> Optional[Path]:
     """The SQLite file or file-store folder of ``uri`` if it does not exist, else None
     (also for a server's store, which only the server can check). ``MlflowClient`` creates
@@ -69,6 +89,11 @@ def existing_store(uri: str, hint: str = "pass --tracking-uri") -> "MlflowClient
         raise StoreError(f"no MLflow store at {missing} (searched {uri}; nothing was created)",
                          f"the id of a run in an existing store (run this where the job ran, "
                          f"or {hint})")
+    database = sqlite_path(uri)
+    problem = not_a_database(database) if database is not None else None
+    if problem is not None:
+        raise StoreError(f"no MLflow store at {uri} ({problem})",
+                         f"the id of a run in an existing store ({hint})")
     from mlflow import MlflowClient
     return MlflowClient(uri)
 

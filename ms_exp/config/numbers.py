@@ -1,0 +1,55 @@
+"""Numbers a schema's type admits but MindSpore, numpy and MLflow do not: floats that are
+not finite, integers beyond int32, seeds beyond uint32. Checked for every ``float`` and
+``int`` field of every schema (ms_exp/preflight/validate.py walks them), so a new key is
+covered without a check of its own."""
+import math
+import typing
+
+from ms_exp.config.errors import require
+
+FINITE = "a finite number (a literal beyond 1.8e308, such as 1e400, reads as inf)"
+
+# What MindSpore takes for an integer argument (epochs, steps, sizes, intervals): int32.
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+# Keys that seed a generator: mindspore.set_seed, numpy.random.seed and
+# mindspore.dataset.config.set_seed take 0 to 2**32 - 1 ("Seed must be between 0 and
+# 2**32 - 1").
+SEED_KEYS = ("seed", "split_seed", "data_seed")
+SEED_MAX = 2 ** 32 - 1
+
+
+def check_number(key: str, declared, value) -> None:
+    """A value of a schema's ``float`` or ``int`` field (also Optional, or a list of them)
+    that the type admits but MindSpore and numpy do not: a float that is not finite (inf,
+    nan, or a literal beyond float64 such as 1e400, which reads as inf), an integer outside
+    int32, a seed outside uint32."""
+    kind, is_list = _number_kind(declared)
+    if kind is None or value is None:
+        return
+    items = list(enumerate(value)) if is_list else [(None, value)]
+    for index, item in items:
+        shown_key = key if index is None else f"{key}[{index}]"
+        if kind is float and isinstance(item, float):
+            require(math.isfinite(item), shown_key, item,
+                    FINITE if math.isinf(item) else "a finite number")
+        elif kind is int and isinstance(item, int) and not isinstance(item, bool):
+            if key.rpartition(".")[2] in SEED_KEYS:
+                require(0 <= item <= SEED_MAX, shown_key, item,
+                        f"an integer from 0 to {SEED_MAX} (what mindspore.set_seed and "
+                        "numpy.random.seed take)")
+            else:
+                require(item <= INT32_MAX, shown_key, item,
+                        f"an integer of at most {INT32_MAX} (int32, as MindSpore takes it)")
+                require(item >= INT32_MIN, shown_key, item,
+                        f"an integer of at least {INT32_MIN} (int32, as MindSpore takes it)")
+
+
+def _number_kind(declared):
+    """(float or int or None, whether a list of them) of a schema field's type."""
+    if typing.get_origin(declared) is typing.Union:  # Optional[float]
+        args = [a for a in typing.get_args(declared) if a is not type(None)]
+        declared = args[0] if len(args) == 1 else None
+    is_list = typing.get_origin(declared) in (list, typing.List)
+    if is_list:
+        (declared,) = typing.get_args(declared) or (None,)
+    return (declared if declared in (float, int) else None), is_list

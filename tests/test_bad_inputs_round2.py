@@ -1,0 +1,250 @@
+"""Bad input that passed the checks and failed later (issue 25), refused in one line before
+anything is created: the config a rank reads (``python -m ms_exp.worker``), a checkpoint of
+another network given to ``python -m ms_exp.eval``, a checkpoint outside a run directory, a
+text file as the MLflow store; and the limits ms_exp's checks name, compared with MindSpore's
+and MLflow's own.
+
+The ``python -m ms_exp.run`` cases are in the corpus of tests/test_bad_inputs.py."""
+import multiprocessing
+import shutil
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from omegaconf import OmegaConf
+
+from ms_exp.config.errors import InvalidConfig
+from ms_exp.config.numbers import SEED_MAX
+from ms_exp.config.run_config import load_run_config
+from ms_exp.preflight.compose import compose_config, hydra_config_of
+from ms_exp.preflight.tracking import MAX_EXPERIMENT_NAME_LENGTH
+from ms_exp.tracking.store import StoreError, existing_store
+
+SAVED = "expected the config.yaml that python -m ms_exp.run saves into the run directory"
+
+
+def saved_config(run_dir: Path, *overrides: str) -> Path:
+    """``<run dir>/config.yaml`` as the launching process saves it: composed, resolved,
+    without Hydra's record."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.yaml"
+    cfg = compose_config(list(overrides), return_hydra_config=True)
+    with hydra_config_of(cfg, str(run_dir)):
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.save(job, path, resolve=True)
+    return path
+
+
+def store_with_one_run(folder: Path) -> Path:
+    from mlflow import MlflowClient
+
+    path = folder / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{path}")
+    experiment = client.create_experiment("ms_exp", artifact_location=folder.as_uri())
+    client.set_terminated(client.create_run(experiment, run_name="earlier").info.run_id)
+    return path
+
+
+def run_count(database: Path) -> int:
+    with closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as connection:
+        return connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+
+# --- the worker validates the config it reads -----------------------------------------
+
+def _missing(path: Path) -> None:
+    path.unlink()
+
+
+def _empty(path: Path) -> None:
+    path.write_text("")
+
+
+def _broken(path: Path) -> None:
+    path.write_text("trainer:\n  epochs: [1\n")
+
+
+def _replace(old: str, new: str):
+    def edit(path: Path) -> None:
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new, 1))
+    return edit
+
+
+WORKER_CASES = {
+    "missing": (_missing, "<file>: no such file; " + SAVED),
+    "empty": (_empty, "<file>: empty; " + SAVED),
+    "not YAML": (_broken, "<file>: not YAML (expected ',' or ']', but got '<stream end>' at "
+                          "line 3, column 1); " + SAVED),
+    "unknown key": (_replace("  epochs: 10\n", "  epoch: 10\n"),
+                    "<file>: trainer.epoch=10: unknown key; expected one of callbacks, "
+                    "dataset_sink_mode, device_id, device_target, epochs, loop, "
+                    "loss_print_interval, metrics, mode, progress_bar, resume, seed, "
+                    "sink_size"),
+    "unknown key of a group": (_replace("  hidden_size: 512\n", "  hiden_size: 512\n"),
+                               "<file>: model.hiden_size=512: unknown key; expected one of "
+                               "_target_, hidden_size, name, weight_init"),
+    "learning rate -1": (_replace("  lr: 0.05\n", "  lr: -1\n"),
+                         "<file>: optimizer.lr=-1.0: not allowed; expected a number > 0"),
+    "learning rate inf": (_replace("  lr: 0.05\n", "  lr: .inf\n"),
+                          "<file>: optimizer.lr=inf: not allowed; expected a finite number (a "
+                          "literal beyond 1.8e308, such as 1e400, reads as inf)"),
+}
+
+
+@pytest.mark.parametrize("case", list(WORKER_CASES))
+def test_a_worker_refuses_a_bad_config_in_one_line_before_mindspore(case, tmp_path):
+    edit, message = WORKER_CASES[case]
+    run_dir = tmp_path / "run"
+    config = saved_config(run_dir)
+    edit(config)
+    before = sorted(p.name for p in run_dir.iterdir())
+    result = run_cli("ms_exp.worker", ["--run-dir", str(run_dir)], tmp_path, timeout=120)
+    assert (result.rc, result.stderr.strip().splitlines()) == (
+        2, ["ms_exp.worker: error: " + message.replace("<file>", str(config))])
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # no log_output/, no pid file
+
+
+def test_the_worker_accepts_the_config_the_launcher_saves(tmp_path):
+    """What a rank runs before MindSpore: the config every job saves passes it (the rank's
+    checks are the launcher's, but for the master port that msrun holds by then)."""
+    from ms_exp.worker import read_checked_config
+
+    for overrides in ((), ("parallel=data",), ("parallel=semi_auto", "checkpoint=sliced")):
+        run_dir = tmp_path / "_".join(overrides or ("default",)).replace("=", "-")
+        saved_config(run_dir, *overrides)
+        cfg = read_checked_config(run_dir)
+        assert cfg.parallel.mode == (overrides[0].split("=")[1] if overrides else "stand_alone")
+
+
+def test_a_value_typed_wrong_in_a_run_config_names_its_key(tmp_path):
+    """``ms_exp.eval``'s overrides and a saved config are typed by the same schemas: the
+    line names the key (not only the file)."""
+    config = saved_config(tmp_path / "run")
+    with pytest.raises(InvalidConfig) as refused:
+        load_run_config(config, ["optimizer.lr=("])
+    assert str(refused.value) == "optimizer.lr='(': not allowed; expected a number"
+    with pytest.raises(InvalidConfig) as refused:
+        load_run_config(config, ["dataset.std=0"])
+    assert str(refused.value) == ("dataset.std=0: not allowed; expected a list in brackets, "
+                                  "e.g. [1, 2]")
+
+
+# --- ms_exp.eval: the checkpoint's network, its run directory, the store -----------------
+
+MAKE_CHECKPOINT = """
+import sys
+import mindspore as ms
+from ms_exp.data.build import declared_spec
+from ms_exp.models import create_network
+from ms_exp.preflight.compose import compose_config, hydra_config_of
+cfg = compose_config([])
+ms.save_checkpoint(create_network(cfg.model, declared_spec(cfg.dataset)), sys.argv[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def run_with_checkpoint(tmp_path_factory) -> Path:
+    """A run directory as the default job leaves it, as far as evaluation reads it: its
+    config.yaml and an (untrained) checkpoint of its network."""
+    run_dir = tmp_path_factory.mktemp("outputs") / "run"
+    saved_config(run_dir)
+    checkpoint = run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", MAKE_CHECKPOINT, str(checkpoint),
+                    str(run_dir / "config.yaml")], check=True,
+                   capture_output=True, timeout=300)
+    return checkpoint
+
+
+def test_eval_refuses_a_checkpoint_of_another_shape_before_an_mlflow_run(run_with_checkpoint,
+                                                                         tmp_path):
+    store = store_with_one_run(tmp_path)
+    before = store.read_bytes()
+    result = run_cli("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint),
+                                     "model.hidden_size=64"], tmp_path, timeout=300)
+    assert result.rc == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"ms_exp.eval: error: --checkpoint='{run_with_checkpoint}': not allowed; expected a "
+        "checkpoint of the network the config builds (layer1.weight is [64, 512] in the "
+        "checkpoint, [64, 64] in the network: is an override such as model.* other than the "
+        "run's?)")
+    assert "Traceback" not in result.stderr
+    assert run_count(store) == 1 and store.read_bytes() == before  # no FAILED eval run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
+@pytest.mark.slow
+def test_eval_of_the_same_network_still_evaluates(run_with_checkpoint, tmp_path):
+    """The shape check refuses only another network: the run's own evaluates and is
+    recorded."""
+    store = store_with_one_run(tmp_path)
+    result = run_cli("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint)], tmp_path,
+                     timeout=300)
+    assert result.rc == 0, result.stderr[-3000:]
+    assert "result: {" in result.stdout
+    assert run_count(store) == 2
+
+
+def test_eval_of_a_checkpoint_outside_a_run_says_what_to_pass(tmp_path, run_with_checkpoint):
+    loose = tmp_path / "weights.ckpt"
+    shutil.copy(run_with_checkpoint, loose)
+    result = run_cli("ms_exp.eval", ["--checkpoint", str(loose)], tmp_path, timeout=120)
+    assert (result.rc, result.stderr.strip().splitlines()) == (2, [
+        f"ms_exp.eval: error: --checkpoint='{loose}': not in a run directory (<run "
+        "dir>/checkpoints/rank_<r>/), so no config.yaml says which network it holds; "
+        "expected --config <the run's config.yaml> with it, or --run-id <run id> instead"])
+    assert "/config.yaml'" not in result.stderr  # no path the user never typed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights.ckpt"]
+
+
+def test_eval_refuses_a_text_file_as_its_store(tmp_path, run_with_checkpoint):
+    text = tmp_path / "notes.db"
+    text.write_text("meeting notes\n")
+    result = run_cli("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint),
+                                     "--tracking-uri", f"sqlite:///{text}"], tmp_path,
+                     timeout=120)
+    assert (result.rc, result.stderr.strip().splitlines()) == (2, [
+        f"ms_exp.eval: error: --tracking-uri='sqlite:///{text}': {text} is not a SQLite "
+        "database; expected an MLflow store to record the evaluation in"])
+    assert text.read_text() == "meeting notes\n"
+
+
+def test_a_read_command_refuses_a_text_file_as_its_store(tmp_path):
+    text = tmp_path / "notes.db"
+    text.write_text("meeting notes\n")
+    with pytest.raises(StoreError) as refused:
+        existing_store(f"sqlite:///{text}")
+    assert refused.value.problem == (f"no MLflow store at sqlite:///{text} ({text} is not a "
+                                     "SQLite database)")
+
+
+# --- the limits named are MindSpore's and MLflow's own -----------------------------------
+
+def test_the_experiment_name_limit_is_mlflows():
+    from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH as MLFLOW_LIMIT
+
+    assert MAX_EXPERIMENT_NAME_LENGTH == MLFLOW_LIMIT
+
+
+def test_the_seed_limit_is_what_mindspore_set_seed_takes():
+    import mindspore as ms
+
+    ms.set_seed(SEED_MAX)
+    with pytest.raises(ValueError):
+        ms.set_seed(SEED_MAX + 1)
+    ms.set_seed(1)
+
+
+def test_the_worker_limit_is_mindspore_datasets():
+    from mindspore.dataset.core.validator_helpers import check_num_parallel_workers
+
+    check_num_parallel_workers(multiprocessing.cpu_count())
+    with pytest.raises(ValueError):
+        check_num_parallel_workers(multiprocessing.cpu_count() + 1)
+
