@@ -148,3 +148,37 @@ def test_a_dataset_registered_by_two_jobs_at_once_is_retried_not_fatal():
 
     with pytest.raises(MlflowException, match="something else"):
         log_dataset_input(BrokenClient(), "run", object())
+
+
+def _busy_cores(count: int):
+    """Processes that keep ``count`` cores busy until stopped."""
+    import subprocess
+    import sys
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+@pytest.mark.slow
+def test_on_a_loaded_machine_weights_are_bit_for_bit_and_optimizer_state_up_to_denormals(
+        tmp_path):
+    """What docs/guides/reproducing.md promises: MindSpore's CPU kernels flush some values
+    below float32's smallest normal number to zero and keep others, depending on how the
+    work was split among threads, so momentum values under 1.2e-38 may be 0.0 in one run
+    and a denormal in another; the weights they update are the same."""
+    job = ("trainer.epochs=20", "checkpoint.keep_checkpoint_max=1")
+    quiet = train(tmp_path / "quiet", *job)
+    busy = _busy_cores(2)
+    try:
+        loaded = train(tmp_path / "loaded", *job)
+    finally:
+        for process in busy:
+            process.kill()
+    a, b = weights(quiet, "checkpoint-20_44.ckpt"), weights(loaded, "checkpoint-20_44.ckpt")
+    assert a.keys() == b.keys()
+    tiny = np.finfo(np.float32).tiny
+    for name in a:
+        if name.startswith("moments."):
+            assert np.array_equal(np.where(np.abs(a[name]) < tiny, 0, a[name]),
+                                  np.where(np.abs(b[name]) < tiny, 0, b[name])), name
+        else:
+            assert np.array_equal(a[name], b[name]), name
