@@ -56,11 +56,12 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     except OSError as error:
         if error.errno not in FULL_DISK or hydra_cfg.mode != RunMode.RUN:
             raise       # a sweep's job: the sweep reports it among its failed jobs
-        # The job has ended its run FAILED with the error as a tag and uploaded its logs;
-        # the cause, in one line, is all there is to say.
-        print(f"ms_exp: error: {error.filename or run_dir}: {error.strerror}; the run in "
-              f"{run_dir} is marked FAILED and resumes with trainer.resume=auto once there "
-              "is space", file=sys.stderr, flush=True)
+        # The job has ended its run FAILED with the error as a tag where the store could
+        # still be written, and uploaded its logs where there was room; the cause, in one
+        # line, is all there is left to say.
+        print(f"ms_exp: error: {error.filename or run_dir}: {error.strerror}; free some "
+              f"space, then continue the run in {run_dir} with trainer.resume=auto",
+              file=sys.stderr, flush=True)
         sys.exit(1)
     return result.final_eval.get("eval/accuracy")
 

@@ -108,3 +108,31 @@ def test_a_disk_that_fills_mid_run_ends_it_failed_with_the_cause_in_one_line(
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "logs")}
     assert "logs/console.log" in logged
     assert not list((small_disk / "run").glob("*.partial")), "a half-written file is left"
+
+
+@pytest.mark.slow
+def test_a_full_disk_holding_the_store_too_leaves_a_run_that_resumes_once_there_is_space(
+        tmp_path, small_disk):
+    job = (*FAST, "trainer.epochs=6", "checkpoint.save_checkpoint_steps=4",
+           "checkpoint.keep_checkpoint_max=1000", f"hydra.run.dir={small_disk / 'run'}",
+           f"tracking.uri=sqlite:///{small_disk / 'mlflow.db'}", "trainer.resume=auto")
+    full = subprocess.run([sys.executable, "-m", "ms_exp.run", *job], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert full.returncode == 1, full.stderr[-3000:]
+    assert full.stderr.splitlines()[-1] == (
+        f"ms_exp: error: {small_disk / 'run'}: No space left on device; free some space, "
+        f"then continue the run in {small_disk / 'run'} with trainer.resume=auto")
+    assert "Traceback" not in full.stderr, full.stderr[-3000:]
+    # Nothing could record FAILED: the record keeps its last whole version, RUNNING.
+    assert json.loads((small_disk / "run/run.json").read_text())["status"] == "RUNNING"
+    assert not list((small_disk / "run").glob("*.partial"))
+
+    # Space again: the disk grows (a tmpfs can), as if old files had been cleared.
+    subprocess.run(["mount", "-o", "remount,size=400m", str(small_disk)], check=True)
+    resumed = train(tmp_path, *job)
+    assert "resuming the run in" in resumed.stdout
+    client = MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}")
+    (run,) = client.search_runs(["1"])
+    assert run.info.status == "FINISHED"
+    assert _steps(client, run.info.run_id, "eval/accuracy") == Counter(
+        [44, 88, 132, 176, 220, 264])

@@ -74,8 +74,15 @@ class ResumePoint:
     epoch: int          # of the checkpoint, counted from 1 as ModelCheckpoint names it
     step_in_epoch: int
     # The last step of each group of curves already in the MLflow run
-    # (ms_exp/tracking/logged_steps.py): the ranks do not log those steps again.
+    # (ms_exp/tracking/logged_steps.py), and whether the run trained this config. With the
+    # same config the steps trained again have the values the run holds: the ranks do not
+    # log them again (another config, e.g. more epochs, may train other values: logged).
     logged: Dict[str, int] = field(default_factory=dict)
+    same_config: bool = False
+
+    @property
+    def not_to_log_again(self) -> Dict[str, int]:
+        return self.logged if self.same_config else {}
 
     def save(self) -> None:
         partial = self.run_dir / (RESUME_FILE + ".partial")

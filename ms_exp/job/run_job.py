@@ -58,10 +58,9 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     own_dir = run_dir
     resume = find_resume_point(cfg, own_dir, digest, uri)
     resumed_run_id = _resumed_run_id(resume, tracking)
-    if resumed_run_id and read_run_record(resume.run_dir).get("digest") == digest:
-        # The same config trains the same values again: those already in the run are not
-        # logged twice (another config, e.g. more epochs, may train others: logged again).
-        resume = replace(resume, logged=last_logged_steps(uri, resumed_run_id))
+    if resumed_run_id:
+        resume = replace(resume, logged=last_logged_steps(uri, resumed_run_id),
+                         same_config=read_run_record(resume.run_dir).get("digest") == digest)
     run_dir = _prepare_run_dir(own_dir, resume)
     config_file = run_dir / RESOLVED_CONFIG
     # What the run trains, not how this command reached it: a re-run (--from-run) or the

@@ -4,8 +4,10 @@ A job resumed from its checkpoint at step S trains the steps after S again. Thos
 interrupted attempt had logged are in the run already, with the same values (training
 resumes bit for bit, docs/guides/resilience.md); logging them again would put two points at
 each of those steps. So before the ranks start, the launching process reads the last step of
-each group of curves (:data:`GROUPS`) and the training callback leaves those steps out
-(ms_exp/tracking/callback.py). The steps up to S are in the run before S's checkpoint is
+each group of curves (:data:`GROUPS`) and, when the job trains the run's own config, the
+training callback leaves those steps out (ms_exp/tracking/callback.py). The last evaluated
+step also says whether the checkpoint's epoch still needs its evaluation
+(ms_exp/train/rank.py). The steps up to S are in the run before S's checkpoint is
 written (``before_save`` in ms_exp/checkpoint/callbacks.py), so nothing is missing either.
 
 A store that cannot be read gives no steps: the job then logs everything again, as twice is

@@ -26,6 +26,7 @@ still record the status the job ends with; if the job's process dies without end
 (SIGKILL), the sidecar's stdin closes and it ends the run KILLED.
 """
 import json
+import logging
 import os
 import queue
 import signal
@@ -323,6 +324,9 @@ def main() -> int:
     # Replies own stdout; anything MLflow prints goes to stderr.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # MLflow's SQL store logs every failed statement with two chained tracebacks before it
+    # raises (a full disk: dozens of them); the recorder reports each refusal in one line.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return serve(sys.stdin, replies)
 
 

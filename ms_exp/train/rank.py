@@ -70,7 +70,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
                              steps_per_epoch)
     fit = create_callbacks(cfg, network, runtime, run_dir, ckpt_dir, tracker,
                            steps_per_epoch, start_step, loss_names, option.best_metric,
-                           strategies, resume.logged if resume is not None else None)
+                           strategies,
+                           resume.not_to_log_again if resume is not None else None)
 
     # The MLflow run is created by the sidecar meanwhile (ms_exp/tracking/sidecar.py); a
     # store that cannot be reached stops the job here, before training.
