@@ -7,11 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import FAST, train
+from conftest import FAST, assert_same_training_state, train
 from mlflow import MlflowClient
 
 from ms_exp.checkpoint.files import load_verified
@@ -91,9 +91,8 @@ def test_resume_after_ten_sigkills_gives_the_uninterrupted_weights(tmp_path):
     assert torn.with_name(torn.name + ".damaged").is_file() and not torn.exists()
 
     final = weights(run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt")
-    assert set(final) == set(expected)
-    for name in expected:        # weights, optimizer moments, global step, learning rate
-        np.testing.assert_array_equal(final[name], expected[name], err_msg=name)
+    # Weights, optimizer moments (up to denormals), global step, learning rate.
+    assert_same_training_state(final, expected)
 
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     runs = client.search_runs(["1"])
@@ -106,8 +105,10 @@ def test_resume_after_ten_sigkills_gives_the_uninterrupted_weights(tmp_path):
     assert set(others.values()) <= {"KILLED"}, others
     assert run.data.tags["ms_exp.run_dir"] == str(run_dir)
     assert "ms_exp.resumed_from" in run.data.tags
-    steps_logged = {m.step for m in client.get_metric_history(run.info.run_id, "train/loss")}
-    assert steps_logged == set(range(1, TOTAL_STEPS + 1))
+    # Every step once: none lost before a checkpoint, none logged again after it.
+    steps_logged = Counter(m.step for m in client.get_metric_history(run.info.run_id,
+                                                                      "train/loss"))
+    assert steps_logged == Counter(range(1, TOTAL_STEPS + 1))
     assert run.data.metrics["eval/accuracy"] == pytest.approx(
         reference.store.search_runs(["1"])[0].data.metrics["eval/accuracy"])
 
