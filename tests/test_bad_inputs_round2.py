@@ -1,4 +1,4 @@
-"""Bad input that passed the checks and failed later (issue 25), refused in one line before
+"""Bad input that once passed the checks and failed later, refused in one line before
 anything is created: the config a rank reads (``python -m ms_exp.worker``), a checkpoint of
 another network given to ``python -m ms_exp.eval``, a checkpoint outside a run directory, a
 text file as the MLflow store; and the limits ms_exp's checks name, compared with MindSpore's

@@ -57,7 +57,8 @@ class TimedModelCheckpoint(ModelCheckpoint):
         # ModelCheckpoint decides here, right before writing, whether this step is saved:
         # the one place to run ``before_save`` (waiting for the step's metrics to be in
         # MLflow) before the file exists, so no kill can leave a checkpoint whose steps'
-        # metrics are lost (a resumed run does not train those steps again).
+        # metrics are lost (a resumed run does not train those steps again;
+        # docs/design.md#modelcheckpoint-decides).
         save = super()._check_save_ckpt(cb_params, force_to_save)
         if save and self.before_save is not None:
             self.before_save()

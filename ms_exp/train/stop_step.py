@@ -7,8 +7,9 @@ AllReduce, wait there for ranks that have stopped, and fail without a checkpoint
 that sees the signal at the end of step N proposes N+1 in the shared run directory before it
 starts step N+1, and every rank stops at the end of the proposed step. The proposal is there
 in time for everyone: a rank can end step N+1 only after that step's AllReduce, which waits
-for the proposer to have entered it, so after the proposal was written. The first proposal
-is the smallest (a later rank is at most one step behind), so it is the only one written.
+for the proposer to have entered it, so after the proposal was written
+(docs/design.md#stop-step-allreduce). The first proposal is the smallest (a later rank is
+at most one step behind), so it is the only one written.
 
 The launching process removes the file before it starts the ranks; MindSpore is not
 imported here.
