@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import InvalidConfig, from_composition_error, show
-from ms_exp.config.schema import Config, group_schema
+from ms_exp.config.schema import GROUP_SCHEMAS, Config, group_schema
 from ms_exp.config.targets import component_name
 
 RESOLVED_CONFIG = "config.yaml"
@@ -29,7 +29,7 @@ def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
                                  OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as error:  # an unknown key or a mistyped override
         raise InvalidConfig(_refusal(path, error, overrides, saved)) from None
-    missing = [group for group in GROUPS if OmegaConf.is_missing(merged, group)]
+    missing = [group for group in GROUP_SCHEMAS if OmegaConf.is_missing(merged, group)]
     if missing:
         raise InvalidConfig(f"{path}: {', '.join(missing)} missing; expected {SAVED}")
     for group, option in choices_from_config(merged).items():
@@ -45,7 +45,6 @@ def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
 
 # What a run's config.yaml is, as the one-line refusals name it.
 SAVED = "the config.yaml that python -m ms_exp.run saves into the run directory"
-GROUPS = ("parallel", "checkpoint", "boost", "placement", "dataset", "model")
 
 
 def _read(path: Path) -> DictConfig:

@@ -33,6 +33,9 @@ class _Tee:
         except OSError as error:
             _give_up_copy(self._copy, error, self._stream)
 
+    def __getattr__(self, name):  # isatty, fileno, encoding... of the real stream
+        return getattr(self._stream, name)
+
 
 def _give_up_copy(copy: TextIO, error: OSError, stream: TextIO) -> None:
     try:
@@ -41,9 +44,6 @@ def _give_up_copy(copy: TextIO, error: OSError, stream: TextIO) -> None:
         pass
     stream.write(f"ms_exp: warning: {copy.name}: {error.strerror or error}; the console is "
                  "no longer copied there\n")
-
-    def __getattr__(self, name):  # isatty, fileno, encoding... of the real stream
-        return getattr(self._stream, name)
 
 
 @contextmanager
