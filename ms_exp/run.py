@@ -32,6 +32,9 @@ from ms_exp.preflight.compose import (
 from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.rerun import rerun_arguments, split_from_run
 from ms_exp.preflight.validate import validate
+from ms_exp.search.checks import fail_fast_overrides
+from ms_exp.search.options import register_optuna_sweeper
+from ms_exp.search.trial import objective_value
 from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2
@@ -39,11 +42,13 @@ FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 EXIT_INTERRUPTED = 130
 
 register_schemas()
+register_optuna_sweeper()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)
 def hydra_job(cfg: DictConfig) -> Optional[float]:
-    """One Hydra job; returns the final eval accuracy, the value a sweeper optimises."""
+    """One Hydra job; returns the value a sweeper optimises: the final eval metric named by
+    sweep.metric (by default eval/accuracy, or eval/auc for Wide&Deep)."""
     # Validated again here: a sweeper may generate values the launcher never saw.
     hydra_cfg = HydraConfig.get()
     validate(cfg, hydra_cfg.runtime.choices)
@@ -63,7 +68,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
               f"space, then continue the run in {run_dir} with trainer.resume=auto",
               file=sys.stderr, flush=True)
         sys.exit(1)
-    return result.final_eval.get("eval/accuracy")
+    return objective_value(result.final_eval, cfg.sweep.metric)
 
 
 # Hydra runs one of these per command line (hydra._internal.utils.run_hydra).
@@ -181,7 +186,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         # --cfg, --info and shell completion only print: the overrides' grammar is checked,
         # Hydra reports the rest itself.
         if not (args.hydra_help or args.cfg or args.info or args.shell_completion):
-            preflight(args.overrides, multirun=args.multirun, source=source)
+            configs = preflight(args.overrides, multirun=args.multirun, source=source)
+            if args.multirun:
+                argv = [*argv, *fail_fast_overrides(configs[0], args.overrides)]
         elif not args.shell_completion:
             parse_overrides(args.overrides, multirun=False)
     except InvalidConfig as error:

@@ -85,7 +85,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
 
 
 # What a wheel is built from: the checkout's sources (conf/experiment stays a symlink).
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "ms_exp", "conf", "experiments")
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "ms_exp", "hydra_plugins", "conf", "experiments")
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,8 @@ def test_wheel_ships_the_configs_and_every_module(built_wheel):
     conf = {f"ms_exp/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")
             if "experiment" not in p.relative_to(ROOT / "conf").parts}
     presets = {f"ms_exp/conf/experiment/{p.name}" for p in (ROOT / "experiments").glob("*.yaml")}
-    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "ms_exp").rglob("*.py")}
+    modules = {str(p.relative_to(ROOT)) for folder in ("ms_exp", "hydra_plugins")
+               for p in (ROOT / folder).rglob("*.py")}
     assert "ms_exp/conf/config.yaml" in conf and presets
     assert conf | presets | modules <= names
 
@@ -47,6 +48,16 @@ def test_installed_ms_exp_is_the_wheels(installed_wheel, outside):
     assert Path(package).is_relative_to(venv) and Path(conf).is_relative_to(venv)
     assert Path(conf).name == "conf" and Path(conf).parent == Path(package).parent
     assert project == "None"  # no checkout: no git state of ms_exp to record
+
+
+def test_hydra_finds_the_optuna_sweeper_in_the_installed_wheel(installed_wheel, outside):
+    # Hydra's own plugin scan, without ms_exp registering the class.
+    result = run_installed(installed_wheel, ["-c", (
+        "from hydra.core.plugins import Plugins; from hydra.plugins.sweeper import Sweeper; "
+        "print(sorted(f'{p.__module__}.{p.__name__}' for p in "
+        "Plugins.instance().discover(Sweeper)))")], outside)
+    assert result.returncode == 0, result.stderr
+    assert "hydra_plugins.ms_exp_optuna_sweeper.optuna_sweeper.OptunaSweeper" in result.stdout
 
 
 def test_help_outside_the_checkout(installed_wheel, outside):

@@ -546,6 +546,19 @@ class TrackingConfig:
 
 
 @dataclass
+class SweepConfig:
+    """How a multirun (``-m``) runs its jobs; not part of any job's result."""
+
+    # Launch no new job after the first one that failed; the sweep's parent run ends FAILED
+    # naming it. false: every job runs, and the sweep fails at the end if one failed.
+    fail_fast: bool = False
+    # The final eval metric the job returns to the sweeper (Optuna optimises it and prunes
+    # by it after every epoch), e.g. eval/loss; None: eval/accuracy, or eval/auc where the
+    # model logs AUC (Wide&Deep).
+    metric: Optional[str] = None
+
+
+@dataclass
 class Config:
     parallel: Any = MISSING
     checkpoint: Any = MISSING
@@ -558,6 +571,7 @@ class Config:
     loss: LossConfig = field(default_factory=LossConfig)
     amp: AmpConfig = field(default_factory=AmpConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 # group -> option -> schema. The YAML options in conf/ must match this table one to one

@@ -7,6 +7,7 @@ from typing import List, Optional
 from omegaconf import DictConfig
 
 from ms_exp.config.targets import component_name
+from ms_exp.search.trial import current_trial
 from ms_exp.tracking.finished import DIGEST_TAG, find_finished, skip_note
 from ms_exp.tracking.sweep import child_run_name, parent_run_id
 from ms_exp.train.result import JobResult
@@ -29,6 +30,9 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: List[str], uri: str,
         "ms_exp.run_dir": str(run_dir.resolve()),
         "ms_exp.overrides": " ".join(overrides),
     }
+    trial = current_trial()
+    if trial is not None:
+        tags.update(trial.tags())
     parent = parent_run_id(uri, cfg.tracking.experiment_name)
     run_name = cfg.tracking.run_name or default_run_name(cfg)
     if parent:

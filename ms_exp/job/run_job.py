@@ -32,7 +32,7 @@ from ms_exp.job.summary import report_result
 from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
 from ms_exp.tracking.finished import config_digest
-from ms_exp.tracking.lifecycle import tracked_run
+from ms_exp.tracking.lifecycle import EndedEarly, tracked_run
 from ms_exp.tracking.logged_steps import last_logged_steps
 from ms_exp.tracking.params import flatten
 from ms_exp.tracking.store import resolve_tracking_uri
@@ -70,7 +70,7 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     try:
         result = _run_tracked(cfg, run_dir, own_dir, resume, resumed_run_id, config_file,
                               hydra_dir, overrides, uri, digest)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, EndedEarly):
         _record_end(run_dir, "KILLED")
         raise
     except BaseException:
@@ -121,7 +121,18 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
         sliced = sliced_checkpoint_lines(run_dir, cfg)
         if sliced:
             print("\n".join(sliced), flush=True)
+        if result.pruned_epoch is not None:
+            _end_pruned(result, tracker)
         return result
+
+
+def _end_pruned(result: JobResult, tracker) -> None:
+    """A pruned trial's run keeps everything logged so far and ends KILLED, saying when."""
+    from ms_exp.search.pruned import TrialPruned
+    from ms_exp.search.trial import PRUNED_EPOCH_TAG, current_trial
+
+    tracker.set_tags({PRUNED_EPOCH_TAG: str(result.pruned_epoch)})
+    raise TrialPruned(current_trial().study_name, result.pruned_epoch)
 
 
 def _record_end(run_dir: Path, status: str) -> None:

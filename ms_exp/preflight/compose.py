@@ -37,6 +37,8 @@ from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError, parse_overr
 from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import output_folder
 from ms_exp.preflight.validate import validate
+from ms_exp.search.checks import BASIC_SWEEPER, check_optuna_sweep
+from ms_exp.search.options import register_optuna_sweeper
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Installed from a wheel, the config folder is the package ms_exp.conf (pyproject.toml);
@@ -45,7 +47,6 @@ CONF_CANDIDATES = (PACKAGE_DIR / "conf", PACKAGE_DIR.parent / "conf")
 CONFIG_NAME = "config"
 # Sweeps larger than this are spot-checked: the first this many jobs are composed up front.
 MAX_JOBS_CHECKED = 64
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 class CompositionError(InvalidConfig):
@@ -116,6 +117,7 @@ class ConfigSource:
 def hydra_for(source: ConfigSource) -> Iterator[Hydra]:
     """Hydra initialised on ``source``'s search path for the duration of the block."""
     register_schemas()
+    register_optuna_sweeper()
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     version.setbase("1.3")
@@ -224,10 +226,12 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
     """Compose and validate every job; return their configs or raise a one-line error."""
     source = _source(source, config_name)
     configs = []
-    spaces = search_spaces(parse_overrides(overrides, multirun))
+    parsed = parse_overrides(overrides, multirun)
+    spaces = search_spaces(parsed)
     for job in expand_jobs(overrides, multirun)[:MAX_JOBS_CHECKED]:
         cfg = compose_config(job, return_hydra_config=True, source=source)
         check_sweeper(cfg, spaces)
+        check_optuna_sweep(cfg, parsed)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         with hydra_config_of(cfg, output):
             validate(cfg, cfg.hydra.runtime.choices)

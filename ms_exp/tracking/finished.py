@@ -16,7 +16,8 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 DIGEST_TAG = "ms_exp.config_digest"
-_NOT_PART_OF_THE_RESULT = (("tracking",), ("trainer", "progress_bar"), ("trainer", "resume"))
+_NOT_PART_OF_THE_RESULT = (("tracking",), ("sweep",), ("trainer", "progress_bar"),
+                           ("trainer", "resume"))
 
 
 def config_digest(cfg: DictConfig, run_dir: Path) -> str:

@@ -26,6 +26,11 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread when the process receives SIGTERM or SIGINT."""
 
 
+class EndedEarly(Exception):
+    """A job stopped on purpose before its last epoch (a trial its Optuna study pruned):
+    its run ends KILLED, its reason in the ``ms_exp.ended_by`` tag."""
+
+
 class StepBoundary:
     """Armed while training steps run: a signal is then held (``pending``) until the step
     ends; StopOnSignal acts on it."""
@@ -132,7 +137,7 @@ def tracked_run(enabled: bool, tracking_uri: str, experiment_name: str, run_name
         with terminate_as_interrupt():
             yield tracker
         status = "FINISHED"
-    except KeyboardInterrupt as interrupt:
+    except (KeyboardInterrupt, EndedEarly) as interrupt:
         status = "KILLED"
         tracker.set_tags({"ms_exp.ended_by": str(interrupt) or "KeyboardInterrupt"})
         raise

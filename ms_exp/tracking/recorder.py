@@ -104,8 +104,7 @@ class RunRecorder:
         return self.journal is not None
 
     def open(self) -> None:
-        from mlflow import MlflowClient
-
+        from ms_exp.tracking.store import store_client
         from ms_exp.tracking.tracker import Tracker
 
         detect_outages_quickly()
@@ -114,7 +113,7 @@ class RunRecorder:
             return
         try:
             arguments = {k: v for k, v in self.spec.items() if k != "tracking_uri"}
-            self.tracker = Tracker.start(MlflowClient(self.spec["tracking_uri"]), **arguments)
+            self.tracker = Tracker.start(store_client(self.spec["tracking_uri"]), **arguments)
         except Exception as error:
             if self.strict and is_unreachable(error):
                 raise StoreUnreachable(outage_reason(error)) from error

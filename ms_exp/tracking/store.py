@@ -7,13 +7,15 @@ artifacts in ``mlartifacts/`` beside the database: MLflow would otherwise create
 file-store experiments silently switches every later ``mlflow ui`` there to it)
 (docs/design.md#mlflow-default-store, docs/design.md#mlflow-file-store).
 """
+import fcntl
 import os
 import re
 import shlex
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -203,8 +205,44 @@ def mlflow_executable() -> str:
     return shlex.quote(str(beside))
 
 
+@contextmanager
+def sqlite_lock(uri: str) -> Iterator[None]:
+    """Processes on this machine take turns with a SQLite database at ``uri`` (a lock file
+    beside it) while one of them may be creating it or its first rows: two sweep commands
+    started together would otherwise both migrate a fresh MLflow store, and one fail
+    (docs/design.md#mlflow-concurrent-first-use). A server database takes care of itself."""
+    database = sqlite_path(uri)
+    if database is None:
+        yield
+        return
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{database}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def store_client(uri: str) -> "MlflowClient":
+    """A client of the store at ``uri``; a new SQLite store's tables are created while this
+    process holds the lock (MlflowClient creates them as it opens the store)."""
+    from mlflow import MlflowClient
+
+    with sqlite_lock(uri):
+        client = MlflowClient(uri)
+        client.search_experiments(max_results=1)
+    return client
+
+
 def ensure_experiment(client: "MlflowClient", name: str) -> str:
-    """Return the id of experiment ``name``, creating it (and its artifact folder) if new."""
+    """Return the id of experiment ``name``, creating it (and its artifact folder) if new;
+    the first use of a fresh store creates its tables, under the lock."""
+    with sqlite_lock(client.tracking_uri):
+        return _ensure_experiment(client, name)
+
+
+def _ensure_experiment(client: "MlflowClient", name: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id

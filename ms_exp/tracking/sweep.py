@@ -28,6 +28,7 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from ms_exp.search.trial import PRUNED_EPOCH_TAG
 from ms_exp.tracking.provenance import command_line
 from ms_exp.tracking.sweep_runs import child_runs, override_values
 
@@ -89,6 +90,13 @@ def end_active_sweep(status: str) -> None:
         print(f"ms_exp: could not end the sweep's MLflow run: {error}", file=sys.stderr)
 
 
+def tag_active_sweep(tags: Dict[str, str]) -> None:
+    """Tags on the running sweep's parent run (the Optuna sweeper names its study there);
+    no-op when the sweep is not tracked."""
+    if _active is not None and _active.tracker is not None:
+        _active.tracker.set_tags(tags)
+
+
 def swept_keys(config: DictConfig) -> List[str]:
     """The keys a multirun sweeps: on its command line (``a=1,2``, ``model=mlp,resnet``)
     and in the sweeper's own ``params`` (Hydra's ``hydra.sweeper.params``, Optuna's search
@@ -128,9 +136,7 @@ class SweepRun(Callback):
         tracking = config.tracking
         if not tracking.enabled:
             return
-        from mlflow import MlflowClient
-
-        from ms_exp.tracking.store import resolve_tracking_uri
+        from ms_exp.tracking.store import resolve_tracking_uri, store_client
         from ms_exp.tracking.tracker import Tracker
 
         # Resolved as run_job resolves it, so that parent and jobs agree on the store.
@@ -138,7 +144,7 @@ class SweepRun(Callback):
         overrides = list(config.hydra.overrides.task)
         name = (f"{tracking.run_name}-sweep" if tracking.run_name else
                 f"sweep-{config.hydra.job.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        self.tracker = Tracker.start(MlflowClient(uri), tracking.experiment_name, name, {
+        self.tracker = Tracker.start(store_client(uri), tracking.experiment_name, name, {
             "ms_exp.sweep": "true",
             # Hydra does not change directory (version_base 1.3), so relative is to here.
             "ms_exp.sweep.dir": str(Path(config.hydra.sweep.dir).resolve()),
@@ -159,7 +165,7 @@ class SweepRun(Callback):
         if self.tracker is None:
             return
         self.jobs += 1
-        if job_return.status == JobStatus.FAILED:
+        if job_return.status == JobStatus.FAILED and not _pruned(job_return):
             self.failed.append(f"{_job_number(config, self.jobs - 1)} "
                                f"{' '.join(job_return.overrides or [])}")
 
@@ -194,11 +200,14 @@ class SweepRun(Callback):
             tags = parent.data.tags
             skipped = sum(key.startswith("ms_exp.sweep.skipped.") for key in tags)
             finished = sum(c.info.status == "FINISHED" for c in children)
+            pruned = sum(PRUNED_EPOCH_TAG in c.data.tags for c in children)
             jobs = max(self.jobs, len(children) + skipped)
-            counts = f"{finished} of {jobs} jobs finished"
+            counts = f"{finished} of {jobs} jobs finished" + (f", {pruned} pruned"
+                                                              if pruned else "")
             tracker.log_metrics({"sweep/jobs": jobs,
                                  "sweep/finished_jobs": finished,
                                  "sweep/failed_jobs": failures,
+                                 "sweep/pruned_jobs": pruned,
                                  "sweep/skipped_jobs": skipped}, step=0)
             # Optuna's best trial, written by the sweeper into the sweep folder.
             best = Path(tags.get("ms_exp.sweep.dir", "")) / "optimization_results.yaml"
@@ -207,8 +216,16 @@ class SweepRun(Callback):
             report = _log_report(tracker)
         finally:
             tracker.finish(status)
-        print(where_lines(tracker, tags.get("ms_exp.sweep.dir"), report, f"{status}, {counts}"),
-              flush=True)
+        failed_line = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""
+        print(where_lines(tracker, tags.get("ms_exp.sweep.dir"), report,
+                          f"{status}, {counts}") + failed_line, flush=True)
+
+
+def _pruned(job_return) -> bool:
+    """A trial the Optuna study pruned: stopped on purpose, not failed."""
+    from ms_exp.tracking.lifecycle import EndedEarly
+
+    return isinstance(job_return._return_value, EndedEarly)
 
 
 def _job_number(config: DictConfig, counted: int) -> str:

@@ -1,8 +1,8 @@
 """The callbacks a rank hands ``Model.fit`` (or the functional loop's ``fit``), in the order
 they must run: the console monitors, MLflow's metrics, checkpoints (and stage one's
 snapshots, and on CPU the emulated semi-auto layouts), the progress bar, the user's
-(``trainer.callbacks``), then resuming at a step and stopping at a step boundary on a
-signal."""
+(``trainer.callbacks``), then resuming at a step, reporting to an Optuna trial, and stopping
+at a step boundary on a signal."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -21,10 +21,12 @@ from ms_exp.config.errors import require
 from ms_exp.config.schema import CALLBACK_TARGET
 from ms_exp.config.targets import build
 from ms_exp.data.build import loader_settings
+from ms_exp.search.trial import current_trial, sweep_metric
 from ms_exp.tracking.callback import MlflowMetrics
 from ms_exp.train.loop_control import StartAtStep, StopOnSignal
 from ms_exp.train.monitors import FitTimeMonitor, LossPartsMonitor
 from ms_exp.train.progress import ProgressBar, wants_progress_bar
+from ms_exp.train.pruning import ReportToTrial
 from ms_exp.train.stop_step import stop_step_file
 
 # Parallel modes whose parameters may be split over the ranks (where MindSpore runs them).
@@ -37,6 +39,7 @@ class FitCallbacks:
     metrics: MlflowMetrics               # keeps every evaluation's results
     saver: Optional[TimedModelCheckpoint]  # None: checkpoint=none
     best: Optional[BestCheckpoint]       # None: no best.ckpt kept
+    pruning: Optional[ReportToTrial] = None  # a job of an Optuna sweep
 
 
 def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, tracker,
@@ -77,9 +80,22 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
     if start_step:
         callbacks.insert(0, StartAtStep(start_step))
+    pruning = _report_to_trial(cfg, runtime)
+    if pruning is not None:
+        callbacks.append(pruning)
     callbacks.append(StopOnSignal(
         saver, stop_step_file(run_dir) if runtime.group_size > 1 else None))
-    return FitCallbacks(callbacks, metrics, saver, best)
+    return FitCallbacks(callbacks, metrics, saver, best, pruning)
+
+
+def _report_to_trial(cfg, runtime) -> Optional[ReportToTrial]:
+    """A stand-alone job of an Optuna sweep reports to its trial; the ranks of a distributed
+    job could not agree on when to stop, so a pruner is refused for them before the sweep
+    starts (ms_exp/search/checks.py)."""
+    link = current_trial()
+    if link is None or runtime.group_size > 1:
+        return None
+    return ReportToTrial(link, sweep_metric(cfg))
 
 
 def user_callbacks(trainer_cfg) -> List[Callback]:

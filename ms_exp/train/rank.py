@@ -110,7 +110,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         best_value=best.best if best else None, best_metric=option.best_metric,
         last_checkpoint=last_checkpoint(ckpt_dir, cfg.checkpoint.prefix)
         if cfg.checkpoint.save else None,
-        best_checkpoint=best.path if best and best.path.exists() else None)
+        best_checkpoint=best.path if best and best.path.exists() else None,
+        pruned_epoch=fit.pruning.pruned_epoch if fit.pruning else None)
 
 
 def _evaluation_missing(start_step: int, steps_per_epoch: int, logged) -> bool:

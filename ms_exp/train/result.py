@@ -18,6 +18,7 @@ class JobResult:
     last_checkpoint: Optional[Path]
     best_checkpoint: Optional[Path]
     best_metric: str = "accuracy"
+    pruned_epoch: Optional[int] = None  # the epoch after which an Optuna study pruned it
 
     def save(self) -> None:
         """Rank 0 of a distributed job hands its result to the launching process."""

@@ -1,0 +1,84 @@
+"""What a sweep command is refused for before it starts: the Optuna sweeper's settings, and
+how ``sweep.fail_fast`` makes Hydra's basic sweeper stop."""
+import os
+from typing import List, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.config.errors import ConfigError, require
+from ms_exp.search.options import NO_PRUNER, SWEEPER_TARGET
+from ms_exp.search.study import masked
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
+    """``cfg``: one job's config with its Hydra part; ``overrides``: the command line's,
+    parsed (Hydra's Override)."""
+    sweeper = cfg.hydra.sweeper
+    if sweeper.get("_target_") != SWEEPER_TARGET:
+        return
+    for key in ("n_trials", "n_jobs", "heartbeat_interval"):
+        require(sweeper[key] >= 1, f"hydra.sweeper.{key}", sweeper[key], "an integer >= 1")
+    if not sweeper.params and not any(o.is_sweep_override() for o in overrides):
+        raise ConfigError("hydra.sweeper.params", None, "a search space: "
+                          "hydra.sweeper.params or key=interval(a,b) / choice(a,b) / "
+                          "range(a,b) on the command line", "nothing to search")
+    if sweeper.n_jobs > 1 and cfg.hydra.launcher._target_ == BASIC_LAUNCHER:
+        raise ConfigError("hydra.sweeper.n_jobs", sweeper.n_jobs,
+                          "1 with Hydra's basic launcher, which runs jobs one at a time in "
+                          "this process; or hydra/launcher=concurrent (or slurm)")
+    pruner = sweeper.pruner._target_
+    if pruner != NO_PRUNER and cfg.parallel.device_num > 1:
+        raise ConfigError("hydra/sweeper/pruner", pruner.rsplit(".", 1)[-1],
+                          "none for a distributed job (parallel.device_num="
+                          f"{cfg.parallel.device_num}): its ranks could not agree on the "
+                          "epoch to stop at")
+    if sweeper.storage is not None:
+        _check_storage(sweeper.storage)
+    for key in ("sampler", "pruner"):
+        _check_builds(f"hydra.sweeper.{key}", sweeper[key])
+
+
+def _check_storage(url: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url)
+    except ArgumentError:
+        raise ConfigError("hydra.sweeper.storage", masked(url), "a database URL such as "
+                          "sqlite:////abs/path/optuna.db or postgresql://user@host/db") from None
+
+
+def _check_builds(key: str, node: DictConfig) -> None:
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        instantiate(node)
+    except InstantiationException as error:
+        cause = error.__cause__ or error
+        raise ConfigError(key, node._target_, f"arguments {node._target_} takes",
+                          str(cause).splitlines()[0]) from None
+
+
+def fail_fast_overrides(cfg: DictConfig, overrides: Sequence[str]) -> List[str]:
+    """With ``sweep.fail_fast``, Hydra's basic sweeper launches its jobs in batches of what
+    the launcher runs at once (``hydra.sweeper.max_batch_size``): it stops after a batch
+    with a failed job, so no job starts after one failed. Hydra's default is one batch."""
+    if not OmegaConf.select(cfg, "sweep.fail_fast", default=False) \
+            or cfg.hydra.sweeper.get("_target_") != BASIC_SWEEPER \
+            or any(o.startswith("hydra.sweeper.max_batch_size=") for o in overrides):
+        return []
+    return [f"hydra.sweeper.max_batch_size={jobs_at_once(cfg.hydra.launcher)}"]
+
+
+def jobs_at_once(launcher: DictConfig) -> int:
+    """Jobs the launcher runs at the same time: joblib's n_jobs (-1: a job per CPU),
+    submitit's array_parallelism, 1 for Hydra's basic launcher."""
+    n_jobs = launcher.get("n_jobs")
+    if n_jobs is not None:
+        return n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return launcher.get("array_parallelism") or 1

@@ -1,0 +1,84 @@
+"""The Optuna study a sweep draws its trials from: where it is stored, what it is called,
+and how far it has got.
+
+The storage is one of Optuna's RDB storages: several sweep commands (on one machine, or on
+several with a shared database) open the same study and each draws its own trials, Optuna
+numbering them in the database.
+"""
+import hashlib
+import json
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from ms_exp.tracking.store import resolve_tracking_uri, sqlite_lock, sqlite_path
+
+DEFAULT_STORAGE_FILE = "optuna.db"
+# What n_trials counts: trials that ran to a result (pruned ones too), all workers together.
+DONE_STATES = ("COMPLETE", "PRUNED")
+# Seconds a connection waits for another worker's write to the SQLite file.
+SQLITE_BUSY_TIMEOUT_S = 60
+
+
+def default_storage(tracking_uri: Optional[str]) -> str:
+    """optuna.db beside the MLflow SQLite store; in the working directory for any other."""
+    database = sqlite_path(resolve_tracking_uri(tracking_uri))
+    folder = database.parent if database is not None else Path.cwd()
+    return f"sqlite:///{(folder / DEFAULT_STORAGE_FILE).resolve()}"
+
+
+def masked(url: str) -> str:
+    """The URL with its password (if any) replaced by ***: fit to print and to log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def default_study_name(job_name: str, arguments: Sequence[str],
+                       space: Dict[str, str], direction: str) -> str:
+    """``<job>-<digest>``: the same command line and search space give the same study."""
+    text = json.dumps({"arguments": sorted(arguments), "space": space,
+                       "direction": direction}, sort_keys=True)
+    return f"{job_name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+def open_storage(url: str, heartbeat_interval: Optional[int] = None):
+    """Optuna's RDB storage at ``url``; with a heartbeat, the trials this process runs
+    show they are alive, and those of a worker that died are marked FAIL. Workers starting
+    together on a fresh SQLite file take turns creating its tables."""
+    import optuna
+
+    engine = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} \
+        if url.startswith("sqlite") else None
+    with sqlite_lock(url), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine,
+                                          heartbeat_interval=heartbeat_interval)
+
+
+def trials_by_state(study) -> Dict[str, List[int]]:
+    """Trial numbers by state name (COMPLETE, PRUNED, FAIL, RUNNING, WAITING)."""
+    found: Dict[str, List[int]] = {}
+    for trial in study.get_trials(deepcopy=False):
+        found.setdefault(trial.state.name, []).append(trial.number)
+    return found
+
+
+def done_count(study) -> int:
+    states = trials_by_state(study)
+    return sum(len(states.get(state, [])) for state in DONE_STATES)
+
+
+def fail_dead_trials(study) -> List[int]:
+    """Mark FAIL the RUNNING trials whose worker stopped sending heartbeats (Optuna's own
+    check, which Study.optimize also runs before every trial); their numbers."""
+    import optuna
+
+    running = set(trials_by_state(study).get("RUNNING", []))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    return sorted(running - set(trials_by_state(study).get("RUNNING", [])))

@@ -1,0 +1,201 @@
+"""The sweep loop behind ``hydra/sweeper=optuna``: one Optuna study, resumed when it
+exists, whose trials are Hydra jobs.
+
+``Study.optimize`` runs the loop, so Optuna's own machinery applies: its heartbeat marks the
+trials of a worker that died FAIL, a job that raises ``optuna.TrialPruned`` (pruned by the
+study after an epoch, ms_exp/search/trial.py) makes its trial PRUNED, and
+``MaxTrialsCallback`` stops every worker of the study once ``n_trials`` are done. Each
+trial is launched as a job of the configured Hydra launcher, numbered by its trial number
+(the job's folder, ``<sweep dir>/<trial number>``, is unique across workers).
+"""
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.search.space import job_override, split_space, suggest
+from ms_exp.search.study import (
+    DONE_STATES,
+    default_storage,
+    default_study_name,
+    done_count,
+    fail_dead_trials,
+    masked,
+    open_storage,
+    trials_by_state,
+)
+from ms_exp.search.trial import (
+    STORAGE_ENV,
+    STORAGE_TAG,
+    STUDY_ENV,
+    STUDY_TAG,
+    TRIAL_ENV,
+    TRIAL_NUMBER_ENV,
+)
+
+RESULTS_FILE = "optimization_results.yaml"  # the best trial, as Hydra's Optuna sweeper writes it
+
+
+class NoObjective(ValueError):
+    """A job returned no value to optimise."""
+
+
+class OptunaSearch:
+    def __init__(self, sampler: Any, pruner: Any, direction: Any, storage: Optional[str],
+                 study_name: Optional[str], n_trials: int, n_jobs: int,
+                 heartbeat_interval: int, params: Optional[Dict[str, str]]) -> None:
+        self.sampler, self.pruner = sampler, pruner
+        self.direction = getattr(direction, "name", str(direction))
+        self.storage, self.study_name = storage, study_name
+        self.n_trials, self.n_jobs = n_trials, n_jobs
+        self.heartbeat_interval = heartbeat_interval
+        self.params = dict(params or {})
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+        self.hydra_context = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function)
+
+    # -----------------------------------------------------------------------------------
+    def sweep(self, arguments: List[str]) -> Any:
+        import optuna
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        params = [f"{key}={value}" for key, value in self.params.items()]
+        space, fixed = split_space(parser.parse_overrides([*params, *arguments]))
+        url = self.storage or default_storage(self.config.tracking.uri)
+        name = self.study_name or default_study_name(
+            self.config.hydra.job.name, arguments, {k: repr(d) for k, d in space.items()},
+            self.direction)
+        study = self._open_study(url, name)
+        self._announce_to_jobs(url, name)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+
+        done = done_count(study)
+        if done >= self.n_trials:
+            print(f"study {name}: {done} of hydra.sweeper.n_trials={self.n_trials} trials "
+                  f"done already; nothing to run (raise n_trials to run more)", flush=True)
+            self._write_results(study, sweep_dir)
+            return []
+        failures: List[Tuple[int, BaseException]] = []
+        fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # At most the trials still missing from this worker (its failures do not count
+            # as done, and must not make it loop); fewer when other workers fill them.
+            study.optimize(
+                self._objective(space, fixed, failures), n_trials=self.n_trials - done,
+                n_jobs=self.n_jobs,
+                catch=() if fail_fast else (Exception,),
+                callbacks=[optuna.study.MaxTrialsCallback(
+                    self.n_trials, states=tuple(optuna.trial.TrialState[s]
+                                                for s in DONE_STATES))])
+        self._write_results(study, sweep_dir)
+        if failures:
+            # As Hydra's basic sweeper: every job ran, the sweep reports the first failure.
+            number, error = failures[0]
+            raise RuntimeError(f"{len(failures)} of this sweep's trials failed; the first, "
+                               f"trial {number}: {type(error).__name__}: {error}") from error
+        return []
+
+    def _open_study(self, url: str, name: str):
+        import optuna
+        from hydra.utils import instantiate
+
+        storage = open_storage(url, self.heartbeat_interval)
+        study = optuna.create_study(storage=storage, study_name=name,
+                                    direction=self.direction, load_if_exists=True)
+        if study.direction.name.lower() != self.direction:
+            raise ValueError(f"hydra.sweeper.direction={self.direction}: the study {name} in "
+                             f"{masked(url)} was created to {study.direction.name.lower()}; "
+                             f"expected that, or another hydra.sweeper.study_name")
+        dead = fail_dead_trials(study)
+        earlier = len(study.get_trials(deepcopy=False))
+        sampler = OmegaConf.to_container(self.sampler, resolve=True)
+        if earlier and sampler.get("seed") is not None:
+            # A resumed study with the seed it started with would draw its first trials'
+            # values again; the seed moves on by the trials it already has.
+            sampler["seed"] += earlier
+        study.sampler = instantiate(sampler)
+        study.pruner = instantiate(self.pruner)
+        states = ", ".join(f"{len(v)} {k}" for k, v in trials_by_state(study).items())
+        print(f"Optuna study {name} in {masked(url)} ({self.direction}): "
+              f"{states or 'no trials'}; running "
+              f"trials until hydra.sweeper.n_trials={self.n_trials} are "
+              f"{' or '.join(DONE_STATES)}", flush=True)
+        if dead:
+            print(f"trials {', '.join(map(str, dead))} were RUNNING when their worker stopped "
+                  f"sending heartbeats: marked FAIL", flush=True)
+        self._tag_parent(url, name)
+        return study
+
+    def _announce_to_jobs(self, url: str, name: str) -> None:
+        """The study, for the jobs (this process's environment, which launched jobs and
+        their ranks inherit): the storage URL may hold a password, so it never goes into a
+        job's overrides or Hydra record."""
+        os.environ[STORAGE_ENV] = url
+        os.environ[STUDY_ENV] = name
+
+    def _tag_parent(self, url: str, name: str) -> None:
+        from ms_exp.tracking.sweep import tag_active_sweep
+
+        tag_active_sweep({STUDY_TAG: name, STORAGE_TAG: masked(url),
+                          "ms_exp.optuna.direction": self.direction})
+
+    def _objective(self, space, fixed: List[str], failures: List):
+        from ms_exp.search.pruned import TrialPruned
+        from ms_exp.search.trial import metric_label, sweep_metric
+
+        metric = sweep_metric(self.config)
+
+        def objective(trial) -> float:
+            values = [job_override(key, suggest(trial, key, dist))
+                      for key, dist in space.items()]
+            job = [*fixed, *values,
+                   # Optuna's Trial has no public id getter; the job reopens the trial by it
+                   # (docs/design.md#optuna-rdb-storage).
+                   f"+hydra.job.env_set.{TRIAL_ENV}={trial._trial_id}",
+                   f"+hydra.job.env_set.{TRIAL_NUMBER_ENV}={trial.number}"]
+            (result,) = self.launcher.launch([job], initial_job_idx=trial.number)
+            if isinstance(result._return_value, TrialPruned):
+                # Raised as it is: reading return_value would log it as a failed job.
+                raise result._return_value
+            try:
+                value = result.return_value  # raises what the job raised
+                if value is None:
+                    raise NoObjective(f"job {trial.number} ({' '.join(values)}) returned no "
+                                      f"{metric_label(metric)}, the value the study "
+                                      f"optimises")
+            except Exception as error:
+                failures.append((trial.number, error))
+                raise
+            return value
+
+        return objective
+
+    def _write_results(self, study, sweep_dir: Path) -> None:
+        """The best trial so far, as Hydra's Optuna sweeper writes it (the sweep callback
+        logs it to the parent run)."""
+        try:
+            best = study.best_trial
+        except ValueError:  # no trial completed
+            return
+        OmegaConf.save(OmegaConf.create({
+            "name": "optuna", "study": study.study_name, "best_trial": best.number,
+            "best_params": best.params, "best_value": best.value}),
+            sweep_dir / RESULTS_FILE)
+        print(f"best trial of study {study.study_name}: {best.number}, value {best.value:.4f}, "
+              + " ".join(job_override(k, v) for k, v in best.params.items()),
+              file=sys.stdout, flush=True)
+

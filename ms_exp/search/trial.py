@@ -1,0 +1,83 @@
+"""The Optuna trial a job of an Optuna sweep belongs to, as the job sees it.
+
+The sweeper (ms_exp/search/sweeper.py) puts the study's storage and name into its own
+environment, which every job and rank it launches inherits, and each job's trial id and
+number into the job's ``hydra.job.env_set``. A stand-alone job reports its eval metric to
+the trial after every epoch and stops when the study's pruner says so
+(ms_exp/train/pruning.py); the job then raises ``TrialPruned`` and its MLflow run ends KILLED
+with the epoch it was pruned at (ms_exp/search/pruned.py).
+"""
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+STORAGE_ENV = "MS_EXP_OPTUNA_STORAGE"
+STUDY_ENV = "MS_EXP_OPTUNA_STUDY"
+TRIAL_ENV = "MS_EXP_OPTUNA_TRIAL"
+TRIAL_NUMBER_ENV = "MS_EXP_OPTUNA_TRIAL_NUMBER"
+PRUNED_EPOCH_TAG = "ms_exp.pruned_epoch"
+# On the sweep's parent run (the study, its storage with any password masked) and on every
+# trial's run (the study, the trial number).
+STUDY_TAG = "ms_exp.optuna.study"
+STORAGE_TAG = "ms_exp.optuna.storage"
+TRIAL_TAG = "ms_exp.optuna.trial"
+# What a sweep optimises when sweep.metric is unset: the first of these a job logged
+# (classifiers log accuracy, Wide&Deep logs AUC).
+OBJECTIVE_METRICS = ("eval/accuracy", "eval/auc")
+
+
+@dataclass(frozen=True)
+class TrialLink:
+    storage: str
+    study_name: str
+    trial_id: int
+    number: int
+
+    def tags(self) -> dict:
+        return {STUDY_TAG: self.study_name, TRIAL_TAG: str(self.number)}
+
+    def open(self):
+        """The trial, to report to and to ask whether to prune (Optuna's Trial), judged by
+        the sweep's pruner (``hydra.sweeper.pruner``, in the job's Hydra config)."""
+        import optuna
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.utils import instantiate
+
+        from ms_exp.search.study import open_storage
+
+        pruner = OmegaConf.select(HydraConfig.get(), "sweeper.pruner")
+        study = optuna.load_study(study_name=self.study_name,
+                                  storage=open_storage(self.storage),
+                                  pruner=instantiate(pruner) if pruner else None)
+        return optuna.trial.Trial(study, self.trial_id)
+
+
+def current_trial() -> Optional[TrialLink]:
+    """This job's trial; None outside an Optuna sweep."""
+    trial_id = os.environ.get(TRIAL_ENV)
+    if not trial_id or not os.environ.get(STORAGE_ENV):
+        return None
+    return TrialLink(os.environ[STORAGE_ENV], os.environ[STUDY_ENV], int(trial_id),
+                     int(os.environ.get(TRIAL_NUMBER_ENV, "-1")))
+
+
+def sweep_metric(cfg: DictConfig) -> Optional[str]:
+    """The eval metric a sweep optimises and prunes by (sweep.metric); None: the first of
+    OBJECTIVE_METRICS a job logs."""
+    return OmegaConf.select(cfg, "sweep.metric", default=None)
+
+
+def metric_label(metric: Optional[str]) -> str:
+    return metric or " or ".join(OBJECTIVE_METRICS)
+
+
+def objective_metric(final_eval: dict, metric: Optional[str]) -> Optional[str]:
+    """``metric``, or the first of OBJECTIVE_METRICS the job logged."""
+    return metric or next((m for m in OBJECTIVE_METRICS if m in final_eval), None)
+
+
+def objective_value(final_eval: dict, metric: Optional[str]) -> Optional[float]:
+    """The job's value for the sweeper (None: the job logged no such metric)."""
+    return final_eval.get(objective_metric(final_eval, metric))
