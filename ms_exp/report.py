@@ -13,7 +13,12 @@ artifacts of the parent run under ``report/``:
   ``ckpt_bytes_rank_<r>``, from the ``checkpoint/*`` metrics of every run); sorted by the
   metric, best first;
 - ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
-  true/false) and ``train_loss.png``, every job's loss curve overlaid.
+  true/false) and ``train_loss.png``, every job's loss curve overlaid;
+- for an Optuna sweep, its study (read from its storage, the parent's
+  ``ms_exp.optuna.storage`` tag unless ``--optuna-storage`` names it): ``optuna_trials.csv``
+  and ``optuna_trials.md``, every trial in order with its state, value, the best value so far,
+  its params, the epoch a pruned trial stopped at and its duration; ``optuna_history.png``;
+  and ``optuna_importances.png`` with the parameter importances (from 2 completed trials on).
 
 The sweep callback writes it when a sweep ends (``write_report``); this command writes it
 again, e.g. for another ``--metric`` or a sweep recorded before reports existed.
@@ -41,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--metric",
                         help="what the jobs are ranked and plotted by (default: the first "
                              f"of {', '.join(DEFAULT_METRICS)} the jobs logged)")
+    parser.add_argument("--optuna-storage", metavar="URL",
+                        help="storage of an Optuna sweep's study, e.g. with the password its "
+                             "tag hides (default: the parent run's ms_exp.optuna.storage tag)")
     return parser
 
 
@@ -58,7 +66,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         client = _open_store(args.tracking_uri)
-        report = write_report(client, find_sweep(client, args.sweep), args.metric)
+        report = write_report(client, find_sweep(client, args.sweep), args.metric,
+                              args.optuna_storage)
     except ReportError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2

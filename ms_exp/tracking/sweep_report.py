@@ -18,6 +18,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from ms_exp.search.trial import STORAGE_TAG, STUDY_TAG
 from ms_exp.tracking.sweep_runs import ReportError, child_runs, override_values
 
 # The first of these that the jobs logged ranks them unless --metric says otherwise:
@@ -41,7 +42,7 @@ class SweepReport:
     experiment_id: str
     artifact_uri: str  # where summary.csv, summary.md and the plots were logged
     files: List[str]
-    markdown: str  # summary.md: a title line and the table
+    markdown: str  # summary.md (a title line and the table), then an Optuna study's part
 
 
 @dataclass
@@ -311,12 +312,14 @@ def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[st
 # ---------------------------------------------------------------------------------------------
 # The report
 
-def write_report(client: MlflowClient, parent_run_id: str,
-                 metric: Optional[str] = None) -> SweepReport:
+def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str] = None,
+                 optuna_storage: Optional[str] = None) -> SweepReport:
     """Write the sweep's report and log it into the parent run under ``report/``.
 
     Works on a running parent (the sweep callback, before it ends the run) as on a finished
-    one. Raises ReportError when the sweep has no jobs or none of them logged ``metric``."""
+    one. Raises ReportError when the sweep has no jobs or none of them logged ``metric``.
+    An Optuna sweep's report adds its study (ms_exp.search.study_report), read from
+    ``optuna_storage`` or else the storage the parent's tag names."""
     parent = client.get_run(parent_run_id)
     children = child_runs(client, parent)
     if not children:
@@ -341,7 +344,21 @@ def write_report(client: MlflowClient, parent_run_id: str,
         for key in keys:
             plot_metric_against(folder, rows, key, metric, references)
         plot_loss_curves(folder, client, rows, keys)
+        markdown += _study_markdown(parent, optuna_storage, folder)
         client.log_artifacts(parent_run_id, scratch, REPORT_DIR)
         files = sorted(p.name for p in folder.iterdir())
     return SweepReport(parent_run_id, parent.info.experiment_id,
                        f"{parent.info.artifact_uri}/{REPORT_DIR}", files, markdown)
+
+
+def _study_markdown(parent: Run, storage: Optional[str], folder: Path) -> str:
+    study = parent.data.tags.get(STUDY_TAG)
+    if study is None:
+        return ""
+    from ms_exp.search.study_report import study_part
+
+    try:
+        part = study_part(storage or parent.data.tags.get(STORAGE_TAG, ""), study, folder)
+    except ReportError as error:  # the jobs' table and plots stand without the study
+        return f"\nno study part: {error}\n"
+    return f"\n{part.markdown}"
