@@ -44,7 +44,8 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(tmp_path):
     assert parent.info.status == "FINISHED"
     assert parent.info.run_name.startswith("sweep-run-")
     assert parent.data.metrics == {"sweep/jobs": 2.0, "sweep/finished_jobs": 2.0,
-                                   "sweep/failed_jobs": 0.0, "sweep/skipped_jobs": 0.0}
+                                   "sweep/failed_jobs": 0.0, "sweep/pruned_jobs": 0.0,
+                                   "sweep/skipped_jobs": 0.0}
     # The sweep's overrides are the parent's params; each child is named by its values
     # and tagged with the sweep's id.
     assert parent.data.params == {"trainer.progress_bar": "never", "trainer.epochs": "1",
@@ -144,7 +145,8 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     parent, others = parent_and_children(client)
     assert parent.info.status == "FAILED"
     assert parent.data.metrics == {"sweep/jobs": 2.0, "sweep/finished_jobs": 1.0,
-                                   "sweep/failed_jobs": 1.0, "sweep/skipped_jobs": 0.0}
+                                   "sweep/failed_jobs": 1.0, "sweep/pruned_jobs": 0.0,
+                                   "sweep/skipped_jobs": 0.0}
     assert parent.data.tags["ms_exp.sweep.failed_jobs"] == \
         "#1 trainer.progress_bar=never trainer.epochs=1 dataset.split_seed=1"
     (after,) = [r for r in others if r.info.run_name == "after"]
@@ -212,7 +214,8 @@ def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
     assert [c.info.status for c in children] == ["KILLED"]  # the second job never started
     # One job had started (its run is KILLED); none finished or failed.
     assert parent.data.metrics == {"sweep/jobs": 1.0, "sweep/finished_jobs": 0.0,
-                                   "sweep/failed_jobs": 0.0, "sweep/skipped_jobs": 0.0}
+                                   "sweep/failed_jobs": 0.0, "sweep/pruned_jobs": 0.0,
+                                   "sweep/skipped_jobs": 0.0}
 
 
 @pytest.mark.slow

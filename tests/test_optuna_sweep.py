@@ -1,0 +1,317 @@
+"""``hydra/sweeper=optuna``: an Optuna study in a database that the same command resumes,
+several sweep commands share, whose trials a pruner stops after an epoch, and a sweep that
+stops at its first failed job when asked (``sweep.fail_fast``)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import FAST, run_cli
+from mlflow import MlflowClient
+
+from ms_exp.config.errors import ConfigError
+from ms_exp.preflight.compose import compose_config, preflight
+
+OPTUNA = ("hydra/sweeper=optuna", "hydra.sweeper.study_name=s")
+TINY = (*FAST, "trainer.epochs=1", "dataset=synthetic", "dataset.num_samples=64",
+        "dataset.num_eval_samples=32", "model.hidden_size=8")
+SPACE = "optimizer.lr=interval(0.01,0.2)"
+
+
+def study(folder: Path, name: str = "s"):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{folder / 'optuna.db'}")
+
+
+def states(found) -> dict:
+    return {t.number: t.state.name for t in found.get_trials()}
+
+
+def runs_by_trial(folder: Path) -> dict:
+    """Trial number -> the MLflow child runs tagged with it, over every parent."""
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    found = {}
+    for run in client.search_runs(["1"], "tags.`ms_exp.optuna.trial` != ''"):
+        found.setdefault(int(run.data.tags["ms_exp.optuna.trial"]), []).append(run)
+    return found
+
+
+def sweep(folder: Path, *overrides: str, timeout: int = 300):
+    result = run_cli("ms_exp.run", ["-m", *OPTUNA, *TINY, SPACE, *overrides], folder,
+                     timeout=timeout)
+    assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Config and refusals
+
+def test_the_sweeper_takes_hydras_key_names_and_its_pruners_and_samplers():
+    cfg = compose_config(["hydra/sweeper=optuna", "hydra/sweeper/pruner=median",
+                          "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=3",
+                          "hydra.sweeper.n_trials=7", "hydra.sweeper.study_name=x",
+                          "hydra.sweeper.storage=sqlite:////tmp/x.db"],
+                         return_hydra_config=True)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_ == "hydra_plugins.ms_exp_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    assert (sweeper.n_trials, sweeper.study_name, sweeper.storage, sweeper.direction.name) == \
+        (7, "x", "sqlite:////tmp/x.db", "maximize")
+    assert sweeper.sampler == {"_target_": "optuna.samplers.RandomSampler", "seed": 3}
+    assert sweeper.pruner._target_ == "optuna.pruners.MedianPruner"
+    for pruner, target in [("none", "NopPruner"), ("successive_halving",
+                                                   "SuccessiveHalvingPruner"),
+                           ("hyperband", "HyperbandPruner")]:
+        composed = compose_config(["hydra/sweeper=optuna", f"hydra/sweeper/pruner={pruner}"],
+                                  return_hydra_config=True)
+        assert composed.hydra.sweeper.pruner._target_ == f"optuna.pruners.{target}"
+    tpe = compose_config(["hydra/sweeper=optuna"], return_hydra_config=True)
+    assert tpe.hydra.sweeper.sampler._target_ == "optuna.samplers.TPESampler"
+    brute = compose_config(["hydra/sweeper=optuna", "hydra/sweeper/sampler=brute_force"],
+                           return_hydra_config=True)
+    assert brute.hydra.sweeper.sampler._target_ == "optuna.samplers.BruteForceSampler"
+
+
+@pytest.mark.parametrize("pruner", ["median", "successive_halving", "hyperband"])
+def test_every_pruner_option_prunes_a_trial_far_behind_the_others(pruner):
+    from hydra.utils import instantiate
+
+    cfg = compose_config(["hydra/sweeper=optuna", f"hydra/sweeper/pruner={pruner}"],
+                         return_hydra_config=True)
+    found = optuna.create_study(direction="maximize", pruner=instantiate(
+        cfg.hydra.sweeper.pruner), sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(8):   # trials that improve epoch by epoch, as training does; asked after
+        trial = found.ask()      # every epoch, as ms_exp's jobs ask (pruners keep rungs)
+        for epoch in range(1, 10):
+            trial.report(0.5 + 0.05 * epoch, epoch)
+            trial.should_prune()
+        found.tell(trial, 0.95)
+    behind = found.ask()
+    pruned_at = None
+    for epoch in range(1, 10):
+        behind.report(0.01, epoch)
+        if behind.should_prune():
+            pruned_at = epoch
+            break
+    assert pruned_at is not None and pruned_at < 9
+
+
+def test_the_job_returns_the_sweep_metric_or_the_first_default_it_logged():
+    from ms_exp.search.trial import objective_value
+
+    assert objective_value({"eval/accuracy": 0.9, "eval/loss": 0.3}, None) == 0.9
+    assert objective_value({"eval/auc": 0.7, "eval/loss": 0.3}, None) == 0.7
+    assert objective_value({"eval/accuracy": 0.9, "eval/loss": 0.3}, "eval/loss") == 0.3
+    assert objective_value({"eval/loss": 0.3}, "eval/top_5") is None
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["hydra.sweeper.n_trials=0", SPACE],
+     "hydra.sweeper.n_trials=0: not allowed; expected an integer >= 1"),
+    (["hydra.sweeper.n_jobs=2", SPACE],
+     "hydra.sweeper.n_jobs=2: not allowed; expected 1 with Hydra's basic launcher"),
+    (["hydra/sweeper/pruner=median", "parallel=data", SPACE],
+     "hydra/sweeper/pruner='MedianPruner': not allowed; expected none for a distributed job"),
+    (["hydra.sweeper.storage=not a url", SPACE],
+     "hydra.sweeper.storage='not a url': not allowed; expected a database URL"),
+    (["+hydra.sweeper.sampler.bogus=1", SPACE],
+     "hydra.sweeper.sampler='optuna.samplers.TPESampler': "),
+    ([], "hydra.sweeper.params=null: nothing to search; expected a search space"),
+])
+def test_bad_optuna_settings_are_refused_before_anything_runs(tmp_path, overrides, line):
+    with pytest.raises(ConfigError) as refused:
+        preflight(["hydra/sweeper=optuna", f"hydra.sweep.dir={tmp_path}/sweep", *overrides],
+                  multirun=True)
+    assert str(refused.value).startswith(line)
+    assert "\n" not in str(refused.value) and list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_setting_is_one_line_and_exit_2(tmp_path):
+    result = run_cli("ms_exp.run", ["-m", *OPTUNA, "hydra.sweeper.n_trials=0", SPACE],
+                     tmp_path)
+    assert (result.rc, result.stderr) == (
+        2, "ms_exp: error: hydra.sweeper.n_trials=0: not allowed; expected an integer >= 1\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A study in a database: resumed, extended, shared
+
+@pytest.mark.slow
+def test_the_same_command_resumes_the_study_and_a_larger_n_trials_extends_it(tmp_path):
+    first = sweep(tmp_path, "hydra.sweeper.n_trials=2")
+    assert states(study(tmp_path)) == {0: "COMPLETE", 1: "COMPLETE"}
+    # optuna.db beside mlflow.db; a folder per trial number
+    assert (tmp_path / "optuna.db").is_file()
+    again = sweep(tmp_path, "hydra.sweeper.n_trials=2")
+    assert "2 of hydra.sweeper.n_trials=2 trials done already; nothing to run" in again.stdout
+    sweep(tmp_path, "hydra.sweeper.n_trials=3")
+    found = study(tmp_path)
+    assert states(found) == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE"}
+    runs = runs_by_trial(tmp_path)
+    assert sorted(runs) == [0, 1, 2] and all(len(r) == 1 for r in runs.values())
+    for trial in found.get_trials():
+        (run,) = runs[trial.number]
+        assert float(run.data.params["optimizer.lr"]) == trial.params["optimizer.lr"]
+        assert run.data.metrics["eval/accuracy"] == trial.value
+        assert run.data.tags["ms_exp.optuna.study"] == "s"
+    # the seed moved on: the resumed sweep did not draw trial 0's value again
+    assert len({t.params["optimizer.lr"] for t in found.get_trials()}) == 3
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = client.get_run(first.field("MLflow parent run ").split()[0])
+    assert parent.data.tags["ms_exp.optuna.study"] == "s"
+    assert parent.data.tags["ms_exp.optuna.storage"] == f"sqlite:///{tmp_path / 'optuna.db'}"
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_and_its_running_trial_is_marked_failed(tmp_path):
+    command = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *FAST, SPACE,
+               "hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1",
+               "trainer.epochs=30"]
+    process = subprocess.Popen(command, cwd=tmp_path, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            if (tmp_path / "optuna.db").exists() and "RUNNING" in \
+                    states(study(tmp_path)).values():
+                break
+        time.sleep(3)   # the trial trains (and beats its heartbeat)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert states(study(tmp_path)) == {0: "RUNNING"}
+    time.sleep(2.5)     # its heartbeat is now older than the grace period (2 x 1 s)
+    resumed = sweep(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1")
+    assert "trials 0 were RUNNING when their worker stopped sending heartbeats: marked FAIL" \
+        in resumed.stdout
+    assert states(study(tmp_path)) == {0: "FAIL", 1: "COMPLETE", 2: "COMPLETE"}
+
+
+@pytest.mark.slow
+def test_two_sweep_commands_share_one_study_and_no_trial_runs_twice(tmp_path):
+    def start(seed: int, folder: str):
+        args = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *TINY, SPACE,
+                "hydra.sweeper.n_trials=4", f"hydra.sweeper.sampler.seed={seed}",
+                f"hydra.sweep.dir={folder}"]
+        return subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    workers = [start(1, "a"), start(2, "b")]
+    outputs = [w.communicate(timeout=400)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    found = study(tmp_path)
+    done = [t for t in found.get_trials() if t.state.name == "COMPLETE"]
+    # n_trials counts the study's trials, both workers together (a trial that was running
+    # in one when the other completed the fourth still finishes)
+    assert 4 <= len(done) <= 5 and len(found.get_trials()) == len(done)
+    runs = runs_by_trial(tmp_path)
+    assert sorted(runs) == [t.number for t in done]
+    assert all(len(r) == 1 for r in runs.values())  # every trial ran once, in one worker
+    parents = {r.data.tags["mlflow.parentRunId"] for rs in runs.values() for r in rs}
+    assert len(parents) == 2
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert {client.get_run(p).data.tags["ms_exp.optuna.study"] for p in parents} == {"s"}
+    # each worker's folders are its trials' numbers
+    folders = {int(p.name) for d in ("a", "b") for p in (tmp_path / d).iterdir()
+               if p.name.isdigit()}
+    assert folders == set(runs)
+
+
+@pytest.mark.slow
+def test_jobs_in_worker_processes_run_trials_at_the_same_time(tmp_path):
+    sweep(tmp_path, "hydra/launcher=concurrent", "hydra.sweeper.n_jobs=2",
+          "hydra.sweeper.n_trials=3")
+    assert states(study(tmp_path)) == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE"}
+    assert sorted(runs_by_trial(tmp_path)) == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pruning
+
+@pytest.mark.slow
+def test_a_trial_worse_than_the_median_after_an_epoch_is_pruned(tmp_path):
+    # Trial 0 (the sampler's seed orders the two values) trains with a good rate; trial 1,
+    # whose rate barely moves the weights, is behind it after epoch 1.
+    result = run_cli("ms_exp.run", [
+        "-m", *OPTUNA, *FAST, "trainer.epochs=3", "optimizer.lr=choice(0.1,0.0001)",
+        "hydra.sweeper.n_trials=2", "hydra/sweeper/sampler=brute_force",
+        "hydra.sweeper.sampler.seed=1", "hydra/sweeper/pruner=median",
+        "hydra.sweeper.pruner.n_startup_trials=1"], tmp_path)
+    assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Optuna study s pruned trial 1 after epoch 1 (eval/accuracy " in result.stdout
+    assert "Error executing job" not in result.stdout + result.stderr
+    found = study(tmp_path)
+    assert states(found) == {0: "COMPLETE", 1: "PRUNED"}
+    assert list(found.trials[0].intermediate_values) == [1, 2, 3]
+    assert list(found.trials[1].intermediate_values) == [1]
+    (pruned,) = runs_by_trial(tmp_path)[1]
+    assert pruned.info.status == "KILLED"
+    assert pruned.data.tags["ms_exp.pruned_epoch"] == "1"
+    assert pruned.data.tags["ms_exp.ended_by"] == "pruned by Optuna study s after epoch 1"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    history = client.get_metric_history(pruned.info.run_id, "eval/accuracy")
+    assert [m.value for m in history] == [found.trials[1].intermediate_values[1]]
+    assert (pruned.info.artifact_uri and "train/loss" in pruned.data.metrics)
+    parent = client.get_run(pruned.data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FINISHED"
+    assert parent.data.metrics["sweep/pruned_jobs"] == 1.0
+    assert parent.data.metrics["sweep/failed_jobs"] == 0.0
+    assert "1 of 2 jobs finished, 1 pruned" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Fail-fast
+
+# Every job's data reader fails once the command line was validated.
+FAILING = """
+import sys
+import ms_exp.data
+from ms_exp.run import main
+
+def reader(*args, **kwargs):
+    raise OSError("disk went away")
+
+ms_exp.data.create_datasets = reader
+main(sys.argv[1:])
+"""
+
+
+def failing_sweep(folder: Path, *args: str):
+    done = subprocess.run([sys.executable, "-c", FAILING, "-m", *TINY, *args], cwd=folder,
+                          capture_output=True, text=True, timeout=300)
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    runs = client.search_runs(["1"])
+    (parent,) = [r for r in runs if r.data.tags.get("ms_exp.sweep") == "true"]
+    children = [r for r in runs if r is not parent]
+    return done, parent, children
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_fast, jobs", [("true", 1), ("false", 3)])
+def test_fail_fast_starts_no_job_after_the_first_failed_one(tmp_path, fail_fast, jobs):
+    done, parent, children = failing_sweep(tmp_path, "trainer.seed=1,2,3",
+                                           f"sweep.fail_fast={fail_fast}")
+    assert done.returncode == 1
+    assert len(children) == jobs and {c.info.status for c in children} == {"FAILED"}
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["ms_exp.sweep.failed_jobs"].startswith(
+        f"#0 {' '.join(TINY)} trainer.seed=1")
+    assert f"failed: #0 {' '.join(TINY)} trainer.seed=1" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_fast, trials", [("true", 1), ("false", 3)])
+def test_fail_fast_stops_the_optuna_study_at_its_first_failed_trial(tmp_path, fail_fast,
+                                                                     trials):
+    done, parent, children = failing_sweep(tmp_path, *OPTUNA, SPACE,
+                                           "hydra.sweeper.n_trials=3",
+                                           f"sweep.fail_fast={fail_fast}")
+    assert done.returncode == 1
+    assert states(study(tmp_path)) == {n: "FAIL" for n in range(trials)}
+    assert len(children) == trials and parent.info.status == "FAILED"
+    # the parent names the failed jobs, the first one first
+    assert parent.data.tags["ms_exp.sweep.failed_jobs"].startswith(f"#0 {' '.join(TINY)}")
