@@ -54,7 +54,7 @@ class MedianPrunerConf:
     trials at the same epoch."""
     _target_: str = "optuna.pruners.MedianPruner"
     n_startup_trials: int = 5  # trials that always run to the end first
-    n_warmup_steps: int = 0  # epochs of every trial that are never pruned
+    n_warmup_steps: int = 0  # no trial is pruned before this epoch (epochs count from 1)
     interval_steps: int = 1
     n_min_trials: int = 1
 

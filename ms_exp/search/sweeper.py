@@ -9,7 +9,6 @@ trial is launched as a job of the configured Hydra launcher, numbered by its tri
 (the job's folder, ``<sweep dir>/<trial number>``, is unique across workers).
 """
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -196,6 +195,5 @@ class OptunaSearch:
             "best_params": best.params, "best_value": best.value}),
             sweep_dir / RESULTS_FILE)
         print(f"best trial of study {study.study_name}: {best.number}, value {best.value:.4f}, "
-              + " ".join(job_override(k, v) for k, v in best.params.items()),
-              file=sys.stdout, flush=True)
+              + " ".join(job_override(k, v) for k, v in best.params.items()), flush=True)
 

@@ -95,7 +95,7 @@ def _report_to_trial(cfg, runtime) -> Optional[ReportToTrial]:
     link = current_trial()
     if link is None or runtime.group_size > 1:
         return None
-    return ReportToTrial(link, sweep_metric(cfg))
+    return ReportToTrial(link, sweep_metric(cfg), cfg.trainer.epochs)
 
 
 def user_callbacks(trainer_cfg) -> List[Callback]:

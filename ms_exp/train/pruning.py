@@ -12,9 +12,10 @@ class ReportToTrial(Callback):
     the study's optimisation history and pruners read; stops training when pruned (the
     regular checkpoints are still written as training ends)."""
 
-    def __init__(self, link: TrialLink, metric: Optional[str]):
+    def __init__(self, link: TrialLink, metric: Optional[str], last_epoch: int):
         super().__init__()
         self.link = link
+        self.last_epoch = last_epoch
         self.trial = link.open()
         self.metric = metric
         self.pruned_epoch: Optional[int] = None
@@ -29,7 +30,8 @@ class ReportToTrial(Callback):
         epoch = params.cur_epoch_num
         value = results[name]
         self.trial.report(value, epoch)
-        if self.trial.should_prune():
+        # After the last epoch the trial has trained to the end: it completes with its value.
+        if epoch < self.last_epoch and self.trial.should_prune():
             self.pruned_epoch = epoch
             print(f"Optuna study {self.link.study_name} pruned trial {self.link.number} after "
                   f"epoch {epoch} ({name} {value:.4f}): stopping",
