@@ -34,6 +34,7 @@ BENCHMARKS = {
     "wide_deep_tables": "wide_deep_tables.py",
     "dim_reduce": "dim_reduce.py",
     "dim_reduce_tutorial": "dim_reduce_tutorial.py",
+    "optuna_pruning": "optuna_pruning.py",
     "loops": "loops.py",
 }
 DOCS = ROOT / "docs" / "benchmarks"
