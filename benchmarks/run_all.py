@@ -7,7 +7,7 @@ always show what the scripts last measured. A guide that quotes a benchmark's ta
 the same block (``docs/guides/*.md``) and is filled alike. The pages embed the plots through
 ``docs/benchmarks/results``, a link to ``benchmarks/results``.
 
-    python benchmarks/run_all.py                      # all of them, about 60 minutes on 2 cores
+    python benchmarks/run_all.py                      # all of them, about 75 minutes on 2 cores
     python benchmarks/run_all.py --only overhead checkpoint_cost
     python benchmarks/run_all.py --docs-only          # run nothing; copy the existing results in
 

@@ -65,7 +65,6 @@ class OptunaSearch:
 
     # -----------------------------------------------------------------------------------
     def sweep(self, arguments: List[str]) -> Any:
-        import optuna
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -76,7 +75,21 @@ class OptunaSearch:
             self.config.hydra.job.name, arguments, {k: repr(d) for k, d in space.items()},
             self.direction)
         study = self._open_study(url, name)
-        self._announce_to_jobs(url, name)
+        os.environ.update({STORAGE_ENV: url, STUDY_ENV: name})
+        try:
+            return self._run(study, space, fixed)
+        finally:
+            # A later run in this process (tests call main() again) is no trial.
+            for key in (STORAGE_ENV, STUDY_ENV):
+                os.environ.pop(key, None)
+
+    def _run(self, study, space, fixed: List[str]) -> Any:
+        """Trials until the study has n_trials done; the jobs find the study in this
+        process's environment, which they and their ranks inherit: the storage URL may hold
+        a password, so it never goes into a job's overrides or Hydra record."""
+        import optuna
+
+        name = study.study_name
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -138,13 +151,6 @@ class OptunaSearch:
                   f"sending heartbeats: marked FAIL", flush=True)
         self._tag_parent(url, name)
         return study
-
-    def _announce_to_jobs(self, url: str, name: str) -> None:
-        """The study, for the jobs (this process's environment, which launched jobs and
-        their ranks inherit): the storage URL may hold a password, so it never goes into a
-        job's overrides or Hydra record."""
-        os.environ[STORAGE_ENV] = url
-        os.environ[STUDY_ENV] = name
 
     def _tag_parent(self, url: str, name: str) -> None:
         from ms_exp.tracking.sweep import tag_active_sweep

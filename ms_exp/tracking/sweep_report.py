@@ -18,12 +18,12 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from ms_exp.search.trial import STORAGE_TAG, STUDY_TAG
+from ms_exp.search.trial import OBJECTIVE_METRICS, STORAGE_TAG, STUDY_TAG
 from ms_exp.tracking.sweep_runs import ReportError, child_runs, override_values
 
 # The first of these that the jobs logged ranks them unless --metric says otherwise:
 # classifiers log accuracy, Wide&Deep logs AUC.
-DEFAULT_METRICS = ("eval/accuracy", "eval/auc")
+DEFAULT_METRICS = OBJECTIVE_METRICS
 DEFAULT_METRIC = DEFAULT_METRICS[0]
 REPORT_DIR = "report"
 FINAL_METRICS = ("eval/accuracy", "eval/auc", "eval/loss", "train/loss")
