@@ -1,10 +1,12 @@
 """Shared helpers: run the real command lines in a scratch working directory."""
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -76,6 +78,39 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@pytest.fixture
+def postgres():
+    """A PostgreSQL server of the test's own (Debian's postgresql) on a free loopback port,
+    its user ``ms_exp`` with a fresh password: yields the URL of its database, which holds
+    no password (clients read it from PGPASSWORD, as a team's would), and the password. The
+    server refuses to run as root, so under root it runs as the postgres user."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        pytest.skip("no PostgreSQL server installed (Debian's postgresql; .ci/run installs it)")
+    binaries = found[-1].parent
+    folder = Path(tempfile.mkdtemp(prefix="ms_exp_pg_"))
+    password = secrets.token_hex(12)
+    (folder / "password").write_text(password)
+    as_server = []
+    if os.geteuid() == 0:
+        as_server = ["runuser", "-u", "postgres", "--"]
+        for path in (folder, folder / "password"):
+            shutil.chown(path, "postgres")
+    data, port = folder / "data", free_port()
+    pg_ctl = [*as_server, str(binaries / "pg_ctl"), "-D", str(data)]
+    subprocess.run([*as_server, str(binaries / "initdb"), "-D", str(data), "-U", "ms_exp",
+                    "-A", "scram-sha-256", "--pwfile", str(folder / "password"), "--no-sync"],
+                   check=True, capture_output=True)
+    subprocess.run([*pg_ctl, "-o", f"-p {port} -k {folder} -c listen_addresses=127.0.0.1",
+                    "-l", str(folder / "server.log"), "-w", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql://ms_exp@127.0.0.1:{port}/postgres", password
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

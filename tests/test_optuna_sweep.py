@@ -1,6 +1,7 @@
 """``hydra/sweeper=optuna``: an Optuna study in a database that the same command resumes,
 several sweep commands share, whose trials a pruner stops after an epoch, and a sweep that
 stops at its first failed job when asked (``sweep.fail_fast``)."""
+import json
 import os
 import signal
 import subprocess
@@ -219,6 +220,42 @@ def test_two_sweep_commands_share_one_study_and_no_trial_runs_twice(tmp_path):
     folders = {int(p.name) for d in ("a", "b") for p in (tmp_path / d).iterdir()
                if p.name.isdigit()}
     assert folders == set(runs)
+
+
+@pytest.mark.slow
+def test_workers_share_a_study_in_postgresql_and_its_password_is_recorded_nowhere(
+        tmp_path, postgres):
+    postgres, password = postgres
+    env = {**os.environ, "PGPASSWORD": password}
+    storage = f"hydra.sweeper.storage={postgres}"
+
+    def start(seed: int, folder: str):
+        args = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *TINY, SPACE, storage,
+                "hydra.sweeper.n_trials=3", f"hydra.sweeper.sampler.seed={seed}",
+                f"hydra.sweep.dir={folder}"]
+        return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    workers = [start(1, "a"), start(2, "b")]
+    outputs = [w.communicate(timeout=400)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    os.environ["PGPASSWORD"] = password
+    try:
+        found = optuna.load_study(study_name="s", storage=postgres)
+    finally:
+        del os.environ["PGPASSWORD"]
+    done = sorted(t.number for t in found.get_trials() if t.state.name == "COMPLETE")
+    assert 3 <= len(done) <= 4 and sorted(runs_by_trial(tmp_path)) == done
+    assert not (tmp_path / "optuna.db").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parents = client.search_runs(["1"], "tags.`ms_exp.sweep` = 'true'")
+    assert {p.data.tags["ms_exp.optuna.storage"] for p in parents} == {postgres}
+    # The report at each worker's end read the study from the server.
+    assert all("optuna_trials.md" in o for o in outputs)
+    for run in client.search_runs(["1"]):
+        assert password not in json.dumps([run.data.tags, run.data.params])
+    for path in (tmp_path / "mlartifacts").rglob("*"):
+        assert not path.is_file() or password.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ Recorded on every MLflow run (tags, plus artifacts under ``provenance/``):
 import hashlib
 import json
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -74,9 +75,16 @@ def requirements() -> str:
     return "".join(f"{name}=={version}\n" for name, version in names)
 
 
+# user:password@ in a URL of the command line (a database or a tracking server)
+_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
+
+
 def command_line(argv: Optional[List[str]] = None) -> str:
-    return shlex.join([sys.executable, "-m", "ms_exp.run", *(sys.argv[1:] if argv is None
+    """The command as it can be typed again, a URL's password replaced by ***: it is
+    recorded in the run."""
+    line = shlex.join([sys.executable, "-m", "ms_exp.run", *(sys.argv[1:] if argv is None
                                                              else argv)])
+    return _PASSWORD.sub(r"\1***@", line)
 
 
 def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
