@@ -7,7 +7,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.search.options import NO_PRUNER, SWEEPER_TARGET
-from ms_exp.search.study import masked
+from ms_exp.search.study import default_storage, masked
+from ms_exp.tracking.store import sqlite_path
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -39,6 +40,8 @@ def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
         _check_storage(sweeper.storage)
     for key in ("sampler", "pruner"):
         _check_builds(f"hydra.sweeper.{key}", sweeper[key])
+    if sweeper.study_name is not None:
+        _check_existing_study(sweeper, sweeper.storage or default_storage(cfg.tracking.uri))
 
 
 def _check_storage(url: str) -> None:
@@ -50,6 +53,29 @@ def _check_storage(url: str) -> None:
     except ArgumentError:
         raise ConfigError("hydra.sweeper.storage", masked(url), "a database URL such as "
                           "sqlite:////abs/path/optuna.db or postgresql://user@host/db") from None
+
+
+def _check_existing_study(sweeper: DictConfig, url: str) -> None:
+    """A study named on the command line that exists must optimise in the same direction;
+    its storage must answer. (A default name holds the direction, so it cannot clash.)"""
+    database = sqlite_path(url)
+    if database is not None and not database.is_file():
+        return      # the sweep creates it
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=sweeper.study_name, storage=url)
+    except KeyError:
+        return      # a new study in an existing storage
+    except Exception as error:  # a server that does not answer, a missing driver, ...
+        raise ConfigError("hydra.sweeper.storage", masked(url), "a database Optuna can open",
+                          str(error).splitlines()[0][:300]) from None
+    direction = sweeper.direction.name
+    if study.direction.name.lower() != direction:
+        raise ConfigError("hydra.sweeper.direction", direction,
+                          f"{study.direction.name.lower()}, the direction study "
+                          f"{sweeper.study_name} in {masked(url)} was created with (or "
+                          "another hydra.sweeper.study_name)")
 
 
 def _check_builds(key: str, node: DictConfig) -> None:
