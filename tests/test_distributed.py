@@ -202,7 +202,10 @@ def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path
                               (run_dir / "log_output" / "worker_0.log").read_text() +
                               (run_dir / "log_output" / "worker_1.log").read_text()))
     epoch, step = map(int, re.match(r"checkpoint-(\d+)_(\d+)", point).groups())
-    assert (epoch - 1) * 22 + step >= 22 + 10      # where the killed job had got to
+    # Where the killed job had got to: rank 1 had logged step 34 (epoch 2, step 12), so
+    # both ranks had saved the checkpoint of step 30 at least (every 5 steps); step 35's
+    # exists only when the kill lands after it, as it does on a quiet machine.
+    assert (epoch - 1) * 22 + step >= (22 + 12) // 5 * 5
     for rank in (0, 1):
         assert (run_dir / f"checkpoints/rank_{rank}/checkpoint-8_22.ckpt").is_file()
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])

@@ -63,8 +63,13 @@ def _check_existing_study(sweeper: DictConfig, url: str) -> None:
         return      # the sweep creates it
     import optuna
 
+    from ms_exp.search.study import open_storage
+
     try:
-        study = optuna.load_study(study_name=sweeper.study_name, storage=url)
+        # An existing SQLite file is read as it is (no lock file beside it); a server
+        # database may be new, and other workers may be creating its tables right now.
+        storage = url if database is not None else open_storage(url)
+        study = optuna.load_study(study_name=sweeper.study_name, storage=storage)
     except KeyError:
         return      # a new study in an existing storage
     except Exception as error:  # a server that does not answer, a missing driver, ...

@@ -7,6 +7,7 @@ numbering them in the database.
 """
 import hashlib
 import json
+import time
 import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -19,6 +20,7 @@ DEFAULT_STORAGE_FILE = "optuna.db"
 DONE_STATES = ("COMPLETE", "PRUNED")
 # Seconds a connection waits for another worker's write to the SQLite file.
 SQLITE_BUSY_TIMEOUT_S = 60
+CREATION_ATTEMPTS = 5
 
 
 def default_storage(tracking_uri: Optional[str]) -> str:
@@ -47,16 +49,27 @@ def default_study_name(job_name: str, arguments: Sequence[str],
 
 def open_storage(url: str, heartbeat_interval: Optional[int] = None):
     """Optuna's RDB storage at ``url``; with a heartbeat, the trials this process runs
-    show they are alive, and those of a worker that died are marked FAIL. Workers starting
-    together on a fresh SQLite file take turns creating its tables."""
+    show they are alive, and those of a worker that died are marked FAIL.
+
+    Workers starting together on a fresh database both create its tables: on a SQLite file
+    they take turns (a lock file beside it); on a server the one that loses the race
+    (a duplicate table or type) finds the tables there when it tries again
+    (docs/design.md#optuna-table-race)."""
     import optuna
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
 
     engine = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} \
         if url.startswith("sqlite") else None
-    with sqlite_lock(url), warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine,
-                                          heartbeat_interval=heartbeat_interval)
+    for attempt in range(CREATION_ATTEMPTS):
+        try:
+            with sqlite_lock(url), warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine,
+                                                  heartbeat_interval=heartbeat_interval)
+        except (IntegrityError, ProgrammingError):
+            if attempt == CREATION_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def trials_by_state(study) -> Dict[str, List[int]]:
