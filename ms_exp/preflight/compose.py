@@ -33,11 +33,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import register_schemas
-from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError, parse_overrides
+from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import output_folder
 from ms_exp.preflight.validate import validate
-from ms_exp.search.checks import BASIC_SWEEPER, check_optuna_sweep
+from ms_exp.search.checks import check_sweep
 from ms_exp.search.options import register_optuna_sweeper
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -192,14 +192,6 @@ def _ends(space: Override) -> Override:
     return ends
 
 
-def check_sweeper(cfg: DictConfig, spaces: Sequence[Override]) -> None:
-    """Hydra's basic sweeper, the default, lists the jobs and cannot draw from a space."""
-    if spaces and cfg.hydra.sweeper._target_ == BASIC_SWEEPER:
-        raise OverrideError(f"override {spaces[0].input_line!r}: a search space that Hydra's "
-                            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
-                            f"hydra/sweeper=optuna to sample it")
-
-
 @contextmanager
 def hydra_config_of(cfg: DictConfig, output_dir: str) -> Iterator[None]:
     """Hydra's record of the job, as a job sees it (``HydraConfig``), while the checks build
@@ -230,8 +222,7 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
     spaces = search_spaces(parsed)
     for job in expand_jobs(overrides, multirun)[:MAX_JOBS_CHECKED]:
         cfg = compose_config(job, return_hydra_config=True, source=source)
-        check_sweeper(cfg, spaces)
-        check_optuna_sweep(cfg, parsed)
+        check_sweep(cfg, parsed, spaces)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         with hydra_config_of(cfg, output):
             validate(cfg, cfg.hydra.runtime.choices)

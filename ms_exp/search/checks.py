@@ -1,17 +1,29 @@
-"""What a sweep command is refused for before it starts: the Optuna sweeper's settings, and
-how ``sweep.fail_fast`` makes Hydra's basic sweeper stop."""
+"""What a sweep command is refused for before it starts (a search space Hydra's basic
+sweeper cannot list, the Optuna sweeper's settings), and how ``sweep.fail_fast`` makes
+Hydra's basic sweeper stop."""
 import os
 from typing import List, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import ConfigError, require
+from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError
 from ms_exp.search.options import NO_PRUNER, SWEEPER_TARGET
 from ms_exp.search.study import default_storage, masked
 from ms_exp.tracking.store import sqlite_path
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def check_sweep(cfg: DictConfig, overrides: Sequence, spaces: Sequence) -> None:
+    """``cfg``: one job's config with its Hydra part; ``overrides``: the command line's,
+    parsed (Hydra's Override); ``spaces``: those of them that are ranges to sample."""
+    if spaces and cfg.hydra.sweeper.get("_target_") == BASIC_SWEEPER:
+        raise OverrideError(f"override {spaces[0].input_line!r}: a search space that Hydra's "
+                            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
+                            f"hydra/sweeper=optuna to sample it")
+    check_optuna_sweep(cfg, overrides)
 
 
 def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
