@@ -688,8 +688,9 @@ BAD_INPUTS = {
     "unknown tracking key": bad(
         "tracking.url=http://localhost:5000",
         message="tracking.url=http://localhost:5000: unknown key; expected one of enabled, "
-                "experiment_name, log_checkpoints, log_every_n_steps, rerun_of, run_name, "
-                "skip_finished, uri"),
+                "experiment_name, log_checkpoints, log_every_n_steps, log_grad_norm, log_models, "
+                "register_model, rerun_of, run_name, skip_finished, system_metrics_interval, "
+                "uri"),
     "unknown strategy-file key": bad(
         "checkpoint.strategy.savefile=s.ckpt",
         message="checkpoint.strategy.savefile=s.ckpt: unknown key; expected one of "

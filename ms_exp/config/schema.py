@@ -543,6 +543,17 @@ class TrackingConfig:
     rerun_of: Optional[str] = None
     # Do not train a job whose config already has a FINISHED run in the experiment.
     skip_finished: bool = False
+    # Seconds between two samples of MLflow's system-metrics monitor (system/cpu_..., memory,
+    # disk, network, GPU, and NPU through npu-smi), taken in the job's sidecar process, away
+    # from the training step; null: no system metrics.
+    system_metrics_interval: Optional[float] = 10.0
+    # Log train/grad_norm, the global norm of the step's gradients, at every logged step.
+    log_grad_norm: bool = True
+    # The best and the last checkpoint of the run as MLflow models (with a MindIR export).
+    log_models: bool = True
+    # Register the best model of the run (or of a sweep's jobs, by sweep.metric) under this
+    # name in MLflow's Model Registry; null: register nothing.
+    register_model: Optional[str] = None
 
 
 @dataclass
