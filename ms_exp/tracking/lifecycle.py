@@ -103,6 +103,11 @@ class DisabledTracker:
                         artifact_path: Optional[str] = None) -> None:
         pass
 
+    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
+                  metrics: Mapping[str, float], epoch: Optional[int] = None,
+                  tags: Optional[Mapping[str, object]] = None) -> None:
+        pass
+
     def wait_for_run(self) -> None:
         pass
 
@@ -120,18 +125,22 @@ class DisabledTracker:
 def tracked_run(enabled: bool, tracking_uri: str, experiment_name: str, run_name: str,
                 tags: Mapping[str, str],
                 parent_run_id: Optional[str] = None, run_id: Optional[str] = None,
-                offline_dir: Optional[Path] = None
+                offline_dir: Optional[Path] = None,
+                system_metrics_interval: Optional[float] = None
                 ) -> Iterator[Union[SidecarTracker, DisabledTracker]]:
     """Yield a tracker for a new run, or for run ``run_id`` reopened (created or reopened
     by the sidecar process while the job goes on); end the run FINISHED, KILLED or FAILED.
     With ``offline_dir`` (the run directory) a tracking server that cannot be reached does
-    not stop the job: its calls are kept there (ms_exp/tracking/journal.py)."""
+    not stop the job: its calls are kept there (ms_exp/tracking/journal.py).
+    ``system_metrics_interval``: seconds between two samples of MLflow's system metrics,
+    taken by the sidecar (ms_exp/tracking/system_metrics.py); None: none."""
     if not enabled:
         with terminate_as_interrupt():
             yield DisabledTracker()
         return
     tracker = SidecarTracker(tracking_uri, experiment_name, run_name, tags, parent_run_id,
-                             run_id=run_id, offline_dir=offline_dir)
+                             run_id=run_id, offline_dir=offline_dir,
+                             system_metrics_interval=system_metrics_interval)
     status = "FAILED"
     try:
         with terminate_as_interrupt():

@@ -82,7 +82,8 @@ class RunRecorder:
     """
 
     def __init__(self, spec: Mapping[str, object], journal_path: Optional[Path] = None,
-                 ends_run: bool = True, strict: bool = False):
+                 ends_run: bool = True, strict: bool = False,
+                 system_metrics_interval: Optional[float] = None):
         self.spec = dict(spec)
         self.journal_path = Path(journal_path) if journal_path else None
         self.ends_run = ends_run
@@ -90,6 +91,11 @@ class RunRecorder:
         self.tracker = None         # the run in the store, while it answers
         self.journal = None         # a JournalTracker, once it does not
         self.errors: List[str] = []
+        # MLflow's system-metrics monitor, sampling every that many seconds while this
+        # recorder's run is open in the store and it ends the run (rank 0's run is the
+        # launching job's, which samples it already); None: none.
+        self.system_metrics_interval = system_metrics_interval
+        self.system_metrics = None
 
     @property
     def run_id(self) -> Optional[str]:
@@ -120,6 +126,32 @@ class RunRecorder:
             if self.journal_path is None or not is_unreachable(error):
                 raise
             self._go_offline(error)
+            return
+        if self.ends_run:
+            self._start_system_metrics()
+
+    def _start_system_metrics(self) -> None:
+        from ms_exp.tracking.system_metrics import start_system_metrics
+
+        try:
+            self.system_metrics = start_system_metrics(
+                self.run_id, self.spec["tracking_uri"], self.system_metrics_interval,
+                resume=bool(self.spec.get("run_id")))
+        except Exception as error:  # noqa: BLE001 - the run goes on without them
+            print(f"ms_exp: warning: no system metrics ({type(error).__name__}: {error})",
+                  file=sys.stderr, flush=True)
+
+    def _stop_system_metrics(self, deliver: bool = True) -> None:
+        """``deliver=False``: the store stopped answering, the pending samples are dropped."""
+        monitor, self.system_metrics = self.system_metrics, None
+        if monitor is None:
+            return
+        if deliver:
+            monitor.finish()
+        else:
+            from ms_exp.tracking.system_metrics import stop_without_logging
+
+            stop_without_logging(monitor)
 
     def record(self, call: str, arguments: Mapping[str, object]) -> None:
         if self.journal is None:
@@ -147,6 +179,9 @@ class RunRecorder:
             self.record("set_tags", {"tags": {"ms_exp.error":
                                               f"MLflow refused {self.errors[0]}"[:5000]}})
             status = "FAILED"
+        # Its last samples go in while the run is still RUNNING (the monitor stops logging
+        # into an ended run).
+        self._stop_system_metrics(deliver=self.journal is None)
         if not self.ends_run:
             self.flush()
             self._close_journal()
@@ -177,6 +212,7 @@ class RunRecorder:
             print(f"ms_exp: warning: {self.errors[0]}", file=sys.stderr, flush=True)
 
     def _go_offline(self, error: Optional[BaseException]) -> None:
+        self._stop_system_metrics(deliver=False)
         start = {**self.spec, "run_id": self.run_id}
         journal = journals.Journal(self.journal_path, start)
         self.journal = journals.JournalTracker(journal)
@@ -214,6 +250,8 @@ class Delivered:
         elif call.startswith("log_artifact") or call == "log_dataset":
             what = "datasets" if call == "log_dataset" else "artifact uploads"
             self.counts[what] = self.counts.get(what, 0) + 1
+        elif call == "log_model":
+            self.counts["models"] = self.counts.get("models", 0) + 1
         elif call == "finish":
             self.status = arguments["status"]
 

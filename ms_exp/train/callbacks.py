@@ -23,6 +23,7 @@ from ms_exp.config.targets import build
 from ms_exp.data.build import loader_settings
 from ms_exp.search.trial import current_trial, sweep_metric
 from ms_exp.tracking.callback import MlflowMetrics
+from ms_exp.train.device_memory import DeviceMemory
 from ms_exp.train.loop_control import StartAtStep, StopOnSignal
 from ms_exp.train.monitors import FitTimeMonitor, LossPartsMonitor
 from ms_exp.train.progress import ProgressBar, wants_progress_bar
@@ -52,7 +53,8 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
     global_batch = loader_settings(cfg.dataset)["batch_size"] * runtime.group_size
     metrics = MlflowMetrics(tracker, global_batch,
                             cfg.tracking.log_every_n_steps, loss_names, already_logged)
-    callbacks = [monitor, FitTimeMonitor(), metrics]
+    callbacks = [monitor, FitTimeMonitor(), metrics,
+                 DeviceMemory(tracker, runtime.device_target)]
     callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
                                              steps_per_epoch, runtime.parallel_mode,
                                              best_metric, start_step, runtime.rank_id,

@@ -1,0 +1,253 @@
+"""Host and accelerator metrics of a run, sampled by MLflow's own system-metrics monitor.
+
+:func:`start_system_metrics` starts ``mlflow.system_metrics.SystemMetricsMonitor`` on a run:
+a thread that samples CPU, memory, disk, network (and NVIDIA/AMD GPUs where MLflow's
+``pynvml``/``pyrsmi`` find one) every ``interval`` seconds and logs each sample as
+``system/<name>`` at step 0, 1, 2, ... (``samples_before_logging=1``). A job runs it in its
+MLflow sidecar process, away from the training step (ms_exp/tracking/recorder.py); a plain
+MindSpore script under ``ms_exp.autolog()`` runs it in its own process.
+
+Ascend NPUs have no monitor in MLflow: where ``npu-smi`` is on PATH, :class:`NPUMonitor`
+adds ``system/npu_<id>_utilization_percentage`` (AI Core), ``..._memory_usage_megabytes``
+and ``..._memory_usage_percentage`` (HBM, or the chip's memory where it has no HBM) from
+``npu-smi info``. An ``npu-smi`` that fails or prints a table this parser does not know is
+warned of once, in one line; the run goes on without NPU metrics.
+"""
+import functools
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import weakref
+from collections import defaultdict
+from typing import Dict, List, Optional, Tuple
+
+NPU_SMI = "npu-smi"
+# npu-smi asks the driver of every chip; a hung driver must not hold the monitor's thread.
+NPU_SMI_TIMEOUT_S = 10.0
+MONITOR_LOGGER = "mlflow.system_metrics.system_metrics_monitor"
+# The threads of monitors stopped by stop_without_logging: their last try at the store
+# fails, and the warning MLflow logs for it says nothing the outage's own warning did not.
+_abandoned = weakref.WeakSet()
+
+try:  # MLflow is a dependency of the package, but only the processes that record import it
+    from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
+except ImportError:  # pragma: no cover - an install without MLflow records nothing
+    BaseMetricsMonitor = object  # type: ignore[assignment,misc]
+
+
+def start_system_metrics(run_id: str, tracking_uri: str, interval: Optional[float],
+                         resume: bool = False) -> Optional[object]:
+    """Start sampling system metrics into run ``run_id`` of ``tracking_uri`` every
+    ``interval`` seconds; None (and nothing started) when ``interval`` is None. ``resume``:
+    the run was reopened, its samples continue after the steps it already has. The object
+    returned has ``finish()``, which stops sampling and logs what is still pending: call it
+    before the run ends, so the monitor does not log into an ended run."""
+    if interval is None:
+        return None
+    import psutil
+
+    # MLflow logs "Started monitoring..."/"Skip logging GPU metrics" at INFO on every run;
+    # its warnings (a sample it could not log) still show.
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+    monitor_logger = logging.getLogger(MONITOR_LOGGER)
+    if _quiet_when_abandoned not in monitor_logger.filters:
+        monitor_logger.addFilter(_quiet_when_abandoned)
+    monitor = _monitor_class()(run_id, sampling_interval=interval, samples_before_logging=1,
+                               resume_logging=resume, tracking_uri=tracking_uri)
+    # The job's setting wins over MLflow's MLFLOW_SYSTEM_METRICS_* variables: it is the one
+    # recorded with the run.
+    monitor.sampling_interval = float(interval)
+    monitor.samples_before_logging = 1
+    npu = NPUMonitor.if_available()
+    if npu is not None:
+        monitor.monitors.append(npu)
+    # psutil's CPU percentage is measured since its previous call: without this one the
+    # first sample would read 0.0.
+    psutil.cpu_percent()
+    monitor.start()
+    return monitor
+
+
+@functools.lru_cache(maxsize=None)
+def _monitor_class():
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    class SampledToTheEnd(SystemMetricsMonitor):
+        """MLflow's monitor, which on ``finish()`` drops the sample of the interval under
+        way (docs/design.md#mlflow-system-metrics): here it takes one more, covering the
+        time since the last, so a run shorter than the interval has one too."""
+
+        def finish(self):
+            if self._process is None:
+                return
+            self._shutdown_event.set()
+            self._process.join()
+            try:
+                for each in self.monitors:
+                    each.clear_metrics()
+                self.collect_metrics()
+                self.publish_metrics(self.aggregate_metrics())
+            except Exception as error:  # noqa: BLE001 - as MLflow's loop treats a failed sample
+                logging.getLogger(MONITOR_LOGGER).warning(
+                    f"Failed to log the last system metrics: {error}")
+            super().finish()
+
+    return SampledToTheEnd
+
+
+def stop_without_logging(monitor: Optional[object]) -> None:
+    """Stop ``monitor`` without logging its pending samples: its run's store stopped
+    answering, and neither another warning per sample nor a wait on a dead server helps."""
+    if monitor is None:
+        return
+    if monitor._process is not None:
+        _abandoned.add(monitor._process)
+    monitor._shutdown_event.set()
+    monitor.mlflow_logger.data = []
+
+
+def _quiet_when_abandoned(record: logging.LogRecord) -> bool:
+    return threading.current_thread() not in _abandoned
+
+
+# -- Ascend NPUs ------------------------------------------------------------------------------
+
+_NUMBER = r"\d+(?:\.\d+)?"
+# One value of a row cell: "used / total", a number, or what npu-smi prints for none.
+_VALUE = re.compile(rf"({_NUMBER})\s*/\s*({_NUMBER})|({_NUMBER})|(NA|N/A|-)\b")
+
+
+class NpuSmiError(RuntimeError):
+    """``npu-smi info`` failed, or printed no table of chips this parser knows."""
+
+
+def _cells(line: str) -> List[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _values(cell: str) -> List[object]:
+    """The values of a cell in order: a float, a (used, total) pair, or None for NA."""
+    values: List[object] = []
+    for pair_used, pair_total, number, _missing in _VALUE.findall(cell):
+        if pair_used:
+            values.append((float(pair_used), float(pair_total)))
+        elif number:
+            values.append(float(number))
+        else:
+            values.append(None)
+    return values
+
+
+def parse_npu_smi_info(text: str) -> Dict[str, Tuple[Optional[float], Optional[float],
+                                                     Optional[float]]]:
+    """``npu-smi info``'s table as ``{name: (utilisation %, used MB, total MB)}`` per chip.
+
+    The table has two lines per chip: ``| NPU Name | Health | Power(W) Temp(C) ... |`` and
+    ``| Chip | Bus-Id | AICore(%) Memory-Usage(MB) [HBM-Usage(MB)] |``. The second header
+    line says which values the chip line holds, in order (Atlas training cards have HBM;
+    inference cards have only Memory-Usage). ``name`` is ``npu_<NPU id>``, or
+    ``npu_<NPU id>_chip_<chip id>`` on cards with more than one chip.
+    """
+    columns: Optional[List[str]] = None
+    chips: List[Tuple[str, str, List[object]]] = []
+    npu: Optional[str] = None
+    for line in text.splitlines():
+        if not line.lstrip().startswith("|"):
+            continue
+        cells = _cells(line)
+        if len(cells) < 3:
+            continue
+        if "AICore(%)" in cells[2]:
+            columns = re.findall(r"[A-Za-z][\w-]*\([^)]*\)", cells[2])
+            continue
+        if columns is None:
+            continue
+        if "Process" in line or "No running processes" in line:
+            break           # the table of processes below the chips
+        first = cells[0].split()
+        if not first or not first[0].isdigit():
+            continue
+        if re.fullmatch(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]", cells[1]):
+            if npu is not None:
+                chips.append((npu, first[0], _values(cells[2])))
+        elif len(first) >= 2:
+            npu = first[0]      # "| 0     910B1 | OK | ..." opens an NPU
+    if columns is None or not chips:
+        raise NpuSmiError("no table of NPU chips in its output")
+    per_npu = defaultdict(int)
+    for npu_id, _chip, _ in chips:
+        per_npu[npu_id] += 1
+    readings = {}
+    for npu_id, chip, values in chips:
+        named = dict(zip(columns, values))
+        utilisation = named.get("AICore(%)")
+        memory = named.get("HBM-Usage(MB)")
+        if not isinstance(memory, tuple) or memory[1] <= 0:
+            memory = named.get("Memory-Usage(MB)")
+        used, total = memory if isinstance(memory, tuple) else (None, None)
+        name = f"npu_{npu_id}" if per_npu[npu_id] == 1 else f"npu_{npu_id}_chip_{chip}"
+        readings[name] = (utilisation if isinstance(utilisation, float) else None, used, total)
+    return readings
+
+
+def read_npu_smi() -> Dict[str, Tuple[Optional[float], Optional[float], Optional[float]]]:
+    try:
+        done = subprocess.run([NPU_SMI, "info"], capture_output=True, text=True,
+                              timeout=NPU_SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise NpuSmiError(f"{type(error).__name__}: {error}") from error
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise NpuSmiError(f"exit status {done.returncode}" + (f": {said[-1]}" if said else ""))
+    return parse_npu_smi_info(done.stdout)
+
+
+class NPUMonitor(BaseMetricsMonitor):
+    """Ascend NPU utilisation and memory per chip, from ``npu-smi info``."""
+
+    def __init__(self):
+        super().__init__()
+        self.broken = False
+
+    @classmethod
+    def if_available(cls) -> Optional["NPUMonitor"]:
+        """A monitor when ``npu-smi`` is on PATH and its table can be read, else None (with
+        one warning if it is there but does not work)."""
+        if shutil.which(NPU_SMI) is None:
+            return None
+        try:
+            read_npu_smi()
+        except NpuSmiError as error:
+            _warn_broken(error)
+            return None
+        return cls()
+
+    def collect_metrics(self):
+        if self.broken:
+            return
+        try:
+            readings = read_npu_smi()
+        except NpuSmiError as error:
+            self.broken = True
+            _warn_broken(error)
+            return
+        for name, (utilisation, used, total) in readings.items():
+            if utilisation is not None:
+                self._metrics[f"{name}_utilization_percentage"].append(utilisation)
+            if used is not None:
+                self._metrics[f"{name}_memory_usage_megabytes"].append(used)
+                if total:
+                    self._metrics[f"{name}_memory_usage_percentage"].append(used / total * 100)
+
+    def aggregate_metrics(self):
+        return {key: round(sum(values) / len(values), 1)
+                for key, values in self._metrics.items() if values}
+
+
+def _warn_broken(error: Exception) -> None:
+    print(f"ms_exp: warning: `{NPU_SMI} info` cannot be read ({error}); no NPU metrics are "
+          "recorded", file=sys.stderr, flush=True)
+
