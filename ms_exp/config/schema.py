@@ -548,7 +548,9 @@ class TrackingConfig:
     # from the training step; null: no system metrics.
     system_metrics_interval: Optional[float] = 10.0
     # Log train/grad_norm, the global norm of the step's gradients, at every logged step.
-    log_grad_norm: bool = True
+    # Off by default: it made the default job's step 1.3-1.45x slower on CPU
+    # (docs/benchmarks/grad_norm.md), far over the 2% a default may cost.
+    log_grad_norm: bool = False
     # The best and the last checkpoint of the run as MLflow models (with a MindIR export).
     log_models: bool = True
     # Register the best model of the run (or of a sweep's jobs, by sweep.metric) under this

@@ -5,6 +5,16 @@ can overlay runs: ``train/loss``, ``train/step_time_ms``, ``train/samples_per_s`
 ``train/epoch_time_s``, and ``eval/<metric>`` after each epoch's evaluation. A network with
 several losses (Wide&Deep) adds ``train/<name>`` for each, ``train/loss`` being its first.
 
+With ms_exp's optimizer (either loop; not the own train steps of dim-reduce stage two and
+Wide&Deep) every logged step also has ``train/lr``, the learning rate that step used (the
+first group's with group learning rates, ms_exp/train/learning_rate.py), and with
+``tracking.log_grad_norm`` ``train/grad_norm``, the global L2 norm of its unscaled,
+reduced gradients (ms_exp/train/grad_norm.py; left out at a step whose gradients
+overflowed). A step that checks its gradients for overflow (``amp.loss_scale=dynamic``, or
+fixed with ``drop_overflow_update``) adds ``train/loss_scale`` (the scale that step used),
+``train/overflow`` (1: its gradients overflowed and the update was skipped) and
+``train/overflow_steps`` (the steps that overflowed so far in this job).
+
 A resumed job leaves out the steps its run has already (``already_logged``, by the groups of
 ms_exp/tracking/logged_steps.py), so every step is in the run once.
 """
@@ -30,6 +40,27 @@ def loss_value(net_outputs) -> float:
     return float(net_outputs.asnumpy())
 
 
+def loss_scale_state(params):
+    """``(overflowed, scale)`` of the step just ended where it checked its gradients for
+    overflow, else None: the functional loop's ``loss_scale_state``, or the outputs
+    ``(loss, overflow, scale)`` of Model's loss-scale cell (which has ``scale_sense``)."""
+    state = params.get("loss_scale_state")
+    if state is not None:
+        return state
+    outputs = params.net_outputs
+    if (getattr(params.get("train_network"), "scale_sense", None) is not None
+            and isinstance(outputs, (tuple, list)) and len(outputs) == 3):
+        return outputs[1], outputs[2]
+    return None
+
+
+def _scalar(value) -> float:
+    """A Python number, or a one-element Tensor, as a float."""
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
+    return float(np.asarray(value).reshape(-1)[0])
+
+
 class MlflowMetrics(Callback):
     def __init__(self, tracker: RunTracker, samples_per_step: int, log_every_n_steps: int,
                  loss_names: Sequence[str] = (),
@@ -44,9 +75,18 @@ class MlflowMetrics(Callback):
         self.eval_history: List[Dict[str, float]] = []
         self._epoch_start = self._step_start = time.perf_counter()
         self._epoch_step_times: List[float] = []
+        self._learning_rates = self._grad_norm = None
+        # Each step's overflow flag, kept as it came until the next logged step, so that
+        # counting them costs no device sync per step.
+        self._overflows: list = []
+        self.overflow_steps = 0
 
     def on_train_begin(self, run_context):
-        self.global_step = run_context.original_args().cur_step_num  # a resumed run's
+        params = run_context.original_args()
+        self.global_step = params.cur_step_num  # a resumed run's
+        # Set on ms_exp's optimizer by ms_exp/train/model_build.py.
+        self._learning_rates = getattr(params.optimizer, "ms_exp_learning_rates", None)
+        self._grad_norm = getattr(params.optimizer, "ms_exp_grad_norm", None)
 
     def on_train_epoch_begin(self, run_context):
         self._epoch_start = self._step_start = time.perf_counter()
@@ -62,6 +102,9 @@ class MlflowMetrics(Callback):
         self._step_start = now
         self._epoch_step_times.append(step_time)
         self.global_step = params.cur_step_num
+        state = loss_scale_state(params)
+        if state is not None:
+            self._overflows.append(state[0])
         if self.global_step % self.every == 0 and self._new("step"):
             metrics = {f"train/{name}": value for name, value in
                        loss_parts(params.net_outputs, self.loss_names).items()}
@@ -70,7 +113,26 @@ class MlflowMetrics(Callback):
                                      else loss_value(params.net_outputs))
             metrics["train/step_time_ms"] = step_time * 1000.0
             metrics["train/samples_per_s"] = self.samples_per_step / step_time
+            metrics.update(self._step_curves(state))
             self.tracker.log_metrics(metrics, step=self.global_step)
+
+    def _step_curves(self, state) -> Dict[str, float]:
+        """train/lr, train/grad_norm and the loss-scale curves of the step just ended."""
+        metrics = {}
+        overflowed = False
+        if state is not None:
+            flags = [_scalar(flag) for flag in self._overflows]
+            self._overflows = []
+            self.overflow_steps += int(sum(flag != 0 for flag in flags))
+            overflowed = bool(flags[-1])
+            metrics["train/loss_scale"] = _scalar(state[1])
+            metrics["train/overflow"] = int(overflowed)
+            metrics["train/overflow_steps"] = self.overflow_steps
+        if self._learning_rates is not None:
+            metrics["train/lr"] = self._learning_rates.at(self.global_step)
+        if self._grad_norm is not None and not overflowed:
+            metrics["train/grad_norm"] = self._grad_norm.read()
+        return metrics
 
     def on_eval_end(self, run_context):
         self.record_eval(run_context.original_args().eval_results)

@@ -44,7 +44,8 @@ def gradient_reducer(weights):
 
 class FunctionalTrainer:
     def __init__(self, network: nn.Cell, loss_parts: nn.Cell, optimizer: nn.Optimizer,
-                 scaler, skip_overflow: bool, metrics: Dict[str, Metric]):
+                 scaler, skip_overflow: bool, metrics: Dict[str, Metric],
+                 report_scale: bool = False):
         self.network = network
         self.loss_parts = loss_parts
         self.opt = optimizer
@@ -58,6 +59,9 @@ class FunctionalTrainer:
         self.grad_reducer = gradient_reducer(self.weights)
         self.train_network = TrainState(network, optimizer)
         self.overflow_steps = 0
+        # Give the callbacks each step's overflow and scale (``loss_scale_state``), as
+        # Model's loss-scale cell does in its outputs.
+        self.report_scale = report_scale
 
     def forward_fn(self, inputs, labels):
         """The first output is the one differentiated: the scaled total loss."""
@@ -67,6 +71,9 @@ class FunctionalTrainer:
 
     @ms.jit
     def train_single(self, inputs, labels):
+        # The scale this step uses, computed into a tensor of its own: the Parameter itself,
+        # returned, would be read after adjust() has set the next step's.
+        scale = ops.abs(self.scaler.scale_value)
         outputs, grads = self.value_and_grad(inputs, labels)
         loss = self.scaler.unscale(outputs[0])
         grads = self.scaler.unscale(grads)
@@ -79,7 +86,7 @@ class FunctionalTrainer:
             self.opt(grads)
         if self.dynamic:
             self.scaler.adjust(finite)
-        return (loss,) + outputs[1:], finite
+        return (loss,) + outputs[1:], finite, scale
 
     def fit(self, epochs: int, train_set, eval_set=None, valid_frequency: int = 1,
             callbacks: Sequence[Callback] = (), dataset_sink_mode: bool = False,
@@ -109,10 +116,13 @@ class FunctionalTrainer:
                     params.cur_step_num += 1
                     params.train_dataset_element = (inputs, labels)
                     manager.on_train_step_begin(run_context)
-                    losses, finite = self.train_single(inputs, labels)
-                    if not finite:
+                    losses, finite, scale = self.train_single(inputs, labels)
+                    overflowed = not finite
+                    if overflowed:
                         self.overflow_steps += 1
                     params.net_outputs = losses
+                    if self.report_scale:
+                        params.loss_scale_state = (overflowed, scale)
                     manager.on_train_step_end(run_context)
                     if run_context.get_stop_requested():
                         break

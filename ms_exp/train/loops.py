@@ -59,7 +59,9 @@ def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
     # no drop_overflow_update the step is applied all the same, as Model applies it.
     skip = needs_overflow_check(amp) or amp.loss_scale.value == "none"
     return FunctionalTrainer(cast_network(network, amp), create_loss_parts(cfg.loss, num_classes),
-                             optimizer, loss_scaler(amp), skip, metrics)
+                             optimizer, loss_scaler(amp), skip, metrics,
+                             # the steps Model's loss-scale cell reports on
+                             report_scale=needs_overflow_check(amp))
 
 
 def fit_arguments(trainer_cfg, device_target: str) -> dict:

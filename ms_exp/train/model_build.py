@@ -8,6 +8,8 @@ from ms_exp.boost.options import boost_option
 from ms_exp.models.option import ModelBuild
 from ms_exp.models.options import model_option
 from ms_exp.train.announce import announce_loop
+from ms_exp.train.grad_norm import grad_norm_enabled, store_grad_norm
+from ms_exp.train.learning_rate import LearningRates
 from ms_exp.train.loops import create_loop
 from ms_exp.train.loops import loss_names as step_loss_names
 from ms_exp.train.losses import create_loss
@@ -31,6 +33,11 @@ def build_model(cfg, network, placement, spec, runtime, run_dir: Path, tracker,
         return model, model_opt.loss_names
     optimizer = create_optimizer(cfg.optimizer, network, steps_per_epoch, cfg.trainer.epochs,
                                  optimizer_loss_scale(cfg.amp, cfg.trainer.loop.value))
+    # What MlflowMetrics logs as train/lr and train/grad_norm; read through the optimizer,
+    # which Model and the functional loop hand the callbacks.
+    optimizer.ms_exp_learning_rates = LearningRates(optimizer)
+    if grad_norm_enabled(cfg.tracking):
+        optimizer.ms_exp_grad_norm = store_grad_norm(optimizer)
     # Model, or the functional Trainer (trainer.loop): the same fit and callbacks.
     model = create_loop(cfg, network, optimizer, metrics, spec.num_classes,
                         run_dir / "amp" / f"rank_{runtime.rank_id}")

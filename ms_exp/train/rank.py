@@ -98,9 +98,6 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
 
     # Step 0: one total per run, not a training curve.
     tracker.log_metrics({"system/peak_host_memory_mb": peak_host_memory_mb()}, step=0)
-    overflows = getattr(model, "overflow_steps", None)     # the functional loop counts them
-    if overflows is not None:
-        tracker.log_metrics({"train/overflow_steps": overflows}, step=0)
     if fit.saver is not None:
         tracker.log_metrics({"checkpoint/save_time_s": fit.saver.save_time_s}, step=0)
     best = fit.best

@@ -1,0 +1,54 @@
+"""``train/grad_norm``: the global L2 norm of each step's gradients, as the optimizer is
+given them.
+
+``Model`` builds its own train step from the optimizer (TrainOneStepCell, the loss-scale
+cell, boost's), and the functional loop's jit step calls the same optimizer, so the norm is
+taken where both hand over the gradients: the optimizer's class is swapped for a subclass
+whose ``construct`` first stores the norm into a Parameter, then updates as before. The
+gradients are then reduced across ranks (data parallel) and unscaled by the loss-scale cell
+or the functional step; with a fixed scale and no overflow check they arrive scaled and the
+optimizer's own ``loss_scale`` divides them, so the norm is divided by it too. A step whose
+gradients overflowed is skipped without calling the optimizer, and stores nothing.
+
+The Parameter is held by a plain object, not a Cell attribute, so it stays out of the
+network's parameters and of every checkpoint (docs/design.md#grad-norm-probe).
+"""
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, ops
+
+
+def grad_norm_enabled(tracking_cfg) -> bool:
+    """``tracking.log_grad_norm`` where there is a run to log it in."""
+    return bool(tracking_cfg.log_grad_norm) and bool(tracking_cfg.enabled)
+
+
+class GradNormProbe:
+    """Where the optimizer leaves the last step's norm."""
+
+    def __init__(self):
+        self.value = Parameter(Tensor(0.0, ms.float32), name="grad_norm", requires_grad=False)
+
+    def read(self) -> float:
+        return float(np.asarray(self.value.asnumpy()).reshape(-1)[0])
+
+
+class _StoresGradNorm:
+    """Mixed in before the optimizer's class; ``grad_norm_probe`` set on the instance."""
+
+    def construct(self, gradients):
+        squares = [ops.reduce_sum(ops.square(g.astype(ms.float32))) for g in gradients]
+        norm = ops.sqrt(ops.addn(squares)) / self.loss_scale
+        stored = ops.assign(self.grad_norm_probe.value, norm)
+        # super() without arguments recurses in graph mode: the class is named.
+        return ops.depend(super(_StoresGradNorm, self).construct(gradients), stored)
+
+
+def store_grad_norm(optimizer) -> GradNormProbe:
+    """Make ``optimizer`` store each step's gradient norm; the probe to read it from."""
+    cls = type(optimizer)
+    optimizer.__class__ = type(cls.__name__, (_StoresGradNorm, cls),
+                               {"__module__": cls.__module__})
+    probe = GradNormProbe()
+    object.__setattr__(optimizer, "grad_norm_probe", probe)
+    return probe
