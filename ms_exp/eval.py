@@ -2,12 +2,14 @@
 
     python -m ms_exp.eval --run-id <id> [--checkpoint last|best|PATH] [key=value ...]
     python -m ms_exp.eval --checkpoint <run dir>/checkpoints/rank_0/best.ckpt [key=value ...]
+    python -m ms_exp.eval --model models:/NAME/VERSION | models:/<model id> [key=value ...]
 
-Builds the run's network and eval dataset from the config the run recorded, loads the
-checkpoint (``load_checkpoint``), runs ``Model.eval`` with top-1 (and top-5 when there are
-more than five classes) accuracy, or AUC and log loss for Wide&Deep, prints the
-tutorial's ``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of
-the evaluated run.
+Builds the run's network and eval dataset from the config the run recorded (a model's own
+config.yaml with ``--model``: ms_exp/job/model_package.py), loads the checkpoint
+(``load_checkpoint``), runs ``Model.eval`` with top-1 (and top-5 when there are more than
+five classes) accuracy, or AUC and log loss for Wide&Deep, prints the tutorial's
+``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of the
+evaluated run (with ``--model``, of the run that logged the model).
 """
 import argparse
 import difflib
@@ -44,6 +46,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--run-id", help="MLflow run id of an ms_exp.run job")
     parser.add_argument("--checkpoint",
                         help="last (the default) or best of --run-id, or a checkpoint file")
+    parser.add_argument("--model",
+                        help="an MLflow model of a run: models:/NAME/VERSION (Model Registry) "
+                             "or models:/<model id>; alone, without --run-id or --checkpoint")
     parser.add_argument("--config", type=Path,
                         help="the run's config.yaml (default: found from the run or the "
                              "checkpoint's run directory)")
@@ -113,6 +118,76 @@ def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
         raise ConfigError("--checkpoint", which, f"a checkpoint logged to the run or present "
                           f"at {local} (tracking.log_checkpoints=none and no local copy)")
     return config, local
+
+
+MODEL_URI = "models:/NAME/VERSION or models:/<model id> of a run's MLflow model"
+
+
+def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, str, str]:
+    """Download the model ``model_uri`` names (ms_exp/job/model_package.py): its config,
+    its checkpoint, the id of the run that logged it, and how to name it; an unknown name,
+    version or id is refused in one line listing what exists."""
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    from ms_exp.job.model_package import MODEL_TAG, model_files
+
+    if not model_uri.startswith("models:/") or not model_uri[len("models:/"):].strip("/"):
+        raise ConfigError("--model", model_uri, MODEL_URI)
+    try:
+        client = existing_store(uri)
+    except StoreError as error:
+        raise ConfigError("--model", model_uri, error.allowed, error.problem) from None
+    name, _, version = model_uri[len("models:/"):].strip("/").partition("/")
+    if version:
+        model_id = _registered_model_id(client, name, version, model_uri)
+    else:
+        model_id = name
+    try:
+        logged = client.get_logged_model(model_id)
+    except MlflowException:
+        raise ConfigError("--model", model_uri, MODEL_URI,
+                          f"no model {model_id} in {uri}") from None
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=logged.artifact_location,
+                                                     dst_path=str(workdir / "model")))
+    try:
+        config, checkpoint = model_files(local)
+    except (ValueError, OSError) as error:
+        raise ConfigError("--model", model_uri, "a model an ms_exp.run job logged",
+                          str(error)) from None
+    shown = (f"{model_uri} (the {logged.tags.get(MODEL_TAG, '')} checkpoint of MLflow run "
+             f"{logged.source_run_id})")
+    return config, checkpoint, logged.source_run_id, shown
+
+
+def _registered_model_id(client, name: str, version: str, model_uri: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    versions = sorted((str(v.version) for v in
+                       client.search_model_versions(f"name = '{name}'")),
+                      key=int) if "'" not in name else []
+    if version not in versions:
+        if versions:
+            problem = f"registered model {name} has versions {', '.join(versions)}"
+        else:
+            known = [m.name for m in client.search_registered_models()]
+            problem = (f"no registered model {name}" +
+                       (f" (registered: {', '.join(sorted(known))})" if known else
+                        " (the Model Registry is empty)"))
+        raise ConfigError("--model", model_uri, MODEL_URI, problem)
+    try:
+        found = client.get_model_version(name, version)
+    except MlflowException as error:
+        raise ConfigError("--model", model_uri, MODEL_URI, str(error)) from None
+    # A SQLite store answers model_id=None for a version created with one; its source,
+    # models:/<model id>, keeps it (docs/design.md#mlflow-model-version-source).
+    source = found.source or ""
+    model_id = found.model_id or (source[len("models:/"):] if source.startswith("models:/m-")
+                                  else None)
+    if not model_id:
+        raise ConfigError("--model", model_uri, "a version registered from an MLflow model "
+                          "(tracking.register_model)", f"version {version} is {source}")
+    return model_id
 
 
 def run_dir_of(checkpoint: Path) -> Path:
@@ -216,9 +291,16 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="ms_exp_eval_") as workdir:
         try:
-            which = check_checkpoint_flag(args.checkpoint, args.run_id)
+            if args.model and (args.run_id or args.checkpoint):
+                raise ConfigError("--model", args.model, "--model alone: the model holds its "
+                                  "config and checkpoint (not with --run-id or --checkpoint)")
+            which = args.model or check_checkpoint_flag(args.checkpoint, args.run_id)
             uri = resolve_tracking_uri(args.tracking_uri)
-            if args.run_id:
+            parent_run_id = args.run_id
+            if args.model:
+                config_file, checkpoint, parent_run_id, shown = fetch_model(
+                    uri, args.model, Path(workdir))
+            elif args.run_id:
                 client, run = open_run(uri, args.run_id)
                 config_file, checkpoint = fetch_from_run(client, run, which, Path(workdir))
             else:
@@ -237,20 +319,21 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise ConfigError("--config", str(config_file), "the run's config.yaml")
             cfg = load_run_config(Path(config_file), args.overrides)
             validate_for_evaluation(cfg, choices_from_config(cfg))
-            if not args.tracking_uri and not args.run_id:
+            if not args.tracking_uri and not args.run_id and not args.model:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
             database = sqlite_path(uri)
             problem = not_a_database(database) if database is not None else None
             if problem is not None:
                 raise ConfigError("--tracking-uri" if args.tracking_uri else "tracking.uri",
                                   uri, "an MLflow store to record the evaluation in", problem)
-            shown = str(Path(checkpoint).resolve())
+            if not args.model:
+                shown = str(Path(checkpoint).resolve())
             if args.run_id and Path(workdir).resolve() in Path(checkpoint).resolve().parents:
                 artifact = run.data.tags[f"ms_exp.checkpoint.{which}"]
                 shown = f"{artifact} of MLflow run {args.run_id}"
             # MindSpore is imported once the command line is known to be right.
             from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, verify_checkpoint
-            if is_sliced_run(cfg) and Path(checkpoint).name != BEST_NAME:
+            if is_sliced_run(cfg) and Path(checkpoint).name != BEST_NAME and not args.model:
                 checkpoint, shown = merge_run(args.run_id or str(run_dir_of(Path(checkpoint))),
                                               Path(workdir), uri)
             try:    # before an MLflow run is opened for the evaluation
@@ -272,12 +355,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "ms_exp.model": component_name(cfg.model)}
         name = (f"eval-{cfg.tracking.run_name or component_name(cfg.model)}-"
                 f"{Path(checkpoint).stem}")
+        if args.model:
+            tags["ms_exp.evaluated_model"] = args.model
         with tracked_run(record, uri, cfg.tracking.experiment_name, name, tags,
-                         parent_run_id=args.run_id) as tracker:
+                         parent_run_id=parent_run_id) as tracker:
             result = evaluate(model, eval_set, shown)
             tracker.log_metrics({f"eval/{k}": float(v) for k, v in result.items()}, step=0)
             if tracker.enabled:
-                print(f"MLflow run {tracker.run_id} (child of {args.run_id or 'no run'}) "
+                print(f"MLflow run {tracker.run_id} (child of {parent_run_id or 'no run'}) "
                       f"in {uri}", flush=True)
     return 0
 

@@ -13,7 +13,8 @@ from ms_exp.tracking.tracker import Tracker
 
 ATTRIBUTES = {"enabled", "run_id", "experiment_id", "offline_journal"}
 METHODS = {"log_params", "log_metrics", "set_tags", "log_artifact", "log_artifacts",
-           "log_artifact_to", "record_provenance", "wait_for_run", "flush", "finish"}
+           "log_artifact_to", "record_provenance", "log_model", "wait_for_run", "flush",
+           "finish"}
 SYNTHETIC = {"name": "synthetic", "num_samples": 8, "num_eval_samples": 4, "num_classes": 2,
              "noise": 0.1, "data_seed": 1, "image_shape": [1, 2, 2]}
 

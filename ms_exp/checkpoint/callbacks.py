@@ -147,7 +147,10 @@ class BestCheckpoint(Callback):
         self.best, self.best_epoch = float(value), epoch
         record = self.path.with_name(BEST_RECORD)
         record.with_suffix(".partial").write_text(json.dumps(
-            {"metric": self.metric, "value": self.best, "epoch": self.best_epoch}))
+            {"metric": self.metric, "value": self.best, "epoch": self.best_epoch,
+             # every metric of that evaluation: what the run's best model scored
+             "results": {f"eval/{name}": float(v) for name, v in results.items()
+                         if not name.startswith("eval_")}}))
         os.replace(record.with_suffix(".partial"), record)
         print(f"epoch: {epoch} new best {self.metric}: {value:.4f} "
               f"saved to {self.path}", flush=True)

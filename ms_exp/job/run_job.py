@@ -27,6 +27,7 @@ from ms_exp.config.run_config import RESOLVED_CONFIG
 from ms_exp.job.console import tee_output
 from ms_exp.job.distributed import train_with_ranks
 from ms_exp.job.identity import finished_before, run_identity
+from ms_exp.job.model_package import log_run_models
 from ms_exp.job.outputs import log_outputs, sliced_checkpoint_lines
 from ms_exp.job.summary import report_result
 from ms_exp.parallel.launcher_config import is_distributed
@@ -95,7 +96,8 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
             tracked_run(tracking.enabled, uri, tracking.experiment_name, run_name, tags,
                         parent_run_id=parent,
                         run_id=resumed_run_id,
-                        offline_dir=run_dir) as tracker:
+                        offline_dir=run_dir,
+                        system_metrics_interval=tracking.system_metrics_interval) as tracker:
         if resume is None:
             resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
             tracker.log_params(flatten(resolved))
@@ -117,6 +119,8 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
                 result = train_in_process(cfg, run_dir, tracker)
         finally:
             log_outputs(tracker, run_dir, cfg)
+        if result.pruned_epoch is None:
+            log_run_models(cfg, run_dir, result, tracker, uri)
         report_result(result, tracker, uri)
         sliced = sliced_checkpoint_lines(run_dir, cfg)
         if sliced:

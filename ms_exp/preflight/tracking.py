@@ -1,6 +1,8 @@
 """Checks of the ``tracking`` section: the MLflow store can be written (a SQLite file's
 folder, and the file a SQLite database if it exists) or is a URI MLflow knows (a server's
 with a host), and names fit what MLflow stores."""
+import math
+import posixpath
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -19,6 +21,10 @@ SERVER_SCHEMES = ("http", "https")
 
 def validate_tracking(cfg) -> None:
     positive("tracking", cfg, "log_every_n_steps")
+    interval = cfg.system_metrics_interval
+    require(interval is None or (math.isfinite(interval) and interval > 0),
+            "tracking.system_metrics_interval", interval,
+            "null (no system metrics) or a number of seconds > 0")
     require(bool(cfg.experiment_name), "tracking.experiment_name", cfg.experiment_name,
             "a non-empty name")
     require(len(cfg.experiment_name) <= MAX_EXPERIMENT_NAME_LENGTH, "tracking.experiment_name",
@@ -30,6 +36,7 @@ def validate_tracking(cfg) -> None:
                 _shortened(cfg.run_name),
                 f"null or a name of at most {MAX_RUN_NAME_LENGTH} characters, what MLflow's "
                 f"SQL stores hold (it has {len(cfg.run_name)})")
+    _validate_register_model(cfg)
     if cfg.enabled:
         uri = cfg.uri
         if uri is None:
@@ -52,6 +59,24 @@ def validate_tracking(cfg) -> None:
                 require(bool(urlparse(uri).hostname), "tracking.uri", uri,
                         f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
                         ", e.g. http://127.0.0.1:5000")
+
+
+def _validate_register_model(cfg) -> None:
+    """A name MLflow's Model Registry takes (``_validate_model_name`` in
+    mlflow/utils/validation.py: not blank, no '/' or ':', and the same name read as a file
+    path), and the models it registers logged."""
+    name = cfg.register_model
+    if name is None:
+        return
+    require(bool(name.strip()) and not any(c in name for c in "/:")
+            and posixpath.normpath(name) == name != "." and not name.startswith(".."),
+            "tracking.register_model", name,
+            "null or a registered-model name: not blank, without '/' or ':', not '.' or "
+            "starting with '..' (MLflow's rules)")
+    require(bool(cfg.enabled), "tracking.register_model", name,
+            "null while tracking.enabled=false (the Model Registry is in the MLflow store)")
+    require(bool(cfg.log_models), "tracking.register_model", name,
+            "null while tracking.log_models=false (it registers the run's logged model)")
 
 
 def _shortened(name: str) -> str:

@@ -66,6 +66,13 @@ class RunTracker(Protocol):
     def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
         """Write ``run_dir/provenance`` (code, packages, command, data) and log it on the run."""
 
+    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
+                  metrics: Mapping[str, float], epoch: Optional[int] = None,
+                  tags: Optional[Mapping[str, object]] = None) -> None:
+        """Log ``directory`` (an MLflow model, ms_exp/job/model_package.py) as a LoggedModel
+        named ``name`` of this run, one of its outputs, with ``params``, ``tags`` and
+        ``metrics`` linked to it at the step of ``epoch``'s evaluation (None: the last)."""
+
     def wait_for_run(self) -> None:
         """Block until the run exists (or is journaled); raise if it cannot be created."""
 

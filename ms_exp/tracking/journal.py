@@ -137,6 +137,15 @@ class JournalTracker:
         self.journal.write("log_artifact_to", run_id=run_id, path=str(Path(path).absolute()),
                            artifact_path=artifact_path)
 
+    def log_model(self, name: str, directory, params: Mapping[str, object],
+                  metrics: Mapping[str, float], epoch: Optional[int] = None,
+                  tags: Optional[Mapping[str, object]] = None) -> None:
+        # The model directory stays in the run directory until the journal is delivered.
+        self.journal.write("log_model", name=name, directory=str(Path(directory).absolute()),
+                           params={k: str(v) for k, v in params.items()},
+                           metrics={k: float(v) for k, v in metrics.items()}, epoch=epoch,
+                           tags={k: str(v) for k, v in (tags or {}).items()})
+
     def wait_for_run(self) -> None:
         """Nothing to wait for: the journal is open."""
 

@@ -130,12 +130,16 @@ class SweepRun(Callback):
         self.swept: List[str] = []
         self.jobs = 0
         self.failed: List[str] = []
+        self.register_as: Optional[str] = None   # tracking.register_model
+        self.metric: Optional[str] = None        # sweep.metric
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         global _active
         tracking = config.tracking
         if not tracking.enabled:
             return
+        from omegaconf import OmegaConf
+
         from ms_exp.tracking.store import resolve_tracking_uri, store_client
         from ms_exp.tracking.tracker import Tracker
 
@@ -153,6 +157,8 @@ class SweepRun(Callback):
         })
         self.tracker.log_params(sweep_params(config))
         self.swept = swept_keys(config)
+        self.register_as = tracking.register_model
+        self.metric = OmegaConf.select(config, "sweep.metric", default=None)
         os.environ.update({PARENT_RUN_ID: self.tracker.run_id, PARENT_TRACKING_URI: uri,
                            PARENT_EXPERIMENT: tracking.experiment_name,
                            SWEPT_KEYS: json.dumps(self.swept)})
@@ -214,11 +220,27 @@ class SweepRun(Callback):
             if best.is_file():
                 tracker.log_artifact(best, "sweep")
             report = _log_report(tracker)
+            if self.register_as and status == "FINISHED":
+                _register_best(tracker, children, self.register_as, self.metric,
+                               tags.get("ms_exp.optuna.direction"))
         finally:
             tracker.finish(status)
         failed_line = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""
         print(where_lines(tracker, tags.get("ms_exp.sweep.dir"), report,
                           f"{status}, {counts}") + failed_line, flush=True)
+
+
+def _register_best(tracker, children, name: str, metric: Optional[str],
+                   direction: Optional[str]) -> None:
+    """The best job's model in the Model Registry (the jobs of a sweep do not register
+    their own); a failure is said, never changes the sweep's status."""
+    from ms_exp.tracking.registry import register_sweep_best
+
+    try:
+        register_sweep_best(tracker.client, tracker.run_id, children, name, metric, direction)
+    except Exception as error:
+        print(f"ms_exp: warning: tracking.register_model={name}: not registered "
+              f"({type(error).__name__}: {error})", file=sys.stderr, flush=True)
 
 
 def _pruned(job_return) -> bool:

@@ -142,6 +142,53 @@ class Tracker:
     def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
         provenance.record(self, dataset_cfg, run_dir, command)
 
+    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
+                  metrics: Mapping[str, float], epoch: Optional[int] = None,
+                  tags: Optional[Mapping[str, object]] = None) -> None:
+        """A LoggedModel of this run: ``directory``'s files as its artifacts, ``metrics``
+        linked to it (at the step the run logged that epoch's evaluation), READY, and one of
+        the run's outputs."""
+        from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+
+        self.flush()    # the run's train/epoch history places the metrics
+        model = self.client.create_logged_model(
+            self.experiment_id, name=name, source_run_id=self.run_id,
+            params={key: param_value(value) for key, value in params.items()},
+            tags={key: str(value) for key, value in (tags or {}).items()},
+            model_type="mindspore")
+        model_id = model.model_id
+        try:
+            self.client.log_model_artifacts(model_id, str(directory))
+            step = self._epoch_step(epoch)
+            for key, value in metrics.items():
+                # The run's own point, logged again with the model's id: MLflow keeps it
+                # once in the run (same key, step, value and timestamp) and links it to the
+                # model (docs/design.md#mlflow-model-metrics).
+                point = self._point(key, step)
+                self.client.log_metric(
+                    self.run_id, key, point.value if point else float(value),
+                    timestamp=point.timestamp if point else None, step=step,
+                    model_id=model_id)
+        except BaseException:
+            self.client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
+            raise
+        self.client.finalize_logged_model(model_id, LoggedModelStatus.READY)
+        self.client.log_outputs(self.run_id, [LoggedModelOutput(model_id, step)])
+        self.set_tags({f"ms_exp.model.{name}": model_id})
+
+    def _point(self, key: str, step: int):
+        """The run's value of metric ``key`` at ``step``; None if it has none there."""
+        return next((m for m in self.client.get_metric_history(self.run_id, key)
+                     if m.step == step), None)
+
+    def _epoch_step(self, epoch: Optional[int]) -> int:
+        """The step at which the run logged the end of ``epoch`` (its train/epoch metric),
+        so a model's metrics sit on the run's own evaluation; None: the last epoch's; 0
+        when the run logged no such epoch."""
+        steps = [m.step for m in self.client.get_metric_history(self.run_id, "train/epoch")
+                 if epoch is None or int(m.value) == int(epoch)]
+        return max(steps) if steps else 0
+
     def wait_for_run(self) -> None:
         """The run exists from the start here (see SidecarTracker)."""
 

@@ -1,0 +1,291 @@
+"""A run's best and last checkpoints as MLflow models, without pickle.
+
+After training, each of ``best.ckpt`` (when kept) and the last checkpoint becomes a model
+directory ``<run dir>/models/best|last/``:
+
+- ``checkpoint.ckpt``: the weights (a hard link to the run's file where possible);
+- ``config.yaml``: the run's resolved config, from which the network is built again;
+- ``model.mindir``: ``mindspore.export`` of the network on the input example, which
+  ``mindspore.load`` + ``nn.GraphCell`` run without ms_exp;
+- ``MLmodel``: flavor ``mindspore`` (those three paths and MindSpore's version), the
+  ``signature`` (TensorSpec of the inputs and the network's output) and an input example (the
+  first ``EXAMPLE_ROWS`` samples of the eval set), plus the ``python_function`` flavor whose
+  loader (:func:`_load_pyfunc`) builds the network again from config + checkpoint.
+
+Nothing is pickled: the model is rebuilt from its config and checkpoint, or run from its
+MindIR. The MLflow side (the LoggedModel, its metrics and the run's outputs) is the tracker's
+``log_model`` (ms_exp/tracking/tracker.py); registering one is ms_exp/tracking/registry.py.
+
+A model that cannot be made never costs the run: :func:`log_run_models` prints one warning
+and the job ends as it would have.
+"""
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+MODELS_DIR = "models"
+FLAVOR = "mindspore"
+CHECKPOINT_FILE = "checkpoint.ckpt"
+CONFIG_FILE = "config.yaml"
+MINDIR_STEM = "model"
+MINDIR_FILE = f"{MINDIR_STEM}.mindir"
+# Samples of the input example (and the batch size the MindIR export is traced with): enough
+# to show the shape, small enough for MLflow's JSON example of a ResNet image batch.
+EXAMPLE_ROWS = 2
+# The LoggedModel's name within the experiment is the checkpoint it holds; MLflow refuses
+# '.' in a LoggedModel name, which rules out run names such as ``lr=0.01``.
+MODEL_NAMES = ("best", "last")
+MODEL_TAG = "ms_exp.checkpoint"
+MODEL_TYPE = "mindspore"
+
+
+@dataclass
+class ModelPackage:
+    """One model directory and what the tracker logs with it."""
+
+    name: str                   # best | last
+    directory: Path
+    params: Dict[str, str]      # the network's config and the input shape
+    metrics: Dict[str, float]   # eval/<metric> the checkpoint scored
+    epoch: Optional[int]        # the epoch those metrics were measured after; None: the last
+    export_s: float
+
+
+def log_run_models(cfg: DictConfig, run_dir: Path, result, tracker, uri: str) -> None:
+    """Package the run's best and last checkpoints, log them as the run's models and
+    register the best (``tracking.register_model``, not for a sweep's job: its parent
+    registers the sweep's best). Any failure is one warning."""
+    tracking = cfg.tracking
+    if not (tracking.enabled and tracking.log_models and tracker.enabled):
+        return
+    try:
+        packages = package_models(cfg, Path(run_dir), result)
+        for package in packages:
+            tracker.log_model(package.name, package.directory, package.params,
+                              package.metrics, package.epoch,
+                              {MODEL_TAG: package.name,
+                               "ms_exp.run_name": str(tracking.run_name or "")})
+    except Exception as error:  # noqa: BLE001 - never lose the run for its model
+        _warn(f"no MLflow model logged for this run ({type(error).__name__}: {error})")
+        return
+    if packages:
+        made = ", ".join(f"{p.name} ({p.export_s:.1f} s)" for p in packages)
+        print(f"MLflow models of the run: {made} in {Path(run_dir).resolve() / MODELS_DIR}",
+              flush=True)
+    if packages and tracking.register_model and not _in_sweep(cfg, uri):
+        _register(tracker, uri, tracking.register_model)
+
+
+def _in_sweep(cfg: DictConfig, uri: str) -> bool:
+    """Whether the job's run is a sweep's child (ms_exp/job/identity.py)."""
+    from ms_exp.tracking.sweep import parent_run_id
+
+    return parent_run_id(uri, cfg.tracking.experiment_name) is not None
+
+
+def _register(tracker, uri: str, name: str) -> None:
+    from ms_exp.tracking.registry import register_run_model
+
+    try:
+        tracker.flush()
+        if tracker.offline_journal is not None or tracker.run_id is None:
+            _warn(f"tracking.register_model={name}: not registered, the tracking server did "
+                  "not answer (the models are in the run's journal)")
+            return
+        register_run_model(uri, tracker.run_id, name)
+    except Exception as error:  # noqa: BLE001 - the run itself is recorded
+        _warn(f"tracking.register_model={name}: not registered ({type(error).__name__}: "
+              f"{error})")
+
+
+def _warn(text: str) -> None:
+    print(f"ms_exp: warning: {text}", file=sys.stderr, flush=True)
+
+
+def package_models(cfg: DictConfig, run_dir: Path, result) -> List[ModelPackage]:
+    """The model directories of the run's best and last checkpoints (those it has)."""
+    from ms_exp.checkpoint.callbacks import BEST_RECORD
+    from ms_exp.parallel.launcher_config import is_distributed
+
+    wanted: List[Tuple[str, Path, Dict[str, float], Optional[int]]] = []
+    best = result.best_checkpoint
+    if best is not None and Path(best).is_file():
+        record_file = Path(best).with_name(BEST_RECORD)
+        record = json.loads(record_file.read_text()) if record_file.is_file() else {}
+        metrics = record.get("results") or (
+            {f"eval/{result.best_metric}": result.best_value}
+            if result.best_value is not None else {})
+        wanted.append(("best", Path(best), metrics, record.get("epoch")))
+    last = result.last_checkpoint
+    sliced = is_distributed(cfg.parallel) and not cfg.checkpoint.integrated_save
+    if last is not None and Path(last).is_file():
+        if sliced:
+            print(f"no MLflow model of the last checkpoint: {last} is one rank's slice "
+                  "(merge the slices with ms_exp.ckpt merge, then evaluate with "
+                  "ms_exp.eval --checkpoint)", flush=True)
+        else:
+            wanted.append(("last", Path(last), dict(result.final_eval or {}), None))
+    if not wanted:
+        return []
+    builder = NetworkBuilder(cfg)
+    return [builder.package(name, checkpoint, Path(run_dir) / MODELS_DIR / name, metrics,
+                            epoch) for name, checkpoint, metrics, epoch in wanted]
+
+
+def network_params(cfg: DictConfig, input_shape: Sequence[int]) -> Dict[str, str]:
+    """The LoggedModel's params: the ``model`` section flattened, and the input shape."""
+    from ms_exp.tracking.params import flatten, param_value
+
+    section = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
+    params = {f"model.{key}": param_value(value) for key, value in flatten(section).items()}
+    params["input_shape"] = str(list(input_shape))
+    return params
+
+
+class NetworkBuilder:
+    """Builds the run's network (once) and writes a model directory per checkpoint."""
+
+    def __init__(self, cfg: DictConfig):
+        from ms_exp.config.schema import StandAloneParallel
+        from ms_exp.data import create_datasets
+        from ms_exp.models import create_network
+        from ms_exp.placement.tables import create_placement
+        from ms_exp.train.context import init_env
+
+        self.cfg = cfg
+        # One process, whatever the run trained with: an integrated checkpoint and best.ckpt
+        # hold the whole network.
+        init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
+        _, eval_set, self.spec = create_datasets(cfg.dataset)
+        self.network = create_network(cfg.model, self.spec, create_placement(cfg.placement))
+        self.network.set_train(False)
+        self.inputs = example_inputs(eval_set)
+
+    def package(self, name: str, checkpoint: Path, directory: Path,
+                metrics: Dict[str, float], epoch: Optional[int]) -> ModelPackage:
+        import mindspore as ms
+
+        from ms_exp.checkpoint.files import load_verified
+
+        started = time.perf_counter()
+        not_loaded, _ = ms.load_param_into_net(self.network, load_verified(checkpoint))
+        if not_loaded:
+            raise ValueError(f"{checkpoint} lacks {', '.join(not_loaded)}")
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        _link_or_copy(checkpoint, directory / CHECKPOINT_FILE)
+        OmegaConf.save(self.cfg, directory / CONFIG_FILE, resolve=True)
+        tensors = [ms.Tensor(array) for array in self.inputs]
+        ms.export(self.network, *tensors, file_name=str(directory / MINDIR_STEM),
+                  file_format="MINDIR")
+        outputs = _as_numpy(self.network(*tensors))
+        write_mlmodel(directory, self.inputs, outputs)
+        return ModelPackage(name, directory, network_params(self.cfg, self.spec.image_shape),
+                            {k: float(v) for k, v in metrics.items()}, epoch,
+                            time.perf_counter() - started)
+
+
+def example_inputs(eval_set) -> List:
+    """The network's inputs of the first eval batch (every column but the label), its first
+    ``EXAMPLE_ROWS`` samples."""
+    batch = next(eval_set.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    return [column[:EXAMPLE_ROWS].copy() for column in batch[:-1]]
+
+
+def _as_numpy(output):
+    if isinstance(output, (tuple, list)):
+        output = output[0]
+    return output.asnumpy()
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _example(inputs: List):
+    """One array for a one-input network; named arrays (``input_0``, ...) otherwise."""
+    if len(inputs) == 1:
+        return inputs[0]
+    return {f"input_{i}": array for i, array in enumerate(inputs)}
+
+
+def write_mlmodel(directory: Path, inputs: List, outputs) -> None:
+    """The MLmodel file: flavors mindspore and python_function, signature, input example."""
+    import mindspore as ms
+    import mlflow.pyfunc
+    from mlflow.models import Model, infer_signature
+    from mlflow.models.utils import _save_example
+
+    model = Model(signature=infer_signature(_example(inputs), outputs))
+    model.add_flavor(FLAVOR, checkpoint=CHECKPOINT_FILE, config=CONFIG_FILE,
+                     mindir=MINDIR_FILE, mindspore_version=ms.__version__,
+                     inputs=len(inputs))
+    mlflow.pyfunc.add_to_model(model, loader_module=__name__)
+    _save_example(model, _example(inputs), str(directory))
+    model.save(str(directory / "MLmodel"))
+
+
+# -- reading a model back ---------------------------------------------------------------
+
+def flavor_of(directory: Path) -> Dict[str, object]:
+    """The ``mindspore`` flavor of the model in ``directory`` (its MLmodel file)."""
+    from mlflow.models import Model
+
+    flavors = Model.load(str(Path(directory) / "MLmodel")).flavors
+    if FLAVOR not in flavors:
+        raise ValueError(f"{directory}: not an ms_exp model (no {FLAVOR} flavor in MLmodel)")
+    return flavors[FLAVOR]
+
+
+def model_files(directory: Path) -> Tuple[Path, Path]:
+    """(config.yaml, checkpoint) of the model in ``directory``."""
+    flavor = flavor_of(directory)
+    return Path(directory) / flavor["config"], Path(directory) / flavor["checkpoint"]
+
+
+class _PyfuncModel:
+    """What ``mlflow.pyfunc.load_model`` wraps: the network rebuilt from config + checkpoint."""
+
+    def __init__(self, directory: Path):
+        import mindspore as ms
+
+        from ms_exp.checkpoint.files import load_verified
+        from ms_exp.config.run_config import load_run_config
+        from ms_exp.data import create_datasets
+        from ms_exp.models import create_network
+        from ms_exp.placement.tables import create_placement
+
+        config, checkpoint = model_files(directory)
+        cfg = load_run_config(config, [])
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        self.inputs = int(flavor_of(directory).get("inputs", 1))
+        _, _, spec = create_datasets(cfg.dataset)    # what the network was sized by
+        self.network = create_network(cfg.model, spec, create_placement(cfg.placement))
+        ms.load_param_into_net(self.network, load_verified(checkpoint))
+        self.network.set_train(False)
+
+    def predict(self, model_input, params=None):
+        import mindspore as ms
+        import numpy as np
+
+        if isinstance(model_input, dict):
+            arrays = [model_input[f"input_{i}"] for i in range(self.inputs)]
+        else:
+            arrays = [model_input]
+        return _as_numpy(self.network(*[ms.Tensor(np.asarray(a)) for a in arrays]))
+
+
+def _load_pyfunc(path: str) -> _PyfuncModel:
+    """MLflow's python_function loader (``mlflow.pyfunc.load_model``)."""
+    return _PyfuncModel(Path(path))

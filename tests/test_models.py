@@ -1,0 +1,164 @@
+"""A run's checkpoints as MLflow models, the Model Registry, and evaluating a model."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow.artifacts
+import pytest
+import yaml
+
+from tests.conftest import run_cli, train
+
+SHORT = ("trainer.epochs=2",)
+
+
+def logged_models(client, run_id):
+    run = client.get_run(run_id)
+    found = client.search_logged_models([run.info.experiment_id],
+                                        filter_string=f"source_run_id = '{run_id}'")
+    return {m.name: m for m in found}
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory):
+    """One default short run registering its best model as digits_mlp."""
+    cwd = tmp_path_factory.mktemp("models")
+    return train(cwd, *SHORT, "tracking.register_model=digits_mlp")
+
+
+@pytest.mark.slow
+def test_best_and_last_are_logged_models_of_the_run(registered):
+    client = registered.store
+    run_id = registered.run_id
+    models = logged_models(client, run_id)
+    assert set(models) == {"best", "last"}
+    run = client.get_run(run_id)
+    outputs = {o.model_id for o in run.outputs.model_outputs}
+    assert outputs == {m.model_id for m in models.values()}
+    best_line = registered.field("best checkpoint:")
+    best_accuracy = float(best_line.rsplit("accuracy ", 1)[1].rstrip(")"))
+    for name, model in models.items():
+        assert model.source_run_id == run_id
+        assert model.status.to_int() == 2  # READY
+        assert model.tags["ms_exp.checkpoint"] == name
+        assert model.params["model.name"] == "mlp"
+        assert model.params["input_shape"] == "[1, 8, 8]"
+        metrics = {m.key: m for m in model.metrics}
+        assert {"eval/accuracy", "eval/loss"} <= set(metrics)
+        assert all(m.model_id == model.model_id and m.run_id == run_id
+                   for m in metrics.values())
+    best_metrics = {m.key: m.value for m in models["best"].metrics}
+    assert best_metrics["eval/accuracy"] == pytest.approx(best_accuracy, abs=1e-4)
+    assert run.data.tags["ms_exp.model.best"] == models["best"].model_id
+
+
+@pytest.mark.slow
+def test_model_artifacts_hold_checkpoint_config_mindir_and_mlmodel(registered, tmp_path):
+    model = logged_models(registered.store, registered.run_id)["best"]
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
+                                                     dst_path=str(tmp_path)))
+    files = {p.name for p in local.rglob("*") if p.is_file()}
+    assert {"MLmodel", "checkpoint.ckpt", "config.yaml", "model.mindir",
+            "input_example.json"} <= files
+    assert not [name for name in files if name.endswith((".pkl", ".pickle"))]
+    mlmodel = yaml.safe_load((local / "MLmodel").read_text())
+    flavor = mlmodel["flavors"]["mindspore"]
+    assert flavor["checkpoint"] == "checkpoint.ckpt" and flavor["mindir"] == "model.mindir"
+    assert flavor["config"] == "config.yaml" and flavor["mindspore_version"]
+    assert "pickle" not in json.dumps(mlmodel["flavors"]).lower()
+    inputs = json.loads(mlmodel["signature"]["inputs"])
+    assert inputs[0]["tensor-spec"]["shape"] == [-1, 1, 8, 8]
+    assert mlmodel["saved_input_example_info"]["artifact_path"] == "input_example.json"
+    # The MindIR runs without ms_exp, as the network with the checkpoint does (pyfunc
+    # rebuilds it from config + checkpoint).
+    script = f"""
+import json, numpy as np, mindspore as ms, mlflow.pyfunc
+d = {str(local)!r}
+x = np.array(json.load(open(d + '/input_example.json')), dtype=np.float32)
+graph = ms.nn.GraphCell(ms.load(d + '/model.mindir'))(ms.Tensor(x)).asnumpy()
+rebuilt = mlflow.pyfunc.load_model(d).predict(x)
+np.testing.assert_allclose(graph, rebuilt, rtol=1e-5, atol=1e-5)
+print('same', graph.shape)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "same (2, 10)" in done.stdout
+
+
+@pytest.mark.slow
+def test_register_model_versions_and_eval_model(registered):
+    cwd = registered.cwd
+    assert "registered model digits_mlp version 1 (models:/digits_mlp/1)" in registered.stdout
+    evaluated = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/1"], cwd)
+    assert evaluated.rc == 0, evaluated.stderr[-3000:]
+    result = evaluated.field("result:")
+    best = logged_models(registered.store, registered.run_id)["best"]
+    best_accuracy = {m.key: m.value for m in best.metrics}["eval/accuracy"]
+    accuracy = float(result.split("'accuracy': ")[1].split(",")[0])
+    assert accuracy == pytest.approx(best_accuracy, abs=1e-9)
+    assert f"child of {registered.run_id}" in evaluated.stdout
+
+    missing = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/9"], cwd)
+    assert missing.rc == 2
+    assert "registered model digits_mlp has versions 1" in missing.stderr
+    both = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/1", "--checkpoint", "best"],
+                   cwd)
+    assert both.rc == 2 and "--model alone" in both.stderr
+
+    second = train(cwd, "trainer.epochs=1", "tracking.register_model=digits_mlp")
+    assert "registered model digits_mlp version 2 (models:/digits_mlp/2)" in second.stdout
+    version = second.store.get_model_version("digits_mlp", "2")
+    assert version.run_id == second.run_id
+
+
+@pytest.mark.slow
+def test_sweep_registers_the_best_job_once(workdir):
+    result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", "trainer.epochs=1",
+                                    "optimizer.lr=0.001,0.1",
+                                    "tracking.register_model=sweep_mlp"], workdir, timeout=600)
+    assert result.rc == 0, result.stderr[-3000:]
+    client = result.store
+    versions = client.search_model_versions("name = 'sweep_mlp'")
+    assert len(versions) == 1
+    runs = client.search_runs([client.get_experiment_by_name("ms_exp").experiment_id],
+                              filter_string="tags.`ms_exp.sweep.id` != ''")
+    best = max(runs, key=lambda r: r.data.metrics["eval/accuracy"])
+    assert versions[0].run_id == best.info.run_id
+    parent = client.get_run(best.data.tags["ms_exp.sweep.id"])
+    assert parent.data.tags["ms_exp.sweep.best_run"] == best.info.run_id
+    assert parent.data.tags["ms_exp.registered_model"] == "sweep_mlp/1"
+
+
+@pytest.mark.slow
+def test_log_models_false_logs_none(workdir):
+    result = train(workdir, "trainer.epochs=1", "tracking.log_models=false")
+    assert logged_models(result.store, result.run_id) == {}
+    assert not (result.run_dir / "models").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["tracking.register_model=a/b"], "without '/' or ':'"),
+    (["tracking.register_model=x:y"], "without '/' or ':'"),
+    (["tracking.register_model=.."], "registered-model name"),
+    (["tracking.register_model=ok", "tracking.log_models=false"],
+     "null while tracking.log_models=false"),
+    (["tracking.register_model=ok", "tracking.enabled=false"],
+     "null while tracking.enabled=false"),
+])
+def test_bad_register_model_is_refused(workdir, overrides, message):
+    result = run_cli("ms_exp.run", overrides, workdir)
+    assert result.rc == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "tracking.register_model=" in lines[0], result.stderr
+    assert message in lines[0]
+
+
+def test_unknown_registered_model_is_refused(workdir):
+    from mlflow import MlflowClient
+
+    MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").search_experiments()
+    result = run_cli("ms_exp.eval", ["--model", "models:/nothing_here/1"], workdir)
+    assert result.rc == 2
+    assert "no registered model nothing_here" in result.stderr
