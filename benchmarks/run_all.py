@@ -36,6 +36,8 @@ BENCHMARKS = {
     "dim_reduce_tutorial": "dim_reduce_tutorial.py",
     "optuna_pruning": "optuna_pruning.py",
     "loops": "loops.py",
+    "system_metrics": "system_metrics_overhead.py",
+    "grad_norm": "grad_norm_cost.py",
 }
 DOCS = ROOT / "docs" / "benchmarks"
 GUIDES = ROOT / "docs" / "guides"

@@ -53,6 +53,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     hydra_cfg = HydraConfig.get()
     validate(cfg, hydra_cfg.runtime.choices)
     from ms_exp.job.run_job import run_job
+    from ms_exp.tracking.sidecar import TrackingFailed
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     hydra_dir = run_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
@@ -67,6 +68,13 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
         print(f"ms_exp: error: {error.filename or run_dir}: {error.strerror}; free some "
               f"space, then continue the run in {run_dir} with trainer.resume=auto",
               file=sys.stderr, flush=True)
+        sys.exit(1)
+    except TrackingFailed as error:
+        if hydra_cfg.mode != RunMode.RUN:
+            raise
+        # The store turned the run away (or refused what was sent): the traceback would only
+        # show where ms_exp noticed it.
+        print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
     return objective_value(result.final_eval, cfg.sweep.metric)
 

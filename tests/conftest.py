@@ -1,12 +1,16 @@
 """Shared helpers: run the real command lines in a scratch working directory."""
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -82,7 +86,14 @@ def free_port() -> int:
 
 @pytest.fixture
 def postgres():
-    """A PostgreSQL server of the test's own (Debian's postgresql) on a free loopback port,
+    """A PostgreSQL server of the test's own: (URL of its database, password)."""
+    with postgres_server() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def postgres_server():
+    """A PostgreSQL server of the caller's own (Debian's postgresql) on a free loopback port,
     its user ``ms_exp`` with a fresh password: yields the URL of its database, which holds
     no password (clients read it from PGPASSWORD, as a team's would), and the password. The
     server refuses to run as root, so under root it runs as the postgres user."""
@@ -111,6 +122,55 @@ def postgres():
     finally:
         subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def mlflow_server(root: Path, *options: str, env: Optional[Dict[str, str]] = None,
+                  start_s: float = 120):
+    """``mlflow server`` on a free loopback port with ``options`` (its stores), logging to
+    ``root/mlflow_server.log``: yields its URL once ``/health`` answers, and stops its whole
+    process group (it starts uvicorn or gunicorn workers) afterwards."""
+    port = free_port()
+    log_path = Path(root) / "mlflow_server.log"
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
+               "--port", str(port), *options]
+    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(command, cwd=root, env=full_env, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_s
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"mlflow server exited with {server.returncode}:\n"
+                            f"{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mlflow server did not answer in {start_s} s:\n"
+                            f"{log_path.read_text()[-3000:]}")
+            time.sleep(0.25)
+        yield url
+    finally:
+        stop_process_group(server)
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 @pytest.fixture

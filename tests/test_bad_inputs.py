@@ -343,6 +343,10 @@ BAD_INPUTS = {
     "metric log interval 0": bad(
         "tracking.log_every_n_steps=0",
         message="tracking.log_every_n_steps=0: not allowed; expected an integer >= 1"),
+    "system metrics interval negative": bad(
+        "tracking.system_metrics_interval=-1",
+        message="tracking.system_metrics_interval=-1.0: not allowed; expected null (no system "
+                "metrics) or a number of seconds > 0"),
     "device id negative": bad(
         "trainer.device_id=-1",
         message="trainer.device_id=-1: not allowed; expected an integer >= 0"),

@@ -9,14 +9,12 @@ connections dropped, new ones refused) without paying the server's 10-20 s start
 import select
 import socket
 import socketserver
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, free_port, run_cli
+from conftest import FAST, free_port, mlflow_server, run_cli
 from mlflow import MlflowClient
 
 from ms_exp.tracking.journal import journals_in
@@ -27,31 +25,13 @@ WARNING = "ms_exp: warning: "
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """``http://127.0.0.1:<port>`` of a real MLflow server with its own SQLite store."""
+    """The port of a real MLflow server with its own SQLite store."""
     root = tmp_path_factory.mktemp("server")
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts")],
-        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert process.poll() is None, "mlflow server exited"
-                time.sleep(0.3)
-        else:
-            pytest.fail("mlflow server did not start within 120 s")
+    with mlflow_server(root, "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
+                       "--artifacts-destination", str(root / "artifacts")) as url:
         # Its first request opens the store: paid here, not by the first test.
-        MlflowClient(f"http://127.0.0.1:{port}").search_experiments()
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+        MlflowClient(url).search_experiments()
+        yield int(url.rsplit(":", 1)[1])
 
 
 class Relay:

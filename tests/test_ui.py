@@ -7,16 +7,10 @@ The browser is Debian's ``chromium`` package at an explicit path, because browse
 installs it. A missing browser fails this test rather than skipping it, so CI cannot go green
 without it. The screenshot is kept in test-artifacts/mlflow_ui_sweep.png.
 """
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import FAST, free_port, run_cli
+from conftest import FAST, mlflow_server, run_cli
 from playwright.sync_api import expect, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -46,52 +40,11 @@ def sweep(tmp_path):
 
 @pytest.fixture
 def mlflow_ui(tmp_path, sweep):
-    """``mlflow server`` on the sweep's store at a free local port; yields its base URL and
-    stops the server (its whole process group: it starts uvicorn workers) afterwards."""
-    port = free_port()
-    log_path = tmp_path / "mlflow_server.log"
-    command = [sys.executable, "-m", "mlflow", "server",
-               "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-               "--host", "127.0.0.1", "--port", str(port),
-               # One worker is plenty for one browser and starts faster than the default 4.
-               "--workers", "1"]
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"mlflow server exited with {server.returncode}:\n"
-                            f"{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not answer in {SERVER_START_S} s:\n"
-                            f"{log_path.read_text()[-3000:]}")
-            time.sleep(0.25)
+    """``mlflow server`` on the sweep's store at a free local port; yields its base URL."""
+    # One worker is plenty for one browser and starts faster than the default 4.
+    with mlflow_server(tmp_path, "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                       "--workers", "1", start_s=SERVER_START_S) as url:
         yield url
-    finally:
-        _stop(server)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def require_chromium() -> None:

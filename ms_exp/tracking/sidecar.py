@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -42,7 +43,7 @@ from ms_exp.tracking.journal import new_journal_path
 SUBMIT_SECONDS = 0.5
 # What the sidecar may be asked to do: Tracker's recording methods, nothing else.
 RECORDING_CALLS = ("log_params", "log_metric_rows", "set_tags", "log_artifact",
-                   "log_artifacts", "log_artifact_to", "record_provenance")
+                   "log_artifacts", "log_artifact_to", "record_provenance", "log_model")
 
 
 class TrackingFailed(RuntimeError):
@@ -57,12 +58,14 @@ class SidecarTracker:
     def __init__(self, tracking_uri: str, experiment_name: str, run_name: str,
                  tags: Mapping[str, str], parent_run_id: Optional[str] = None,
                  run_id: Optional[str] = None, offline_dir: Optional[Path] = None,
-                 journal: Optional[Path] = None, ends_run: bool = True):
+                 journal: Optional[Path] = None, ends_run: bool = True,
+                 system_metrics_interval: Optional[float] = None):
         """``run_id``: reopen that run instead of creating one. ``offline_dir``: where a
         journal is kept if the tracking server cannot be reached (the run directory);
         without it an unreachable server is an error like any other. Rank 0 of a
         distributed job passes the job's ``journal`` instead, and ``ends_run=False``: the
-        launching job ends the run (ms_exp/worker.py)."""
+        launching job ends the run (ms_exp/worker.py). ``system_metrics_interval``: seconds
+        between two samples of MLflow's system metrics, taken in the sidecar; None: none."""
         self.tracking_uri = tracking_uri
         if journal is None and offline_dir is not None:
             journal = new_journal_path(offline_dir)
@@ -84,7 +87,7 @@ class SidecarTracker:
         self._send("start", tracking_uri=tracking_uri, experiment_name=experiment_name,
                    run_name=run_name, tags=dict(tags), parent_run_id=parent_run_id,
                    run_id=run_id, journal=str(self.journal) if self.journal else None,
-                   ends_run=ends_run,
+                   ends_run=ends_run, system_metrics_interval=system_metrics_interval,
                    cwd=os.getcwd(), environ=_mlflow_environment())
 
     # -- the run ------------------------------------------------------------------------
@@ -156,6 +159,15 @@ class SidecarTracker:
         self._send("record_provenance", dataset_cfg=OmegaConf.to_container(
             dataset_cfg, resolve=True, enum_to_str=True),
                    run_dir=str(Path(run_dir).absolute()), command=command)
+
+    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
+                  metrics: Mapping[str, float], epoch: Optional[int] = None,
+                  tags: Optional[Mapping[str, object]] = None) -> None:
+        self._submit()      # the run's metrics first: they place the model's (Tracker)
+        self._send("log_model", name=name, directory=str(Path(directory).absolute()),
+                   params={k: str(v) for k, v in params.items()},
+                   metrics={k: float(v) for k, v in metrics.items()}, epoch=epoch,
+                   tags={k: str(v) for k, v in (tags or {}).items()})
 
     def flush(self) -> None:
         """Wait until everything sent so far is in the store."""
@@ -265,13 +277,31 @@ def _take_environment(cwd: str, environ: Dict[str, str]) -> None:
 
 
 def _open_run(cwd: str, environ: Dict[str, str], journal: Optional[str], ends_run: bool,
-              **spec):
+              system_metrics_interval: Optional[float] = None, **spec):
     _take_environment(cwd, environ)
     from ms_exp.tracking.recorder import RunRecorder
 
-    recorder = RunRecorder(spec, journal_path=journal, ends_run=ends_run)
+    recorder = RunRecorder(spec, journal_path=journal, ends_run=ends_run,
+                           system_metrics_interval=system_metrics_interval)
     recorder.open()
     return recorder
+
+
+# How MLflow's REST client reports a server turning a request away for its credentials.
+_REFUSED = re.compile(r"error code (401|403) != 200")
+
+
+def start_error(error: Exception) -> str:
+    """Why no run could be created, in one line; a server that refuses the job's credentials
+    (an MLflow server with authentication) says where they come from."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    refused = _REFUSED.search(text)
+    if refused is None:
+        return text
+    given = "MLFLOW_TRACKING_USERNAME is not set" if not os.environ.get(
+        "MLFLOW_TRACKING_USERNAME") else "check them"
+    return (f"the server refused the job's credentials (HTTP {refused.group(1)}): it reads "
+            f"them from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD ({given})")
 
 
 def serve(requests, replies) -> int:
@@ -297,7 +327,7 @@ def serve(requests, replies) -> int:
             try:
                 recorder = _open_run(**request)
             except Exception as error:  # reported to the job, which stops before training
-                answer({"error": f"{type(error).__name__}: {error}"})
+                answer({"error": start_error(error)})
                 return 1
             answer({"run_id": recorder.run_id, "experiment_id": recorder.experiment_id})
         elif call == "flush":
