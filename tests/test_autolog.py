@@ -126,6 +126,10 @@ def test_the_example_records_one_complete_run(tmp_path):
     steps = int(params["dataset.steps_per_epoch"])
     history = client.get_metric_history(run.info.run_id, "train/loss")
     assert sorted(m.step for m in history) == list(range(1, 2 * steps + 1))
+    # The example's Momentum keeps its constant rate: train/lr at every step.
+    rates = client.get_metric_history(run.info.run_id, "train/lr")
+    assert sorted(m.step for m in rates) == list(range(1, 2 * steps + 1))
+    assert {round(m.value, 6) for m in rates} == {float(params["optimizer.lr"])}
     for name in ("eval/accuracy", "eval/loss", "train/epoch_time_s"):
         history = client.get_metric_history(run.info.run_id, name)
         assert sorted(m.step for m in history) == [steps, 2 * steps], name

@@ -37,7 +37,7 @@ def test_learning_rates_for_a_schedule_cell_and_groups():
     import mindspore as ms
     from mindspore import nn
 
-    from ms_exp.train.learning_rate import LearningRates
+    from ms_exp.tracking.learning_rate import LearningRates
 
     network = nn.Dense(4, 2)
     cell = nn.CosineDecayLR(0.01, 0.1, 10)

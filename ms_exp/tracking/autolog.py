@@ -185,6 +185,12 @@ class _AutologMetrics(MlflowMetrics, metaclass=ExceptionSafeClass):
 
     def on_train_begin(self, run_context):
         super().on_train_begin(run_context)
+        optimizer = run_context.original_args().optimizer
+        if self._learning_rates is None and optimizer is not None:
+            # train/lr as ms_exp runs have it: any MindSpore optimizer's rate per step.
+            from ms_exp.tracking.learning_rate import LearningRates
+
+            self._learning_rates = LearningRates(optimizer)
 
     def on_train_epoch_begin(self, run_context):
         super().on_train_epoch_begin(run_context)

@@ -7,7 +7,7 @@ several losses (Wide&Deep) adds ``train/<name>`` for each, ``train/loss`` being 
 
 With ms_exp's optimizer (either loop; not the own train steps of dim-reduce stage two and
 Wide&Deep) every logged step also has ``train/lr``, the learning rate that step used (the
-first group's with group learning rates, ms_exp/train/learning_rate.py), and with
+first group's with group learning rates, ms_exp/tracking/learning_rate.py), and with
 ``tracking.log_grad_norm`` ``train/grad_norm``, the global L2 norm of its unscaled,
 reduced gradients (ms_exp/train/grad_norm.py; left out at a step whose gradients
 overflowed). A step that checks its gradients for overflow (``amp.loss_scale=dynamic``, or

@@ -7,9 +7,9 @@ from typing import Tuple
 from ms_exp.boost.options import boost_option
 from ms_exp.models.option import ModelBuild
 from ms_exp.models.options import model_option
+from ms_exp.tracking.learning_rate import LearningRates
 from ms_exp.train.announce import announce_loop
 from ms_exp.train.grad_norm import grad_norm_enabled, store_grad_norm
-from ms_exp.train.learning_rate import LearningRates
 from ms_exp.train.loops import create_loop
 from ms_exp.train.loops import loss_names as step_loss_names
 from ms_exp.train.losses import create_loss
