@@ -4,6 +4,7 @@ stops at its first failed job when asked (``sweep.fail_fast``)."""
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -192,12 +193,14 @@ def test_the_same_command_resumes_the_study_and_a_larger_n_trials_extends_it(tmp
     assert parent.data.tags["ms_exp.optuna.storage"] == f"sqlite:///{tmp_path / 'optuna.db'}"
 
 
-def _states_so_far(folder):
-    """The trials' states; none while the sweep has created the file but not the study."""
+def _states_so_far(folder) -> list:
+    """The trials' states, read without writing: optuna.load_study would create the
+    tables itself and race the sweep creating them ("table ... already exists")."""
     try:
-        return states(study(folder)).values()
-    except KeyError:        # optuna's "Record does not exist."
-        return ()
+        with sqlite3.connect(f"file:{folder / 'optuna.db'}?mode=ro", uri=True) as db:
+            return [state for (state,) in db.execute("SELECT state FROM trials")]
+    except sqlite3.OperationalError:     # no file or no table yet
+        return []
 
 
 @pytest.mark.slow
@@ -211,7 +214,7 @@ def test_a_killed_sweep_resumes_and_its_running_trial_is_marked_failed(tmp_path)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             time.sleep(1)
-            if (tmp_path / "optuna.db").exists() and "RUNNING" in _states_so_far(tmp_path):
+            if "RUNNING" in _states_so_far(tmp_path):
                 break
         time.sleep(3)   # the trial trains (and beats its heartbeat)
     finally:
