@@ -162,3 +162,29 @@ def test_unknown_registered_model_is_refused(workdir):
     result = run_cli("ms_exp.eval", ["--model", "models:/nothing_here/1"], workdir)
     assert result.rc == 2
     assert "no registered model nothing_here" in result.stderr
+
+
+def test_the_mlmodel_file_is_written_from_the_saved_example_once(tmp_path):
+    import numpy as np
+
+    from ms_exp.tracking.mlmodel import EXAMPLE_ARRAYS, save_example, write_mlmodel
+
+    images, ids = np.ones((2, 1, 8, 8), np.float32), np.arange(2, dtype=np.int32)
+    save_example(tmp_path, [images, ids], np.zeros((2, 10), np.float32))
+    spec = {"flavor": "mindspore", "fields": {"checkpoint": "checkpoint.ckpt", "inputs": 2},
+            "loader_module": "ms_exp.job.model_package"}
+    write_mlmodel(tmp_path, spec)
+    mlmodel = yaml.safe_load((tmp_path / "MLmodel").read_text())
+    assert mlmodel["flavors"]["mindspore"] == {"checkpoint": "checkpoint.ckpt", "inputs": 2}
+    assert mlmodel["flavors"]["python_function"]["loader_module"] == "ms_exp.job.model_package"
+    inputs = {spec["name"]: spec["tensor-spec"] for spec in
+              json.loads(mlmodel["signature"]["inputs"])}
+    assert inputs == {"input_0": {"dtype": "float32", "shape": [-1, 1, 8, 8]},
+                      "input_1": {"dtype": "int32", "shape": [-1]}}
+    assert json.loads(mlmodel["signature"]["outputs"])[0]["tensor-spec"]["shape"] == [-1, 10]
+    assert (tmp_path / "input_example.json").is_file()
+    assert not (tmp_path / EXAMPLE_ARRAYS).exists()
+    # A journal delivered again after a cut finds it written and leaves it as it is.
+    written = (tmp_path / "MLmodel").read_text()
+    write_mlmodel(tmp_path, spec)
+    assert (tmp_path / "MLmodel").read_text() == written

@@ -124,12 +124,17 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     assert (f"MLflow run not recorded yet: {relay.uri} was unreachable; kept in {journal}; "
             f"upload with: {command}") in job.stdout
 
+    # The models wait in the run directory, their MLmodel file written when they are logged.
+    best = run_dir / "models" / "best"
+    assert (best / "example.npz").is_file() and not (best / "MLmodel").exists()
+
     relay.start()
     uploaded = upload(run_dir, tmp_path)
     assert uploaded.rc == 0, uploaded.stderr
     (delivered,) = [line for line in uploaded.stdout.splitlines()
                     if line.startswith("delivered to run ")]
     assert "ended FINISHED" in delivered and str(journal) in delivered
+    assert "models: 2" in delivered
     run_id = delivered.split()[3]
     client = MlflowClient(relay.uri)
     run = client.get_run(run_id)
@@ -141,6 +146,14 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     assert [a.path for a in client.list_artifacts(run_id, "config")] == ["config/config.yaml"]
     assert client.get_experiment(run.info.experiment_id).name == "outage"
     assert not journals_in(run_dir)
+    models = client.search_logged_models([run.info.experiment_id])
+    assert sorted(m.name for m in models) == ["best", "last"]
+    assert all(m.source_run_id == run_id and m.status.to_int() == 2 for m in models)
+    for model in models:
+        files = {f.path for f in client.list_logged_model_artifacts(model.model_id)}
+        assert {"MLmodel", "model.mindir", "input_example.json"} <= files, files
+        assert "example.npz" not in files
+    assert (best / "MLmodel").is_file() and not (best / "example.npz").exists()
 
     again = upload(run_dir, tmp_path)
     assert again.rc == 2 and "nothing to upload" in again.stderr

@@ -10,7 +10,9 @@ directory ``<run dir>/models/best|last/``:
 - ``MLmodel``: flavor ``mindspore`` (those three paths and MindSpore's version), the
   ``signature`` (TensorSpec of the inputs and the network's output) and an input example (the
   first ``EXAMPLE_ROWS`` samples of the eval set), plus the ``python_function`` flavor whose
-  loader (:func:`_load_pyfunc`) builds the network again from config + checkpoint.
+  loader (:func:`_load_pyfunc`) builds the network again from config + checkpoint. The
+  tracker writes this file, where MLflow is imported already, from the example arrays this
+  module leaves in the directory (ms_exp/tracking/mlmodel.py).
 
 Nothing is pickled: the model is rebuilt from its config and checkpoint, or run from its
 MindIR. The MLflow side (the LoggedModel, its metrics and the run's outputs) is the tracker's
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.tracking.mlmodel import save_example
 
 MODELS_DIR = "models"
 FLAVOR = "mindspore"
@@ -56,6 +60,7 @@ class ModelPackage:
     metrics: Dict[str, float]   # eval/<metric> the checkpoint scored
     epoch: Optional[int]        # the epoch those metrics were measured after; None: the last
     export_s: float
+    mlmodel: Dict[str, object]  # the MLmodel file's flavors, written by the tracker
 
 
 def log_run_models(cfg: DictConfig, run_dir: Path, result, tracker, uri: str) -> None:
@@ -71,7 +76,8 @@ def log_run_models(cfg: DictConfig, run_dir: Path, result, tracker, uri: str) ->
             tracker.log_model(package.name, package.directory, package.params,
                               package.metrics, package.epoch,
                               {MODEL_TAG: package.name,
-                               "ms_exp.run_name": str(tracking.run_name or "")})
+                               "ms_exp.run_name": str(tracking.run_name or "")},
+                              package.mlmodel)
     except Exception as error:  # noqa: BLE001 - never lose the run for its model
         _warn(f"no MLflow model logged for this run ({type(error).__name__}: {error})")
         return
@@ -186,11 +192,10 @@ class NetworkBuilder:
         tensors = [ms.Tensor(array) for array in self.inputs]
         ms.export(self.network, *tensors, file_name=str(directory / MINDIR_STEM),
                   file_format="MINDIR")
-        outputs = _as_numpy(self.network(*tensors))
-        write_mlmodel(directory, self.inputs, outputs)
+        save_example(directory, self.inputs, _as_numpy(self.network(*tensors)))
         return ModelPackage(name, directory, network_params(self.cfg, self.spec.image_shape),
                             {k: float(v) for k, v in metrics.items()}, epoch,
-                            time.perf_counter() - started)
+                            time.perf_counter() - started, mlmodel_spec(len(self.inputs)))
 
 
 def example_inputs(eval_set) -> List:
@@ -213,27 +218,17 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _example(inputs: List):
-    """One array for a one-input network; named arrays (``input_0``, ...) otherwise."""
-    if len(inputs) == 1:
-        return inputs[0]
-    return {f"input_{i}": array for i, array in enumerate(inputs)}
-
-
-def write_mlmodel(directory: Path, inputs: List, outputs) -> None:
-    """The MLmodel file: flavors mindspore and python_function, signature, input example."""
+def mlmodel_spec(inputs: int) -> Dict[str, object]:
+    """What the tracker writes into the MLmodel file (ms_exp/tracking/mlmodel.py): flavor
+    ``mindspore`` with this directory's files and MindSpore's version, and this module as
+    the ``python_function`` loader."""
     import mindspore as ms
-    import mlflow.pyfunc
-    from mlflow.models import Model, infer_signature
-    from mlflow.models.utils import _save_example
 
-    model = Model(signature=infer_signature(_example(inputs), outputs))
-    model.add_flavor(FLAVOR, checkpoint=CHECKPOINT_FILE, config=CONFIG_FILE,
-                     mindir=MINDIR_FILE, mindspore_version=ms.__version__,
-                     inputs=len(inputs))
-    mlflow.pyfunc.add_to_model(model, loader_module=__name__)
-    _save_example(model, _example(inputs), str(directory))
-    model.save(str(directory / "MLmodel"))
+    return {"flavor": FLAVOR,
+            "fields": {"checkpoint": CHECKPOINT_FILE, "config": CONFIG_FILE,
+                       "mindir": MINDIR_FILE, "mindspore_version": ms.__version__,
+                       "inputs": inputs},
+            "loader_module": __name__}
 
 
 # -- reading a model back ---------------------------------------------------------------

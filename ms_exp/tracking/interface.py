@@ -68,10 +68,13 @@ class RunTracker(Protocol):
 
     def log_model(self, name: str, directory: Path, params: Mapping[str, object],
                   metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None) -> None:
+                  tags: Optional[Mapping[str, object]] = None,
+                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
         """Log ``directory`` (an MLflow model, ms_exp/job/model_package.py) as a LoggedModel
         named ``name`` of this run, one of its outputs, with ``params``, ``tags`` and
-        ``metrics`` linked to it at the step of ``epoch``'s evaluation (None: the last)."""
+        ``metrics`` linked to it at the step of ``epoch``'s evaluation (None: the last);
+        with ``mlmodel``, the directory's MLmodel file is written first from that spec and
+        the example arrays the job saved there (ms_exp/tracking/mlmodel.py)."""
 
     def wait_for_run(self) -> None:
         """Block until the run exists (or is journaled); raise if it cannot be created."""

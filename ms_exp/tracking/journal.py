@@ -139,12 +139,14 @@ class JournalTracker:
 
     def log_model(self, name: str, directory, params: Mapping[str, object],
                   metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None) -> None:
+                  tags: Optional[Mapping[str, object]] = None,
+                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
         # The model directory stays in the run directory until the journal is delivered.
         self.journal.write("log_model", name=name, directory=str(Path(directory).absolute()),
                            params={k: str(v) for k, v in params.items()},
                            metrics={k: float(v) for k, v in metrics.items()}, epoch=epoch,
-                           tags={k: str(v) for k, v in (tags or {}).items()})
+                           tags={k: str(v) for k, v in (tags or {}).items()},
+                           mlmodel=dict(mlmodel) if mlmodel else None)
 
     def wait_for_run(self) -> None:
         """Nothing to wait for: the journal is open."""

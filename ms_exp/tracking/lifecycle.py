@@ -105,7 +105,8 @@ class DisabledTracker:
 
     def log_model(self, name: str, directory: Path, params: Mapping[str, object],
                   metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None) -> None:
+                  tags: Optional[Mapping[str, object]] = None,
+                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
         pass
 
     def wait_for_run(self) -> None:

@@ -162,12 +162,14 @@ class SidecarTracker:
 
     def log_model(self, name: str, directory: Path, params: Mapping[str, object],
                   metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None) -> None:
+                  tags: Optional[Mapping[str, object]] = None,
+                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
         self._submit()      # the run's metrics first: they place the model's (Tracker)
         self._send("log_model", name=name, directory=str(Path(directory).absolute()),
                    params={k: str(v) for k, v in params.items()},
                    metrics={k: float(v) for k, v in metrics.items()}, epoch=epoch,
-                   tags={k: str(v) for k, v in (tags or {}).items()})
+                   tags={k: str(v) for k, v in (tags or {}).items()},
+                   mlmodel=dict(mlmodel) if mlmodel else None)
 
     def flush(self) -> None:
         """Wait until everything sent so far is in the store."""

@@ -18,6 +18,7 @@ from typing import List, Mapping, Optional
 from mlflow.entities import Metric, Param, RunTag
 
 from ms_exp.tracking import provenance
+from ms_exp.tracking.mlmodel import write_mlmodel
 from ms_exp.tracking.params import param_value
 
 # How a run ended other than FINISHED (ms_exp/tracking/lifecycle.py, recorder.py), and where
@@ -144,12 +145,15 @@ class Tracker:
 
     def log_model(self, name: str, directory: Path, params: Mapping[str, object],
                   metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None) -> None:
+                  tags: Optional[Mapping[str, object]] = None,
+                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
         """A LoggedModel of this run: ``directory``'s files as its artifacts, ``metrics``
         linked to it (at the step the run logged that epoch's evaluation), READY, and one of
-        the run's outputs."""
+        the run's outputs. ``mlmodel``: write the directory's MLmodel file first."""
         from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 
+        if mlmodel:
+            write_mlmodel(directory, mlmodel)
         self.flush()    # the run's train/epoch history places the metrics
         model = self.client.create_logged_model(
             self.experiment_id, name=name, source_run_id=self.run_id,
