@@ -37,7 +37,7 @@ def write_mlmodel(directory: Path, spec: Mapping[str, object]) -> None:
     directory = Path(directory)
     if (directory / "MLmodel").is_file() and not (directory / EXAMPLE_ARRAYS).exists():
         return      # written already: a journal's upload cut short after it goes on
-    with np.load(directory / EXAMPLE_ARRAYS) as saved:
+    with np.load(directory / EXAMPLE_ARRAYS, allow_pickle=False) as saved:
         inputs = [saved[f"input_{i}"] for i in range(len(saved.files) - 1)]
         output = saved[_OUTPUT]
     # One array for a one-input network; named arrays (input_0, ...) otherwise.
