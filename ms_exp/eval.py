@@ -357,8 +357,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 f"{Path(checkpoint).stem}")
         if args.model:
             tags["ms_exp.evaluated_model"] = args.model
+        # The evaluation's own CPU and memory, sampled as the training run's were.
         with tracked_run(record, uri, cfg.tracking.experiment_name, name, tags,
-                         parent_run_id=parent_run_id) as tracker:
+                         parent_run_id=parent_run_id,
+                         system_metrics_interval=cfg.tracking.system_metrics_interval
+                         ) as tracker:
             result = evaluate(model, eval_set, shown)
             tracker.log_metrics({f"eval/{k}": float(v) for k, v in result.items()}, step=0)
             if tracker.enabled:

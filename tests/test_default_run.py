@@ -110,6 +110,7 @@ def test_eval_of_run_id_gives_back_the_final_accuracy_as_a_child_run(default_run
     child = client.get_run(result.field("MLflow run ").split()[0])
     assert child.data.tags["mlflow.parentRunId"] == default_run.run_id
     assert child.data.metrics["eval/accuracy"] == pytest.approx(final, abs=1e-9)
+    assert child.data.metrics["system/cpu_utilization_percentage"] >= 0
     assert "top_5_accuracy" in printed or "eval/top_5_accuracy" in child.data.metrics
 
 
