@@ -83,6 +83,24 @@ def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
 
 @pytest.mark.distributed
 @pytest.mark.slow
+def test_a_data_parallel_runs_models_are_rank_0s_checkpoints(data_parallel_run, tmp_path):
+    import mlflow.artifacts
+
+    client = data_parallel_run.store
+    run = client.get_run(data_parallel_run.run_id)
+    models = {m.name: m for m in client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")}
+    assert set(models) == {"best", "last"}
+    rank0 = data_parallel_run.run_dir / "checkpoints" / "rank_0"
+    for name, checkpoint in (("best", "best.ckpt"), ("last", "checkpoint-1_22.ckpt")):
+        local = Path(mlflow.artifacts.download_artifacts(
+            artifact_uri=models[name].artifact_location, dst_path=str(tmp_path / name)))
+        assert (local / "checkpoint.ckpt").read_bytes() == (rank0 / checkpoint).read_bytes()
+        assert {"MLmodel", "model.mindir", "config.yaml"} <= {p.name for p in local.iterdir()}
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_msrun_command_is_printed_and_saved_for_copying(data_parallel_run):
     saved = (data_parallel_run.run_dir / "launch_command.sh").read_text().splitlines()[-1]
     assert saved in data_parallel_run.stdout

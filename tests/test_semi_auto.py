@@ -58,6 +58,21 @@ def test_output_tree_is_the_tutorials_strategy_file_rank_folders_logs_and_loss_l
 
 @pytest.mark.distributed
 @pytest.mark.slow
+def test_a_sliced_run_models_its_integrated_best_and_says_why_not_its_last(sliced):
+    last = sliced.run_dir / "checkpoints" / "rank_0" / "checkpoint-1_5.ckpt"
+    assert (f"no MLflow model of the last checkpoint: {last} is one rank's slice (merge the "
+            "slices with ms_exp.ckpt merge, then evaluate with ms_exp.eval --checkpoint)"
+            ) in sliced.stdout
+    run = sliced.store.get_run(sliced.run_id)
+    models = sliced.store.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{sliced.run_id}'")
+    assert [m.name for m in models] == ["best"]
+    best = sliced.run_dir / "models" / "best" / "checkpoint.ckpt"
+    assert best.read_bytes() == (last.parent / "best.ckpt").read_bytes()
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_strategy_file_holds_mindspores_layouts(sliced):
     from ms_exp.parallel.layout import strategy_file_layouts
 
