@@ -188,3 +188,21 @@ def test_the_mlmodel_file_is_written_from_the_saved_example_once(tmp_path):
     written = (tmp_path / "MLmodel").read_text()
     write_mlmodel(tmp_path, spec)
     assert (tmp_path / "MLmodel").read_text() == written
+
+
+def test_a_model_whose_mlmodel_cannot_be_written_is_one_warning_not_a_failed_run(
+        tmp_path, capsys):
+    from mlflow import MlflowClient
+
+    from ms_exp.tracking.tracker import Tracker
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = Tracker.start(client, "models", "r", {})
+    (tmp_path / "best").mkdir()     # no example arrays in it
+    tracker.log_model("best", tmp_path / "best", {}, {}, None, {},
+                      {"flavor": "mindspore", "fields": {}, "loader_module": "x"})
+    (warning,) = [line for line in capsys.readouterr().err.splitlines()
+                  if line.startswith("ms_exp:")]
+    assert warning.startswith("ms_exp: warning: no MLflow model 'best' logged for this run "
+                              "(FileNotFoundError: "), warning
+    assert client.search_logged_models([tracker.experiment_id]) == []

@@ -19,7 +19,7 @@ MindIR. The MLflow side (the LoggedModel, its metrics and the run's outputs) is 
 ``log_model`` (ms_exp/tracking/tracker.py); registering one is ms_exp/tracking/registry.py.
 
 A model that cannot be made never costs the run: :func:`log_run_models` prints one warning
-and the job ends as it would have.
+(the tracker does, for an MLmodel file it cannot write) and the job ends as it would have.
 """
 import json
 import os
