@@ -1,5 +1,9 @@
-"""Shared helpers: run the real command lines in a scratch working directory."""
+"""Shared helpers: run the real command lines in a scratch working directory, and the
+lanes the suite is split into (docs/developing.md#lanes)."""
+import atexit
 import contextlib
+import functools
+import io
 import os
 import secrets
 import shutil
@@ -18,8 +22,121 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-# Keep test jobs quiet and short unless a test says otherwise.
-FAST = ("trainer.progress_bar=never",)
+# Keep test jobs quiet and short unless a test says otherwise: no progress bar, and no
+# MLflow models (packaging and MindIR export cost about 1 s a job; the tests of models ask
+# for them with tracking.log_models=true).
+FAST = ("trainer.progress_bar=never", "tracking.log_models=false")
+
+# --- lanes ---------------------------------------------------------------------------------
+# Every test is in one lane. A test marked with none of these is a unit test (marked
+# ``unit`` here): in-process, on fabricated files and configs, and it may not start an
+# ms_exp job (checked below). The order is the order the lanes are scheduled in: the
+# longest work first, so that two workers finish together.
+LANES = ("distributed", "server", "browser", "e2e")
+# Session fixtures that several files share: their tests go to one xdist worker, so the
+# expensive job behind the fixture runs once per suite.
+SHARED_JOBS: Dict[str, str] = {}
+_current_test: Optional[pytest.Item] = None
+
+
+def lane_of(item: pytest.Item) -> str:
+    return next((lane for lane in LANES if item.get_closest_marker(lane)), "unit")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark unit tests, and keep the tests that share a job's products on one worker
+    (``--dist loadgroup``): a file's end-to-end tests together, and every test of a shared
+    session fixture together."""
+    for item in items:
+        lane = lane_of(item)
+        if lane == "unit":
+            item.add_marker(pytest.mark.unit)
+            continue
+        shared = [SHARED_JOBS[name] for name in getattr(item, "fixturenames", ())
+                  if name in SHARED_JOBS]
+        group = shared[0] if shared else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: (LANES + ("unit",)).index(lane_of(item)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    global _current_test
+    _current_test = item
+
+
+def pytest_runtest_teardown(item):
+    global _current_test
+    _current_test = None
+
+
+JOB_COMMANDS = ("ms_exp.run", "ms_exp.worker", "ms_exp.eval", "ms_exp.ckpt", "msrun",
+                "faults.py")
+
+
+class _LaneGuardedPopen(subprocess.Popen):
+    """``subprocess.Popen`` that refuses to start an ms_exp job from a unit test: such a
+    test belongs in the end-to-end lane (``@pytest.mark.e2e``), or tests the logic
+    in-process (``main_in_process``)."""
+
+    def __init__(self, args, *rest, **kwargs):
+        words = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+        if _current_test is not None and lane_of(_current_test) == "unit" and any(
+                word.endswith(JOB_COMMANDS) for word in words):
+            raise AssertionError(
+                f"{_current_test.nodeid} is a unit test but starts {shlex_join(words)}: mark "
+                f"it @pytest.mark.e2e, or call the command's main() in-process")
+        super().__init__(args, *rest, **kwargs)
+
+
+def shlex_join(words: Sequence[str]) -> str:
+    import shlex
+
+    return shlex.join(words)
+
+
+subprocess.Popen = _LaneGuardedPopen
+
+
+@contextlib.contextmanager
+def chdir(path: Path):
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+class InProcessResult:
+    def __init__(self, rc: int, stdout: str, stderr: str, cwd: Path):
+        self.rc, self.stdout, self.stderr, self.cwd = rc, stdout, stderr, cwd
+
+
+def main_in_process(module: str, args: Sequence[str], cwd: Path,
+                    env: Optional[Dict[str, str]] = None) -> InProcessResult:
+    """``python -m module args...`` as its ``main(args)`` called in this process, in ``cwd``
+    with ``env`` added: for the refusals, which happen before any job starts (and import
+    no MindSpore), so the process boundary adds nothing to what they show."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    Path(cwd).mkdir(parents=True, exist_ok=True)
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, chdir(cwd), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        for name, value in (env or {}).items():
+            if value is None:
+                patch.delenv(name, raising=False)
+            else:
+                patch.setenv(name, value)
+        patch.setattr(sys, "argv", [f"{module}.py", *args])
+        try:
+            rc = main(list(args))
+        except SystemExit as exit_:
+            rc = exit_.code if isinstance(exit_.code, int) else 1
+    return InProcessResult(rc, out.getvalue(), err.getvalue(), Path(cwd))
 
 
 class CliResult:
@@ -58,7 +175,26 @@ def run_cli(module: str, args: Sequence[str], cwd: Path, env: Optional[Dict[str,
     return CliResult(completed, cwd)
 
 
+@functools.lru_cache(maxsize=None)
+def migrated_store() -> Path:
+    """An empty MLflow SQLite store with MLflow's migrations applied, made once per test
+    process. A fresh store costs MLflow 1.5-2.5 s of migrations on its first use."""
+    folder = Path(tempfile.mkdtemp(prefix="ms_exp_store_"))
+    atexit.register(shutil.rmtree, folder, True)
+    MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+    return folder / "mlflow.db"
+
+
 def train(cwd: Path, *overrides: str, env=None) -> CliResult:
+    """``python -m ms_exp.run`` that must succeed. A working directory without a store gets
+    a copy of ``migrated_store()`` first (unless the job records elsewhere or nothing): the
+    first use of a store is tested where it is the behaviour (run_cli, sweeps, the
+    concurrency tests), not paid again by every job."""
+    store = Path(cwd) / "mlflow.db"
+    if not store.exists() and not any(o.startswith(("tracking.uri=", "tracking.enabled="))
+                                      for o in overrides):
+        store.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(migrated_store(), store)
     result = run_cli("ms_exp.run", [*FAST, *overrides], cwd, env)
     assert result.rc == 0, f"rc={result.rc}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result

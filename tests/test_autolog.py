@@ -103,7 +103,7 @@ def test_optimizer_params_name_the_rate_or_its_schedule():
     assert adamw["optimizer.lr"] == 0.001 and adamw["optimizer.weight_decay"] == 0.01
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_example_records_one_complete_run(tmp_path):
     done = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "2"], cwd=tmp_path,
                           env=environment(tmp_path), capture_output=True, text=True,
@@ -141,7 +141,7 @@ def test_the_example_records_one_complete_run(tmp_path):
     assert logged == written
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_error_in_training_ends_the_run_failed_and_propagates(tmp_path):
     done = scenario(tmp_path, "fail")
     assert done.returncode != 0
@@ -151,7 +151,7 @@ def test_an_error_in_training_ends_the_run_failed_and_propagates(tmp_path):
     assert "boom at step 3" in run.data.tags["ms_exp.error"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_during_training_ends_the_run_killed(tmp_path, signum):
     script = tmp_path / "scenario.py"
@@ -178,14 +178,14 @@ def test_a_signal_during_training_ends_the_run_killed(tmp_path, signum):
     assert "received signal SIG" in run.data.tags["ms_exp.ended_by"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_disabled_autolog_records_nothing(tmp_path):
     done = scenario(tmp_path, "disabled")
     assert done.returncode == 0, done.stderr[-3000:]
     assert runs(tmp_path)[1] == []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_users_active_run_is_used_and_left_open(tmp_path):
     done = scenario(tmp_path, "active")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1157,7 +1157,7 @@ CASES = [pytest.param(case, with_store, id=f"{name}{' (store)' if with_store els
          for with_store in (False, True) if case.store in (BOTH, with_store)]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("case,with_store", CASES)
 def test_bad_input_is_refused_in_one_line_and_leaves_nothing(case, with_store, workdir,
                                                              tmp_path_factory, existing_store,

@@ -179,7 +179,7 @@ def test_eval_refuses_a_checkpoint_of_another_shape_before_an_mlflow_run(run_wit
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_of_the_same_network_still_evaluates(run_with_checkpoint, tmp_path):
     """The shape check refuses only another network: the run's own evaluates and is
     recorded."""

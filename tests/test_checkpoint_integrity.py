@@ -78,7 +78,7 @@ def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatc
     assert [p.name for p in (tmp_path / "ours").glob("*.ckpt")] == ["checkpoint-1_3.ckpt"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_evaluating_a_damaged_checkpoint_is_refused_in_one_line(tmp_path):
     result = train(tmp_path, "trainer.epochs=1")
     checkpoint = result.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"

@@ -101,7 +101,7 @@ def runs(components, tmp_path_factory):
     return root, {"model": model, "functional": functional}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_targets_train_in_both_loops_and_are_recorded(runs):
     root, results = runs
     for loop, result in results.items():

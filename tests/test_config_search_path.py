@@ -120,7 +120,7 @@ def test_jobs_import_from_the_working_directory(tmp_path, monkeypatch):
     assert os.environ["PYTHONPATH"] == str(tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_training_run_with_the_users_options(project):
     # Hydra's flags come before the overrides (its argument parser does not mix them).
     result = run_cli("ms_exp.run", ["--config-dir", "conf", *FAST, "model=my_mlp",

@@ -57,7 +57,7 @@ def headline(tmp_path_factory):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_console_shows_rank_0_once_and_stays_short(headline):
     lines = (headline.stdout + headline.stderr).splitlines()
     assert len(lines) <= 100, "\n".join(lines)
@@ -83,7 +83,7 @@ def test_console_shows_rank_0_once_and_stays_short(headline):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_summary_ends_with_the_slices_strategy_and_a_merge_command_that_runs(headline):
     run_dir = headline.run_dir
     last = headline.stdout.splitlines()[-3:]
@@ -100,7 +100,7 @@ def test_summary_ends_with_the_slices_strategy_and_a_merge_command_that_runs(hea
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_best_checkpoint_is_written_once_by_rank_0(headline):
     run_dir = headline.run_dir
     assert sorted(run_dir.glob("checkpoints/rank_*/best.ckpt")) == \

@@ -94,7 +94,7 @@ def test_model_loss_scale_outputs_are_read_as_overflow_and_scale():
     assert loss_scale_state(type("P", (dict,), {"__getattr__": dict.get})(params)) is None
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("loop,schedule", [("model", "constant"), ("model", "linear"),
                                            ("functional", "cosine")])
 def test_train_lr_is_the_rate_each_step_used(tmp_path, loop, schedule):
@@ -116,7 +116,7 @@ def test_train_lr_is_the_rate_each_step_used(tmp_path, loop, schedule):
     assert not history(result, "train/loss_scale")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_overflows_halve_the_logged_scale_and_are_counted(tmp_path):
     # float16 gradients of a loss scaled by 2**30 overflow until the scale has dropped.
     result = train(tmp_path, "trainer.epochs=1", "trainer.loop=functional", "amp.level=O3",

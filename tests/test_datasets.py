@@ -99,7 +99,7 @@ TINY_RESNET18 = ["model=resnet", "model.depth=18", "model.width=0.125",
 
 # --- mnist ------------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_mnist_from_dataset_path_trains_and_checkpoints(tmp_path, data):
     # 96 samples are 3 steps of 32: print the loss every step to see the tutorial's line.
     out = assert_finished(run_cli(tmp_path, "dataset=mnist", f"dataset.path={data['mnist']}",
@@ -112,14 +112,14 @@ def test_mnist_from_dataset_path_trains_and_checkpoints(tmp_path, data):
     assert (tmp_path / "mlflow.db").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_mnist_from_data_path_env(tmp_path, data):
     out = assert_finished(run_cli(tmp_path, "dataset=mnist", data_path=data["mnist"]))
     assert "96 training and 32 held-out samples" in out
     assert "checkpoint-1_3.ckpt" in checkpoints(tmp_path)  # 96 / 32 steps, one epoch
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_mnist_data_path_with_tilde_is_expanded(tmp_path, data):
     home = tmp_path / "home"
     home.mkdir()
@@ -161,7 +161,7 @@ def test_mnist_without_path_or_data_path_is_refused(tmp_path):
 
 # --- imagenet ---------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_imagenet_folder_trains_with_one_class_per_folder(tmp_path, data):
     # The stray .DS_Store and README.txt are not counted, and do not stop training.
     out = assert_finished(run_cli(tmp_path, "dataset=imagenet",
@@ -191,7 +191,7 @@ def test_imagenet_num_classes_below_the_class_folders_is_refused(tmp_path, data)
 
 # --- synthetic --------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_synthetic_any_shape_trains_resnet50(tmp_path):
     out = assert_finished(run_cli(
         tmp_path, "dataset=synthetic", "dataset.image_shape=[3,32,32]",
@@ -200,7 +200,7 @@ def test_synthetic_any_shape_trains_resnet50(tmp_path):
     assert "128 training and 32 held-out samples of shape (3, 32, 32), 4 classes" in out
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_synthetic_is_learnable_by_the_mlp(tmp_path):
     out = assert_finished(run_cli(tmp_path, "dataset=synthetic", "model=mlp", epochs=2))
     assert final_accuracy(out) > 0.5
@@ -208,7 +208,7 @@ def test_synthetic_is_learnable_by_the_mlp(tmp_path):
 
 # --- the model-saving tutorial preset ---------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_model_saving_experiment_on_mnist(tmp_path, data):
     out = assert_finished(run_cli(tmp_path, "+experiment=model_saving",
                                   data_path=data["mnist_1300"]))
@@ -223,7 +223,7 @@ def test_model_saving_experiment_on_mnist(tmp_path, data):
 
 # --- pynative mode ----------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("dataset", ["digits", "mnist", "imagenet", "synthetic"])
 def test_pynative_mode(tmp_path, data, dataset):
     overrides = {

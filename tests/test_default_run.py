@@ -15,7 +15,7 @@ def default_run(tmp_path_factory):
     return train(tmp_path_factory.mktemp("default"))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
     accuracy = float(re.search(r"final evaluation: eval/accuracy ([0-9.]+)",
                                default_run.stdout).group(1))
@@ -36,7 +36,7 @@ def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
     assert not (default_run.cwd / "mlruns").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_train_epoch_time_is_the_epochs_training_not_the_evaluation(default_run):
     """MindSpore's TimeMonitor under Model.fit counts "Train epoch time" from the
     evaluation's start; ms_exp's counts the epoch's training steps."""
@@ -48,7 +48,7 @@ def test_train_epoch_time_is_the_epochs_training_not_the_evaluation(default_run)
     assert 0.8 * last_epoch < printed[-1] < 1.5 * last_epoch + 50
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(default_run):
     client = default_run.store
     run = client.get_run(default_run.run_id)
@@ -85,7 +85,7 @@ def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(defa
                                              "checkpoints/rank_0/best.ckpt"}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_run_directory_holds_config_logs_and_per_rank_checkpoints(default_run):
     run_dir = default_run.run_dir
     assert (run_dir / "config.yaml").is_file()
@@ -99,7 +99,7 @@ def test_run_directory_holds_config_logs_and_per_rank_checkpoints(default_run):
                      *(f"checkpoint-{e}_44.ckpt" for e in range(6, 11))}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_of_run_id_gives_back_the_final_accuracy_as_a_child_run(default_run):
     client = default_run.store
     final = client.get_run(default_run.run_id).data.metrics["eval/accuracy"]
@@ -114,7 +114,7 @@ def test_eval_of_run_id_gives_back_the_final_accuracy_as_a_child_run(default_run
     assert "top_5_accuracy" in printed or "eval/top_5_accuracy" in child.data.metrics
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_of_best_checkpoint_file_gives_the_best_accuracy(default_run):
     history = default_run.store.get_metric_history(default_run.run_id, "eval/accuracy")
     best = default_run.run_dir / "checkpoints" / "rank_0" / "best.ckpt"
@@ -124,7 +124,7 @@ def test_eval_of_best_checkpoint_file_gives_the_best_accuracy(default_run):
     assert printed == pytest.approx(max(m.value for m in history), abs=1e-9)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_refuses_a_missing_checkpoint_in_one_line(tmp_path):
     result = run_cli("ms_exp.eval", ["--checkpoint", str(tmp_path / "nope.ckpt")], tmp_path)
     assert result.rc == 2

@@ -23,7 +23,7 @@ def stage_one(tmp_path_factory):
     return train(tmp_path_factory.mktemp("dim_reduce"), *STAGE_ONE)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stage_one_keeps_weight_snapshots_from_its_start_epoch_and_records_them(stage_one):
     import mindspore as ms
 
@@ -44,7 +44,7 @@ def test_stage_one_keeps_weight_snapshots_from_its_start_epoch_and_records_them(
     assert run.data.tags["ms_exp.checkpoint.last"] == "checkpoints/rank_0/checkpoint-3_44.ckpt"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stage_two_has_a_finite_loss_every_step_and_logs_its_pca_once(stage_one):
     result = train(stage_one.cwd, STAGE_TWO, f"boost.stage_one_run_id={stage_one.run_id}",
                    "boost.n_components=8", "trainer.loss_print_interval=1")
@@ -96,7 +96,7 @@ def test_boost_keys_reach_mindspore_under_their_real_names():
     reset_auto_boost()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sweep_jobs_share_one_pca_and_each_trains_with_its_own_rho(stage_one):
     result = run_cli("ms_exp.run", ["-m", *FAST, STAGE_TWO, "boost.n_components=4",
                                     "trainer.epochs=1", "boost.rho=0.3,0.8"], stage_one.cwd)
@@ -119,7 +119,7 @@ def test_sweep_jobs_share_one_pca_and_each_trains_with_its_own_rho(stage_one):
     assert len(parents) == 1 and None not in parents
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_jobs_at_the_same_time_compute_the_pca_once_and_do_not_clobber(stage_one):
     args = [*FAST, STAGE_TWO, "boost.n_components=6", "trainer.epochs=1"]
     jobs = [subprocess.Popen([sys.executable, "-m", "ms_exp.run", *args,
@@ -133,7 +133,7 @@ def test_jobs_at_the_same_time_compute_the_pca_once_and_do_not_clobber(stage_one
     assert sources == ["cached", "computed"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_given_pca_matrix_is_used_as_is(stage_one, tmp_path):
     matrix = tmp_path / "mine.npy"
     np.save(matrix, np.load(stage_one.run_dir / "snapshots/ms_exp_pca/pca_mat_n8.npy"))
@@ -144,7 +144,7 @@ def test_a_given_pca_matrix_is_used_as_is(stage_one, tmp_path):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stage_two_data_parallel_on_two_workers(stage_one):
     result = train(stage_one.cwd, STAGE_TWO, "parallel=data", "boost.n_components=10",
                    "trainer.epochs=1", f"parallel.launcher.master_port={free_port()}")
@@ -188,7 +188,7 @@ def _refusal(stage_one, monkeypatch, *overrides) -> str:
     return str(refused.value)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_bad_stage_two_inputs_are_refused_with_one_line(stage_one, tmp_path, monkeypatch):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -245,7 +245,7 @@ def test_snapshot_settings_are_checked(tmp_path, monkeypatch):
         preflight(["checkpoint.snapshots.per_epoch=-1"])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stage_one_files_come_from_mlflow_when_its_run_dir_is_gone(stage_one, monkeypatch):
     from ms_exp.boost.stage_one import resolve_stage_one
     from ms_exp.preflight.compose import compose_config
@@ -264,7 +264,7 @@ def test_stage_one_files_come_from_mlflow_when_its_run_dir_is_gone(stage_one, mo
     assert len(list(found.snapshots.glob("*.ckpt"))) == 12 and found.weights.is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_optuna_search_preset_maximises_accuracy_over_rho_gamma_sigma(stage_one):
     result = run_cli("ms_exp.run", ["-m", *FAST, "+experiment=dim_reduce_search",
                                     "hydra.sweeper.n_trials=2", "trainer.epochs=1",
@@ -287,7 +287,7 @@ def test_optuna_search_preset_maximises_accuracy_over_rho_gamma_sigma(stage_one)
     assert results["best_value"] == max(t.data.metrics["eval/accuracy"] for t in trials)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stage_two_keeps_batchnorm_statistics_of_a_resnet(tmp_path):
     """The line search's trial passes must not leave their BatchNorm statistics behind
     (before the fix: held-out accuracy 0.48 -> 0.03 on this setup)."""

@@ -33,7 +33,7 @@ def data_parallel_run(tmp_path_factory):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
         data_parallel_run, tmp_path):
     run_dir = data_parallel_run.run_dir
@@ -55,7 +55,7 @@ def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
     client = data_parallel_run.store
     runs = client.search_runs(["1"])
@@ -82,7 +82,7 @@ def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_data_parallel_runs_models_are_rank_0s_checkpoints(data_parallel_run, tmp_path):
     import mlflow.artifacts
 
@@ -100,7 +100,7 @@ def test_a_data_parallel_runs_models_are_rank_0s_checkpoints(data_parallel_run, 
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_msrun_command_is_printed_and_saved_for_copying(data_parallel_run):
     saved = (data_parallel_run.run_dir / "launch_command.sh").read_text().splitlines()[-1]
     assert saved in data_parallel_run.stdout
@@ -111,7 +111,7 @@ def test_msrun_command_is_printed_and_saved_for_copying(data_parallel_run):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_loads_a_data_parallel_run(data_parallel_run):
     result = run_cli("ms_exp.eval", ["--run-id", data_parallel_run.run_id],
                      data_parallel_run.cwd)
@@ -195,7 +195,7 @@ LONG = ("trainer.epochs=300", "checkpoint=none", "trainer.loss_print_interval=1"
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path):
     # The same command twice (the port too: it is part of the config the runs share).
     job = ("trainer.epochs=8", "checkpoint.save_checkpoint_steps=5", "trainer.resume=auto",
@@ -232,7 +232,7 @@ def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_crashed_worker_stops_the_others_and_fails_the_run(tmp_path):
     process = _start(tmp_path, *LONG)
     run_dir = tmp_path / "run"
@@ -251,7 +251,7 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(tmp_path):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_ctrl_c_stops_every_rank_at_a_checkpoint_and_kills_the_run(tmp_path):
     process = _start(tmp_path, "trainer.epochs=300", "trainer.loss_print_interval=1")
     run_dir = tmp_path / "run"
@@ -286,7 +286,7 @@ def _listening(port: int) -> bool:
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
     """Node 0 is the entrypoint; node 1 runs the saved msrun command with its node rank,
     as a second machine sharing the run directory would."""

@@ -101,7 +101,7 @@ def run_example(python: Path, project: Path, module: str, *args: str):
     return result
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_example_trains_and_is_evaluated_by_run_id_from_the_wheel(installed_wheel,
                                                                       example):
     result = run_example(installed_wheel, example, "ms_exp.run", *OWN, *FAST,
@@ -119,7 +119,7 @@ def test_the_example_trains_and_is_evaluated_by_run_id_from_the_wheel(installed_
     assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_two_job_sweep_of_the_example_from_the_wheel(installed_wheel, example):
     run_example(installed_wheel, example, "ms_exp.run", "-m", *OWN, *FAST,
                 "trainer.epochs=1", "model.hidden=8,16", "tracking.experiment_name=sweep")
@@ -130,7 +130,7 @@ def test_a_two_job_sweep_of_the_example_from_the_wheel(installed_wheel, example)
     assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 3
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.distributed
 def test_two_data_parallel_ranks_of_the_example_from_the_wheel(installed_wheel, example):
     result = run_example(installed_wheel, example, "ms_exp.run", *OWN, *FAST,

@@ -87,7 +87,7 @@ def _listening_ports(cwd: Path) -> set:
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_data_parallel_jobs_with_default_ports_run_side_by_side(tmp_path):
     cwds = [tmp_path / "a", tmp_path / "b"]
     jobs = [_start(cwd) for cwd in cwds]
@@ -118,7 +118,7 @@ def test_two_data_parallel_jobs_with_default_ports_run_side_by_side(tmp_path):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_second_job_on_the_same_explicit_port_is_refused(tmp_path_factory, workdir,
                                                            capsys):
     port = free_port()

@@ -27,7 +27,7 @@ def registered(tmp_path_factory):
     return train(cwd, *SHORT, "tracking.register_model=digits_mlp")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_best_and_last_are_logged_models_of_the_run(registered):
     client = registered.store
     run_id = registered.run_id
@@ -53,7 +53,7 @@ def test_best_and_last_are_logged_models_of_the_run(registered):
     assert run.data.tags["ms_exp.model.best"] == models["best"].model_id
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_model_artifacts_hold_checkpoint_config_mindir_and_mlmodel(registered, tmp_path):
     model = logged_models(registered.store, registered.run_id)["best"]
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
@@ -87,7 +87,7 @@ print('same', graph.shape)
     assert "same (2, 10)" in done.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_register_model_versions_and_eval_model(registered):
     cwd = registered.cwd
     assert "registered model digits_mlp version 1 (models:/digits_mlp/1)" in registered.stdout
@@ -113,7 +113,7 @@ def test_register_model_versions_and_eval_model(registered):
     assert version.run_id == second.run_id
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sweep_registers_the_best_job_once(workdir):
     result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", "trainer.epochs=1",
                                     "optimizer.lr=0.001,0.1",
@@ -131,7 +131,7 @@ def test_sweep_registers_the_best_job_once(workdir):
     assert parent.data.tags["ms_exp.registered_model"] == "sweep_mlp/1"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_log_models_false_logs_none(workdir):
     result = train(workdir, "trainer.epochs=1", "tracking.log_models=false")
     assert logged_models(result.store, result.run_id) == {}

@@ -167,7 +167,7 @@ def test_a_refused_setting_is_one_line_and_exit_2(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # A study in a database: resumed, extended, shared
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_same_command_resumes_the_study_and_a_larger_n_trials_extends_it(tmp_path):
     first = sweep(tmp_path, "hydra.sweeper.n_trials=2")
     assert states(study(tmp_path)) == {0: "COMPLETE", 1: "COMPLETE"}
@@ -203,7 +203,7 @@ def _states_so_far(folder) -> list:
         return []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_killed_sweep_resumes_and_its_running_trial_is_marked_failed(tmp_path):
     command = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *FAST, SPACE,
                "hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1",
@@ -228,7 +228,7 @@ def test_a_killed_sweep_resumes_and_its_running_trial_is_marked_failed(tmp_path)
     assert states(study(tmp_path)) == {0: "FAIL", 1: "COMPLETE", 2: "COMPLETE"}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_sweep_commands_share_one_study_and_no_trial_runs_twice(tmp_path):
     def start(seed: int, folder: str):
         args = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *TINY, SPACE,
@@ -258,7 +258,8 @@ def test_two_sweep_commands_share_one_study_and_no_trial_runs_twice(tmp_path):
     assert folders == set(runs)
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.e2e
 def test_workers_share_a_study_in_postgresql_and_its_password_is_recorded_nowhere(
         tmp_path, postgres):
     postgres, password = postgres
@@ -294,7 +295,7 @@ def test_workers_share_a_study_in_postgresql_and_its_password_is_recorded_nowher
         assert not path.is_file() or password.encode() not in path.read_bytes(), path
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_jobs_in_worker_processes_run_trials_at_the_same_time(tmp_path):
     # ... minimising another metric than the default
     sweep(tmp_path, "hydra/launcher=concurrent", "hydra.sweeper.n_jobs=2",
@@ -312,7 +313,7 @@ def test_jobs_in_worker_processes_run_trials_at_the_same_time(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Pruning
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", [
     "basic",
     # submitit's local executor: jobs in processes of their own, started and collected the
@@ -377,7 +378,7 @@ def failing_sweep(folder: Path, *args: str):
     return done, parent, children
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("fail_fast, jobs", [("true", 1), ("false", 3)])
 def test_fail_fast_starts_no_job_after_the_first_failed_one(tmp_path, fail_fast, jobs):
     done, parent, children = failing_sweep(tmp_path, "trainer.seed=1,2,3",
@@ -390,7 +391,7 @@ def test_fail_fast_starts_no_job_after_the_first_failed_one(tmp_path, fail_fast,
     assert f"failed: #0 {' '.join(TINY)} trainer.seed=1" in done.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("fail_fast, trials", [("true", 1), ("false", 3)])
 def test_fail_fast_stops_the_optuna_study_at_its_first_failed_trial(tmp_path, fail_fast,
                                                                      trials):

@@ -205,7 +205,7 @@ def test_merge_says_what_it_merged_and_writes_a_crc(slices, tmp_path):
 # Eval names what it evaluated
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_of_a_run_names_its_checkpoint_not_a_deleted_download(tmp_path):
     job = train(tmp_path / "job", "trainer.epochs=1")
     elsewhere = tmp_path / "elsewhere"

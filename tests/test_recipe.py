@@ -210,7 +210,7 @@ def test_stage_one_preset_is_the_tutorial_recipe():
         (1, 1, 40)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stage_one_preset_trains_tiny_on_cpu(tmp_path):
     """The preset as a user runs it, shrunk: a ResNet-50 of 1/8 width on 32x32 images of an
     image folder, 3 epochs of 3 steps, a checkpoint every 2 epochs."""

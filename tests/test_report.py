@@ -42,7 +42,7 @@ def report_rows(client, run_id, tmp_path):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_report_of_a_sweep_folder_is_logged_into_its_parent_run(sweep, tmp_path):
     cwd, client, parent, children = sweep
     result = run_cli("ms_exp.report", [parent.data.tags["ms_exp.sweep.dir"]], cwd)
@@ -72,7 +72,7 @@ def test_report_of_a_sweep_folder_is_logged_into_its_parent_run(sweep, tmp_path)
     assert markdown.read_text() in result.stdout + "\n"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_report_by_parent_id_or_job_folder_and_another_metric(sweep, tmp_path):
     cwd, client, parent, _ = sweep
     run_id = parent.info.run_id
@@ -97,14 +97,14 @@ def one_line_error(rc: int, stdout: str, stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_unknown_run_id_is_one_line_and_exit_2(sweep):
     cwd = sweep[0]
     result = run_cli("ms_exp.report", ["0123abcd"], cwd)
     assert "no run '0123abcd'" in one_line_error(result.rc, result.stdout, result.stderr)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_what_is_no_sweep_is_refused_in_one_line(sweep, workdir, capsys):
     """In-process, to spare an MLflow import per case; the command line is the same."""
     cwd, _, parent, children = sweep
@@ -121,7 +121,7 @@ def test_what_is_no_sweep_is_refused_in_one_line(sweep, workdir, capsys):
     assert not (workdir / "mlflow.db").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_plain_run_records_what_its_checkpoints_cost(tmp_path):
     result = train(tmp_path, "trainer.epochs=1")
     metrics = result.store.get_run(result.run_id).data.metrics
@@ -158,7 +158,7 @@ def recorded_sweep(tmp_path):
     return client, parent_id
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_write_report_in_process_ranks_failed_jobs_last(recorded_sweep, tmp_path):
     client, parent_id = recorded_sweep
     report = write_report(client, parent_id)

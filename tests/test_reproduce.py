@@ -21,7 +21,7 @@ def original(tmp_path_factory):
     return train(tmp_path_factory.mktemp("repro"), "trainer.epochs=1")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_run_records_code_packages_command_and_data(original):
     run = original.store.get_run(original.run_id)
     tags = run.data.tags
@@ -48,7 +48,7 @@ def differences(stdout: str) -> str:
     return re.search(r"differences from run .*\n((?:  - .*\n)*)", stdout).group(1)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_from_run_reproduces_the_weights_bit_for_bit_and_links_the_runs(original):
     again = train(original.cwd, "--from-run", original.run_id)
     assert f"re-running MLflow run {original.run_id}" in again.stdout
@@ -66,7 +66,7 @@ def test_from_run_reproduces_the_weights_bit_for_bit_and_links_the_runs(original
     assert run.data.params["tracking.rerun_of"] == original.run_id
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_extra_overrides_go_on_top_and_are_not_reported_as_drift(original):
     again = train(original.cwd, "--from-run", original.run_id, "trainer.epochs=2")
     assert again.store.get_run(again.run_id).data.params["trainer.epochs"] == "2"
@@ -74,7 +74,7 @@ def test_extra_overrides_go_on_top_and_are_not_reported_as_drift(original):
     assert (again.run_dir / "checkpoints/rank_0/checkpoint-2_44.ckpt").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
     data = write_mnist(tmp_path / "mnist", train=64, test=32)
     first = train(tmp_path, "dataset=mnist", f"dataset.path={data}", "trainer.epochs=1")
@@ -90,7 +90,7 @@ def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_from_run_of_a_data_parallel_run_is_bit_for_bit(tmp_path):
     first = train(tmp_path, "parallel=data", "trainer.epochs=1",
                   f"parallel.launcher.master_port={free_port()}")
@@ -102,7 +102,7 @@ def test_from_run_of_a_data_parallel_run_is_bit_for_bit(tmp_path):
                             weights(again, "checkpoint-1_22.ckpt", rank))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_unknown_run_id_or_store_is_one_line(original, tmp_path):
     result = run_cli("ms_exp.run", ["--from-run", "0" * 32], tmp_path)
     assert result.rc == 2
@@ -153,7 +153,7 @@ def _busy_cores(count: int):
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_on_a_loaded_machine_weights_are_bit_for_bit_and_optimizer_state_up_to_denormals(
         tmp_path):
     """What docs/guides/reproducing.md promises: MindSpore's CPU kernels flush some values

@@ -50,7 +50,7 @@ def _finish(process: subprocess.Popen, signum: int) -> str:
     return process.communicate(timeout=120)[0]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_resume_after_ten_sigkills_gives_the_uninterrupted_weights(tmp_path):
     reference = train(tmp_path / "reference", *JOB)
     expected = weights(reference.run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt")
@@ -113,7 +113,7 @@ def test_resume_after_ten_sigkills_gives_the_uninterrupted_weights(tmp_path):
         reference.store.search_runs(["1"])[0].data.metrics["eval/accuracy"])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_resume_auto_without_an_unfinished_run_starts_a_new_one(tmp_path):
     first = train(tmp_path, "trainer.epochs=1", "trainer.resume=auto")
     assert "no unfinished run of this config" in first.stdout
@@ -122,7 +122,7 @@ def test_resume_auto_without_an_unfinished_run_starts_a_new_one(tmp_path):
     assert len(second.store.search_runs(["1"])) == 2
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_explicit_checkpoint_then_run_id_extend_the_same_run(tmp_path):
     first = train(tmp_path, "trainer.epochs=1", "checkpoint.save_checkpoint_steps=10")
     folder = first.run_dir / "checkpoints/rank_0"

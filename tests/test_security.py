@@ -562,7 +562,7 @@ def test_ckpt_merge_refuses_pickled_checkpoints_and_strategy_files(tmp_path, cap
     assert not (tmp_path / "merged").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_refuses_a_pickled_checkpoint_without_unpickling(tmp_path):
     """python -m ms_exp.eval --checkpoint <pickle>: fails naming the file, runs nothing."""
     from omegaconf import OmegaConf

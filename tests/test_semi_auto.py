@@ -37,7 +37,7 @@ def integrated(tmp_path_factory):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_output_tree_is_the_tutorials_strategy_file_rank_folders_logs_and_loss_lines(sliced):
     run_dir = sliced.run_dir
     assert "parallel=semi_auto on CPU: MindSpore refuses this mode on CPU" in sliced.stdout
@@ -57,7 +57,7 @@ def test_output_tree_is_the_tutorials_strategy_file_rank_folders_logs_and_loss_l
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_sliced_run_models_its_integrated_best_and_says_why_not_its_last(sliced):
     last = sliced.run_dir / "checkpoints" / "rank_0" / "checkpoint-1_5.ckpt"
     assert (f"no MLflow model of the last checkpoint: {last} is one rank's slice (merge the "
@@ -72,7 +72,7 @@ def test_a_sliced_run_models_its_integrated_best_and_says_why_not_its_last(slice
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_strategy_file_holds_mindspores_layouts(sliced):
     from ms_exp.parallel.layout import strategy_file_layouts
 
@@ -87,7 +87,7 @@ def test_strategy_file_holds_mindspores_layouts(sliced):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_each_rank_holds_its_slice_about_1_over_k_of_the_parameter(sliced, integrated):
     full = load(integrated.run_dir / "checkpoints/rank_0/checkpoint-1_5.ckpt")
     for rank in range(8):
@@ -107,7 +107,7 @@ def test_each_rank_holds_its_slice_about_1_over_k_of_the_parameter(sliced, integ
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_merging_the_slices_with_mindspores_tool_gives_the_integrated_weights_bit_for_bit(
         sliced, integrated, tmp_path):
     merged = run_cli("ms_exp.ckpt", ["merge", str(sliced.run_dir), "--output",
@@ -121,7 +121,7 @@ def test_merging_the_slices_with_mindspores_tool_gives_the_integrated_weights_bi
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_merge_by_run_id_and_eval_of_the_sliced_run(sliced, tmp_path):
     merged = run_cli("ms_exp.ckpt", ["merge", sliced.run_id, "--output", str(tmp_path / "m")],
                      sliced.cwd)
@@ -140,7 +140,7 @@ def test_merge_by_run_id_and_eval_of_the_sliced_run(sliced, tmp_path):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_integrated_save_writes_full_weights_on_every_rank(integrated):
     first = load(integrated.run_dir / "checkpoints/rank_0/checkpoint-1_5.ckpt")
     for rank in range(1, 8):
@@ -151,7 +151,7 @@ def test_integrated_save_writes_full_weights_on_every_rank(integrated):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_auto_parallel_on_cpu_runs_data_parallel_layouts_and_says_so(tmp_path):
     result = train(tmp_path, "parallel=auto", "parallel.device_num=2", "checkpoint=sliced",
                    "trainer.epochs=1", f"parallel.launcher.master_port={free_port()}")
@@ -167,7 +167,7 @@ def test_auto_parallel_on_cpu_runs_data_parallel_layouts_and_says_so(tmp_path):
     assert run.data.params["parallel.search_mode"] == "sharding_propagation"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_bad_shard_strategies_are_refused_in_one_line(tmp_path):
     cases = {
         "parallel.strategies.layer1.matmul=[[2,1],[2,2]]": "inner",

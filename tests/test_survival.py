@@ -26,7 +26,7 @@ def _steps(client, run_id: str, key: str) -> Counter:
     return Counter(metric.step for metric in client.get_metric_history(run_id, key))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_kills_right_after_checkpoints_leave_every_step_once_and_the_final_evaluation(
         tmp_path):
     # Killed after epoch 2's checkpoint, before its evaluation; then after the final
@@ -51,7 +51,7 @@ def test_kills_right_after_checkpoints_leave_every_step_once_and_the_final_evalu
     assert run.data.tags["ms_exp.earlier_end"].count("(killed?)") == 2
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_kill_after_the_mlflow_run_finished_is_resumed_not_started_again(tmp_path):
     killed = _with_fault(tmp_path, "kill-after-mlflow-finished", "-", *JOB)
     assert killed.returncode == -9, killed.stderr[-3000:]
@@ -87,7 +87,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_disk_that_fills_mid_run_ends_it_failed_with_the_cause_in_one_line(
         tmp_path, small_disk):
     store = tmp_path / "mlflow.db"      # on a disk with space, as the artifacts are
@@ -110,7 +110,7 @@ def test_a_disk_that_fills_mid_run_ends_it_failed_with_the_cause_in_one_line(
     assert not list((small_disk / "run").glob("*.partial")), "a half-written file is left"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_full_disk_holding_the_store_too_leaves_a_run_that_resumes_once_there_is_space(
         tmp_path, small_disk):
     job = (*FAST, "trainer.epochs=6", "checkpoint.save_checkpoint_steps=4",

@@ -33,7 +33,7 @@ def summary_rows(client, run_id, tmp_path):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sweep_is_one_parent_run_with_the_jobs_as_children(tmp_path):
     result = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1"], tmp_path)
     assert result.rc == 0, result.stderr[-2000:]
@@ -128,7 +128,7 @@ print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single, "fa
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     done = subprocess.run([sys.executable, "-c", FAILING_SWEEP, *TINY], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
@@ -190,7 +190,7 @@ def test_a_failed_job_is_counted_without_a_callback_warning(num, recwarn):
     callbacks.on_job_end(config=config, job_return=failed)
     assert (alone.jobs, alone.failed, [str(w.message) for w in recwarn]) == (0, [], [])
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
     # Ctrl-C. (Once MindSpore runs, its native handler turns SIGINT into SIGTERM anyway.)
     args = [sys.executable, "-m", "ms_exp.run", "-m", *FAST, "trainer.epochs=500",
@@ -218,7 +218,7 @@ def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
                                    "sweep/skipped_jobs": 0.0}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sweep_without_tracking_records_nothing(tmp_path):
     result = run_cli("ms_exp.run", ["-m", *TINY, "tracking.enabled=false"], tmp_path)
     assert result.rc == 0, result.stderr[-2000:]
@@ -237,7 +237,7 @@ def test_jobs_that_record_elsewhere_get_no_parent(monkeypatch):
     assert sweep.parent_run_id("sqlite:////x/mlflow.db", "ms_exp") is None
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_concurrent_jobs_on_a_fresh_store_lose_no_runs(tmp_path):
     """Four jobs, two at a time in joblib's worker processes, the store created by none of
     them beforehand: one parent, four children, nothing misfiled in "Default"."""
@@ -258,7 +258,7 @@ def test_concurrent_jobs_on_a_fresh_store_lose_no_runs(tmp_path):
     assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(tmp_path):
     first = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1"], tmp_path)
     assert first.rc == 0, first.stderr[-2000:]

@@ -145,7 +145,7 @@ def test_device_memory_is_not_logged_on_cpu():
 
 # -- a job ------------------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_job_records_system_metrics_and_npu_metrics_from_npu_smi(workdir):
     folder = printing(workdir.parent / "npu-bin", NPU_SMI_910B)
     result = train(workdir, "trainer.epochs=1", "tracking.system_metrics_interval=0.5",
@@ -165,7 +165,7 @@ def test_a_job_records_system_metrics_and_npu_metrics_from_npu_smi(workdir):
     assert result.store.get_run(result.run_id).info.status == "FINISHED"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_job_with_no_interval_records_no_system_metrics(workdir):
     result = train(workdir, "trainer.epochs=1", "tracking.system_metrics_interval=null")
     # The training process's own total stays.

@@ -71,7 +71,8 @@ def as_team_member(team_server, monkeypatch):
     return MlflowClient(url)
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.e2e
 def test_a_concurrent_sweep_against_the_team_server_is_read_back_whole(
         tmp_path, team_server, as_team_member):
     url, database, db_password, artifacts, password = team_server
@@ -176,7 +177,8 @@ def _in_postgresql(database, password, run_ids) -> None:
     assert metrics > 40
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.e2e
 @pytest.mark.parametrize("username, password, status, hint", [
     ("", "", 401, "MLFLOW_TRACKING_USERNAME is not set"),
     (TEAM_USER, "not-her-password", 401, "check them"),

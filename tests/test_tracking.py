@@ -6,7 +6,7 @@ from mlflow import MlflowClient
 from ms_exp.tracking.sidecar import SidecarTracker, TrackingFailed
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_refused_call_fails_the_run_with_one_warning(tmp_path, capfd):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = SidecarTracker(uri, "exp", "refused", {"ms_exp.model": "mlp"})
@@ -26,7 +26,7 @@ def test_a_refused_call_fails_the_run_with_one_warning(tmp_path, capfd):
     assert run.data.metrics["train/loss"] == 1.5     # what was accepted is kept
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_store_that_cannot_be_opened_stops_the_job_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -38,7 +38,7 @@ def test_a_store_that_cannot_be_opened_stops_the_job_before_training(tmp_path):
     tracker.finish("FAILED")    # nothing to end: returns, the job's own error stands
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_everything_sent_is_in_the_store_after_flush(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = SidecarTracker(uri, "exp", "flushed", {})
@@ -60,7 +60,7 @@ def test_everything_sent_is_in_the_store_after_flush(tmp_path):
     assert run.info.status == "FINISHED" and run.data.tags["ms_exp.placement"] == "device"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_next_job_of_a_process_reuses_its_sidecar(tmp_path, monkeypatch):
     # A sweep's jobs under the basic launcher run in one process: starting a sidecar per
     # job would pay MLflow's import every time.

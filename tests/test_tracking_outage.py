@@ -108,7 +108,8 @@ def upload(run_dir: Path, cwd: Path):
     return run_cli("ms_exp.tracking.upload", [str(run_dir)], cwd, timeout=120)
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.e2e
 def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_path):
     job = run_cli("ms_exp.run", [*FAST, "trainer.epochs=1", f"tracking.uri={relay.uri}",
                                  "tracking.experiment_name=outage"], tmp_path)
@@ -160,7 +161,8 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.e2e
 def test_a_server_dying_mid_run_gets_every_step_once_when_it_returns(relay, tmp_path, capfd):
     relay.start()
     tracker = SidecarTracker(relay.uri, "outage-mid-run", "dies", {}, offline_dir=tmp_path)
@@ -195,7 +197,8 @@ def test_a_server_dying_mid_run_gets_every_step_once_when_it_returns(relay, tmp_
     assert not warnings_in(err) and f"{relay.uri} answers again: run {run_id}" in err
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.e2e
 def test_a_journal_kept_at_the_end_is_uploaded_once(relay, tmp_path, capfd):
     relay.start()
     tracker = SidecarTracker(relay.uri, "outage-upload", "kept", {}, offline_dir=tmp_path)
@@ -219,7 +222,8 @@ def test_a_journal_kept_at_the_end_is_uploaded_once(relay, tmp_path, capfd):
     assert client.get_run(run_id).info.status == "FINISHED"
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.e2e
 def test_rank_zero_of_a_distributed_job_shares_the_jobs_journal(relay, tmp_path, capfd):
     # Rank 0 adds to the job's run from a sidecar of its own (ms_exp/worker.py) and leaves
     # ending it to the job; what it could not deliver, the job delivers at its end.
@@ -296,7 +300,7 @@ def test_upload_without_a_journal_is_a_one_line_error(tmp_path):
         "journal there)"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_job_reopens_an_earlier_run_and_appends_to_it(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     first = SidecarTracker(uri, "exp", "resumable", {})

@@ -30,7 +30,7 @@ def checkpoint_weights(path):
             if name.startswith("layer")}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_both_context_modes_train(tmp_path, mode):
     result = train(tmp_path, *SHORT, f"trainer.mode={mode}")
@@ -41,7 +41,7 @@ def test_both_context_modes_train(tmp_path, mode):
     assert final_accuracy(result) > 0.5
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_explicit_stand_alone_boost_off_device_placement(tmp_path):
     result = train(tmp_path, "trainer.epochs=1", "parallel=stand_alone", "boost=off",
                    "placement=device")
@@ -54,7 +54,7 @@ def test_explicit_stand_alone_boost_off_device_placement(tmp_path):
     assert run.data.tags["ms_exp.parallel_mode"] == "stand_alone"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sliced_in_stand_alone_saves_the_same_full_weights_and_says_so_once(tmp_path):
     integrated = train(tmp_path / "i", *SHORT, "checkpoint=integrated")
     sliced = train(tmp_path / "s", *SHORT, "checkpoint=sliced")
@@ -69,7 +69,7 @@ def test_sliced_in_stand_alone_saves_the_same_full_weights_and_says_so_once(tmp_
     assert sliced.store.get_run(sliced.run_id).data.params["checkpoint.integrated_save"] == "False"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_checkpoint_none_saves_nothing_and_eval_says_why(tmp_path):
     result = train(tmp_path, *SHORT, "checkpoint=none")
     assert not (result.run_dir / "checkpoints").exists()
@@ -80,7 +80,7 @@ def test_checkpoint_none_saves_nothing_and_eval_says_why(tmp_path):
         refused.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_checkpoint_steps_and_keep_max_reach_model_checkpoint(tmp_path):
     result = train(tmp_path, *SHORT, "checkpoint.save_checkpoint_steps=10",
                    "checkpoint.keep_checkpoint_max=2", "checkpoint.keep_best=false",
@@ -91,7 +91,7 @@ def test_checkpoint_steps_and_keep_max_reach_model_checkpoint(tmp_path):
     assert names == {"digits-2_36.ckpt", "digits-2_44.ckpt"}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("choice,expected", [
     ("all", {"checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt", "best.ckpt", "best.json",
              "checkpoint-graph.meta"}),
@@ -105,7 +105,7 @@ def test_log_checkpoints_setting_decides_what_mlflow_keeps(tmp_path, choice, exp
     assert logged == expected
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_tracking_disabled_trains_without_a_store(tmp_path):
     result = train(tmp_path, "trainer.epochs=1", "tracking.enabled=false")
     assert "final evaluation" in result.stdout
@@ -113,7 +113,7 @@ def test_tracking_disabled_trains_without_a_store(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_tracking_uri_and_names_are_used(tmp_path):
     store = tmp_path / "team" / "store.db"
     store.parent.mkdir()
@@ -130,7 +130,7 @@ def test_tracking_uri_and_names_are_used(tmp_path):
     assert (tmp_path / "team" / "mlartifacts" / "digits-study").is_dir()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("overrides", [
     ("optimizer.name=sgd", "optimizer.lr=0.1"),
     ("optimizer.name=adam", "optimizer.lr=0.001", "optimizer.weight_decay=0.0001"),
@@ -172,7 +172,7 @@ def test_learning_rate_schedules_follow_warmup_then_decay():
     assert kinds == {"sgd": "SGD", "momentum": "Momentum", "adam": "Adam"}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("setting,shown", [("always", True), ("auto", False),
                                            ("never", False)])
 def test_progress_bar_only_where_asked_and_never_in_captured_logs(tmp_path, setting, shown):
@@ -183,7 +183,7 @@ def test_progress_bar_only_where_asked_and_never_in_captured_logs(tmp_path, sett
     assert ("epoch 1/1" in result.stderr and "step/s" in result.stderr) == shown
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_multirun_gives_one_finished_mlflow_run_per_job(tmp_path):
     # Hydra's flags come before the overrides, as argparse wants them.
     result = run_cli("ms_exp.run", ["-m", *FAST, "trainer.epochs=1", "optimizer.lr=0.01,0.1"],
@@ -199,7 +199,7 @@ def test_multirun_gives_one_finished_mlflow_run_per_job(tmp_path):
                for r in runs)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_seed_makes_runs_repeatable(tmp_path):
     first = train(tmp_path / "a", "trainer.epochs=1", "trainer.seed=7")
     second = train(tmp_path / "b", "trainer.epochs=1", "trainer.seed=7")
@@ -225,7 +225,7 @@ def _start_long_run(tmp_path, checkpoint="none"):
     return process, seen
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signum):
     process, _ = _start_long_run(tmp_path, checkpoint="integrated")
@@ -255,7 +255,7 @@ def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signu
         time.sleep(0.2)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_killed_job_leaves_no_run_running_and_no_process_behind(tmp_path):
     # SIGKILL cannot be caught: the MLflow sidecar sees its job's pipe close and ends the run.
     process, _ = _start_long_run(tmp_path)
@@ -284,7 +284,7 @@ def _sidecars_of(pid: int):
             if b"ms_exp.tracking.sidecar" in Path(f"/proc/{child}/cmdline").read_bytes()]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_crash_marks_the_run_failed_with_its_error(tmp_path):
     # A fresh process: MindSpore's device cannot be set again once kernels have run here.
     code = """

@@ -34,7 +34,7 @@ def two_losses(tmp_path_factory):
             for loop in ("model", "functional")}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_both_loops_train_the_same_weights(two_losses):
     model, functional = two_losses["model"], two_losses["functional"]
     # Weights, momenta, global_step and learning rate: the checkpoints are alike too.
@@ -46,7 +46,7 @@ def test_both_loops_train_the_same_weights(two_losses):
         assert (result.run_dir / "checkpoints/rank_0/best.ckpt").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_each_loss_part_is_its_own_metric(two_losses):
     functional = two_losses["functional"]
     total, loss1, loss2 = (history(functional, f"train/{name}")
@@ -67,7 +67,7 @@ def test_each_loss_part_is_its_own_metric(two_losses):
                                [v for _, v in total], rtol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_functional_run_resumes_where_it_stopped(tmp_path, two_losses):
     first = train(tmp_path, "trainer.epochs=1", PARTS, "trainer.loop=functional")
     resumed = train(tmp_path, "trainer.epochs=2", PARTS, "trainer.loop=functional",
@@ -77,7 +77,7 @@ def test_a_functional_run_resumes_where_it_stopped(tmp_path, two_losses):
     assert [step for step, _ in history(resumed, "train/loss2")] == list(range(1, 89))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_mixed_precision_and_a_fixed_loss_scale_are_the_same_in_both_loops(tmp_path):
     """Stage one of the dimension-reduction tutorial: amp O2 (batch norm kept float32),
     FixedLossScaleManager(1024, drop_overflow_update=False) with Momentum(loss_scale=1024),
@@ -102,7 +102,7 @@ def test_mixed_precision_and_a_fixed_loss_scale_are_the_same_in_both_loops(tmp_p
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_functional_loop_reduces_gradients_across_ranks(tmp_path):
     """Each rank reads its own half of the data; with the gradient reducer both ranks take
     the same steps and end with the same weights. With amp O1, which MindSpore implements
@@ -179,7 +179,7 @@ def tiny_trainer(amp_overrides, steps=3):
 OVERFLOWING = ("amp.level=O3", f"amp.loss_scale_value={2**30}")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_steps_whose_gradients_overflow_are_skipped_and_the_dynamic_scale_drops():
     trainer, network, data = tiny_trainer(["amp.loss_scale=dynamic", *OVERFLOWING])
     before = [p.asnumpy().copy() for p in network.trainable_params()]

@@ -78,7 +78,7 @@ def _save_screenshot(page, tmp_path: Path, name: str) -> None:
 
 
 @pytest.mark.browser
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sweep_shows_in_the_mlflow_ui_as_a_parent_run_with_two_children(request, tmp_path):
     # Checked before the fixtures start anything, so a missing browser fails the test (not a
     # fixture error) in a second rather than after the sweep.

@@ -118,7 +118,7 @@ def trained(tmp_path_factory):
     return train(copy, "--config-dir", "conf", "+experiment=blobs_quick", *TINY)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_example_trains_and_is_recorded_with_its_targets(trained):
     run = trained.store.get_run(trained.run_id)
     assert run.info.status == "FINISHED"
@@ -137,7 +137,7 @@ def test_the_example_trains_and_is_recorded_with_its_targets(trained):
     assert [line.split()[:2] for line in log] == [["epoch", "1"], ["epoch", "2"]]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
     evaluated = run_cli("ms_exp.eval", ["--run-id", trained.run_id], trained.cwd)
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
@@ -152,7 +152,7 @@ def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
     assert [m.step for m in history][-1] > [m.step for m in history][0]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["concurrent", "submitit_local"])
 def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(project,
                                                                               launcher):
@@ -167,7 +167,7 @@ def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(pr
     assert len({r.data.tags["mlflow.parentRunId"] for r in children}) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.distributed
 def test_data_parallel_ranks_import_the_users_modules_and_read_half_the_data_each(project):
     result = train(project, *OWN, *TINY, "trainer.epochs=1", "parallel=data",
@@ -185,7 +185,7 @@ def test_shard_strategies_are_checked_against_the_users_operators(project):
     assert "nosuch" in line and "TinyNet" in line
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.distributed
 def test_semi_auto_slices_of_the_users_network_merge_back_to_its_weights(project, tmp_path):
     import mindspore as ms
@@ -202,7 +202,7 @@ def test_semi_auto_slices_of_the_users_network_merge_back_to_its_weights(project
     assert tuple(weights["out.weight"].shape) == (4, 32)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_dim_reduce_stage_one_and_two_train_the_users_network(project):
     own = (*OWN, "trainer.progress_bar=never")
     first = train(project, *own[:2], "+experiment=dim_reduce_stage_one", *own[2:],

@@ -37,7 +37,7 @@ def metric(result, name):
     return [m.value for m in result.store.get_metric_history(result.run_id, name)]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc(tmp_path,
                                                                                criteo):
     result = train(tmp_path, *TINY, f"dataset.path={criteo}", "placement=host_device",
@@ -73,7 +73,7 @@ def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc
         pytest.approx(max(auc), abs=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_device_placement_keeps_dense_tables_and_learns(tmp_path, criteo):
     result = train(tmp_path, *TINY, f"dataset.path={criteo}", "placement=device")
     assert "placement=device: every parameter and optimizer state on CPU" in result.stdout
@@ -121,7 +121,7 @@ def test_placements_build_the_tutorials_kernels_and_train_the_same_loss(criteo):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("placement", ["device", "host_device"])
 def test_data_parallel_two_workers_end_with_the_same_weights(tmp_path, criteo, placement):
     result = train(tmp_path, *TINY, f"dataset.path={criteo}", f"placement={placement}",
@@ -139,7 +139,7 @@ def test_data_parallel_two_workers_end_with_the_same_weights(tmp_path, criteo, p
     assert len(metric(result, "train/deep_loss")) == (3585 // 2) // 256
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_hybrid_preset_and_a_table_of_millions_of_rows(tmp_path, criteo):
     result = train(tmp_path, "+experiment=wide_deep_hybrid", "dataset.batch_size=256",
                    "model.emb_dim=4", "model.deep_layers=[16]", "model.vocab_size=2000000",
@@ -187,7 +187,7 @@ def test_bad_wide_deep_input_is_refused_in_one_line(workdir, capsys, criteo, arg
     assert list(workdir.iterdir()) == []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_placement_sweep_is_one_parent_run_ranked_by_auc(tmp_path, criteo):
     result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", *TINY,
                                     f"dataset.path={criteo}", "trainer.epochs=1",
