@@ -14,7 +14,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import main_in_process, run_cli
 from omegaconf import OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
@@ -104,7 +104,7 @@ def test_a_worker_refuses_a_bad_config_in_one_line_before_mindspore(case, tmp_pa
     config = saved_config(run_dir)
     edit(config)
     before = sorted(p.name for p in run_dir.iterdir())
-    result = run_cli("ms_exp.worker", ["--run-dir", str(run_dir)], tmp_path, timeout=120)
+    result = main_in_process("ms_exp.worker", ["--run-dir", str(run_dir)], tmp_path)
     assert (result.rc, result.stderr.strip().splitlines()) == (
         2, ["ms_exp.worker: error: " + message.replace("<file>", str(config))])
     assert sorted(p.name for p in run_dir.iterdir()) == before  # no log_output/, no pid file
@@ -158,7 +158,7 @@ def run_with_checkpoint(tmp_path_factory) -> Path:
     checkpoint.parent.mkdir(parents=True)
     subprocess.run([sys.executable, "-c", MAKE_CHECKPOINT, str(checkpoint),
                     str(run_dir / "config.yaml")], check=True,
-                   capture_output=True, timeout=300)
+                   capture_output=True)
     return checkpoint
 
 
@@ -166,8 +166,8 @@ def test_eval_refuses_a_checkpoint_of_another_shape_before_an_mlflow_run(run_wit
                                                                          tmp_path):
     store = store_with_one_run(tmp_path)
     before = store.read_bytes()
-    result = run_cli("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint),
-                                     "model.hidden_size=64"], tmp_path, timeout=300)
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint),
+                                             "model.hidden_size=64"], tmp_path)
     assert result.rc == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         f"ms_exp.eval: error: --checkpoint='{run_with_checkpoint}': not allowed; expected a "
@@ -194,7 +194,7 @@ def test_eval_of_the_same_network_still_evaluates(run_with_checkpoint, tmp_path)
 def test_eval_of_a_checkpoint_outside_a_run_says_what_to_pass(tmp_path, run_with_checkpoint):
     loose = tmp_path / "weights.ckpt"
     shutil.copy(run_with_checkpoint, loose)
-    result = run_cli("ms_exp.eval", ["--checkpoint", str(loose)], tmp_path, timeout=120)
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(loose)], tmp_path)
     assert (result.rc, result.stderr.strip().splitlines()) == (2, [
         f"ms_exp.eval: error: --checkpoint='{loose}': not in a run directory (<run "
         "dir>/checkpoints/rank_<r>/), so no config.yaml says which network it holds; "
@@ -206,9 +206,8 @@ def test_eval_of_a_checkpoint_outside_a_run_says_what_to_pass(tmp_path, run_with
 def test_eval_refuses_a_text_file_as_its_store(tmp_path, run_with_checkpoint):
     text = tmp_path / "notes.db"
     text.write_text("meeting notes\n")
-    result = run_cli("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint),
-                                     "--tracking-uri", f"sqlite:///{text}"], tmp_path,
-                     timeout=120)
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint),
+                                             "--tracking-uri", f"sqlite:///{text}"], tmp_path)
     assert (result.rc, result.stderr.strip().splitlines()) == (2, [
         f"ms_exp.eval: error: --tracking-uri='sqlite:///{text}': {text} is not a SQLite "
         "database; expected an MLflow store to record the evaluation in"])

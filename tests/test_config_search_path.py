@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import FAST, run_cli
+from conftest import FAST, main_in_process, run_cli
 from omegaconf import OmegaConf
 
 from ms_exp.config.errors import ConfigError
@@ -45,7 +45,7 @@ def refusal(result) -> str:
 
 
 def test_config_dir_composes_the_users_options(project):
-    cfg = job_config(run_cli("ms_exp.run", ["--config-dir", "conf", "model=my_mlp",
+    cfg = job_config(main_in_process("ms_exp.run", ["--config-dir", "conf", "model=my_mlp",
                                             "+experiment=my_exp", "--cfg", "job"], project))
     assert (cfg.model.name, cfg.model.hidden_size, cfg.trainer.epochs) == ("mlp", 8, 3)
 
@@ -65,14 +65,15 @@ def test_searchpath_override(project):
     searchpath = f"hydra.searchpath=[file://{project / 'conf'}]"
     (cfg,) = preflight([searchpath, "model=my_mlp", "+experiment=my_exp"])
     assert (cfg.model.hidden_size, cfg.trainer.epochs) == (8, 3)
-    line = refusal(run_cli("ms_exp.run", [searchpath, "model=nosuch"], project))
+    line = refusal(main_in_process("ms_exp.run", [searchpath, "model=nosuch"], project))
     assert line.endswith("expected one of mlp, my_mlp, resnet, wide_deep")
 
 
 def test_users_primary_config_extends_ms_exps(project):
     conf = str(project / "conf")
-    cfg = job_config(run_cli("ms_exp.run", ["--config-path", conf, "--config-name", "my_config",
-                                            "model=my_mlp", "--cfg", "job"], project))
+    cfg = job_config(main_in_process("ms_exp.run", ["--config-path", conf, "--config-name",
+                                                    "my_config", "model=my_mlp", "--cfg", "job"],
+                                     project))
     assert (cfg.model.hidden_size, cfg.trainer.epochs, cfg.dataset.name) == (8, 2, "digits")
     (checked,) = preflight(["model=my_mlp"],
                            source=ConfigSource(config_path=conf, config_name="my_config"))
@@ -82,25 +83,31 @@ def test_users_primary_config_extends_ms_exps(project):
 
 
 def test_unknown_option_lists_every_folder(project):
-    line = refusal(run_cli("ms_exp.run", ["--config-dir", "conf", "model=nosuch"], project))
+    line = refusal(main_in_process("ms_exp.run", ["--config-dir", "conf", "model=nosuch"], project))
     assert line == ("ms_exp: error: model='nosuch': unknown option; "
                     "expected one of mlp, my_mlp, resnet, wide_deep")
-    line = refusal(run_cli("ms_exp.run", ["--config-dir", "conf", "+experiment=nosuch"],
+    line = refusal(main_in_process("ms_exp.run", ["--config-dir", "conf", "+experiment=nosuch"],
                            project))
     assert "my_exp" in line and "model_saving" in line
     assert not (project / "outputs").exists() and not (project / "mlflow.db").exists()
 
 
 def test_bad_config_folders_are_one_line(project):
-    line = refusal(run_cli("ms_exp.run", ["--config-dir", "no_such_dir"], project))
+    line = refusal(main_in_process("ms_exp.run", ["--config-dir", "no_such_dir"], project))
     assert line.startswith("ms_exp: error: --config-dir='no_such_dir': no such folder")
+
+
+@pytest.mark.e2e
+def test_a_relative_config_path_that_is_no_folder_is_one_line(project):
+    # A subprocess: Hydra resolves a relative --config-path against the __main__ module,
+    # which only `python -m ms_exp.run` makes ms_exp.run.
     line = refusal(run_cli("ms_exp.run", ["--config-path", "no_such_dir"], project))
     assert line.startswith("ms_exp: error: --config-path='no_such_dir': no such folder")
     assert "absolute path" in line
 
 
 def test_help_lists_the_users_options(project):
-    result = run_cli("ms_exp.run", ["--config-dir", "conf", "--help"], project)
+    result = main_in_process("ms_exp.run", ["--config-dir", "conf", "--help"], project)
     assert result.rc == 0, result.stderr
     lines = result.stdout.splitlines()
     model = next(line for line in lines if line.split()[:1] == ["model"])

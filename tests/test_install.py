@@ -9,6 +9,9 @@ import pytest
 from conftest import FAST, free_port, run_installed
 from mlflow import MlflowClient
 
+# Every test here goes through a built wheel and a fresh environment: the end-to-end lane.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 USER_MODEL = "defaults:\n  - /schema/model/mlp@_here_\n  - _self_\nhidden_size: 8\n"
 # The primary config of a project of its own, as README "Your own config folder" shows it.
@@ -101,7 +104,6 @@ def run_example(python: Path, project: Path, module: str, *args: str):
     return result
 
 
-@pytest.mark.e2e
 def test_the_example_trains_and_is_evaluated_by_run_id_from_the_wheel(installed_wheel,
                                                                       example):
     result = run_example(installed_wheel, example, "ms_exp.run", *OWN, *FAST,
@@ -119,7 +121,6 @@ def test_the_example_trains_and_is_evaluated_by_run_id_from_the_wheel(installed_
     assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
 
 
-@pytest.mark.e2e
 def test_a_two_job_sweep_of_the_example_from_the_wheel(installed_wheel, example):
     run_example(installed_wheel, example, "ms_exp.run", "-m", *OWN, *FAST,
                 "trainer.epochs=1", "model.hidden=8,16", "tracking.experiment_name=sweep")
@@ -130,7 +131,6 @@ def test_a_two_job_sweep_of_the_example_from_the_wheel(installed_wheel, example)
     assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 3
 
 
-@pytest.mark.e2e
 @pytest.mark.distributed
 def test_two_data_parallel_ranks_of_the_example_from_the_wheel(installed_wheel, example):
     result = run_example(installed_wheel, example, "ms_exp.run", *OWN, *FAST,

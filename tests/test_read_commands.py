@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import run_cli, train
+from conftest import main_in_process, run_cli, train
 from mlflow import MlflowClient
 
 from ms_exp.tracking.store import ensure_experiment
@@ -50,7 +50,7 @@ JOB_RUN = "the id of a job's run (32 hex digits, printed as 'MLflow run <id>' by
 
 
 def test_eval_of_a_run_without_a_store_names_the_store_and_creates_none(tmp_path):
-    result = run_cli("ms_exp.eval", ["--run-id", UNKNOWN], tmp_path)
+    result = main_in_process("ms_exp.eval", ["--run-id", UNKNOWN], tmp_path)
     assert one_line(result, "ms_exp.eval") == (
         f"--run-id='{UNKNOWN}': no MLflow store at {tmp_path / 'mlflow.db'} (searched "
         f"sqlite:///{tmp_path / 'mlflow.db'}; nothing was created); expected the id of a run "
@@ -60,14 +60,15 @@ def test_eval_of_a_run_without_a_store_names_the_store_and_creates_none(tmp_path
 
 def test_eval_with_a_file_store_that_does_not_exist_creates_none(tmp_path):
     uri = (tmp_path / "mlruns").as_uri()
-    result = run_cli("ms_exp.eval", ["--run-id", UNKNOWN, "--tracking-uri", uri], tmp_path)
+    result = main_in_process("ms_exp.eval", ["--run-id", UNKNOWN, "--tracking-uri", uri],
+                             tmp_path)
     assert f"no MLflow store at {tmp_path / 'mlruns'} (searched {uri}" in one_line(
         result, "ms_exp.eval")
     nothing_created(tmp_path)
 
 
 def test_eval_of_a_sweeps_parent_run_names_its_jobs(store, tmp_path):
-    result = run_cli("ms_exp.eval", ["--run-id", store.parent, "--tracking-uri", store.uri],
+    result = main_in_process("ms_exp.eval", ["--run-id", store.parent, "--tracking-uri", store.uri],
                      tmp_path)
     assert one_line(result, "ms_exp.eval") == (
         f"--run-id='{store.parent}': this is the parent run of a sweep (2 jobs), not a job's "
@@ -111,26 +112,27 @@ def test_eval_of_an_id_of_the_wrong_kind_says_what_it_is(store, kind, workdir, c
     ([], "--run-id=null: missing; expected --run-id <run id> or --checkpoint <file>"),
 ])
 def test_eval_checkpoint_flag_is_checked_before_any_store(args, said, tmp_path):
-    assert one_line(run_cli("ms_exp.eval", args, tmp_path), "ms_exp.eval") == said
+    assert one_line(main_in_process("ms_exp.eval", args, tmp_path), "ms_exp.eval") == said
     nothing_created(tmp_path)
 
 
 def test_merge_and_report_and_rerun_of_a_run_without_a_store_create_none(store, tmp_path):
-    merge = run_cli("ms_exp.ckpt", ["merge", UNKNOWN], tmp_path)
+    merge = main_in_process("ms_exp.ckpt", ["merge", UNKNOWN], tmp_path)
     assert one_line(merge, "ms_exp.ckpt").startswith(
         f"run {UNKNOWN}: no MLflow store at {tmp_path / 'mlflow.db'} (searched sqlite:///")
-    parent = run_cli("ms_exp.ckpt", ["merge", store.parent, "--tracking-uri", store.uri],
+    parent = main_in_process("ms_exp.ckpt", ["merge", store.parent, "--tracking-uri", store.uri],
                      tmp_path)
     assert one_line(parent, "ms_exp.ckpt") == (
         f"run {store.parent}: this is the parent run of a sweep (2 jobs), not a job's run; "
         f"expected the run of one of its jobs: {', '.join(store.jobs)}")
-    report = run_cli("ms_exp.report", [store.parent], tmp_path)
+    report = main_in_process("ms_exp.report", [store.parent], tmp_path)
     assert one_line(report, "ms_exp.report") == (
         f"no MLflow store at {tmp_path / 'mlflow.db'} (searched sqlite:///"
         f"{tmp_path / 'mlflow.db'}; nothing was created): run this where the sweep ran, or "
         "pass --tracking-uri")
     missing = (tmp_path / "mlruns").as_uri()
-    rerun = run_cli("ms_exp.run", ["--from-run", UNKNOWN, f"tracking.uri={missing}"], tmp_path)
+    rerun = main_in_process("ms_exp.run", ["--from-run", UNKNOWN, f"tracking.uri={missing}"],
+                            tmp_path)
     assert f"no MLflow store at {tmp_path / 'mlruns'}" in one_line(rerun, "ms_exp")
     nothing_created(tmp_path)
 
@@ -178,7 +180,7 @@ def test_merge_says_what_it_merged_and_writes_a_crc(slices, tmp_path):
     from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
     root, strategy, state = slices
-    result = run_cli("ms_exp.ckpt", ["merge", str(root / "checkpoints"), "--strategy",
+    result = main_in_process("ms_exp.ckpt", ["merge", str(root / "checkpoints"), "--strategy",
                                      str(strategy), "--output", str(tmp_path / "merged")],
                      tmp_path)
     assert result.rc == 0, result.stderr[-3000:]
