@@ -1,7 +1,7 @@
 """Composition of every group option, --help and --cfg (bad input: test_bad_inputs.py)."""
 
 import pytest
-from conftest import run_cli
+from conftest import main_in_process
 
 from ms_exp.config.schema import GROUP_SCHEMAS
 from ms_exp.preflight.compose import CONF_DIR, compose_config
@@ -61,7 +61,7 @@ def test_eight_rank_tutorial_presets(name, integrated, keep):
 
 
 def test_help_lists_every_group_and_option(tmp_path):
-    result = run_cli("ms_exp.run", ["--help"], tmp_path)
+    result = main_in_process("ms_exp.run", ["--help"], tmp_path)
     assert result.rc == 0
     for group, options in GROUP_SCHEMAS.items():
         line = next(text for text in result.stdout.splitlines()
@@ -75,8 +75,8 @@ def test_help_lists_every_group_and_option(tmp_path):
 
 
 def test_cfg_job_prints_the_resolved_config(tmp_path):
-    result = run_cli("ms_exp.run", ["--cfg", "job", "dataset=synthetic",
-                                    "dataset.num_classes=3"], tmp_path)
+    result = main_in_process("ms_exp.run", ["--cfg", "job", "dataset=synthetic",
+                                            "dataset.num_classes=3"], tmp_path)
     assert result.rc == 0
     assert "num_classes: 3" in result.stdout and "name: synthetic" in result.stdout
     assert "epochs: 10" in result.stdout

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import main_in_process
 
 from ms_exp.job.console import tee_output
 
@@ -24,13 +25,6 @@ REFUSED = [
     (["-m", "optimizer.lr=interval(0.01,0.2)"],
      "override 'optimizer.lr=interval(0.01,0.2)': a search space that Hydra's basic sweeper "
      "cannot list; expected with -m, key=a,b,c (no empty item), key=range(start,stop[,step])"),
-    (["trainer.device_target=GPU"],
-     "trainer.device_target='GPU': not allowed; expected a device MindSpore finds on this "
-     "machine: CPU (mindspore.device_context.gpu.is_available() is False), or None to "
-     "let it pick"),
-    (["trainer.device_target=Ascend"], "expected a device MindSpore finds on this machine: CPU"),
-    # The sweep's second job: refused before the first one starts.
-    (["-m", "trainer.device_target=CPU,GPU"], "trainer.device_target='GPU': not allowed"),
     # Hydra's flags: argparse's usage block and Hydra's tracebacks become one line.
     (["optimizer.lr=0.1", "-m", "trainer.seed=1,2"],
      "override 'trainer.seed=1,2' after a flag: Hydra reads the overrides as one group; "
@@ -48,14 +42,38 @@ REFUSED = [
 ]
 
 
+# Refusals that ask MindSpore which devices it finds: in a fresh process, as a user's
+# command is, where MindSpore's warnings about the absent backends must not show.
+DEVICE_REFUSED = [
+    (["trainer.device_target=GPU"],
+     "trainer.device_target='GPU': not allowed; expected a device MindSpore finds on this "
+     "machine: CPU (mindspore.device_context.gpu.is_available() is False), or None to "
+     "let it pick"),
+    (["trainer.device_target=Ascend"], "expected a device MindSpore finds on this machine: CPU"),
+    # The sweep's second job: refused before the first one starts.
+    (["-m", "trainer.device_target=CPU,GPU"], "trainer.device_target='GPU': not allowed"),
+]
+
+
 @pytest.mark.parametrize("args, message", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
 def test_a_mistake_is_one_line_and_creates_nothing(tmp_path, args, message):
-    done = subprocess.run([sys.executable, "-m", "ms_exp.run", *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stderr[-2000:]
+    done = main_in_process("ms_exp.run", args, tmp_path)
+    assert done.rc == 2, done.stderr[-2000:]
     assert done.stderr.splitlines() == [done.stderr.strip()]  # one line, no traceback
     assert done.stderr.startswith("ms_exp: error: ") and message in done.stderr
     assert list(tmp_path.iterdir()) == []  # no outputs/, multirun/, mlflow.db
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("args, message", DEVICE_REFUSED,
+                         ids=[" ".join(a) for a, _ in DEVICE_REFUSED])
+def test_a_device_mistake_is_one_line_without_mindspores_warnings(tmp_path, args, message):
+    done = subprocess.run([sys.executable, "-m", "ms_exp.run", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [done.stderr.strip()]  # one line, no warning
+    assert done.stderr.startswith("ms_exp: error: ") and message in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_sweep_of_good_values_still_passes_the_grammar():

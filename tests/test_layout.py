@@ -1,13 +1,12 @@
 """Semi-auto parallel layouts on CPU: the tutorial's strategies give MindSpore's layouts, the
 per-rank slices merge back bit for bit with MindSpore's own transform_checkpoints (through
 ``python -m ms_exp.ckpt``), and bad strategies fail with one line naming the operator."""
-import subprocess
-import sys
 from pathlib import Path
 
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import main_in_process
 from mindspore.parallel import build_searched_strategy, merge_sliced_parameter
 
 from ms_exp.ckpt import CkptError, merge_checkpoints, transform
@@ -29,8 +28,8 @@ DEVICES = 8
 
 
 def ckpt_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ms_exp.ckpt", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    """``python -m ms_exp.ckpt args...``, its main() in this process."""
+    return main_in_process("ms_exp.ckpt", [str(a) for a in args], cwd or Path.cwd())
 
 
 def load(path: Path) -> dict:
@@ -152,7 +151,7 @@ def test_merge_cli_gives_back_every_parameter_bit_for_bit(sliced, state, tmp_pat
     root, strategy, _ = sliced
     result = ckpt_cli("merge", root / "checkpoints", "--strategy", strategy,
                       "--output", tmp_path / "merged")
-    assert result.returncode == 0, result.stderr
+    assert result.rc == 0, result.stderr
     merged_path = Path(result.stdout.strip().splitlines()[-1])
     assert merged_path == tmp_path / "merged" / "rank_0" / "checkpoint0.ckpt"
     merged = load(merged_path)
@@ -178,7 +177,7 @@ def test_transform_8_ranks_to_2_then_merge(sliced, state, network, tmp_path):
                                        op_strategies=operator_strategies(network, dst, 2))
     result = ckpt_cli("transform", root / "checkpoints", "--strategy", strategy,
                       "--dst-strategy", dst_strategy, "--output", tmp_path / "two")
-    assert result.returncode == 0, result.stderr
+    assert result.rc == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["rank_0", "rank_1"]
     rank1 = load(tmp_path / "two" / "rank_1" / "checkpoint1.ckpt")
     np.testing.assert_array_equal(rank1["layer1.weight"], state["layer1.weight"][:, 256:])
@@ -270,6 +269,6 @@ def test_sharded_bias_layout(network):
 def test_cli_errors_are_one_line_exit_2(tmp_path, make_args, message):
     (tmp_path / "s.ckpt").write_bytes(b"x")
     result = ckpt_cli(*make_args(tmp_path))
-    assert result.returncode == 2
+    assert result.rc == 2
     assert result.stderr.splitlines() == [f"ms_exp.ckpt: error: {message.format(d=tmp_path)}"]
     assert result.stdout == ""

@@ -74,8 +74,11 @@ def _refusal(path: Path, error: OmegaConfBaseException, overrides: Iterable[str]
     """One line for OmegaConf's refusal: the key (under ``prefix`` when a group's schema
     refused it) and its value, from the overrides or else from the file (then named)."""
     overrides = list(overrides)
-    chain = [e for e in (error.__cause__, error.__context__, error)
-             if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)]
+    # Each exception once: OmegaConf's cause is often its context too, and a key prefixed
+    # twice would read model.model.<key>.
+    chain = list({id(e): e for e in (error.__cause__, error.__context__, error)
+                  if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)
+                  }.values())
     for refused in chain if prefix else ():
         refused.full_key = prefix + refused.full_key
     line = from_composition_error(error, overrides)
