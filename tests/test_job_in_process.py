@@ -1,0 +1,117 @@
+"""The whole job in the fast lane: ``python -m ms_exp.run``'s main() called in this process
+on tiny data, as lightning-hydra-template runs its train function, so every stage of a job
+(config -> checks -> plan -> built objects -> training -> records) runs in the unit lane.
+The end-to-end lane runs the same jobs as a user's command would, in their own processes."""
+import pickle
+import re
+from types import SimpleNamespace
+
+import pytest
+from conftest import main_in_process, migrated_store
+from datafiles import write_image_folder
+from mlflow import MlflowClient
+
+TINY = ("trainer.progress_bar=never", "trainer.epochs=2", "dataset=synthetic",
+        "dataset.num_samples=64", "dataset.num_eval_samples=32", "model.hidden_size=8")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A tiny job recorded in MLflow with its models, one of them registered."""
+    cwd = tmp_path_factory.mktemp("job")
+    (cwd / "mlflow.db").write_bytes(migrated_store().read_bytes())
+    result = main_in_process("ms_exp.run", [*TINY, "tracking.log_models=true",
+                                            "tracking.register_model=tiny"], cwd)
+    assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_id = re.search(r"^MLflow run (\w+)", result.stdout, re.M).group(1)
+    return SimpleNamespace(result=result, cwd=cwd, run_id=run_id,
+                           store=MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}"))
+
+
+def test_an_in_process_job_trains_and_is_recorded_with_its_models(job):
+    run = job.store.get_run(job.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["dataset.name"] == "synthetic"
+    # 64 samples at batch 32: 2 steps an epoch, every step's loss and every epoch's eval.
+    steps = [m.step for m in job.store.get_metric_history(job.run_id, "train/loss")]
+    assert steps == [1, 2, 3, 4]
+    assert [m.step for m in job.store.get_metric_history(job.run_id, "eval/accuracy")] == [2, 4]
+    run_dir = job.cwd / run.data.tags["ms_exp.run_dir"]
+    assert {p.name for p in (run_dir / "checkpoints/rank_0").glob("*.ckpt")} >= \
+        {"best.ckpt", "checkpoint-2_2.ckpt"}
+    models = job.store.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{job.run_id}'")
+    assert {m.name for m in models} == {"best", "last"}
+    (version,) = job.store.search_model_versions("name = 'tiny'")
+    assert version.run_id == job.run_id
+
+
+def test_the_same_config_again_is_skipped_when_asked(job):
+    again = main_in_process("ms_exp.run", [*TINY, "tracking.log_models=true",
+                                           "tracking.skip_finished=true"], job.cwd)
+    assert again.rc == 0, again.stderr[-3000:]
+    assert f"skipped: run {job.run_id}" in again.stdout
+
+
+def test_eval_of_the_run_gives_its_final_accuracy(job):
+    evaluated = main_in_process("ms_exp.eval", ["--run-id", job.run_id], job.cwd)
+    assert evaluated.rc == 0, evaluated.stderr[-3000:]
+    accuracy = job.store.get_run(job.run_id).data.metrics["eval/accuracy"]
+    assert f"'accuracy': {accuracy}" in evaluated.stdout
+
+
+def test_the_functional_loop_in_pynative_mode_trains_on_an_image_folder(tmp_path):
+    images = write_image_folder(tmp_path / "images", per_class_train=4, per_class_val=2,
+                                size=16)
+    result = main_in_process("ms_exp.run", [
+        "trainer.progress_bar=never", "trainer.epochs=1", "trainer.loop=functional",
+        "trainer.mode=pynative", "tracking.enabled=false", "dataset=imagenet",
+        f"dataset.path={images}", "dataset.image_size=16", "dataset.batch_size=4",
+        "model.hidden_size=8", "trainer.loss_print_interval=1"], tmp_path / "work")
+    assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "12 training and 6 held-out samples of shape (3, 16, 16), 3 classes" in result.stdout
+    assert re.findall(r"^epoch: 1 step: (\d+), loss is", result.stdout, re.M) == ["1", "2", "3"]
+    assert "MLflow run" not in result.stdout
+
+
+def test_ranks_agree_on_the_first_proposed_stop_step(tmp_path):
+    from ms_exp.train.stop_step import (
+        agreed_stop_step,
+        clear_stop_step,
+        propose_stop_step,
+        stop_step_file,
+    )
+
+    path = stop_step_file(tmp_path)
+    assert agreed_stop_step(path) is None
+    assert propose_stop_step(path, 7) == 7
+    assert propose_stop_step(path, 8) == 7     # the later rank stops where the first said
+    assert list(tmp_path.iterdir()) == [path]  # no proposal's part file left behind
+    clear_stop_step(tmp_path)
+    assert agreed_stop_step(path) is None
+
+
+def test_a_sweeps_best_child_follows_the_direction_and_skips_unfinished_jobs():
+    from ms_exp.tracking.registry import best_child
+
+    def child(status, **metrics):
+        return SimpleNamespace(info=SimpleNamespace(status=status),
+                               data=SimpleNamespace(metrics=metrics))
+
+    a, b = child("FINISHED", **{"eval/accuracy": 0.5, "eval/loss": 0.2}), \
+        child("FINISHED", **{"eval/accuracy": 0.9, "eval/loss": 0.4})
+    failed = child("FAILED", **{"eval/accuracy": 1.0})
+    assert best_child([a, b, failed], None) == (b, "eval/accuracy")
+    assert best_child([a, b], "eval/loss") == (a, "eval/loss")
+    assert best_child([a, b], "eval/accuracy", "minimize") == (a, "eval/accuracy")
+    assert best_child([failed], "eval/accuracy") == (None, "eval/accuracy")
+
+
+def test_a_pruned_trial_pickles_back_from_a_worker_process():
+    import optuna
+
+    from ms_exp.search.pruned import TrialPruned
+
+    pruned = pickle.loads(pickle.dumps(TrialPruned("study-a", 3)))
+    assert isinstance(pruned, optuna.TrialPruned)
+    assert (pruned.study_name, pruned.epoch) == ("study-a", 3)
