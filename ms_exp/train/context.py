@@ -77,7 +77,14 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
     # launcher's DEVICE_ID (msrun: the local rank; rank table: START_ID + rank) comes first.
     device_id = 0 if target == "CPU" else \
         environment_device_id(trainer_cfg.device_id)
-    ms.set_device(device_target=target, device_id=device_id)
+    try:
+        ms.set_device(device_target=target, device_id=device_id)
+    except RuntimeError as error:
+        # Kernels already ran on the CPU in this process (a notebook, a script or a test
+        # that computed before calling the job): MindSpore then refuses set_device, and the
+        # CPU, its one device, is already the one the job asks for.
+        if target != "CPU" or "runtime has been initialized" not in str(error):
+            raise
     if parallel_cfg.mode == "stand_alone":
         # A stand-alone run has no sharding, so MindSpore writes no strategy file for it;
         # the settings are handed over all the same so the context matches the config.
