@@ -7,12 +7,11 @@ last bytes; the image folder option checks every file of a split when it is buil
 """
 import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import main_in_process
 from datafiles import write_image_folder
 
 from ms_exp.config.errors import ConfigError
@@ -99,13 +98,12 @@ def test_a_truncated_jpeg_stops_the_job_before_training_naming_the_file(tmp_path
     bad.write_bytes(bad.read_bytes()[:200])
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "ms_exp.run", f"hydra.run.dir={work / 'run'}",
-         "trainer.progress_bar=never", "trainer.epochs=1", "dataset=imagenet",
-         f"dataset.path={data}", *TINY_RESNET18],
-        cwd=work, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True,
-        text=True, timeout=240)
-    assert proc.returncode == 2, proc.returncode       # was SIGFPE_EXIT
+    # Refused before any work starts: ms_exp.run's main in this process.
+    proc = main_in_process(
+        "ms_exp.run", [f"hydra.run.dir={work / 'run'}", "trainer.progress_bar=never",
+                       "trainer.epochs=1", "dataset=imagenet", f"dataset.path={data}",
+                       *TINY_RESNET18], work)
+    assert proc.rc == 2, proc.rc       # was SIGFPE_EXIT
     expected = (f"dataset.train_dir='train': {bad} has a cut-off JPEG header (200 bytes, it "
                 "ends before its first scan); expected class folders of whole JPEG, PNG or "
                 "BMP images; remove or replace the file")
@@ -210,13 +208,11 @@ def test_overwritten_criteo_records_stop_the_job_before_training_naming_the_file
     folder = damaged_copy(criteo_folder, tmp_path / "overwritten", "overwritten")
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "ms_exp.run", f"hydra.run.dir={work / 'run'}",
-         "trainer.progress_bar=never", "trainer.epochs=1", "model=wide_deep",
-         "dataset=criteo", f"dataset.path={folder}", "dataset.batch_size=10"],
-        cwd=work, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True,
-        text=True, timeout=240)
-    assert proc.returncode == 2, proc.returncode       # was 139 (SIGSEGV)
+    proc = main_in_process(
+        "ms_exp.run", [f"hydra.run.dir={work / 'run'}", "trainer.progress_bar=never",
+                       "trainer.epochs=1", "model=wide_deep", "dataset=criteo",
+                       f"dataset.path={folder}", "dataset.batch_size=10"], work)
+    assert proc.rc == 2, proc.rc       # was 139 (SIGSEGV)
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("ms_exp: error: dataset.path=") and \
         f"{folder / 'train.mindrecord'} has changed since it was converted" in line, line

@@ -5,7 +5,8 @@ import math
 
 import numpy as np
 import pytest
-from conftest import train
+from conftest import FAST
+from training_jobs import experiment_sweep
 
 STEPS = 44  # the default digits job's steps per epoch
 
@@ -94,16 +95,42 @@ def test_model_loss_scale_outputs_are_read_as_overflow_and_scale():
     assert loss_scale_state(type("P", (dict,), {"__getattr__": dict.get})(params)) is None
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("loop,schedule", [("model", "constant"), ("model", "linear"),
-                                           ("functional", "cosine")])
-def test_train_lr_is_the_rate_each_step_used(tmp_path, loop, schedule):
+LR_CASES = [("model", "constant"), ("model", "linear"), ("functional", "cosine")]
+
+
+def lr_job(loop, schedule):
     warmup = 0 if schedule == "constant" else 1
     decay = 2 if schedule == "constant" else 3   # a decaying schedule stops partway
-    result = train(tmp_path, "trainer.epochs=2", f"trainer.loop={loop}",
-                   f"optimizer.schedule={schedule}", f"optimizer.warmup_epochs={warmup}",
-                   *([f"optimizer.decay_epochs={decay}"] if decay != 2 else []),
-                   "tracking.log_every_n_steps=3", "tracking.log_grad_norm=true")
+    optimizer = f"schedule: {schedule}, warmup_epochs: {warmup}"
+    if decay != 2:
+        optimizer += f", decay_epochs: {decay}"
+    return (f"trainer: {{epochs: 2, loop: {loop}}}\noptimizer: {{{optimizer}}}\n"
+            "tracking: {log_every_n_steps: 3, log_grad_norm: true}\n")
+
+
+JOBS = {
+    **{f"{loop}_{schedule}": lr_job(loop, schedule) for loop, schedule in LR_CASES},
+    # float16 gradients of a loss scaled by 2**30 overflow until the scale has dropped.
+    "overflow": ("trainer: {epochs: 1, loop: functional}\n"
+                 f"amp: {{level: O3, loss_scale: dynamic, loss_scale_value: {2**30}}}\n"
+                 "tracking: {log_grad_norm: true}\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The jobs of this file: one sweep, one process (tests/training_jobs.py)."""
+    return experiment_sweep(tmp_path_factory.mktemp("curves"), JOBS, *FAST)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("loop,schedule", LR_CASES)
+def test_train_lr_is_the_rate_each_step_used(sweep, loop, schedule):
+    result = sweep[f"{loop}_{schedule}"]
+    params = result.run.data.params
+    assert (params["trainer.loop"], params["optimizer.schedule"]) == (loop, schedule)
+    warmup = 0 if schedule == "constant" else 1
+    decay = 2 if schedule == "constant" else 3   # a decaying schedule stops partway
     expected = zoo_rates(schedule, 0.05, warmup * STEPS, decay * STEPS)
     lr = history(result, "train/lr")
     assert sorted(lr) == list(range(3, 2 * STEPS + 1, 3))
@@ -117,11 +144,8 @@ def test_train_lr_is_the_rate_each_step_used(tmp_path, loop, schedule):
 
 
 @pytest.mark.e2e
-def test_overflows_halve_the_logged_scale_and_are_counted(tmp_path):
-    # float16 gradients of a loss scaled by 2**30 overflow until the scale has dropped.
-    result = train(tmp_path, "trainer.epochs=1", "trainer.loop=functional", "amp.level=O3",
-                   "amp.loss_scale=dynamic", f"amp.loss_scale_value={2**30}",
-                   "tracking.log_grad_norm=true")
+def test_overflows_halve_the_logged_scale_and_are_counted(sweep):
+    result = sweep["overflow"]
     scale = history(result, "train/loss_scale")
     overflow = history(result, "train/overflow")
     count = history(result, "train/overflow_steps")

@@ -2,49 +2,42 @@
 real file formats (idx files, JPEG folders), checked by what a user sees: exit status,
 console lines and the files a run leaves behind.
 
-Each test runs the CLI in a subprocess with the test's tmp_path as working directory, so the
-MLflow store (mlflow.db, mlartifacts/) lands there too.
+The jobs that train run in one sweep (one process, one job per experiment file) with a
+working directory of their own, so the MLflow store (mlflow.db, mlartifacts/) lands there
+too; the refusals, which come before any work starts, run in this process.
 """
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 import pytest
+from conftest import main_in_process
 from datafiles import write_image_folder, write_mnist
+from training_jobs import Job, experiment_sweep
 
 LOSS_LINE = re.compile(r"^epoch: (\d+) step: (\d+), loss is [0-9.]+(?:e-?\d+)?$", re.M)
 FINAL_ACCURACY = re.compile(r"final evaluation: .*?eval/accuracy ([0-9.]+)")
 FAST = ["trainer.progress_bar=never"]
-SUBPROCESS_TIMEOUT_S = 240
 
 
 def run_cli(cwd: Path, *overrides: str, data_path: Union[str, Path, None] = None,
-            epochs: Optional[int] = 1, env: Optional[Dict[str, str]] = None
+            epochs: Optional[int] = 1, env: Optional[Dict[str, Optional[str]]] = None
             ) -> Tuple[int, str, str]:
     """``python -m ms_exp.run`` in ``cwd`` with its run dir at ``cwd/run``; DATA_PATH is set
-    to ``data_path`` or removed; ``env`` adds variables. Returns (exit status, stdout,
-    stderr)."""
-    env = {**os.environ, **(env or {})}
-    env.pop("DATA_PATH", None)
-    if data_path is not None:
-        env["DATA_PATH"] = str(data_path)
+    to ``data_path`` or removed; ``env`` adds variables. In this process: what is run here
+    is refused before any work starts. Returns (exit status, stdout, stderr)."""
+    env = {**(env or {}), "DATA_PATH": None if data_path is None else str(data_path)}
     args: List[str] = [f"hydra.run.dir={cwd / 'run'}", *FAST]
     if epochs is not None:
         args.append(f"trainer.epochs={epochs}")
-    proc = subprocess.run([sys.executable, "-m", "ms_exp.run", *args, *overrides],
-                          cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S)
-    return proc.returncode, proc.stdout, proc.stderr
+    result = main_in_process("ms_exp.run", [*args, *overrides], cwd, env)
+    return result.rc, result.stdout, result.stderr
 
 
-def assert_finished(result: Tuple[int, str, str]) -> str:
-    rc, out, err = result
-    assert rc == 0, f"exit status {rc}\n--- stdout\n{out}\n--- stderr\n{err}"
-    assert "final evaluation:" in out, out
-    return out
+def assert_finished(job: Job) -> str:
+    assert job.run.info.status == "FINISHED", job.console[-3000:]
+    assert "final evaluation:" in job.console, job.console
+    return job.console
 
 
 def assert_refused(result: Tuple[int, str, str], cwd: Path) -> str:
@@ -58,8 +51,8 @@ def assert_refused(result: Tuple[int, str, str], cwd: Path) -> str:
     return lines[0]
 
 
-def checkpoints(cwd: Path) -> List[str]:
-    return sorted(p.name for p in (cwd / "run" / "checkpoints" / "rank_0").glob("*.ckpt"))
+def checkpoints(job: Job) -> List[str]:
+    return sorted(p.name for p in (job.run_dir / "checkpoints" / "rank_0").glob("*.ckpt"))
 
 
 def final_accuracy(out: str) -> float:
@@ -95,38 +88,78 @@ def data(tmp_path_factory) -> Dict[str, Path]:
 
 TINY_RESNET18 = ["model=resnet", "model.depth=18", "model.width=0.125",
                  "dataset.image_size=32", "dataset.batch_size=4"]
+TINY_RESNET18_YAML = ("model: {depth: 18, width: 0.125}\n"
+                      "dataset: {image_size: 32, batch_size: 4, path: %s}\n")
+
+
+def experiment(dataset: str, model: Optional[str] = None, body: str = "") -> str:
+    """An experiment file's text: the dataset (and model) option, then ``body``."""
+    choices = [f"  - override /dataset: {dataset}"]
+    if model:
+        choices.append(f"  - override /model: {model}")
+    return "defaults:\n" + "\n".join(choices) + "\n" + body
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory, data) -> Dict[str, Job]:
+    """Every training job of this file, one sweep in one process (tests/training_jobs.py),
+    one epoch each. The process's DATA_PATH, ``~/mnist_1300`` with HOME a folder of the
+    test's own, is read (and expanded) by the one job that sets no dataset.path: the
+    model-saving preset's."""
+    root = tmp_path_factory.mktemp("datasets")
+    home = root / "home"
+    home.mkdir()
+    (home / "mnist_1300").symlink_to(data["mnist_1300"], target_is_directory=True)
+    experiments = {
+        # 96 samples are 3 steps of 32: print the loss every step to see the tutorial's line.
+        "mnist": experiment("mnist", body=f"dataset: {{path: {data['mnist']}}}\n"
+                                           "trainer: {loss_print_interval: 1, "
+                                           "mode: pynative}\n"),
+        "imagenet": experiment("imagenet", "resnet", TINY_RESNET18_YAML % data["images"]),
+        "imagenet_pynative": experiment("imagenet", "resnet",
+                                        TINY_RESNET18_YAML % data["images"] +
+                                        "trainer: {mode: pynative}\n"),
+        "synthetic_resnet50": experiment(
+            "synthetic", "resnet",
+            "dataset: {image_shape: [3, 32, 32], num_classes: 4, num_samples: 128, "
+            "num_eval_samples: 32}\nmodel: {depth: 50, width: 0.125}\n"),
+        "synthetic_mlp": experiment("synthetic", "mlp"),
+        "synthetic_pynative": experiment("synthetic", body="dataset: {num_samples: 128, "
+                                                            "num_eval_samples: 32}\n"
+                                                            "trainer: {mode: pynative}\n"),
+    }
+    sweep = experiment_sweep(root, experiments, *FAST, "tracking.log_models=false",
+                             "trainer.epochs=1", presets=["model_saving"],
+                             env={"DATA_PATH": "~/mnist_1300", "HOME": str(home)})
+    return sweep.jobs
 
 
 # --- mnist ------------------------------------------------------------------------------
 
 @pytest.mark.e2e
-def test_mnist_from_dataset_path_trains_and_checkpoints(tmp_path, data):
-    # 96 samples are 3 steps of 32: print the loss every step to see the tutorial's line.
-    out = assert_finished(run_cli(tmp_path, "dataset=mnist", f"dataset.path={data['mnist']}",
-                                  "trainer.loss_print_interval=1"))
+def test_mnist_from_dataset_path_trains_and_checkpoints(jobs):
+    job = jobs["mnist"]
+    out = assert_finished(job)
     assert "96 training and 32 held-out samples of shape (1, 28, 28), 10 classes" in out
     assert re.search(r"^epoch: 1 step: \d+, loss is [0-9.]+", out, re.M), out
     assert LOSS_LINE.findall(out) == [("1", "1"), ("1", "2"), ("1", "3")]
-    ckpts = checkpoints(tmp_path)
+    ckpts = checkpoints(job)
     assert any(re.fullmatch(r"checkpoint-1_\d+\.ckpt", name) for name in ckpts), ckpts
-    assert (tmp_path / "mlflow.db").is_file()
+    assert "checkpoint-1_3.ckpt" in ckpts  # 96 / 32 steps, one epoch
+    # The MLflow store and its artifacts are in the working directory.
+    workdir = job.run_dir.parents[3]
+    assert (workdir / "mlflow.db").is_file()
+    assert job.run.info.artifact_uri.startswith(f"file://{workdir}/mlartifacts/"), \
+        job.run.info.artifact_uri
 
 
 @pytest.mark.e2e
-def test_mnist_from_data_path_env(tmp_path, data):
-    out = assert_finished(run_cli(tmp_path, "dataset=mnist", data_path=data["mnist"]))
-    assert "96 training and 32 held-out samples" in out
-    assert "checkpoint-1_3.ckpt" in checkpoints(tmp_path)  # 96 / 32 steps, one epoch
-
-
-@pytest.mark.e2e
-def test_mnist_data_path_with_tilde_is_expanded(tmp_path, data):
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "mnist").symlink_to(data["mnist"], target_is_directory=True)
-    out = assert_finished(run_cli(tmp_path, "dataset=mnist", data_path="~/mnist",
-                                  env={"HOME": str(home)}))
-    assert "96 training and 32 held-out samples" in out
+def test_mnist_data_path_with_tilde_is_expanded(jobs, data):
+    """The preset sets no dataset.path: the job reads DATA_PATH=~/mnist_1300."""
+    job = jobs["model_saving"]
+    out = assert_finished(job)
+    assert "1300 training and 64 held-out samples" in out
+    assert "checkpoint-1_41.ckpt" in checkpoints(job)  # 1300 / 32 steps, one epoch
 
 
 def test_mnist_folder_missing_an_idx_file_is_refused(tmp_path, data):
@@ -162,12 +195,13 @@ def test_mnist_without_path_or_data_path_is_refused(tmp_path):
 # --- imagenet ---------------------------------------------------------------------------
 
 @pytest.mark.e2e
-def test_imagenet_folder_trains_with_one_class_per_folder(tmp_path, data):
+def test_imagenet_folder_trains_with_one_class_per_folder(jobs):
     # The stray .DS_Store and README.txt are not counted, and do not stop training.
-    out = assert_finished(run_cli(tmp_path, "dataset=imagenet",
-                                  f"dataset.path={data['images']}", *TINY_RESNET18))
+    job = jobs["imagenet"]
+    out = assert_finished(job)
     assert "24 training and 12 held-out samples of shape (3, 32, 32), 3 classes" in out
-    assert "checkpoint-1_6.ckpt" in checkpoints(tmp_path)  # 24 / 4 steps
+    assert "checkpoint-1_6.ckpt" in checkpoints(job)  # 24 / 4 steps
+    assert job.run.data.params["model.depth"] == "18"
 
 
 def test_imagenet_without_val_folder_is_refused(tmp_path, data):
@@ -192,31 +226,29 @@ def test_imagenet_num_classes_below_the_class_folders_is_refused(tmp_path, data)
 # --- synthetic --------------------------------------------------------------------------
 
 @pytest.mark.e2e
-def test_synthetic_any_shape_trains_resnet50(tmp_path):
-    out = assert_finished(run_cli(
-        tmp_path, "dataset=synthetic", "dataset.image_shape=[3,32,32]",
-        "dataset.num_classes=4", "dataset.num_samples=128", "dataset.num_eval_samples=32",
-        "model=resnet", "model.depth=50", "model.width=0.125"))
+def test_synthetic_any_shape_trains_resnet50(jobs):
+    out = assert_finished(jobs["synthetic_resnet50"])
     assert "128 training and 32 held-out samples of shape (3, 32, 32), 4 classes" in out
+    assert jobs["synthetic_resnet50"].run.data.params["model.depth"] == "50"
 
 
 @pytest.mark.e2e
-def test_synthetic_is_learnable_by_the_mlp(tmp_path):
-    out = assert_finished(run_cli(tmp_path, "dataset=synthetic", "model=mlp", epochs=2))
+def test_synthetic_is_learnable_by_the_mlp(jobs):
+    out = assert_finished(jobs["synthetic_mlp"])
     assert final_accuracy(out) > 0.5
 
 
 # --- the model-saving tutorial preset ---------------------------------------------------
 
 @pytest.mark.e2e
-def test_model_saving_experiment_on_mnist(tmp_path, data):
-    out = assert_finished(run_cli(tmp_path, "+experiment=model_saving",
-                                  data_path=data["mnist_1300"]))
+def test_model_saving_experiment_on_mnist(jobs):
+    job = jobs["model_saving"]
+    out = assert_finished(job)
     # 1300 samples, batch 32, drop_remainder false: 41 steps, the last one ragged.
     assert "1300 training and 64 held-out samples" in out
     assert "41 steps per epoch" in out
     assert [int(step) for _, step in LOSS_LINE.findall(out)] == [20, 40]
-    assert checkpoints(tmp_path) == ["best.ckpt", "checkpoint-1_41.ckpt"]
+    assert checkpoints(job) == ["best.ckpt", "checkpoint-1_41.ckpt"]
     assert ("checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
             "so its slice is the full set of weights") in out
 
@@ -224,16 +256,13 @@ def test_model_saving_experiment_on_mnist(tmp_path, data):
 # --- pynative mode ----------------------------------------------------------------------
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("dataset", ["digits", "mnist", "imagenet", "synthetic"])
-def test_pynative_mode(tmp_path, data, dataset):
-    overrides = {
-        "digits": [],
-        "mnist": [f"dataset.path={data['mnist']}"],
-        "imagenet": [f"dataset.path={data['images']}", *TINY_RESNET18],
-        "synthetic": ["dataset.num_samples=128", "dataset.num_eval_samples=32"],
-    }[dataset]
-    out = assert_finished(run_cli(tmp_path, f"dataset={dataset}", "trainer.mode=pynative",
-                                  *overrides))
+@pytest.mark.parametrize("dataset,name", [("mnist", "mnist"), ("imagenet", "imagenet_pynative"),
+                                          ("synthetic", "synthetic_pynative")])
+def test_pynative_mode(jobs, dataset, name):
+    """digits: tests/test_training.py::test_both_context_modes_train[pynative]."""
+    job = jobs[name]
+    out = assert_finished(job)
     assert f"dataset={dataset}:" in out
-    assert "mode: pynative" in (tmp_path / "run" / "config.yaml").read_text()
-    assert any(re.fullmatch(r"checkpoint-1_\d+\.ckpt", n) for n in checkpoints(tmp_path))
+    assert "mode: pynative" in (job.run_dir / "config.yaml").read_text()
+    assert job.run.data.tags["ms_exp.mode"] == "pynative"
+    assert any(re.fullmatch(r"checkpoint-1_\d+\.ckpt", n) for n in checkpoints(job))

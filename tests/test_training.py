@@ -1,5 +1,7 @@
 """Training behaviour a user notices: both context modes, the checkpoint and tracking
 options, optimizers and schedules, and how a run ends (KILLED, FAILED)."""
+import contextlib
+import io
 import math
 import re
 import signal
@@ -10,17 +12,55 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FAST, run_cli, train
+from conftest import FAST, main_in_process, train
 from mlflow import MlflowClient
+from training_jobs import experiment_sweep
 
 from ms_exp.checkpoint.files import load_verified
 from ms_exp.preflight.compose import compose_config
 
-SHORT = ("trainer.epochs=2",)
+# The jobs of this file that need no process of their own: one sweep (tests/training_jobs.py),
+# each job an experiment file. The command line's explicit parallel, boost and placement
+# choices (ms_exp's defaults) apply to all of them; the progress bar is left at its default
+# (auto), which a pipe keeps quiet, but for one job that asks for it and one that refuses it.
+JOBS = {
+    # Graph mode, integrated checkpoints, tracking.log_checkpoints=last: the defaults.
+    "graph": "trainer: {epochs: 2, mode: graph}\n",
+    # A step in PyNative mode costs tens of graph-mode steps: one epoch, at a rate that
+    # learns in it.
+    "pynative": ("trainer: {epochs: 1, mode: pynative}\noptimizer: {lr: 0.2}\n"
+                 "tracking: {log_checkpoints: none}\n"),
+    "sliced": "defaults:\n  - override /checkpoint: sliced\ntrainer: {epochs: 2}\n",
+    "checkpoint_none": ("defaults:\n  - override /checkpoint: none\n"
+                        "trainer: {epochs: 1, progress_bar: always}\n"),
+    "checkpoint_steps": ("trainer: {epochs: 2, progress_bar: never}\n"
+                         "checkpoint: {save_checkpoint_steps: 10, keep_checkpoint_max: 2, "
+                         "keep_best: false, prefix: digits}\n"),
+    "sgd": ("trainer: {epochs: 2}\noptimizer: {name: sgd, lr: 0.1}\n"
+            "tracking: {log_checkpoints: all}\n"),
+    "adam": "trainer: {epochs: 2}\noptimizer: {name: adam, lr: 0.001, weight_decay: 0.0001}\n",
+    "cosine_warmup_smoothing": ("trainer: {epochs: 2}\n"
+                                "optimizer: {schedule: cosine, warmup_epochs: 1}\n"
+                                "loss: {label_smoothing: 0.1}\n"),
+    "linear_softmax_ce_no_shuffle": ("trainer: {epochs: 2}\noptimizer: {schedule: linear}\n"
+                                     "loss: {name: softmax_cross_entropy}\n"
+                                     "dataset: {shuffle: false, drop_remainder: false, "
+                                     "num_parallel_workers: 2}\n"),
+    # Compared with a job of another process (test_seed_makes_runs_repeatable); the last
+    # job of the sweep, after every other one has run in this process.
+    "seed": "trainer: {epochs: 1, seed: 7}\n",
+}
 
 
-def final_accuracy(result) -> float:
-    return float(result.field("final evaluation: eval/accuracy").split(",")[0])
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    # Hydra's flags come before the overrides, as argparse wants them.
+    return experiment_sweep(tmp_path_factory.mktemp("sweep"), JOBS, "tracking.log_models=false",
+                            "parallel=stand_alone", "boost=off", "placement=device")
+
+
+def final_accuracy(job) -> float:
+    return float(job.field("final evaluation: eval/accuracy").split(",")[0])
 
 
 def checkpoint_weights(path):
@@ -32,85 +72,96 @@ def checkpoint_weights(path):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
-def test_both_context_modes_train(tmp_path, mode):
-    result = train(tmp_path, *SHORT, f"trainer.mode={mode}")
-    run = result.store.get_run(result.run_id)
-    assert run.data.tags["ms_exp.mode"] == mode
-    loss = [m.value for m in result.store.get_metric_history(result.run_id, "train/loss")]
+def test_both_context_modes_train(sweep, mode):
+    job = sweep[mode]
+    assert job.run.data.tags["ms_exp.mode"] == mode
+    loss = [m.value for m in job.store.get_metric_history(job.run_id, "train/loss")]
     assert np.mean(loss[-10:]) < 0.5 * np.mean(loss[:10])
-    assert final_accuracy(result) > 0.5
+    assert final_accuracy(job) > 0.5
+    assert "dataset=digits:" in job.console
+    assert f"mode: {mode}" in (job.run_dir / "config.yaml").read_text()
+    epochs = int(job.run.data.params["trainer.epochs"])
+    assert (job.run_dir / f"checkpoints/rank_0/checkpoint-{epochs}_44.ckpt").is_file()
 
 
 @pytest.mark.e2e
-def test_explicit_stand_alone_boost_off_device_placement(tmp_path):
-    result = train(tmp_path, "trainer.epochs=1", "parallel=stand_alone", "boost=off",
-                   "placement=device")
-    assert "run standalone!" not in result.stdout
-    assert "placement=device: every parameter and optimizer state on CPU" in result.stdout
-    run = result.store.get_run(result.run_id)
-    assert run.data.params["boost.level"] == "O0" and run.data.params["boost.mode"] == "off"
-    assert run.data.params["placement.mode"] == "device"
-    assert run.data.params["parallel.device_num"] == "1"
-    assert run.data.tags["ms_exp.parallel_mode"] == "stand_alone"
+def test_explicit_stand_alone_boost_off_device_placement(sweep):
+    job = sweep["graph"]
+    assert "run standalone!" not in job.console
+    assert "run standalone!" not in sweep.result.stdout
+    assert "placement=device: every parameter and optimizer state on CPU" in job.console
+    params = job.run.data.params
+    assert params["boost.level"] == "O0" and params["boost.mode"] == "off"
+    assert params["placement.mode"] == "device"
+    assert params["parallel.device_num"] == "1"
+    assert job.run.data.tags["ms_exp.parallel_mode"] == "stand_alone"
 
 
 @pytest.mark.e2e
-def test_sliced_in_stand_alone_saves_the_same_full_weights_and_says_so_once(tmp_path):
-    integrated = train(tmp_path / "i", *SHORT, "checkpoint=integrated")
-    sliced = train(tmp_path / "s", *SHORT, "checkpoint=sliced")
-    assert sliced.stdout.count("checkpoint=sliced in stand-alone mode") == 1
-    assert "checkpoint=sliced in stand-alone" not in integrated.stdout
+def test_sliced_in_stand_alone_saves_the_same_full_weights_and_says_so_once(sweep):
+    integrated, sliced = sweep["graph"], sweep["sliced"]
+    assert sliced.console.count("checkpoint=sliced in stand-alone mode") == 1
+    assert "checkpoint=sliced in stand-alone" not in integrated.console
     a = checkpoint_weights(integrated.run_dir / "checkpoints/rank_0/checkpoint-2_44.ckpt")
     b = checkpoint_weights(sliced.run_dir / "checkpoints/rank_0/checkpoint-2_44.ckpt")
     assert a.keys() == b.keys() == {f"layer{i}.{w}" for i in (1, 2, 3) for w in ("weight", "bias")}
     assert a["layer1.weight"].shape == (64, 512)  # sized to the 8x8 digits
     for name in a:
         np.testing.assert_array_equal(a[name], b[name])
-    assert sliced.store.get_run(sliced.run_id).data.params["checkpoint.integrated_save"] == "False"
+    assert sliced.run.data.params["checkpoint.integrated_save"] == "False"
 
 
 @pytest.mark.e2e
-def test_checkpoint_none_saves_nothing_and_eval_says_why(tmp_path):
-    result = train(tmp_path, *SHORT, "checkpoint=none")
-    assert not (result.run_dir / "checkpoints").exists()
-    assert result.store.list_artifacts(result.run_id, "checkpoints") == []
-    refused = run_cli("ms_exp.eval", ["--run-id", result.run_id], tmp_path)
+def test_checkpoint_none_saves_nothing_and_eval_says_why(sweep):
+    job = sweep["checkpoint_none"]
+    assert not (job.run_dir / "checkpoints").exists()
+    assert job.store.list_artifacts(job.run_id, "checkpoints") == []
+    refused = main_in_process("ms_exp.eval", ["--run-id", job.run_id], sweep.result.cwd)
     assert refused.rc == 2
     assert "--checkpoint='last': not allowed; expected a checkpoint the run saved" in \
         refused.stderr
 
 
 @pytest.mark.e2e
-def test_checkpoint_steps_and_keep_max_reach_model_checkpoint(tmp_path):
-    result = train(tmp_path, *SHORT, "checkpoint.save_checkpoint_steps=10",
-                   "checkpoint.keep_checkpoint_max=2", "checkpoint.keep_best=false",
-                   "checkpoint.prefix=digits")
-    names = {p.name for p in (result.run_dir / "checkpoints/rank_0").glob("*.ckpt")}
+def test_checkpoint_steps_and_keep_max_reach_model_checkpoint(sweep):
+    job = sweep["checkpoint_steps"]
+    names = {p.name for p in (job.run_dir / "checkpoints/rank_0").glob("*.ckpt")}
     # Saved every 10 steps; only the two newest stay. 88 steps: 80 is epoch 2 step 36, and
     # the end of training (epoch 2 step 44) is always saved.
     assert names == {"digits-2_36.ckpt", "digits-2_44.ckpt"}
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("choice,expected", [
-    ("all", {"checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt", "best.ckpt", "best.json",
-             "checkpoint-graph.meta"}),
-    ("last", {"checkpoint-2_44.ckpt", "best.ckpt"}),
-    ("none", set()),
-])
-def test_log_checkpoints_setting_decides_what_mlflow_keeps(tmp_path, choice, expected):
-    result = train(tmp_path, *SHORT, f"tracking.log_checkpoints={choice}")
+@pytest.mark.parametrize("choice,job,expected", [
+    ("all", "sgd", {"checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt", "best.ckpt", "best.json",
+                    "checkpoint-graph.meta"}),
+    ("last", "graph", {"checkpoint-2_44.ckpt", "best.ckpt"}),
+    ("none", "pynative", set()),
+], ids=["all", "last", "none"])
+def test_log_checkpoints_setting_decides_what_mlflow_keeps(sweep, choice, job, expected):
+    job = sweep[job]
+    assert job.run.data.params["tracking.log_checkpoints"] == choice
     logged = {a.path.rsplit("/", 1)[-1]
-              for a in result.store.list_artifacts(result.run_id, "checkpoints/rank_0")}
+              for a in job.store.list_artifacts(job.run_id, "checkpoints/rank_0")}
     assert logged == expected
+    # What MLflow does not keep stays in the run directory all the same.
+    epochs = int(job.run.data.params["trainer.epochs"])
+    assert {f"checkpoint-{epochs}_44.ckpt", "best.ckpt"} <= \
+        {p.name for p in (job.run_dir / "checkpoints/rank_0").iterdir()}
 
 
 @pytest.mark.e2e
-def test_tracking_disabled_trains_without_a_store(tmp_path):
-    result = train(tmp_path, "trainer.epochs=1", "tracking.enabled=false")
-    assert "final evaluation" in result.stdout
-    assert "MLflow run" not in result.stdout
-    assert not (tmp_path / "mlflow.db").exists()
+def test_tracking_disabled_trains_without_a_store(untracked):
+    assert "final evaluation" in untracked.stdout
+    assert "MLflow run" not in untracked.stdout
+    assert not (untracked.cwd / "mlflow.db").exists()
+
+
+@pytest.fixture(scope="module")
+def untracked(tmp_path_factory):
+    """A job of its own process without tracking, seeded as the sweep's last job."""
+    return train(tmp_path_factory.mktemp("untracked"), "trainer.epochs=1",
+                 "tracking.enabled=false", "trainer.seed=7")
 
 
 @pytest.mark.e2e
@@ -131,16 +182,28 @@ def test_tracking_uri_and_names_are_used(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("overrides", [
-    ("optimizer.name=sgd", "optimizer.lr=0.1"),
-    ("optimizer.name=adam", "optimizer.lr=0.001", "optimizer.weight_decay=0.0001"),
-    ("optimizer.schedule=cosine", "optimizer.warmup_epochs=1", "loss.label_smoothing=0.1"),
-    ("optimizer.schedule=linear", "loss.name=softmax_cross_entropy", "dataset.shuffle=false",
-     "dataset.drop_remainder=false", "dataset.num_parallel_workers=2"),
-], ids=["sgd", "adam", "cosine-warmup-smoothing", "linear-softmax-ce-no-shuffle"])
-def test_optimizers_losses_and_schedules_train(tmp_path, overrides):
-    result = train(tmp_path, *SHORT, *overrides)
-    assert final_accuracy(result) > 0.5
+@pytest.mark.parametrize("job", ["sgd", "adam", "cosine_warmup_smoothing",
+                                 "linear_softmax_ce_no_shuffle"],
+                         ids=["sgd", "adam", "cosine-warmup-smoothing",
+                              "linear-softmax-ce-no-shuffle"])
+def test_optimizers_losses_and_schedules_train(sweep, job):
+    job = sweep[job]
+    assert final_accuracy(job) > 0.5
+    params = job.run.data.params
+    expected = {
+        "sgd": {"optimizer.name": "sgd", "optimizer.lr": "0.1"},
+        "adam": {"optimizer.name": "adam", "optimizer.lr": "0.001",
+                 "optimizer.weight_decay": "0.0001"},
+        "cosine_warmup_smoothing": {"optimizer.schedule": "cosine",
+                                    "optimizer.warmup_epochs": "1",
+                                    "loss.label_smoothing": "0.1"},
+        "linear_softmax_ce_no_shuffle": {"optimizer.schedule": "linear",
+                                         "loss.name": "softmax_cross_entropy",
+                                         "dataset.shuffle": "False",
+                                         "dataset.drop_remainder": "False",
+                                         "dataset.num_parallel_workers": "2"},
+    }[job.name]
+    assert {key: params[key] for key in expected} == expected
 
 
 def test_learning_rate_schedules_follow_warmup_then_decay():
@@ -173,38 +236,68 @@ def test_learning_rate_schedules_follow_warmup_then_decay():
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("setting,shown", [("always", True), ("auto", False),
-                                           ("never", False)])
-def test_progress_bar_only_where_asked_and_never_in_captured_logs(tmp_path, setting, shown):
-    result = run_cli("ms_exp.run", ["trainer.epochs=1", f"trainer.progress_bar={setting}"],
-                     tmp_path)
-    assert result.rc == 0
-    # tqdm draws on stderr; "auto" sees a pipe here, as in CI, and stays quiet.
-    assert ("epoch 1/1" in result.stderr and "step/s" in result.stderr) == shown
+@pytest.mark.parametrize("setting,job,shown", [("always", "checkpoint_none", True),
+                                               ("auto", "graph", False),
+                                               ("never", "checkpoint_steps", False)])
+def test_progress_bar_only_where_asked_and_never_in_captured_logs(sweep, setting, job, shown):
+    job = sweep[job]
+    assert job.run.data.params["trainer.progress_bar"] == setting
+    # tqdm draws on stderr, which the job's console.log keeps; "auto" sees a pipe here, as
+    # in CI, and stays quiet.
+    assert ("epoch 1/1" in job.console and "step/s" in job.console) == shown
+    assert ("step/s" in job.console) == shown
+    # On the sweep's stderr: the bar of the one job that asked for it (1 epoch), and none
+    # of the jobs of 2 epochs, which left it at auto or never.
+    assert "epoch 1/1" in sweep.result.stderr
+    assert "epoch 1/2" not in sweep.result.stderr and "epoch 2/2" not in sweep.result.stderr
+
+
+def test_progress_bar_setting_decides_by_the_console_a_job_prints_to(tmp_path):
+    """auto: a bar only where the console is a terminal, seen through the job's copy of
+    its console (console.log) as MindSpore's callbacks see it."""
+    from ms_exp.job.console import tee_output
+    from ms_exp.train.progress import wants_progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, watched in ((Terminal(), True), (io.StringIO(), False)):
+        assert wants_progress_bar("always", stream) is True
+        assert wants_progress_bar("never", stream) is False
+        assert wants_progress_bar("auto", stream) is watched
+        with contextlib.redirect_stdout(stream), tee_output(tmp_path / "console.log"):
+            assert wants_progress_bar("auto") is watched
+            assert wants_progress_bar("always") is True
+            assert wants_progress_bar("never") is False
 
 
 @pytest.mark.e2e
-def test_multirun_gives_one_finished_mlflow_run_per_job(tmp_path):
-    # Hydra's flags come before the overrides, as argparse wants them.
-    result = run_cli("ms_exp.run", ["-m", *FAST, "trainer.epochs=1", "optimizer.lr=0.01,0.1"],
-                     tmp_path)
-    assert result.rc == 0, result.stderr[-2000:]
+def test_multirun_gives_one_finished_mlflow_run_per_job(sweep):
     # The sweep's own parent run aside (tests/test_sweep.py).
-    runs = [r for r in result.store.search_runs(["1"]) if "ms_exp.sweep" not in r.data.tags]
-    assert sorted(r.data.params["optimizer.lr"] for r in runs) == ["0.01", "0.1"]
-    assert {r.info.status for r in runs} == {"FINISHED"}
-    job_dirs = sorted(Path(r.data.tags["ms_exp.run_dir"]).name for r in runs)
-    assert job_dirs == ["0", "1"]
-    assert all(Path(r.data.tags["ms_exp.run_dir"]).parent.parent.parent.name == "multirun"
-               for r in runs)
+    jobs = sweep.jobs.values()
+    # Each job's own values: those of its experiment file, the defaults elsewhere.
+    lr = {job.name: job.run.data.params["optimizer.lr"] for job in jobs}
+    assert lr == {**{name: "0.05" for name in JOBS}, "pynative": "0.2", "sgd": "0.1",
+                  "adam": "0.001"}
+    assert {job.run.info.status for job in jobs} == {"FINISHED"}
+    assert sweep.parent.info.status == "FINISHED"
+    job_dirs = sorted(int(job.run_dir.name) for job in jobs)
+    assert job_dirs == list(range(len(JOBS)))
+    assert all(job.run_dir.parent.parent.parent.name == "multirun" for job in jobs)
+    # In the order of the command line's values.
+    assert [job.name for job in sorted(jobs, key=lambda job: int(job.run_dir.name))] == \
+        list(JOBS)
 
 
 @pytest.mark.e2e
-def test_seed_makes_runs_repeatable(tmp_path):
-    first = train(tmp_path / "a", "trainer.epochs=1", "trainer.seed=7")
-    second = train(tmp_path / "b", "trainer.epochs=1", "trainer.seed=7")
+def test_seed_makes_runs_repeatable(sweep, untracked):
+    # The same seed in two processes: the sweep's last job, after nine others in its
+    # process, and a job of its own (without tracking, which does not touch the weights).
+    first = sweep["seed"]
     a = checkpoint_weights(first.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt")
-    b = checkpoint_weights(second.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt")
+    b = checkpoint_weights(untracked.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt")
+    assert a.keys() == b.keys() and a
     for name in a:
         np.testing.assert_array_equal(a[name], b[name])
 

@@ -3,7 +3,8 @@ its own MLflow metric, mixed precision and loss scaling in both, the overflow ch
 gradient reducer, sink mode on CPU, and a functional run resumed by the shared machinery."""
 import numpy as np
 import pytest
-from conftest import free_port, train
+from conftest import FAST, free_port, train
+from training_jobs import experiment_sweep
 
 PARTS = "+loss.parts={loss1:{name:cross_entropy},loss2:{name:softmax_cross_entropy,weight:0.5}}"
 
@@ -26,29 +27,47 @@ def history(result, key):
                                                key=lambda m: m.step)]
 
 
+# The tutorial's Trainer case, two losses (PARTS).
+TWO_LOSSES = ("loss: {parts: {loss1: {name: cross_entropy}, "
+              "loss2: {name: softmax_cross_entropy, weight: 0.5}}}\n")
+# Stage one of the dimension-reduction tutorial on a small ResNet (see the test).
+RESNET_O2 = ("defaults:\n  - override /model: resnet\n  - override /dataset: synthetic\n"
+             "model: {depth: 18, width: 0.125}\n"
+             "dataset: {image_shape: [3, 32, 32], num_samples: 256, num_eval_samples: 64}\n"
+             "amp: {level: O2, loss_scale: fixed, loss_scale_value: 1024}\n")
+JOBS = {
+    "model": TWO_LOSSES + "trainer: {epochs: 2, loop: model}\n",
+    "functional": TWO_LOSSES + "trainer: {epochs: 2, loop: functional}\n",
+    # Resumed for a second epoch by a process of its own.
+    "functional_first_epoch": TWO_LOSSES + "trainer: {epochs: 1, loop: functional}\n",
+    "resnet_model_sink": RESNET_O2 + ("trainer: {epochs: 2, dataset_sink_mode: true, "
+                                      "sink_size: 3}\n"),
+    "resnet_functional": RESNET_O2 + "trainer: {epochs: 2, loop: functional}\n",
+}
+
+
 @pytest.fixture(scope="module")
-def two_losses(tmp_path_factory):
-    """The tutorial's Trainer case, two losses, trained by both loops."""
-    root = tmp_path_factory.mktemp("loops")
-    return {loop: train(root / loop, "trainer.epochs=2", PARTS, f"trainer.loop={loop}")
-            for loop in ("model", "functional")}
+def sweep(tmp_path_factory):
+    """Every job of this file but the distributed one and the resumed one: one sweep, one
+    process (tests/training_jobs.py)."""
+    return experiment_sweep(tmp_path_factory.mktemp("loops"), JOBS, *FAST)
 
 
 @pytest.mark.e2e
-def test_both_loops_train_the_same_weights(two_losses):
-    model, functional = two_losses["model"], two_losses["functional"]
+def test_both_loops_train_the_same_weights(sweep):
+    model, functional = sweep["model"], sweep["functional"]
     # Weights, momenta, global_step and learning rate: the checkpoints are alike too.
     assert_same_weights(weights(model), weights(functional))
     assert model.field("final evaluation:") == functional.field("final evaluation:")
     for result, loop in ((model, "model"), (functional, "functional")):
-        assert f"trainer.loop={loop}, amp level O0, loss scale none" in result.stdout
-        assert result.store.get_run(result.run_id).data.tags["ms_exp.loop"] == loop
+        assert f"trainer.loop={loop}, amp level O0, loss scale none" in result.console
+        assert result.run.data.tags["ms_exp.loop"] == loop
         assert (result.run_dir / "checkpoints/rank_0/best.ckpt").is_file()
 
 
 @pytest.mark.e2e
-def test_each_loss_part_is_its_own_metric(two_losses):
-    functional = two_losses["functional"]
+def test_each_loss_part_is_its_own_metric(sweep):
+    functional = sweep["functional"]
     total, loss1, loss2 = (history(functional, f"train/{name}")
                            for name in ("loss", "loss1", "loss2"))
     assert [step for step, _ in total] == list(range(1, 89))
@@ -56,47 +75,41 @@ def test_each_loss_part_is_its_own_metric(two_losses):
     # The total is the weighted sum of the parts, which are logged unweighted.
     np.testing.assert_allclose([v for _, v in total],
                                [a + 0.5 * b for (_, a), (_, b) in zip(loss1, loss2)], rtol=1e-5)
-    assert "loss is" in functional.stdout and ", loss1 is" in functional.stdout
+    assert "loss is" in functional.console and ", loss1 is" in functional.console
     # An evaluation after every epoch, which picked best.ckpt.
     assert [step for step, _ in history(functional, "eval/accuracy")] == [44, 88]
-    assert "epoch: 2 new best accuracy" in functional.stdout
+    assert "epoch: 2 new best accuracy" in functional.console
     # Model's train step reports the total only; it trained the same weighted sum.
-    model = two_losses["model"]
+    model = sweep["model"]
     assert history(model, "train/loss1") == []
     np.testing.assert_allclose([v for _, v in history(model, "train/loss")],
                                [v for _, v in total], rtol=1e-5)
 
 
 @pytest.mark.e2e
-def test_a_functional_run_resumes_where_it_stopped(tmp_path, two_losses):
-    first = train(tmp_path, "trainer.epochs=1", PARTS, "trainer.loop=functional")
-    resumed = train(tmp_path, "trainer.epochs=2", PARTS, "trainer.loop=functional",
+def test_a_functional_run_resumes_where_it_stopped(sweep):
+    first = sweep["functional_first_epoch"]
+    resumed = train(sweep.result.cwd, "trainer.epochs=2", PARTS, "trainer.loop=functional",
                     f"trainer.resume={first.run_dir}")
     assert resumed.run_id == first.run_id
-    assert_same_weights(weights(resumed), weights(two_losses["functional"]))
+    assert_same_weights(weights(resumed), weights(sweep["functional"]))
     assert [step for step, _ in history(resumed, "train/loss2")] == list(range(1, 89))
 
 
 @pytest.mark.e2e
-def test_mixed_precision_and_a_fixed_loss_scale_are_the_same_in_both_loops(tmp_path):
+def test_mixed_precision_and_a_fixed_loss_scale_are_the_same_in_both_loops(sweep):
     """Stage one of the dimension-reduction tutorial: amp O2 (batch norm kept float32),
     FixedLossScaleManager(1024, drop_overflow_update=False) with Momentum(loss_scale=1024),
     on a small ResNet. The model run also asks for sink mode, which the CPU does not have."""
-    job = ("model=resnet", "model.depth=18", "model.width=0.125", "dataset=synthetic",
-           "dataset.image_shape=[3,32,32]", "dataset.num_samples=256",
-           "dataset.num_eval_samples=64", "trainer.epochs=2", "amp.level=O2",
-           "amp.loss_scale=fixed", "amp.loss_scale_value=1024")
-    model = train(tmp_path / "m", *job, "trainer.dataset_sink_mode=true",
-                  "trainer.sink_size=3")
-    functional = train(tmp_path / "f", *job, "trainer.loop=functional")
+    model, functional = sweep["resnet_model_sink"], sweep["resnet_functional"]
     # Weights, batch-norm statistics, momenta: the same.
     assert_same_weights(weights(model, "checkpoint-2_8.ckpt"),
                         weights(functional, "checkpoint-2_8.ckpt"), atol=1e-5)
-    assert "amp level O2, loss scale fixed 1024" in model.stdout
-    params = model.store.get_run(model.run_id).data.params
+    assert "amp level O2, loss scale fixed 1024" in model.console
+    params = model.run.data.params
     assert (params["amp.level"], params["amp.loss_scale"]) == ("O2", "fixed")
-    assert "the CPU has no dataset sink mode, so this run trains without it" in model.stdout
-    assert "on Ascend/GPU it sinks 3 steps per call" in model.stdout
+    assert "the CPU has no dataset sink mode, so this run trains without it" in model.console
+    assert "on Ascend/GPU it sinks 3 steps per call" in model.console
     # Every step reached the callbacks: 8 per epoch, not one per sink of 3.
     assert [step for step, _ in history(model, "train/loss")] == list(range(1, 17))
 
@@ -206,6 +219,7 @@ def test_steps_whose_gradients_overflow_are_skipped_and_the_dynamic_scale_drops(
     assert trainer.scaler.scale_value.asnumpy() == 1024 * 4
 
 
+@pytest.mark.e2e  # as the test above: two functional steps compiled (5-9 s), no job
 def test_a_fixed_scale_skips_overflowing_steps_only_with_drop_overflow_update():
     trainer, network, data = tiny_trainer(["amp.loss_scale=fixed",
                                            "amp.drop_overflow_update=true", *OVERFLOWING])

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import free_port, run_cli, train
 from datafiles import write_criteo_text
+from training_jobs import Job
 
 from ms_exp.run import main
 
@@ -24,12 +25,12 @@ LOSS_LINE = re.compile(r"^epoch: (\d+) step: (\d+), wide_loss is ([\d.e-]+), "
 def criteo(tmp_path_factory) -> Path:
     """4,000 lines of Criteo text (3 of them malformed) converted to MindRecord, 8 samples
     a record (3585 training samples padded to 449 records: 14 batches of 256)."""
+    from ms_exp.data.criteo_convert import main as convert
+
     root = tmp_path_factory.mktemp("criteo")
     write_criteo_text(root / "train.txt", 4000, seed=0, malformed=3)
-    converted = run_cli("ms_exp.data.criteo_convert",
-                        [str(root / "train.txt"), str(root / "mr"), "--threshold", "5",
-                         "--samples-per-record", "8"], root)
-    assert converted.rc == 0, converted.stderr
+    assert convert([str(root / "train.txt"), str(root / "mr"), "--threshold", "5",
+                    "--samples-per-record", "8"]) == 0
     return root / "mr"
 
 
@@ -37,15 +38,34 @@ def metric(result, name):
     return [m.value for m in result.store.get_metric_history(result.run_id, name)]
 
 
+@pytest.fixture(scope="module")
+def placements(tmp_path_factory, criteo):
+    """Both placements, two epochs each, as one sweep (one process): its parent run, and
+    the jobs by placement."""
+    cwd = tmp_path_factory.mktemp("placements")
+    result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", *TINY,
+                                    f"dataset.path={criteo}", "trainer.loss_print_interval=1",
+                                    "placement=device,host_device"], cwd)
+    assert result.rc == 0, result.stderr[-3000:]
+    store = result.store
+    experiment = store.get_experiment_by_name("ms_exp")
+    runs = store.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    jobs = {run.data.params["placement.mode"]: Job(run.data.params["placement.mode"], run, store)
+            for run in children}
+    return result, parents, children, jobs
+
+
 @pytest.mark.e2e
-def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc(tmp_path,
+def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc(placements,
                                                                                criteo):
-    result = train(tmp_path, *TINY, f"dataset.path={criteo}", "placement=host_device",
-                   "trainer.loss_print_interval=1")
+    cli, _, _, jobs = placements
+    result = jobs["host_device"]
     steps = 3585 // 256  # the converter's train split, drop_remainder
-    lines = LOSS_LINE.findall(result.stdout)
+    lines = LOSS_LINE.findall(result.console)
     assert len(lines) == 2 * steps and lines[0][:2] == ("1", "1")
-    assert "on a CPU-only machine host and device are the same memory" in result.stdout
+    assert "on a CPU-only machine host and device are the same memory" in result.console
     wide, deep = metric(result, "train/wide_loss"), metric(result, "train/deep_loss")
     assert len(wide) == len(deep) == 2 * steps
     # The printed values are the logged ones; deep_loss adds the L2 term on top.
@@ -55,7 +75,7 @@ def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc
     assert metric(result, "train/loss") == wide  # train/loss is the log loss
     auc = metric(result, "eval/auc")
     assert len(auc) == 2 and auc[-1] > 0.75
-    run = result.store.get_run(result.run_id)
+    run = result.run
     assert run.data.tags["ms_exp.placement"] == "host_device"
     assert set(run.data.tags["ms_exp.placement.host_params"].split(",")) == {
         "wide_embedding.embedding_table", "deep_embedding.embedding_table"}
@@ -67,17 +87,17 @@ def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc
 
     # The inference flow reproduces the run's AUC from the saved best checkpoint.
     evaluated = run_cli("ms_exp.eval", ["--run-id", result.run_id, "--checkpoint", "best"],
-                        tmp_path)
+                        cli.cwd)
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
     assert float(re.search(r"'auc': ([\d.]+)", evaluated.stdout).group(1)) == \
         pytest.approx(max(auc), abs=1e-6)
 
 
 @pytest.mark.e2e
-def test_device_placement_keeps_dense_tables_and_learns(tmp_path, criteo):
-    result = train(tmp_path, *TINY, f"dataset.path={criteo}", "placement=device")
-    assert "placement=device: every parameter and optimizer state on CPU" in result.stdout
-    run = result.store.get_run(result.run_id)
+def test_device_placement_keeps_dense_tables_and_learns(placements):
+    result = placements[3]["device"]
+    assert "placement=device: every parameter and optimizer state on CPU" in result.console
+    run = result.run
     assert "ms_exp.placement.host_params" not in run.data.tags
     assert "placement/host_table_mb" not in run.data.metrics
     assert metric(result, "eval/auc")[-1] > 0.7
@@ -188,21 +208,13 @@ def test_bad_wide_deep_input_is_refused_in_one_line(workdir, capsys, criteo, arg
 
 
 @pytest.mark.e2e
-def test_a_placement_sweep_is_one_parent_run_ranked_by_auc(tmp_path, criteo):
-    result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", *TINY,
-                                    f"dataset.path={criteo}", "trainer.epochs=1",
-                                    "placement=device,host_device"], tmp_path)
-    assert result.rc == 0, result.stderr[-3000:]
-    store = result.store
-    experiment = store.get_experiment_by_name("ms_exp")
-    runs = store.search_runs([experiment.experiment_id])
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+def test_a_placement_sweep_is_one_parent_run_ranked_by_auc(tmp_path, placements):
+    result, parents, children, _ = placements
     assert len(parents) == 1 and len(children) == 2
     assert {c.data.params["placement.mode"] for c in children} == {"device", "host_device"}
     # The sweep report ranks Wide&Deep jobs by AUC (classifiers: by accuracy).
     assert "by eval/auc, highest first" in result.stdout
-    summary = Path(store.download_artifacts(parents[0].info.run_id, "report/summary.csv",
-                                            str(tmp_path)))
+    summary = Path(result.store.download_artifacts(parents[0].info.run_id,
+                                                   "report/summary.csv", str(tmp_path)))
     header = summary.read_text().splitlines()[0].split(",")
     assert "eval/auc" in header and "eval/accuracy" not in header
