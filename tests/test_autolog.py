@@ -2,6 +2,7 @@
 curves, checkpoints and system metrics; a failing, interrupted, disabled or already
 tracked script ends (or leaves) its run as the guide says (docs/guides/autolog.md)."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,11 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import migrated_store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "autolog" / "train_digits.py"
 
-# Scenarios around the example's network and data, one per argv[1].
+# Scenarios around the example's network and data, one per argv[1]: "interrupted" waits
+# at step 3 for a signal; "sequence" trains three times in one process: with autolog
+# disabled, in the user's own active run, and failing at step 3 (each ending as the guide
+# says, whatever came before it in the process).
 SCENARIO = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {example_dir!r})
@@ -25,7 +30,6 @@ SCENARIO = textwrap.dedent("""
     import train_digits as example  # its own ms_exp.autolog() runs here
 
     mode = sys.argv[1]
-    ms_exp.autolog(disable=mode == "disabled")  # the last call wins
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
 
     class Hook(Callback):
@@ -38,19 +42,36 @@ SCENARIO = textwrap.dedent("""
                 print("TRAINING", flush=True)
                 time.sleep(60)
 
+    def runs():
+        client = mlflow.MlflowClient()
+        return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
     train, valid = example.datasets(64)
     model = example.build_model(0.05)
-    if mode == "active":
+    if mode == "interrupted":
+        ms_exp.autolog()
+        model.train(1, train, callbacks=[Hook()])
+    else:
+        mode = "disabled"
+        ms_exp.autolog(disable=True)  # the last call wins
+        model.train(1, train, callbacks=[Hook()])
+        print("DISABLED", len(runs()), flush=True)
+        mode = "active"
+        ms_exp.autolog()
         with mlflow.start_run() as run:
             model.train(1, train, callbacks=[Hook()])
             status = mlflow.MlflowClient().get_run(run.info.run_id).info.status
             print("ACTIVE", run.info.run_id, status, flush=True)
-    else:
+        mode = "fail"
         model.train(1, train, callbacks=[Hook()])
 """)
 
 
 def environment(tmp_path: Path) -> dict:
+    """The scenario's environment, its MLflow store in ``tmp_path`` (a copy of conftest's
+    migrated empty store: a first use of a store is not what these tests are about)."""
+    if not (tmp_path / "mlflow.db").exists():
+        shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     env = dict(os.environ)
     env.update(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
                MS_EXP_AUTOLOG_SYSTEM_METRICS_INTERVAL="0.5", PYTHONUNBUFFERED="1")
@@ -67,12 +88,23 @@ def runs(tmp_path: Path):
     return client, client.search_runs(experiments)
 
 
-def scenario(tmp_path: Path, mode: str, **kwargs) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def sequence(tmp_path_factory):
+    """The "sequence" scenario, once for the three tests of what it does: (the finished
+    process, its working directory)."""
+    tmp_path = tmp_path_factory.mktemp("sequence")
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO.format(example_dir=str(EXAMPLE.parent)))
-    return subprocess.run([sys.executable, str(script), mode], cwd=tmp_path,
+    done = subprocess.run([sys.executable, str(script), "sequence"], cwd=tmp_path,
                           env=environment(tmp_path), capture_output=True, text=True,
-                          timeout=300, **kwargs)
+                          timeout=300)
+    return done, tmp_path
+
+
+def printed(done: subprocess.CompletedProcess, word: str):
+    line = next((line for line in done.stdout.splitlines() if line.startswith(word)), None)
+    assert line is not None, done.stdout[-3000:] + done.stderr[-3000:]
+    return line.split()[1:]
 
 
 def test_import_ms_exp_imports_neither_mindspore_nor_mlflow():
@@ -142,12 +174,12 @@ def test_the_example_records_one_complete_run(tmp_path):
 
 
 @pytest.mark.e2e
-def test_an_error_in_training_ends_the_run_failed_and_propagates(tmp_path):
-    done = scenario(tmp_path, "fail")
+def test_an_error_in_training_ends_the_run_failed_and_propagates(sequence):
+    done, tmp_path = sequence
     assert done.returncode != 0
     assert "RuntimeError: boom at step 3" in done.stderr
-    _, (run,) = runs(tmp_path)
-    assert run.info.status == "FAILED"
+    _, found = runs(tmp_path)
+    (run,) = [run for run in found if run.info.status == "FAILED"]
     assert "boom at step 3" in run.data.tags["ms_exp.error"]
 
 
@@ -179,22 +211,20 @@ def test_a_signal_during_training_ends_the_run_killed(tmp_path, signum):
 
 
 @pytest.mark.e2e
-def test_disabled_autolog_records_nothing(tmp_path):
-    done = scenario(tmp_path, "disabled")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert runs(tmp_path)[1] == []
+def test_disabled_autolog_records_nothing(sequence):
+    done, tmp_path = sequence
+    assert printed(done, "DISABLED") == ["0"]
+    # Nor later: the process's runs are the user's and the failed one's.
+    assert len(runs(tmp_path)[1]) == 2
 
 
 @pytest.mark.e2e
-def test_the_users_active_run_is_used_and_left_open(tmp_path):
-    done = scenario(tmp_path, "active")
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("ACTIVE"))
-    _, run_id, status_inside = line.split()
+def test_the_users_active_run_is_used_and_left_open(sequence):
+    done, tmp_path = sequence
+    run_id, status_inside = printed(done, "ACTIVE")
     assert status_inside == "RUNNING"
     client, found = runs(tmp_path)
-    assert [run.info.run_id for run in found] == [run_id]
-    run = found[0]
+    (run,) = [run for run in found if run.info.run_id == run_id]
     assert run.info.status == "FINISHED"  # ended by the user's `with`, not by autolog
     assert run.data.params["optimizer.class"] == "Momentum"
     assert "train/loss" in run.data.metrics

@@ -1,15 +1,19 @@
 """Checkpoints carry MindSpore's CRC and are checked when read; a damaged file is refused by
 name; the retention never removes the last good checkpoint."""
+import shutil
+
 import mindspore as ms
 import pytest
-from conftest import run_cli, train
+from conftest import main_in_process, migrated_store
 from mindspore import nn
 from mindspore.train import CheckpointConfig, ModelCheckpoint, RunContext
 from mindspore.train.callback import _InternalCallbackParam
+from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from ms_exp.checkpoint.callbacks import create_checkpoint_callbacks
 from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
+from ms_exp.preflight.compose import compose_config, hydra_config_of
 
 
 def _flip_a_byte(path):
@@ -78,17 +82,32 @@ def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatc
     assert [p.name for p in (tmp_path / "ours").glob("*.ckpt")] == ["checkpoint-1_3.ckpt"]
 
 
-@pytest.mark.e2e
-def test_evaluating_a_damaged_checkpoint_is_refused_in_one_line(tmp_path):
-    result = train(tmp_path, "trainer.epochs=1")
-    checkpoint = result.run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
+def _run_directory(run_dir):
+    """A run directory as a default job leaves it, as far as ms_exp.eval reads it: its
+    config.yaml (composed and resolved as the launching process saves it) and a
+    checkpoint."""
+    run_dir.mkdir(parents=True)
+    cfg = compose_config([], return_hydra_config=True)
+    with hydra_config_of(cfg, str(run_dir)):
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.save(job, run_dir / "config.yaml", resolve=True)
+    checkpoint = run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    ms.save_checkpoint(nn.Dense(8, 8), str(checkpoint), crc_check=True)
+    return checkpoint
+
+
+def test_evaluating_a_damaged_checkpoint_is_refused_in_one_line(workdir):
+    checkpoint = _run_directory(workdir / "outputs" / "run")
+    shutil.copyfile(migrated_store(), workdir / "mlflow.db")
     _flip_a_byte(checkpoint)
-    evaluation = run_cli("ms_exp.eval", ["--checkpoint", str(checkpoint)], tmp_path)
+    evaluation = main_in_process("ms_exp.eval", ["--checkpoint", str(checkpoint)], workdir)
     assert evaluation.rc == 2
     assert evaluation.stderr.strip().splitlines()[-1] == (
         f"ms_exp.eval: error: checkpoint {checkpoint} is damaged (truncated or corrupt: "
         "MindSpore's CRC check or parse failed: Failed to read the checkpoint file "
         f"{checkpoint}. May not have permission to read it, please check the correct of the "
         "file.)")
-    runs = result.store.search_runs(["1"])
-    assert len(runs) == 1      # no evaluation run was opened for it
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    assert client.search_runs(experiments) == []    # no evaluation run was opened for it

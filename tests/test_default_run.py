@@ -6,13 +6,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli, train
+from conftest import main_in_process, run_cli, train
+from test_system_metrics import NPU_SMI_910B, printing, with_path
 
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
-    """``python -m ms_exp.run`` with no overrides but a quiet progress bar."""
-    return train(tmp_path_factory.mktemp("default"))
+    """``python -m ms_exp.run`` with no overrides but a quiet progress bar and no MLflow
+    models (conftest's FAST), on a machine whose ``npu-smi`` (a fake one, first on PATH)
+    reports two Ascend NPUs."""
+    npu_smi = printing(tmp_path_factory.mktemp("npu-bin"), NPU_SMI_910B)
+    return train(tmp_path_factory.mktemp("default"), env=with_path(npu_smi))
 
 
 @pytest.mark.e2e
@@ -125,8 +129,26 @@ def test_eval_of_best_checkpoint_file_gives_the_best_accuracy(default_run):
 
 
 @pytest.mark.e2e
+def test_the_default_run_records_system_metrics_and_npu_metrics_from_npu_smi(default_run):
+    run = default_run.store.get_run(default_run.run_id)
+    metrics = {k: v for k, v in run.data.metrics.items() if k.startswith("system/")}
+    for name in ("cpu_utilization_percentage", "system_memory_usage_megabytes",
+                 "disk_usage_megabytes", "network_receive_megabytes"):
+        assert f"system/{name}" in metrics
+    assert metrics["system/npu_0_utilization_percentage"] == 37.0
+    assert metrics["system/npu_0_memory_usage_megabytes"] == 12034.0
+    assert metrics["system/npu_0_memory_usage_percentage"] == 18.4
+    assert metrics["system/npu_1_utilization_percentage"] == 0.0
+    assert metrics["system/npu_1_memory_usage_megabytes"] == 3357.0
+    # MindSpore counts no device memory on CPU: nothing is logged for it.
+    assert not [k for k in metrics if k.startswith("system/device_memory")]
+    assert "npu-smi" not in default_run.stderr
+    assert run.info.status == "FINISHED"
+
+
 def test_eval_refuses_a_missing_checkpoint_in_one_line(tmp_path):
-    result = run_cli("ms_exp.eval", ["--checkpoint", str(tmp_path / "nope.ckpt")], tmp_path)
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(tmp_path / "nope.ckpt")],
+                             tmp_path)
     assert result.rc == 2
     assert result.stderr.strip().splitlines() == [
         f"ms_exp.eval: error: --checkpoint='{tmp_path / 'nope.ckpt'}': no such file; "

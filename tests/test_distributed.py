@@ -1,22 +1,28 @@
 """Distributed jobs: msrun started by the entrypoint, one run for all ranks, real data
-parallel on CPU, multi-node, failures and interruption."""
+parallel on CPU, parallel=auto on CPU, master ports chosen per job, multi-node, failures and
+interruption."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import psutil
 import pytest
-from conftest import FAST, free_port, run_cli, train
+from conftest import FAST, CliResult, free_port, main_in_process, migrated_store, run_cli, train
 from mlflow import MlflowClient
 
-from ms_exp.job.launch_plan import msrun_arguments
+from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments
 from ms_exp.preflight.compose import compose_config
+from ms_exp.preflight.parallel import port_is_free
 
 DP = ("parallel=data", "dataset.shuffle=false")
+ERROR = "ms_exp: error: "
 
 
 def weights(path):
@@ -26,10 +32,91 @@ def weights(path):
             if k.startswith("layer")}
 
 
+def whole(dev_matrix, tensor_map) -> bool:
+    """No tensor dim is split: each maps to nothing (-1) or to a device dim of size 1."""
+    return all(m == -1 or dev_matrix[-m - 1] == 1 for m in tensor_map)
+
+
+def saved_port(run_dir: Path) -> int:
+    line = (run_dir / COMMAND_FILE).read_text().splitlines()[-1].split()
+    return int(next(a for a in line if a.startswith("--master_port=")).split("=")[1])
+
+
+def _listening_ports(cwd: Path) -> set:
+    """TCP ports the processes working in ``cwd`` (the job, msrun, its scheduler and
+    ranks) listen on."""
+    pids = set()
+    for process in psutil.process_iter(["cwd"]):
+        if process.info["cwd"] == str(cwd):
+            pids.add(process.pid)
+    return {c.laddr.port for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.pid in pids}
+
+
+def _port_in_use(cwd: Path):
+    """The master port the job in ``cwd`` chose, once its scheduler listens on it."""
+    for command_file in (cwd / "outputs").glob(f"*/*/{COMMAND_FILE}"):
+        try:
+            port = saved_port(command_file.parent)
+        except (StopIteration, IndexError, ValueError):
+            return None     # being written
+        return None if port_is_free("127.0.0.1", port) else port
+    return None
+
+
 @pytest.fixture(scope="module")
-def data_parallel_run(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("dp"), *DP, "trainer.epochs=1",
-                 f"parallel.launcher.master_port={free_port()}")
+def side_by_side(tmp_path_factory):
+    """Two distributed jobs started at once, neither naming a master port: the
+    data-parallel run most tests below read (no shuffling, so that it can be compared with
+    a stand-alone run; its MLflow models logged) and a parallel=auto run on 2 ranks. While
+    both train, the ports each job's processes listen on are sampled, and a third job
+    naming the port the data-parallel run's scheduler holds is refused (``main()`` in this
+    process: the refusal comes before anything starts)."""
+    root = tmp_path_factory.mktemp("side_by_side")
+    jobs = {"dp": (*DP, "trainer.epochs=1", "tracking.log_models=true"),
+            "auto": ("parallel=auto", "parallel.device_num=2", "checkpoint=sliced",
+                     "trainer.epochs=1")}
+    started = {}
+    for name, overrides in jobs.items():
+        cwd = root / name
+        cwd.mkdir()
+        shutil.copyfile(migrated_store(), cwd / "mlflow.db")
+        with open(cwd / "stdout.txt", "w") as out, open(cwd / "stderr.txt", "w") as err:
+            started[name] = subprocess.Popen(
+                [sys.executable, "-m", "ms_exp.run", *FAST, *overrides], cwd=cwd,
+                stdout=out, stderr=err, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cwds = [root / name for name in jobs]
+    # Both jobs at once, each with its scheduler and both ranks listening: the first sample
+    # where they are is kept (and the last, to show when there is none).
+    seen, last, refused = None, [set(), set()], None
+    deadline = time.time() + 240
+    while (seen is None or refused is None) and time.time() < deadline \
+            and all(job.poll() is None for job in started.values()):
+        if seen is None:
+            last = [_listening_ports(cwd) for cwd in cwds]
+            if all(len(ports) >= 3 for ports in last):
+                seen = last
+        port = _port_in_use(root / "dp") if refused is None else None
+        if port is not None:
+            refused = (port, main_in_process(
+                "ms_exp.run", [*FAST, "parallel=data", "trainer.epochs=1",
+                               f"parallel.launcher.master_port={port}"], root / "refused"))
+        time.sleep(0.5)
+    results = {}
+    for name, job in started.items():
+        job.wait(timeout=300)
+        stdout, stderr = ((root / name / f"{stream}.txt").read_text()
+                          for stream in ("stdout", "stderr"))
+        results[name] = CliResult(subprocess.CompletedProcess(job.args, job.returncode,
+                                                              stdout, stderr), root / name)
+        assert job.returncode == 0, f"{name}: {stdout[-3000:]}\n{stderr[-3000:]}"
+    return SimpleNamespace(dp=results["dp"], auto=results["auto"], seen=seen or last,
+                           refused=refused)
+
+
+@pytest.fixture(scope="module")
+def data_parallel_run(side_by_side):
+    return side_by_side.dp
 
 
 @pytest.mark.distributed
@@ -121,6 +208,59 @@ def test_eval_loads_a_data_parallel_run(data_parallel_run):
     assert printed == pytest.approx(final["eval/accuracy"], abs=1e-9)
 
 
+@pytest.mark.distributed
+@pytest.mark.e2e
+def test_two_distributed_jobs_with_default_ports_run_side_by_side(side_by_side):
+    seen = side_by_side.seen
+    assert all(len(ports) >= 3 for ports in seen), seen
+    assert not seen[0] & seen[1], seen
+    ports = []
+    for result in (side_by_side.dp, side_by_side.auto):
+        run = result.store.get_run(result.run_id)
+        (run_dir,) = (result.cwd / "outputs").glob("*/*")
+        port = saved_port(run_dir)
+        # The chosen port is printed, saved and recorded on the run.
+        assert f"--master_port={port} " in result.stdout
+        assert f"--master_port={port} " in run.data.tags["ms_exp.launch_command"]
+        assert run.info.status == "FINISHED"
+        ports.append(port)
+    assert ports[0] != ports[1]
+    assert [ports[0] in seen[0], ports[1] in seen[1]] == [True, True]
+
+
+@pytest.mark.distributed
+@pytest.mark.e2e
+def test_a_second_job_on_the_same_explicit_port_is_refused(side_by_side):
+    assert side_by_side.refused is not None, "the data-parallel run's port was never seen taken"
+    port, refused = side_by_side.refused
+    assert port == saved_port(side_by_side.dp.run_dir)
+    err = refused.stderr.strip().splitlines()
+    assert (refused.rc, err) == (2, [
+        ERROR + f"parallel.launcher.master_port={port}: not allowed; expected a free port "
+        f"(another process is listening on 127.0.0.1:{port})"])
+    assert list(refused.cwd.iterdir()) == []
+    # The job holding the port was not disturbed: it finished (side_by_side checks rc 0).
+    assert side_by_side.dp.store.get_run(side_by_side.dp.run_id).info.status == "FINISHED"
+
+
+@pytest.mark.distributed
+@pytest.mark.e2e
+def test_auto_parallel_on_cpu_runs_data_parallel_layouts_and_says_so(side_by_side):
+    result = side_by_side.auto
+    assert "parallel=auto on CPU" in result.stdout
+    assert "data-parallel layouts (every parameter whole on every rank)" in result.stdout
+    from ms_exp.parallel.layout import strategy_file_layouts
+
+    layouts = strategy_file_layouts(result.run_dir / "strategy.ckpt")
+    assert layouts and all(whole(*layout) for layout in layouts.values())
+    import mindspore as ms
+
+    part = ms.load_checkpoint(str(result.run_dir / "checkpoints/rank_1/checkpoint-1_22.ckpt"))
+    assert part["layer1.weight"].shape == (64, 512)
+    run = result.store.get_run(result.run_id)
+    assert run.data.params["parallel.search_mode"] == "sharding_propagation"
+
+
 def test_msrun_arguments_for_a_multi_node_cluster():
     cfg = compose_config(["parallel=data", "parallel.device_num=16",
                           "parallel.launcher.local_worker_num=8", "parallel.launcher.node_rank=1",
@@ -171,13 +311,36 @@ def _workers_of(run_dir: Path):
     return [int(pid) for pid in out.split()]
 
 
-def _start(tmp_path, *overrides):
+def _workers_left(run_dir: Path, timeout=15):
+    """The job's processes (msrun, its scheduler, the ranks) still there after up to
+    ``timeout`` seconds of waiting for them to end."""
+    deadline = time.time() + timeout
+    while _workers_of(run_dir) and time.time() < deadline:
+        time.sleep(0.2)
+    return _workers_of(run_dir)
+
+
+def _start(tmp_path, *overrides, port=None):
+    """``ms_exp.run`` in ``tmp_path`` (run directory ``run``), its output into a file
+    (``_output``), which nothing has to drain while the test does other things."""
     args = [sys.executable, "-m", "ms_exp.run", *FAST, "parallel=data",
             f"hydra.run.dir={tmp_path / 'run'}",
-            f"parallel.launcher.master_port={free_port()}", *overrides]
-    return subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            f"parallel.launcher.master_port={port or free_port()}", *overrides]
+    with open(tmp_path / "console.txt", "w") as console:
+        process = subprocess.Popen(args, cwd=tmp_path, stdout=console,
+                                   stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process.console = tmp_path / "console.txt"
+    return process
+
+
+def _output(process) -> str:
+    return process.console.read_text(errors="replace")
+
+
+def _finish(process, timeout) -> str:
+    process.wait(timeout=timeout)
+    return _output(process)
 
 
 def _wait_for_training(process, run_dir: Path, timeout=120):
@@ -186,7 +349,7 @@ def _wait_for_training(process, run_dir: Path, timeout=120):
     while time.time() < deadline:
         if log.is_file() and "epoch: 1 step:" in log.read_text(errors="replace"):
             return
-        assert process.poll() is None, process.communicate()[0][-3000:]
+        assert process.poll() is None, _output(process)[-3000:]
         time.sleep(0.5)
     raise AssertionError("training did not start")
 
@@ -198,71 +361,97 @@ LONG = ("trainer.epochs=300", "checkpoint=none", "trainer.loss_print_interval=1"
 @pytest.mark.e2e
 def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path):
     # The same command twice (the port too: it is part of the config the runs share).
-    job = ("trainer.epochs=8", "checkpoint.save_checkpoint_steps=5", "trainer.resume=auto",
+    # Two epochs, killed in the first: the resumed job goes on from inside it.
+    job = ("trainer.epochs=2", "checkpoint.save_checkpoint_steps=5", "trainer.resume=auto",
            "trainer.loss_print_interval=1", f"parallel.launcher.master_port={free_port()}")
     process = _start(tmp_path, *job)
     run_dir = tmp_path / "run"
     deadline = time.time() + 120
     log = run_dir / "log_output" / "worker_1.log"
-    while "epoch: 2 step: 12," not in (log.read_text(errors="replace") if log.is_file() else ""):
+    while "epoch: 1 step: 12," not in (log.read_text(errors="replace") if log.is_file() else ""):
         assert time.time() < deadline and process.poll() is None, "training did not start"
         time.sleep(0.2)
     process.kill()
-    process.communicate(timeout=60)
-    deadline = time.time() + 15
-    while _workers_of(run_dir):        # msrun, its scheduler and both ranks die with it
-        assert time.time() < deadline, "ranks outlived their killed launcher"
-        time.sleep(0.2)
+    process.wait(timeout=60)
+    # msrun, its scheduler and both ranks die with it
+    assert _workers_left(run_dir) == [], "ranks outlived their killed launcher"
     resumed = _start(tmp_path, *job)
-    output = resumed.communicate(timeout=300)[0]
+    output = _finish(resumed, 300)
     assert resumed.returncode == 0, output[-3000:]
     (point,) = set(re.findall(r"resumed from \S+/rank_\d/(checkpoint-\d+_\d+\.ckpt)",
                               (run_dir / "log_output" / "worker_0.log").read_text() +
                               (run_dir / "log_output" / "worker_1.log").read_text()))
     epoch, step = map(int, re.match(r"checkpoint-(\d+)_(\d+)", point).groups())
-    # Where the killed job had got to: rank 1 had logged step 34 (epoch 2, step 12), so
-    # both ranks had saved the checkpoint of step 30 at least (every 5 steps); step 35's
-    # exists only when the kill lands after it, as it does on a quiet machine.
-    assert (epoch - 1) * 22 + step >= (22 + 12) // 5 * 5
+    # Where the killed job had got to: rank 1 had logged step 12 (epoch 1), so both ranks
+    # had saved the checkpoint of step 10 at least (every 5 steps); step 15's exists only
+    # when the kill lands after it, as it does on a quiet machine.
+    assert (epoch - 1) * 22 + step >= 12 // 5 * 5
     for rank in (0, 1):
-        assert (run_dir / f"checkpoints/rank_{rank}/checkpoint-8_22.ckpt").is_file()
+        assert (run_dir / f"checkpoints/rank_{rank}/checkpoint-2_22.ckpt").is_file()
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
     assert run.info.status == "FINISHED" and run.data.tags["ms_exp.resumed_from"] == \
         f"{point} (epoch {epoch}, step {step} of it)"
 
 
+@pytest.fixture(scope="module")
+def crashed_and_interrupted(tmp_path_factory):
+    """Two long jobs stopped once both ranks train: rank 1 of the first is killed; while
+    msrun waits for its scheduler to time the dead rank out (MindSpore's heartbeat timeout,
+    about 30 s, idle), the second is started and interrupted with Ctrl-C (SIGINT)."""
+    crash_dir, ctrl_c_dir = (tmp_path_factory.mktemp(name) for name in ("crash", "ctrl_c"))
+    jobs = []
+    try:
+        crashed = _start(crash_dir, *LONG)
+        jobs.append(crashed)
+        _wait_for_training(crashed, crash_dir / "run")
+        victim = next(pid for pid in _workers_of(crash_dir / "run")
+                      if "RANK_ID=1" in Path(f"/proc/{pid}/environ").read_bytes()
+                      .decode(errors="replace").replace("\0", " "))
+        os.kill(victim, signal.SIGKILL)
+
+        interrupted = _start(ctrl_c_dir, "trainer.epochs=300", "trainer.loss_print_interval=1")
+        jobs.append(interrupted)
+        _wait_for_training(interrupted, ctrl_c_dir / "run")
+        workers = len(_workers_of(ctrl_c_dir / "run"))
+        interrupted.send_signal(signal.SIGINT)
+        ctrl_c_output = _finish(interrupted, 120)
+        ctrl_c_left = _workers_left(ctrl_c_dir / "run")
+
+        crash_output = _finish(crashed, 180)
+    finally:
+        for process in jobs:       # a failed step above leaves no job training on
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return SimpleNamespace(crash_dir=crash_dir, crashed=crashed, crash_output=crash_output,
+                           ctrl_c_dir=ctrl_c_dir, interrupted=interrupted,
+                           ctrl_c_output=ctrl_c_output, workers_at_ctrl_c=workers,
+                           workers_after_ctrl_c=ctrl_c_left)
+
+
 @pytest.mark.distributed
 @pytest.mark.e2e
-def test_a_crashed_worker_stops_the_others_and_fails_the_run(tmp_path):
-    process = _start(tmp_path, *LONG)
-    run_dir = tmp_path / "run"
-    _wait_for_training(process, run_dir)
-    victim = next(pid for pid in _workers_of(run_dir)
-                  if "RANK_ID=1" in Path(f"/proc/{pid}/environ").read_bytes()
-                  .decode(errors="replace").replace("\0", " "))
-    os.kill(victim, signal.SIGKILL)
-    output = process.communicate(timeout=180)[0]
-    assert process.returncode == 1, output[-3000:]
+def test_a_crashed_worker_stops_the_others_and_fails_the_run(crashed_and_interrupted):
+    job = crashed_and_interrupted
+    output = job.crash_output
+    assert job.crashed.returncode == 1, output[-3000:]
     assert "rank" in output and "failed (msrun exit status" in output
-    assert _workers_of(run_dir) == []
-    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
+    assert _workers_of(job.crash_dir / "run") == []
+    (run,) = MlflowClient(f"sqlite:///{job.crash_dir / 'mlflow.db'}").search_runs(["1"])
     assert run.info.status == "FAILED"
     assert run.data.tags["ms_exp.error"].startswith("WorkersFailed:")
 
 
 @pytest.mark.distributed
 @pytest.mark.e2e
-def test_ctrl_c_stops_every_rank_at_a_checkpoint_and_kills_the_run(tmp_path):
-    process = _start(tmp_path, "trainer.epochs=300", "trainer.loss_print_interval=1")
-    run_dir = tmp_path / "run"
-    _wait_for_training(process, run_dir)
-    assert len(_workers_of(run_dir)) >= 3  # msrun, its scheduler and the ranks
-    process.send_signal(signal.SIGINT)
-    output = process.communicate(timeout=120)[0]
-    assert process.returncode == 130, output[-3000:]
-    time.sleep(1)
-    assert _workers_of(run_dir) == []
-    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
+def test_ctrl_c_stops_every_rank_at_a_checkpoint_and_kills_the_run(crashed_and_interrupted):
+    job = crashed_and_interrupted
+    run_dir = job.ctrl_c_dir / "run"
+    assert job.workers_at_ctrl_c >= 3  # msrun, its scheduler and the ranks
+    output = job.ctrl_c_output
+    assert job.interrupted.returncode == 130, output[-3000:]
+    assert job.workers_after_ctrl_c == []     # they end with it
+    (run,) = MlflowClient(f"sqlite:///{job.ctrl_c_dir / 'mlflow.db'}").search_runs(["1"])
     assert run.info.status == "KILLED"
     # Each rank finished the same step and saved it: they stop together (a rank that saw
     # the signal a step late used to wait in AllReduce for one that had stopped, and fail),
@@ -290,20 +479,22 @@ def _listening(port: int) -> bool:
 def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
     """Node 0 is the entrypoint; node 1 runs the saved msrun command with its node rank,
     as a second machine sharing the run directory would."""
+    explicit = free_port()
     node0 = _start(tmp_path, "trainer.epochs=1", "parallel.launcher.local_worker_num=1",
-                   "parallel.launcher.node_rank=0")
+                   "parallel.launcher.node_rank=0", port=explicit)
     command_file = tmp_path / "run" / "launch_command.sh"
     deadline = time.time() + 60
     while not command_file.is_file():
-        assert time.time() < deadline and node0.poll() is None, node0.communicate()[0]
+        assert time.time() < deadline and node0.poll() is None, _output(node0)
         time.sleep(0.2)
     line = command_file.read_text().splitlines()[-1].split()
     assert line[0] == "msrun" and "--node_rank=0" in line
     # Node 0's scheduler must own the port first: on one machine node 1 starts a scheduler
     # too (see below), and whichever binds first wins.
     port = int(next(a for a in line if a.startswith("--master_port=")).split("=")[1])
+    assert port == explicit     # an explicit port is honoured: node 0's scheduler takes it
     while not _listening(port):
-        assert time.time() < deadline + 60 and node0.poll() is None, node0.communicate()[0]
+        assert time.time() < deadline + 60 and node0.poll() is None, _output(node0)
         time.sleep(0.2)
     node1_args = [a if a != "--node_rank=0" else "--node_rank=1" for a in line[1:]]
     node1 = subprocess.run([sys.executable, "-m", "mindspore.parallel.cluster.run",
@@ -311,7 +502,7 @@ def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
                            timeout=300,
                            env={**os.environ,
                                 "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
-    output = node0.communicate(timeout=300)[0]
+    output = _finish(node0, 300)
     assert node0.returncode == 0, output[-3000:]
     # msrun starts a scheduler on every node whose own address is master_addr; on one
     # machine that is both "nodes", so node 1's extra scheduler cannot bind the port

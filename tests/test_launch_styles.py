@@ -227,6 +227,9 @@ def test_a_failed_rank_table_rank_stops_the_others_and_is_named(tmp_path, monkey
     assert str(failed.value).endswith("RuntimeError: rank 1 broke")
 
 
+# Marked distributed as the rank-table launches above: its stand-in mpirun is handed
+# "python -m ms_exp.worker", which conftest's lane guard takes for a job start.
+@pytest.mark.distributed
 def test_launch_runs_mpirun_with_this_interpreter_and_no_rank_table(tmp_path, monkeypatch):
     cfg = compose_config([DP, *MPIRUN])
     argv_file = tmp_path / "argv"

@@ -1,15 +1,12 @@
 """The master port: chosen free when the job launches unless set, so that distributed jobs
-on one machine run side by side; an explicit port is honoured and checked."""
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
+on one machine run side by side; an explicit port is honoured and checked.
 
-import psutil
+The rendering and the refusals here; the jobs (two side by side with chosen ports, a third
+refused the port one of them holds) are in test_distributed.py, on the jobs its tests share
+(test_two_distributed_jobs_with_default_ports_run_side_by_side,
+test_a_second_job_on_the_same_explicit_port_is_refused)."""
 import pytest
-from conftest import FAST, free_port
-from mlflow import MlflowClient
+from conftest import free_port
 
 from ms_exp.config.errors import ConfigError
 from ms_exp.job.launch_plan import COMMAND_FILE, launch_plan, save_command
@@ -18,12 +15,6 @@ from ms_exp.preflight.parallel import port_is_free
 from ms_exp.run import main
 
 ERROR = "ms_exp: error: "
-TINY = (*FAST, "parallel=data", "trainer.epochs=1")
-
-
-def saved_port(run_dir: Path) -> int:
-    line = (run_dir / COMMAND_FILE).read_text().splitlines()[-1].split()
-    return int(next(a for a in line if a.startswith("--master_port=")).split("=")[1])
 
 
 def test_a_free_port_is_chosen_once_and_every_rendering_says_it(tmp_path):
@@ -66,72 +57,3 @@ def test_a_concurrent_sweep_checks_only_ports_set_explicitly(workdir):
         preflight([*sweep, f"parallel.launcher.master_port={port}"], multirun=True)
     assert str(refused.value).startswith(f"parallel.launcher.master_port={port}: not allowed; "
                                          "expected a different port for each distributed job")
-
-
-def _start(cwd: Path, *overrides: str) -> subprocess.Popen:
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "ms_exp.run", *TINY, *overrides], cwd=cwd,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _listening_ports(cwd: Path) -> set:
-    """TCP ports the processes working in ``cwd`` (the job, msrun, its scheduler and
-    ranks) listen on."""
-    pids = set()
-    for process in psutil.process_iter(["cwd"]):
-        if process.info["cwd"] == str(cwd):
-            pids.add(process.pid)
-    return {c.laddr.port for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.pid in pids}
-
-
-@pytest.mark.distributed
-@pytest.mark.e2e
-def test_two_data_parallel_jobs_with_default_ports_run_side_by_side(tmp_path):
-    cwds = [tmp_path / "a", tmp_path / "b"]
-    jobs = [_start(cwd) for cwd in cwds]
-    # Both jobs at once, each with its scheduler and both ranks listening: no port shared.
-    seen = [set(), set()]
-    deadline = time.time() + 240
-    while any(len(ports) < 3 for ports in seen) and time.time() < deadline \
-            and all(job.poll() is None for job in jobs):
-        seen = [_listening_ports(cwd) for cwd in cwds]
-        time.sleep(0.5)
-    outputs = [job.communicate(timeout=300)[0] for job in jobs]
-    for job, output in zip(jobs, outputs):
-        assert job.returncode == 0, output[-3000:]
-    assert all(len(ports) >= 3 for ports in seen), seen
-    assert not seen[0] & seen[1], seen
-    ports = []
-    for cwd, output in zip(cwds, outputs):
-        (run,) = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}").search_runs(["1"])
-        (run_dir,) = (cwd / "outputs").glob("*/*")
-        port = saved_port(run_dir)
-        # The chosen port is printed, saved and recorded on the run.
-        assert f"--master_port={port} " in output
-        assert f"--master_port={port} " in run.data.tags["ms_exp.launch_command"]
-        assert run.info.status == "FINISHED"
-        ports.append(port)
-    assert ports[0] != ports[1]
-    assert [ports[0] in seen[0], ports[1] in seen[1]] == [True, True]
-
-
-@pytest.mark.distributed
-@pytest.mark.e2e
-def test_a_second_job_on_the_same_explicit_port_is_refused(tmp_path_factory, workdir,
-                                                           capsys):
-    port = free_port()
-    first = _start(tmp_path_factory.mktemp("first"), f"parallel.launcher.master_port={port}")
-    deadline = time.time() + 240
-    while port_is_free("127.0.0.1", port):
-        assert time.time() < deadline and first.poll() is None, first.communicate()[0]
-        time.sleep(0.2)
-    rc = main([*TINY, f"parallel.launcher.master_port={port}"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert (rc, err) == (2, [
-        ERROR + f"parallel.launcher.master_port={port}: not allowed; expected a free port "
-        f"(another process is listening on 127.0.0.1:{port})"])
-    assert list(workdir.iterdir()) == []
-    output = first.communicate(timeout=300)[0]
-    assert first.returncode == 0, output[-3000:]

@@ -1,5 +1,6 @@
 """A run's checkpoints as MLflow models, the Model Registry, and evaluating a model."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,9 +9,10 @@ import mlflow.artifacts
 import pytest
 import yaml
 
-from tests.conftest import run_cli, train
+from tests.conftest import main_in_process, migrated_store, run_cli, train
 
-SHORT = ("trainer.epochs=2",)
+# FAST logs no models: these jobs ask for them.
+SHORT = ("trainer.epochs=2", "tracking.log_models=true")
 
 
 def logged_models(client, run_id):
@@ -88,7 +90,8 @@ print('same', graph.shape)
 
 
 @pytest.mark.e2e
-def test_register_model_versions_and_eval_model(registered):
+def test_register_model_versions_and_eval_model_and_a_sweep_registers_its_best_job_once(
+        registered):
     cwd = registered.cwd
     assert "registered model digits_mlp version 1 (models:/digits_mlp/1)" in registered.stdout
     evaluated = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/1"], cwd)
@@ -100,42 +103,31 @@ def test_register_model_versions_and_eval_model(registered):
     assert accuracy == pytest.approx(best_accuracy, abs=1e-9)
     assert f"child of {registered.run_id}" in evaluated.stdout
 
-    missing = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/9"], cwd)
+    missing = main_in_process("ms_exp.eval", ["--model", "models:/digits_mlp/9"], cwd)
     assert missing.rc == 2
     assert "registered model digits_mlp has versions 1" in missing.stderr
-    both = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/1", "--checkpoint", "best"],
-                   cwd)
+    both = main_in_process("ms_exp.eval", ["--model", "models:/digits_mlp/1", "--checkpoint",
+                                           "best"], cwd)
     assert both.rc == 2 and "--model alone" in both.stderr
 
-    second = train(cwd, "trainer.epochs=1", "tracking.register_model=digits_mlp")
-    assert "registered model digits_mlp version 2 (models:/digits_mlp/2)" in second.stdout
-    version = second.store.get_model_version("digits_mlp", "2")
-    assert version.run_id == second.run_id
-
-
-@pytest.mark.e2e
-def test_sweep_registers_the_best_job_once(workdir):
-    result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", "trainer.epochs=1",
-                                    "optimizer.lr=0.001,0.1",
-                                    "tracking.register_model=sweep_mlp"], workdir, timeout=600)
-    assert result.rc == 0, result.stderr[-3000:]
-    client = result.store
-    versions = client.search_model_versions("name = 'sweep_mlp'")
-    assert len(versions) == 1
+    # A sweep registers its best job once: the registered model's next version.
+    sweep = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", "trainer.epochs=1",
+                                   "optimizer.lr=0.001,0.1",
+                                   "tracking.register_model=digits_mlp"], cwd, timeout=600)
+    assert sweep.rc == 0, sweep.stderr[-3000:]
+    assert "registered model digits_mlp version 2 (models:/digits_mlp/2)" in sweep.stdout
+    client = sweep.store
+    versions = client.search_model_versions("name = 'digits_mlp'")
+    assert sorted(int(v.version) for v in versions) == [1, 2]
     runs = client.search_runs([client.get_experiment_by_name("ms_exp").experiment_id],
                               filter_string="tags.`ms_exp.sweep.id` != ''")
+    assert len(runs) == 2
     best = max(runs, key=lambda r: r.data.metrics["eval/accuracy"])
-    assert versions[0].run_id == best.info.run_id
+    assert client.get_model_version("digits_mlp", "2").run_id == best.info.run_id
+    assert client.get_model_version("digits_mlp", "1").run_id == registered.run_id
     parent = client.get_run(best.data.tags["ms_exp.sweep.id"])
     assert parent.data.tags["ms_exp.sweep.best_run"] == best.info.run_id
-    assert parent.data.tags["ms_exp.registered_model"] == "sweep_mlp/1"
-
-
-@pytest.mark.e2e
-def test_log_models_false_logs_none(workdir):
-    result = train(workdir, "trainer.epochs=1", "tracking.log_models=false")
-    assert logged_models(result.store, result.run_id) == {}
-    assert not (result.run_dir / "models").exists()
+    assert parent.data.tags["ms_exp.registered_model"] == "digits_mlp/2"
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -148,18 +140,17 @@ def test_log_models_false_logs_none(workdir):
      "null while tracking.enabled=false"),
 ])
 def test_bad_register_model_is_refused(workdir, overrides, message):
-    result = run_cli("ms_exp.run", overrides, workdir)
+    result = main_in_process("ms_exp.run", overrides, workdir)
     assert result.rc == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "tracking.register_model=" in lines[0], result.stderr
     assert message in lines[0]
+    assert list(workdir.iterdir()) == []
 
 
 def test_unknown_registered_model_is_refused(workdir):
-    from mlflow import MlflowClient
-
-    MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").search_experiments()
-    result = run_cli("ms_exp.eval", ["--model", "models:/nothing_here/1"], workdir)
+    shutil.copyfile(migrated_store(), workdir / "mlflow.db")
+    result = main_in_process("ms_exp.eval", ["--model", "models:/nothing_here/1"], workdir)
     assert result.rc == 2
     assert "no registered model nothing_here" in result.stderr
 
@@ -196,6 +187,7 @@ def test_a_model_whose_mlmodel_cannot_be_written_is_one_warning_not_a_failed_run
 
     from ms_exp.tracking.tracker import Tracker
 
+    shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker.start(client, "models", "r", {})
     (tmp_path / "best").mkdir()     # no example arrays in it

@@ -3,6 +3,7 @@ several sweep commands share, whose trials a pruner stops after an epoch, and a 
 stops at its first failed job when asked (``sweep.fail_fast``)."""
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -12,15 +13,17 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import FAST, run_cli
+from conftest import FAST, main_in_process, migrated_store, run_cli
 from mlflow import MlflowClient
 
 from ms_exp.config.errors import ConfigError
 from ms_exp.preflight.compose import compose_config, preflight
 
 OPTUNA = ("hydra/sweeper=optuna", "hydra.sweeper.study_name=s")
-TINY = (*FAST, "trainer.epochs=1", "dataset=synthetic", "dataset.num_samples=64",
-        "dataset.num_eval_samples=32", "model.hidden_size=8")
+# Two training steps a job, on a small network: what a trial's job does, the least of it.
+DATA = ("dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
+        "model.hidden_size=8")
+TINY = (*FAST, "trainer.epochs=1", *DATA)
 SPACE = "optimizer.lr=interval(0.01,0.2)"
 
 
@@ -157,8 +160,8 @@ def test_an_existing_study_of_the_other_direction_or_a_dead_server_is_refused(tm
 
 
 def test_a_refused_setting_is_one_line_and_exit_2(tmp_path):
-    result = run_cli("ms_exp.run", ["-m", *OPTUNA, "hydra.sweeper.n_trials=0", SPACE],
-                     tmp_path)
+    result = main_in_process("ms_exp.run", ["-m", *OPTUNA, "hydra.sweeper.n_trials=0", SPACE],
+                             tmp_path)
     assert (result.rc, result.stderr) == (
         2, "ms_exp: error: hydra.sweeper.n_trials=0: not allowed; expected an integer >= 1\n")
     assert list(tmp_path.iterdir()) == []
@@ -167,65 +170,96 @@ def test_a_refused_setting_is_one_line_and_exit_2(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # A study in a database: resumed, extended, shared
 
+def _states_so_far(folder) -> list:
+    """The trials' states, read without writing: optuna.load_study would create the
+    tables itself and race the sweep creating them ("table ... already exists")."""
+    return [state for (state,) in _read(folder, "SELECT state FROM trials")]
+
+
+def _heartbeat_ages_s(folder) -> list:
+    """Seconds since each trial's last heartbeat, by the database's clock at the database's
+    resolution (whole seconds), as Optuna measures it to find the stale ones."""
+    return [age for (age,) in _read(folder, "SELECT strftime('%s', CURRENT_TIMESTAMP) - "
+                                            "strftime('%s', heartbeat) FROM trial_heartbeats")]
+
+
+def _read(folder, query: str) -> list:
+    try:
+        db = sqlite3.connect(f"file:{folder / 'optuna.db'}?mode=ro", uri=True)
+    except sqlite3.OperationalError:     # no file yet
+        return []
+    try:
+        return db.execute(query).fetchall()
+    except sqlite3.OperationalError:     # no table yet
+        return []
+    finally:
+        db.close()
+
+
+def wait_for(condition, what: str, timeout_s: float = 240) -> None:
+    """Poll ``condition`` until it holds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s"
+        time.sleep(0.1)
+
+
 @pytest.mark.e2e
-def test_the_same_command_resumes_the_study_and_a_larger_n_trials_extends_it(tmp_path):
-    first = sweep(tmp_path, "hydra.sweeper.n_trials=2")
-    assert states(study(tmp_path)) == {0: "COMPLETE", 1: "COMPLETE"}
-    # optuna.db beside mlflow.db; a folder per trial number
+def test_a_killed_sweep_resumes_its_running_trial_failed_and_the_same_command_resumes_it(
+        tmp_path):
+    """A study in a database across commands: a sweep killed in its first trial; the same
+    command twice (the second has nothing left to run); a larger n_trials extends it."""
+    seed = "hydra.sweeper.sampler.seed=1"
+    beat = "hydra.sweeper.heartbeat_interval=1"
+    command = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *FAST, *DATA, SPACE, seed,
+               beat, "hydra.sweeper.n_trials=2", "trainer.epochs=1000",
+               "trainer.loss_print_interval=1"]
+    process = subprocess.Popen(command, cwd=tmp_path, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        seen = []
+        for line in process.stdout:     # the trial trains (and has beaten its heartbeat)
+            seen.append(line)
+            if line.startswith("epoch: 1 step: 1"):
+                break
+        else:
+            pytest.fail("the sweep ended before its first trial trained:\n"
+                        + "".join(seen[-50:]))
+        assert _states_so_far(tmp_path) == ["RUNNING"] and _heartbeat_ages_s(tmp_path)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        process.stdout.close()
+    assert states(study(tmp_path)) == {0: "RUNNING"}
+    # Its heartbeat grows older than the grace period (2 x 1 s): then it is stale.
+    wait_for(lambda: all(age > 2 for age in _heartbeat_ages_s(tmp_path)), "stale heartbeat")
+
+    resumed = sweep(tmp_path, "hydra.sweeper.n_trials=2", seed, beat)
+    assert "trials 0 were RUNNING when their worker stopped sending heartbeats: marked FAIL" \
+        in resumed.stdout
+    assert states(study(tmp_path)) == {0: "FAIL", 1: "COMPLETE", 2: "COMPLETE"}
+    # optuna.db beside mlflow.db
     assert (tmp_path / "optuna.db").is_file()
-    again = sweep(tmp_path, "hydra.sweeper.n_trials=2")
+    again = sweep(tmp_path, "hydra.sweeper.n_trials=2", seed, beat)
     assert "2 of hydra.sweeper.n_trials=2 trials done already; nothing to run" in again.stdout
-    sweep(tmp_path, "hydra.sweeper.n_trials=3")
+    sweep(tmp_path, "hydra.sweeper.n_trials=3", seed, beat)
     found = study(tmp_path)
-    assert states(found) == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE"}
+    assert states(found) == {0: "FAIL", 1: "COMPLETE", 2: "COMPLETE", 3: "COMPLETE"}
     runs = runs_by_trial(tmp_path)
-    assert sorted(runs) == [0, 1, 2] and all(len(r) == 1 for r in runs.values())
-    for trial in found.get_trials():
+    # Every trial ran once: the killed one too (its run was made before it trained).
+    assert sorted(runs) == [0, 1, 2, 3] and all(len(r) == 1 for r in runs.values())
+    for trial in found.get_trials()[1:]:
         (run,) = runs[trial.number]
         assert float(run.data.params["optimizer.lr"]) == trial.params["optimizer.lr"]
         assert run.data.metrics["eval/accuracy"] == trial.value
         assert run.data.tags["ms_exp.optuna.study"] == "s"
-    # the seed moved on: the resumed sweep did not draw trial 0's value again
-    assert len({t.params["optimizer.lr"] for t in found.get_trials()}) == 3
+    # The seed moved on: no resumed sweep drew an earlier trial's value again.
+    assert len({t.params["optimizer.lr"] for t in found.get_trials()}) == 4
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    parent = client.get_run(first.field("MLflow parent run ").split()[0])
+    parent = client.get_run(resumed.field("MLflow parent run ").split()[0])
     assert parent.data.tags["ms_exp.optuna.study"] == "s"
     assert parent.data.tags["ms_exp.optuna.storage"] == f"sqlite:///{tmp_path / 'optuna.db'}"
-
-
-def _states_so_far(folder) -> list:
-    """The trials' states, read without writing: optuna.load_study would create the
-    tables itself and race the sweep creating them ("table ... already exists")."""
-    try:
-        with sqlite3.connect(f"file:{folder / 'optuna.db'}?mode=ro", uri=True) as db:
-            return [state for (state,) in db.execute("SELECT state FROM trials")]
-    except sqlite3.OperationalError:     # no file or no table yet
-        return []
-
-
-@pytest.mark.e2e
-def test_a_killed_sweep_resumes_and_its_running_trial_is_marked_failed(tmp_path):
-    command = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *FAST, SPACE,
-               "hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1",
-               "trainer.epochs=30"]
-    process = subprocess.Popen(command, cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            time.sleep(1)
-            if "RUNNING" in _states_so_far(tmp_path):
-                break
-        time.sleep(3)   # the trial trains (and beats its heartbeat)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    assert states(study(tmp_path)) == {0: "RUNNING"}
-    time.sleep(2.5)     # its heartbeat is now older than the grace period (2 x 1 s)
-    resumed = sweep(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1")
-    assert "trials 0 were RUNNING when their worker stopped sending heartbeats: marked FAIL" \
-        in resumed.stdout
-    assert states(study(tmp_path)) == {0: "FAIL", 1: "COMPLETE", 2: "COMPLETE"}
 
 
 @pytest.mark.e2e
@@ -321,9 +355,10 @@ def test_jobs_in_worker_processes_run_trials_at_the_same_time(tmp_path):
     "submitit_local"])
 def test_a_trial_worse_than_the_median_after_an_epoch_is_pruned(tmp_path, launcher):
     # Trial 0 (the sampler's seed orders the two values) trains with a good rate; trial 1,
-    # whose rate barely moves the weights, is behind it after epoch 1.
+    # whose rate barely moves the weights, is behind it after epoch 1 (of 2: it is pruned
+    # before its end).
     result = run_cli("ms_exp.run", [
-        "-m", *OPTUNA, *FAST, f"hydra/launcher={launcher}", "trainer.epochs=3",
+        "-m", *OPTUNA, *FAST, f"hydra/launcher={launcher}", "trainer.epochs=2",
         "optimizer.lr=choice(0.1,0.0001)",
         "hydra.sweeper.n_trials=2", "hydra/sweeper/sampler=brute_force",
         "hydra.sweeper.sampler.seed=1", "hydra/sweeper/pruner=median",
@@ -334,7 +369,7 @@ def test_a_trial_worse_than_the_median_after_an_epoch_is_pruned(tmp_path, launch
     assert "Error executing job" not in result.stdout + result.stderr
     found = study(tmp_path)
     assert states(found) == {0: "COMPLETE", 1: "PRUNED"}
-    assert list(found.trials[0].intermediate_values) == [1, 2, 3]
+    assert list(found.trials[0].intermediate_values) == [1, 2]
     assert list(found.trials[1].intermediate_values) == [1]
     (pruned,) = runs_by_trial(tmp_path)[1]
     assert pruned.info.status == "KILLED"
@@ -354,9 +389,10 @@ def test_a_trial_worse_than_the_median_after_an_epoch_is_pruned(tmp_path, launch
 # ---------------------------------------------------------------------------------------------
 # Fail-fast
 
-# Every job's data reader fails once the command line was validated.
+# Every job's data reader fails once the command line was validated. One process runs the
+# four sweeps below, each in its own folder (``main()`` as ``python -m ms_exp.run`` calls it).
 FAILING = """
-import sys
+import json, os, sys
 import ms_exp.data
 from ms_exp.run import main
 
@@ -364,42 +400,69 @@ def reader(*args, **kwargs):
     raise OSError("disk went away")
 
 ms_exp.data.create_datasets = reader
-main(sys.argv[1:])
+for folder, args in json.loads(sys.argv[1]):
+    os.chdir(folder)
+    print(f"=== sweep in {folder}", flush=True)
+    try:
+        code = main(args)
+    except SystemExit as exit:
+        code = exit.code
+    print(f"=== exit {code}", flush=True)
 """
+FAILING_SWEEPS = {  # name: its overrides
+    "plain-true": ("trainer.seed=1,2", "sweep.fail_fast=true"),
+    "plain-false": ("trainer.seed=1,2", "sweep.fail_fast=false"),
+    "optuna-true": (*OPTUNA, SPACE, "hydra.sweeper.n_trials=2", "sweep.fail_fast=true"),
+    "optuna-false": (*OPTUNA, SPACE, "hydra.sweeper.n_trials=2", "sweep.fail_fast=false"),
+}
 
 
-def failing_sweep(folder: Path, *args: str):
-    done = subprocess.run([sys.executable, "-c", FAILING, "-m", *TINY, *args], cwd=folder,
-                          capture_output=True, text=True, timeout=300)
-    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-    runs = client.search_runs(["1"])
-    (parent,) = [r for r in runs if r.data.tags.get("ms_exp.sweep") == "true"]
-    children = [r for r in runs if r is not parent]
-    return done, parent, children
+@pytest.fixture(scope="module")
+def failing_sweeps(tmp_path_factory):
+    """Name -> (exit status, what it printed, its folder, parent run, child runs)."""
+    root = tmp_path_factory.mktemp("failing")
+    cases = [(str(root / name), ["-m", *TINY, *args]) for name, args in FAILING_SWEEPS.items()]
+    for folder, _ in cases:     # each with a store of its own, migrated already
+        Path(folder).mkdir()
+        shutil.copyfile(migrated_store(), Path(folder) / "mlflow.db")
+    done = subprocess.run([sys.executable, "-c", FAILING, json.dumps(cases)], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    printed = done.stdout.split("=== sweep in ")[1:]
+    assert len(printed) == len(cases), done.stdout[-3000:]
+    found = {}
+    for name, text in zip(FAILING_SWEEPS, printed):
+        folder = root / name
+        assert text.startswith(f"{folder}\n"), text[:200]
+        code = int(text.rsplit("=== exit ", 1)[1].split()[0])
+        client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+        runs = client.search_runs(["1"])
+        (parent,) = [r for r in runs if r.data.tags.get("ms_exp.sweep") == "true"]
+        children = [r for r in runs if r is not parent]
+        found[name] = (code, text, folder, parent, children)
+    return found
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("fail_fast, jobs", [("true", 1), ("false", 3)])
-def test_fail_fast_starts_no_job_after_the_first_failed_one(tmp_path, fail_fast, jobs):
-    done, parent, children = failing_sweep(tmp_path, "trainer.seed=1,2,3",
-                                           f"sweep.fail_fast={fail_fast}")
-    assert done.returncode == 1
+@pytest.mark.parametrize("fail_fast, jobs", [("true", 1), ("false", 2)])
+def test_fail_fast_starts_no_job_after_the_first_failed_one(failing_sweeps, fail_fast, jobs):
+    code, stdout, _, parent, children = failing_sweeps[f"plain-{fail_fast}"]
+    assert code == 1
     assert len(children) == jobs and {c.info.status for c in children} == {"FAILED"}
     assert parent.info.status == "FAILED"
-    assert parent.data.tags["ms_exp.sweep.failed_jobs"].startswith(
-        f"#0 {' '.join(TINY)} trainer.seed=1")
-    assert f"failed: #0 {' '.join(TINY)} trainer.seed=1" in done.stdout
+    # The job's overrides as Hydra's basic sweeper writes them (false as False).
+    job = " ".join(TINY).replace("=false", "=False")
+    assert parent.data.tags["ms_exp.sweep.failed_jobs"].startswith(f"#0 {job} trainer.seed=1")
+    assert f"failed: #0 {job} trainer.seed=1" in stdout
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("fail_fast, trials", [("true", 1), ("false", 3)])
-def test_fail_fast_stops_the_optuna_study_at_its_first_failed_trial(tmp_path, fail_fast,
+@pytest.mark.parametrize("fail_fast, trials", [("true", 1), ("false", 2)])
+def test_fail_fast_stops_the_optuna_study_at_its_first_failed_trial(failing_sweeps, fail_fast,
                                                                      trials):
-    done, parent, children = failing_sweep(tmp_path, *OPTUNA, SPACE,
-                                           "hydra.sweeper.n_trials=3",
-                                           f"sweep.fail_fast={fail_fast}")
-    assert done.returncode == 1
-    assert states(study(tmp_path)) == {n: "FAIL" for n in range(trials)}
+    code, _, folder, parent, children = failing_sweeps[f"optuna-{fail_fast}"]
+    assert code == 1
+    assert states(study(folder)) == {n: "FAIL" for n in range(trials)}
     assert len(children) == trials and parent.info.status == "FAILED"
     # the parent names the failed jobs, the first one first
     assert parent.data.tags["ms_exp.sweep.failed_jobs"].startswith(f"#0 {' '.join(TINY)}")

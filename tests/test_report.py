@@ -1,14 +1,14 @@
-"""``python -m ms_exp.report``: a sweep's table and plots, logged into its parent run; and
-the checkpoint costs every run records for it (``checkpoint/save_time_s``,
-``checkpoint/bytes_rank_<r>``)."""
+"""A sweep's report (``python -m ms_exp.report``), its table and plots logged into its parent
+run, made in-process from runs written straight into a store. The command on a real sweep,
+and the checkpoint costs every job records for it, are tested in test_sweep.py."""
 import csv
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FAST, run_cli, train
+from conftest import migrated_store
 from mlflow import MlflowClient
 
-from ms_exp import report
 from ms_exp.tracking.store import ensure_experiment
 from ms_exp.tracking.sweep_report import (
     Reference,
@@ -19,22 +19,6 @@ from ms_exp.tracking.sweep_report import (
     write_report,
 )
 
-PLOTS = {"eval_accuracy_vs_checkpoint.integrated_save.png", "train_loss.png"}
-
-
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    """A two-job sweep over integrated_save: ``(cwd, client, parent run, children)``."""
-    cwd = tmp_path_factory.mktemp("sweep")
-    result = run_cli("ms_exp.run", ["-m", *FAST, "trainer.epochs=1",
-                                    "checkpoint.integrated_save=true,false"], cwd)
-    assert result.rc == 0, result.stderr[-3000:]
-    client = result.store
-    (parent,) = client.search_runs(["1"], "tags.`ms_exp.sweep` = 'true'")
-    children = client.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    assert len(children) == 2
-    return cwd, client, parent, children
-
 
 def report_rows(client, run_id, tmp_path):
     path = client.download_artifacts(run_id, "report/summary.csv", str(tmp_path))
@@ -42,101 +26,19 @@ def report_rows(client, run_id, tmp_path):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.e2e
-def test_report_of_a_sweep_folder_is_logged_into_its_parent_run(sweep, tmp_path):
-    cwd, client, parent, children = sweep
-    result = run_cli("ms_exp.report", [parent.data.tags["ms_exp.sweep.dir"]], cwd)
-    assert result.rc == 0, result.stderr[-3000:]
-    assert "| run_name | job | status | checkpoint.integrated_save | eval/accuracy |" \
-        in result.stdout
-    assert "mlflow ui --backend-store-uri" in result.stdout
-
-    run_id = parent.info.run_id
-    logged = {Path(a.path).name for a in client.list_artifacts(run_id, "report")}
-    assert logged == {"summary.csv", "summary.md", *PLOTS}
-    rows = report_rows(client, run_id, tmp_path)
-    by_id = {c.info.run_id: c for c in children}
-    assert {r["run_id"] for r in rows} == set(by_id)
-    assert float(rows[0]["eval/accuracy"]) >= float(rows[1]["eval/accuracy"])
-    for row in rows:
-        child = by_id[row["run_id"]]
-        metrics = child.data.metrics
-        assert row["status"] == "FINISHED" and row["error"] == ""
-        assert row["checkpoint.integrated_save"] == child.data.params["checkpoint.integrated_save"]
-        for column in ("eval/accuracy", "eval/loss", "train/loss"):
-            assert float(row[column]) == metrics[column]
-        assert float(row["ckpt_save_s"]) == metrics["checkpoint/save_time_s"] > 0
-        assert int(row["ckpt_bytes_rank_0"]) == metrics["checkpoint/bytes_rank_0"] > 0
-        assert float(row["duration_s"]) > 0
-    markdown = Path(client.download_artifacts(run_id, "report/summary.md", str(tmp_path)))
-    assert markdown.read_text() in result.stdout + "\n"
+def store_in(folder: Path) -> str:
+    """An empty MLflow store in ``folder``, copied from the one migrated once per process
+    (a fresh store costs MLflow 1.5-2.5 s of migrations): its URI."""
+    shutil.copyfile(migrated_store(), folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
 
 
-@pytest.mark.e2e
-def test_report_by_parent_id_or_job_folder_and_another_metric(sweep, tmp_path):
-    cwd, client, parent, _ = sweep
-    run_id = parent.info.run_id
-    by_id = run_cli("ms_exp.report", [run_id, "--metric", "train/loss"], cwd)
-    assert by_id.rc == 0, by_id.stderr[-3000:]
-    assert f"({run_id}): 2 jobs, by train/loss, lowest first" in by_id.stdout
-    rows = report_rows(client, run_id, tmp_path)
-    assert float(rows[0]["train/loss"]) <= float(rows[1]["train/loss"])
-    assert "train_loss_vs_checkpoint.integrated_save.png" in \
-        {Path(a.path).name for a in client.list_artifacts(run_id, "report")}
-
-    job = Path(parent.data.tags["ms_exp.sweep.dir"]) / "1"
-    by_job = run_cli("ms_exp.report", [str(job)], cwd)
-    assert by_job.rc == 0, by_job.stderr[-3000:]
-    assert f"({run_id}): 2 jobs, by eval/accuracy" in by_job.stdout
-
-
-def one_line_error(rc: int, stdout: str, stderr: str) -> str:
-    assert rc == 2 and stdout == "", stdout + stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ms_exp.report: error: "), stderr
-    return lines[0]
-
-
-@pytest.mark.e2e
-def test_unknown_run_id_is_one_line_and_exit_2(sweep):
-    cwd = sweep[0]
-    result = run_cli("ms_exp.report", ["0123abcd"], cwd)
-    assert "no run '0123abcd'" in one_line_error(result.rc, result.stdout, result.stderr)
-
-
-@pytest.mark.e2e
-def test_what_is_no_sweep_is_refused_in_one_line(sweep, workdir, capsys):
-    """In-process, to spare an MLflow import per case; the command line is the same."""
-    cwd, _, parent, children = sweep
-    store = ["--tracking-uri", f"sqlite:///{cwd / 'mlflow.db'}"]
-
-    def error(*args) -> str:
-        return one_line_error(report.main(list(args)), *capsys.readouterr())
-
-    assert "no sweep recorded for folder" in error(str(workdir), *store)
-    assert f"its sweep is run {parent.info.run_id}" in error(children[0].info.run_id, *store)
-    assert "logged 'eval/acc'" in error(parent.info.run_id, "--metric", "eval/acc", *store)
-    # No store in the working directory: refused, and none created.
-    assert "no MLflow store at" in error(parent.info.run_id)
-    assert not (workdir / "mlflow.db").exists()
-
-
-@pytest.mark.e2e
-def test_plain_run_records_what_its_checkpoints_cost(tmp_path):
-    result = train(tmp_path, "trainer.epochs=1")
-    metrics = result.store.get_run(result.run_id).data.metrics
-    rank_0 = result.run_dir / "checkpoints" / "rank_0"
-    # One checkpoint per epoch, none after the evaluation (best.ckpt is not counted).
-    (saved,) = rank_0.glob("checkpoint-*.ckpt")
-    assert metrics["checkpoint/bytes_rank_0"] == saved.stat().st_size
-    assert 0 < metrics["checkpoint/save_time_s"] < 60
-
-
-@pytest.fixture
-def recorded_sweep(tmp_path):
+@pytest.fixture(scope="module")
+def recorded_sweep(tmp_path_factory):
     """A parent and four jobs written straight into a store, no training: one diverged
-    (NaN accuracy), one failed."""
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (NaN accuracy), one failed. (Its tests add to it only what the other ignores: a report
+    in the parent run, a run outside the sweep.)"""
+    client = MlflowClient(store_in(tmp_path_factory.mktemp("recorded")))
     experiment = ensure_experiment(client, "report")
     parent = client.create_run(experiment, run_name="sweep", tags={"ms_exp.sweep": "true"})
     parent_id = parent.info.run_id
@@ -158,7 +60,6 @@ def recorded_sweep(tmp_path):
     return client, parent_id
 
 
-@pytest.mark.e2e
 def test_write_report_in_process_ranks_failed_jobs_last(recorded_sweep, tmp_path):
     client, parent_id = recorded_sweep
     report = write_report(client, parent_id)
@@ -229,7 +130,7 @@ def test_categorical_values_spread_their_jobs_too():
 
 
 def test_stage_two_report_states_stage_ones_score(tmp_path):
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(store_in(tmp_path))
     experiment = ensure_experiment(client, "report")
     stage_one = client.create_run(experiment, run_name="dim_reduce-stage-one").info.run_id
     client.log_metric(stage_one, "eval/accuracy", 0.97)

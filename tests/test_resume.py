@@ -1,25 +1,39 @@
 """Resuming: a run killed again and again ends with the weights of one never killed, and
-nothing half-written is ever loaded."""
+nothing half-written is ever loaded. Which run and checkpoint a job continues from is
+logic, tested on fabricated run folders; the kills at exact moments are in test_survival.py."""
+import json
 import os
 import random
 import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
+import mindspore as ms
 import pytest
 from conftest import FAST, assert_same_training_state, train
+from mindspore import nn
 from mlflow import MlflowClient
+from omegaconf import OmegaConf
 
 from ms_exp.checkpoint.files import load_verified
+from ms_exp.checkpoint.resume import (
+    ResumeError,
+    ResumePoint,
+    find_resume_point,
+    newest_good_checkpoint,
+    unfinished_runs,
+)
 
-# 3 epochs of 44 steps, a checkpoint every 5 steps, the last two kept.
-JOB = ("trainer.epochs=3", "checkpoint.save_checkpoint_steps=5",
+# 2 epochs of 22 steps (batch 64), a checkpoint every 5 steps, the last two kept: every
+# checkpoint but the epochs' last is in the middle of an epoch.
+STEPS_PER_EPOCH = 22
+JOB = ("trainer.epochs=2", "dataset.batch_size=64", "checkpoint.save_checkpoint_steps=5",
        "checkpoint.keep_checkpoint_max=2", "trainer.loss_print_interval=1")
-TOTAL_STEPS = 3 * 44
+TOTAL_STEPS = 2 * STEPS_PER_EPOCH
 STEP_LINE = re.compile(r"epoch: (\d+) step: (\d+), loss is")
 
 
@@ -27,9 +41,20 @@ def weights(path: Path) -> dict:
     return {name: value.asnumpy() for name, value in load_verified(path).items()}
 
 
-def _start(cwd: Path) -> subprocess.Popen:
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The job never killed (``resume=auto`` finding nothing to continue), with what the
+    tests compare against read before any test extends its run."""
+    result = train(tmp_path_factory.mktemp("reference"), *JOB, "trainer.resume=auto")
+    final = result.run_dir / f"checkpoints/rank_0/checkpoint-2_{STEPS_PER_EPOCH}.ckpt"
+    (run,) = result.store.search_runs(["1"])
+    return SimpleNamespace(result=result, weights=weights(final),
+                           accuracy=run.data.metrics["eval/accuracy"])
+
+
+def _start(cwd: Path, resume: str = "auto") -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ms_exp.run", *FAST, *JOB,
-                             "trainer.resume=auto"], cwd=cwd, stdout=subprocess.PIPE,
+                             f"trainer.resume={resume}"], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -40,35 +65,36 @@ def _run_until_step(process: subprocess.Popen, step: int) -> str:
     for line in process.stdout:
         seen.append(line)
         match = STEP_LINE.match(line)
-        if match and (int(match[1]) - 1) * 44 + int(match[2]) >= step:
+        if match and (int(match[1]) - 1) * STEPS_PER_EPOCH + int(match[2]) >= step:
             break
     return "".join(seen)
 
 
-def _finish(process: subprocess.Popen, signum: int) -> str:
-    process.send_signal(signum)
-    return process.communicate(timeout=120)[0]
-
-
 @pytest.mark.e2e
-def test_resume_after_ten_sigkills_gives_the_uninterrupted_weights(tmp_path):
-    reference = train(tmp_path / "reference", *JOB)
-    expected = weights(reference.run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt")
+def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights(
+        reference, tmp_path):
+    # With nothing unfinished, resume=auto started a new run.
+    assert "no unfinished run of this config" in reference.result.stdout
 
     work = tmp_path / "killed"
     work.mkdir()
     rng = random.Random(20261121)
-    # Three moments during start-up (before any checkpoint, or during the MLflow run's
-    # creation), seven at random steps of training, in order so that training advances.
-    delays = [rng.uniform(0.2, 3.0) for _ in range(3)]
-    steps = sorted(rng.sample(range(2, TOTAL_STEPS - 2), 7))
+    # One moment during start-up (before any checkpoint, or during the MLflow run's
+    # creation), then one at a random step in each third of training, in order so that
+    # training advances: in epoch 1, around the epochs' boundary, in epoch 2.
+    thirds = [2, TOTAL_STEPS // 3, 2 * TOTAL_STEPS // 3, TOTAL_STEPS - 2]
+    moments = [("after", rng.uniform(0.5, 3.0))] + [
+        ("step", rng.randrange(low, high)) for low, high in zip(thirds, thirds[1:])]
     logs = []
-    for moment in [("after", d) for d in delays] + [("step", s) for s in steps]:
+    for kind, when in moments:
         process = _start(work)
-        if moment[0] == "after":
-            time.sleep(moment[1])
+        if kind == "after":
+            try:    # a random moment, not an event: a job ending before it fails below
+                process.wait(timeout=when)
+            except subprocess.TimeoutExpired:
+                pass
         else:
-            logs.append(_run_until_step(process, moment[1]))
+            logs.append(_run_until_step(process, when))
         process.kill()
         logs.append(process.communicate(timeout=60)[0])
         assert process.returncode == -signal.SIGKILL, logs[-1][-2000:]
@@ -83,22 +109,26 @@ def test_resume_after_ten_sigkills_gives_the_uninterrupted_weights(tmp_path):
     torn = folder / f"checkpoint-{epoch}_{step + 1}.ckpt"
     torn.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
 
-    process = _start(work)
+    # The last job names the run by its MLflow run id (the killed ones found it with
+    # resume=auto): its newest checkpoint that reads back whole.
+    run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+    process = _start(work, resume=run_id)
     output = process.communicate(timeout=300)[0]
     assert process.returncode == 0, output[-3000:]
     assert f"checkpoint {torn} is damaged" in output
-    assert f"resumed from {newest}" in output
+    assert f"resumed from {newest}: epoch {epoch}, step " in output
     assert torn.with_name(torn.name + ".damaged").is_file() and not torn.exists()
 
-    final = weights(run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt")
+    final = weights(run_dir / f"checkpoints/rank_0/checkpoint-2_{STEPS_PER_EPOCH}.ckpt")
     # Weights, optimizer moments (up to denormals), global step, learning rate.
-    assert_same_training_state(final, expected)
+    assert_same_training_state(final, reference.weights)
 
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     runs = client.search_runs(["1"])
     finished = [r for r in runs if r.info.status == "FINISHED"]
     assert len(finished) == 1
     run = finished[0]
+    assert run.info.run_id == run_id
     # Attempts killed before their first checkpoint had runs of their own: KILLED, none
     # left RUNNING.
     others = {r.info.run_id: r.info.status for r in runs if r.info.run_id != run.info.run_id}
@@ -109,39 +139,141 @@ def test_resume_after_ten_sigkills_gives_the_uninterrupted_weights(tmp_path):
     steps_logged = Counter(m.step for m in client.get_metric_history(run.info.run_id,
                                                                       "train/loss"))
     assert steps_logged == Counter(range(1, TOTAL_STEPS + 1))
-    assert run.data.metrics["eval/accuracy"] == pytest.approx(
-        reference.store.search_runs(["1"])[0].data.metrics["eval/accuracy"])
+    assert run.data.metrics["eval/accuracy"] == pytest.approx(reference.accuracy)
 
 
 @pytest.mark.e2e
-def test_resume_auto_without_an_unfinished_run_starts_a_new_one(tmp_path):
-    first = train(tmp_path, "trainer.epochs=1", "trainer.resume=auto")
-    assert "no unfinished run of this config" in first.stdout
-    second = train(tmp_path, "trainer.epochs=1", "trainer.resume=auto")
-    assert second.run_dir != first.run_dir     # the first one FINISHED: not continued
-    assert len(second.store.search_runs(["1"])) == 2
-
-
-@pytest.mark.e2e
-def test_explicit_checkpoint_then_run_id_extend_the_same_run(tmp_path):
-    first = train(tmp_path, "trainer.epochs=1", "checkpoint.save_checkpoint_steps=10")
+def test_an_explicit_checkpoint_extends_the_same_run_with_more_epochs(reference):
+    """(An MLflow run id as trainer.resume: the last job of the test above.)"""
+    first = reference.result
     folder = first.run_dir / "checkpoints/rank_0"
-    # From a checkpoint file, with more epochs than the run had: the run goes on from it.
-    second = train(tmp_path, "trainer.epochs=2", "checkpoint.save_checkpoint_steps=10",
-                   f"trainer.resume={folder / 'checkpoint-1_20.ckpt'}")
-    assert f"resumed from {folder / 'checkpoint-1_20.ckpt'}: epoch 1, step 20" in second.stdout
+    # From a checkpoint file, not the newest (2_18 of the kept 2_18 and 2_22), with more
+    # epochs than the run had: the run goes on from it.
+    older = folder / "checkpoint-2_18.ckpt"
+    second = train(first.cwd, *JOB, "trainer.epochs=3", f"trainer.resume={older}")
+    assert f"resumed from {older}: epoch 2, step 40" in second.stdout
     assert second.run_dir == first.run_dir and second.run_id == first.run_id
-    assert (folder / "checkpoint-2_44.ckpt").is_file()
-    # From an MLflow run id: its newest checkpoint, the end of epoch 2.
-    third = train(tmp_path, "trainer.epochs=3", "checkpoint.save_checkpoint_steps=10",
-                  f"trainer.resume={first.run_id}")
-    assert f"resumed from {folder / 'checkpoint-2_44.ckpt'}: epoch 2, step 88" in third.stdout
-    assert third.run_id == first.run_id
-    run = third.store.get_run(first.run_id)
+    assert (folder / "checkpoint-3_22.ckpt").is_file()
+    run = second.store.get_run(first.run_id)
     assert run.info.status == "FINISHED"
-    assert run.data.tags["ms_exp.resumed_from"] == "checkpoint-2_44.ckpt (epoch 2, step 44 of it)"
-    steps = [m.step for m in third.store.get_metric_history(first.run_id, "eval/accuracy")]
-    # Every epoch's evaluation, across the three jobs; epoch 1 twice: the second job went
-    # back to step 20 and trained the rest of it again.
-    assert steps == [44, 44, 88, 132]
-    assert len(third.store.search_runs(["1"])) == 1
+    assert run.data.tags["ms_exp.resumed_from"] == "checkpoint-2_18.ckpt (epoch 2, step 18 of it)"
+    steps = [m.step for m in second.store.get_metric_history(first.run_id, "eval/accuracy")]
+    # Every epoch's evaluation, across the two jobs; epoch 2 twice: the second job went
+    # back to step 40 and trained the rest of it again (another config: logged again).
+    assert steps == [22, 44, 44, 66]
+    assert len(second.store.search_runs(["1"])) == 1
+
+
+# -- which run and checkpoint a job continues from: fabricated run folders ------------------
+
+def _checkpoint(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ms.save_checkpoint(nn.Dense(2, 2), str(path), crc_check=True)
+
+
+def _run_folder(root: Path, name: str, digest: str, status: str, started: float,
+                checkpoints=(), ranks: int = 1) -> Path:
+    """A run directory as a job leaves it: its run.json and checkpoints in each rank
+    folder."""
+    run_dir = root / "outputs" / "2026-11-25" / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps(
+        {"started": started, "digest": digest, "status": status, "updated": started}))
+    for rank in range(ranks):
+        for checkpoint in checkpoints:
+            _checkpoint(run_dir / "checkpoints" / f"rank_{rank}" / checkpoint)
+    return run_dir
+
+
+def _cfg(resume, ranks: int = 1):
+    return OmegaConf.create({"trainer": {"resume": resume},
+                             "checkpoint": {"prefix": "checkpoint"},
+                             "parallel": {"device_num": ranks}})
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_resume_auto_continues_the_newest_unfinished_run_of_the_config(
+        workdir, capsys):
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    new_dir = workdir / "outputs" / "2026-11-25" / "new"
+    _run_folder(workdir, "finished", "d", "FINISHED", 5.0, ["checkpoint-1_10.ckpt"])
+    _run_folder(workdir, "other-config", "e", "RUNNING", 6.0, ["checkpoint-1_10.ckpt"])
+    killed = _run_folder(workdir, "killed", "d", "RUNNING", 3.0,
+                         ["checkpoint-1_5.ckpt", "checkpoint-1_10.ckpt",
+                          "checkpoint-2_5.ckpt"])
+    failed = _run_folder(workdir, "failed", "d", "FAILED", 4.0)     # no checkpoint
+    assert unfinished_runs(workdir / "outputs", "d") == [failed.resolve(), killed.resolve()]
+    torn = killed / "checkpoints/rank_0/checkpoint-2_5.ckpt"
+    _truncate(torn)
+
+    point = find_resume_point(_cfg("auto"), new_dir, "d", uri)
+    # The newest unfinished run has nothing to continue from: the one before it, from its
+    # newest checkpoint that reads back whole; the torn one is renamed, never loaded.
+    assert point == ResumePoint(killed.resolve(), "checkpoint-1_10.ckpt", 1, 10)
+    out = capsys.readouterr().out
+    assert f"{failed.resolve()} did not finish but has no good checkpoint" in out
+    assert f"checkpoint {torn.resolve()} is damaged" in out
+    assert not torn.exists() and torn.with_name(torn.name + ".damaged").is_file()
+    assert "no unfinished run" not in out
+
+
+def test_resume_auto_without_an_unfinished_run_starts_a_new_one(workdir, capsys):
+    """A FINISHED run of the same config is not continued: the job starts a new run."""
+    _run_folder(workdir, "finished", "d", "FINISHED", 5.0, ["checkpoint-1_44.ckpt"])
+    new_dir = workdir / "outputs" / "2026-11-25" / "new"
+    assert find_resume_point(_cfg("auto"), new_dir, "d", "sqlite:///unused.db") is None
+    assert capsys.readouterr().out.strip() == (
+        "trainer.resume=auto: no unfinished run of this config under "
+        f"{workdir / 'outputs'}; starting a new run")
+    # Nor is an unset trainer.resume anything to continue.
+    assert find_resume_point(_cfg(None), new_dir, "d", "sqlite:///unused.db") is None
+
+
+def test_an_explicit_checkpoint_or_run_directory_names_the_run_whatever_its_status(workdir):
+    """(An MLflow run id names the run through its ms_exp.run_dir tag: the last job of
+    test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights.)"""
+    run_dir = _run_folder(workdir, "done", "d", "FINISHED", 1.0,
+                          ["checkpoint-1_20.ckpt", "checkpoint-1_44.ckpt",
+                           "checkpoint-2_44.ckpt"]).resolve()
+    new_dir = workdir / "outputs" / "2026-11-25" / "new"
+    uri = "sqlite:///unused.db"
+    # A checkpoint file: that one, though newer ones exist, from another config too.
+    named = run_dir / "checkpoints/rank_0/checkpoint-1_20.ckpt"
+    assert find_resume_point(_cfg(str(named)), new_dir, "other", uri) == \
+        ResumePoint(run_dir, "checkpoint-1_20.ckpt", 1, 20)
+    # A run directory: its newest.
+    assert find_resume_point(_cfg(str(run_dir)), new_dir, "other", uri) == \
+        ResumePoint(run_dir, "checkpoint-2_44.ckpt", 2, 44)
+    # A named checkpoint that does not read back whole is refused, not replaced.
+    _truncate(named)
+    with pytest.raises(ResumeError, match="no checkpoint checkpoint-1_20.ckpt that reads "
+                                          "back whole in all 1 rank folders"):
+        find_resume_point(_cfg(str(named)), new_dir, "other", uri)
+    assert not list(workdir.glob("*.db"))
+
+
+def test_the_checkpoint_continued_from_is_one_every_rank_holds_whole(tmp_path, capsys):
+    run_dir = _run_folder(tmp_path, "ranks", "d", "RUNNING", 1.0,
+                          ["checkpoint-1_10.ckpt", "checkpoint-1_20.ckpt"], ranks=2)
+    # Rank 1 was killed before writing step 30, rank 0 wrote it.
+    _checkpoint(run_dir / "checkpoints/rank_0/checkpoint-1_30.ckpt")
+    assert newest_good_checkpoint(run_dir, "checkpoint", 2) == "checkpoint-1_20.ckpt"
+    # Rank 1's step 20 is torn: step 10, which both hold whole.
+    _truncate(run_dir / "checkpoints/rank_1/checkpoint-1_20.ckpt")
+    assert newest_good_checkpoint(run_dir, "checkpoint", 2) == "checkpoint-1_10.ckpt"
+    assert "checkpoint-1_20.ckpt is damaged" in capsys.readouterr().out
+    assert (run_dir / "checkpoints/rank_0/checkpoint-1_20.ckpt").is_file()
+    # Nothing whole in every rank: nothing to continue from.
+    _truncate(run_dir / "checkpoints/rank_0/checkpoint-1_10.ckpt")
+    assert newest_good_checkpoint(run_dir, "checkpoint", 2) is None
+
+
+def test_a_resumed_job_leaves_out_the_steps_the_run_has_only_with_the_same_config():
+    logged = {"step": 40, "eval": 22}
+    point = ResumePoint(Path("/r"), "checkpoint-2_18.ckpt", 2, 18, logged=logged)
+    assert point.not_to_log_again == {}
+    assert ResumePoint(Path("/r"), "checkpoint-2_18.ckpt", 2, 18, logged=logged,
+                       same_config=True).not_to_log_again == logged

@@ -1,10 +1,12 @@
 """The Optuna study's part of a sweep's report: trials, best value so far, importances and
 the history plot, read from a real Optuna storage and logged beside the jobs' table."""
 import csv
+import shutil
 from pathlib import Path
 
 import optuna
 import pytest
+from conftest import migrated_store
 from mlflow import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
@@ -28,6 +30,13 @@ OPTUNA_FILES = {"optuna_trials.csv", "optuna_trials.md", "optuna_history.png",
                 "optuna_importances.png"}
 
 
+def store_in(folder: Path) -> str:
+    """An empty MLflow store in ``folder``, copied from the one migrated once per process
+    (a fresh store costs MLflow 1.5-2.5 s of migrations): its URI."""
+    shutil.copyfile(migrated_store(), folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
 def make_study(storage: str, name: str, direction: str, trials=TRIALS) -> None:
     """As the sweeper does: ask for each trial, report its epochs if pruned, tell."""
     study = optuna.create_study(study_name=name, storage=storage, direction=direction)
@@ -46,7 +55,7 @@ def make_study(storage: str, name: str, direction: str, trials=TRIALS) -> None:
 
 def make_sweep(tmp_path: Path, study: str, storage: str, trials=TRIALS):
     """A parent run tagged as the Optuna sweeper tags it and one child run per trial."""
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(store_in(tmp_path))
     experiment = ensure_experiment(client, "search")
     parent_id = client.create_run(experiment, run_name="sweep", tags={
         "ms_exp.sweep": "true", "ms_exp.optuna.study": study,

@@ -1,6 +1,11 @@
 """A multirun is one MLflow parent run with every job's run as its child (the
 ``mlflow.parentRunId`` tag the UI nests by); the parent ends FINISHED, FAILED or KILLED
-with its jobs, never RUNNING, and runs after it are nobody's children."""
+with its jobs, never RUNNING, and runs after it are nobody's children. ``python -m
+ms_exp.report`` makes a real sweep's table and plots again, logged into its parent run; every
+job records what its checkpoints cost (``checkpoint/save_time_s``, ``checkpoint/bytes_rank_<r>``).
+
+One two-job sweep (``lr_sweep``) serves every test that reads a finished sweep; the test that
+re-runs it with ``tracking.skip_finished=true`` comes last."""
 import csv
 import json
 import os
@@ -11,16 +16,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, run_cli
+from conftest import FAST, main_in_process, run_cli
 from mlflow import MlflowClient
 
+from ms_exp import report
 from ms_exp.tracking import sweep
 
-TINY = (*FAST, "trainer.epochs=1")
+# Two training steps a job, on a small network.
+DATA = ("dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
+        "model.hidden_size=8")
+TINY = (*FAST, "trainer.epochs=1", *DATA)
+PLOTS = {"eval_accuracy_vs_optimizer.lr.png", "train_loss.png"}
 
 
-def parent_and_children(client):
-    runs = client.search_runs(["1"])
+def parent_and_children(client, runs=None):
+    runs = client.search_runs(["1"]) if runs is None else runs
     parents = [r for r in runs if r.data.tags.get("ms_exp.sweep") == "true"]
     assert len(parents) == 1, [r.info.run_name for r in runs]
     children = [r for r in runs if r is not parents[0]]
@@ -33,12 +43,22 @@ def summary_rows(client, run_id, tmp_path):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.e2e
-def test_sweep_is_one_parent_run_with_the_jobs_as_children(tmp_path):
-    result = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1"], tmp_path)
-    assert result.rc == 0, result.stderr[-2000:]
+@pytest.fixture(scope="module")
+def lr_sweep(tmp_path_factory):
+    """A two-job sweep over optimizer.lr: ``(result, client, parent, children)``, its runs
+    as the sweep left them."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    result = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1"], cwd)
+    assert result.rc == 0, result.stdout[-2000:] + result.stderr[-2000:]
     client = result.store
     parent, children = parent_and_children(client)
+    return result, client, parent, children
+
+
+@pytest.mark.e2e
+def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
+    result, client, parent, children = lr_sweep
+    cwd = result.cwd
     assert len(children) == 2
     assert {c.data.tags.get("mlflow.parentRunId") for c in children} == {parent.info.run_id}
     assert parent.info.status == "FINISHED"
@@ -48,19 +68,18 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(tmp_path):
                                    "sweep/skipped_jobs": 0.0}
     # The sweep's overrides are the parent's params; each child is named by its values
     # and tagged with the sweep's id.
-    assert parent.data.params == {"trainer.progress_bar": "never", "trainer.epochs": "1",
+    assert parent.data.params == {**dict(o.split("=", 1) for o in TINY),
                                   "optimizer.lr": "0.01,0.1"}
     assert sorted(c.info.run_name for c in children) == ["lr=0.01", "lr=0.1"]
     assert {c.data.tags["ms_exp.sweep.id"] for c in children} == {parent.info.run_id}
     tags = parent.data.tags
-    assert tags["ms_exp.sweep.overrides"] == \
-        "trainer.progress_bar=never trainer.epochs=1 optimizer.lr=0.01,0.1"
+    assert tags["ms_exp.sweep.overrides"] == " ".join([*TINY, "optimizer.lr=0.01,0.1"])
     assert "-m trainer.progress_bar=never" in tags["ms_exp.command"]
     assert "ms_exp.sweep.failed_jobs" not in tags
     # The job folders are multirun/<date>/<time>/0 and /1.
     assert {str(Path(c.data.tags["ms_exp.run_dir"]).parent)
             for c in children} == {tags["ms_exp.sweep.dir"]}
-    assert sorted(Path(c.data.tags["ms_exp.run_dir"]).relative_to(tmp_path).parts[::3]
+    assert sorted(Path(c.data.tags["ms_exp.run_dir"]).relative_to(cwd).parts[::3]
                   for c in children) == [("multirun", "0"), ("multirun", "1")]
 
     # The sweep ends saying where its jobs, its report and its parent run are.
@@ -73,13 +92,13 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(tmp_path):
         "train_loss.png",
         f"  in {report_dir}",
         f"MLflow parent run {run_id} (experiment {experiment}, FINISHED, 2 of 2 jobs "
-        f"finished) in sqlite:///{tmp_path.resolve() / 'mlflow.db'}"]
+        f"finished) in sqlite:///{cwd.resolve() / 'mlflow.db'}"]
     assert (report_dir / "summary.md").is_file()
     assert end[4].startswith("report again: ") and end[4].endswith(f" -m ms_exp.report {run_id}")
     assert end[5].startswith("open it with: ") and "ui --backend-store-uri" in end[5]
     assert end[6] == f"  then browse to http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}"
     # As printed, in a shell whose PATH has no virtual environment.
-    again = subprocess.run(end[4][len("report again: "):], shell=True, cwd=tmp_path,
+    again = subprocess.run(end[4][len("report again: "):], shell=True, cwd=cwd,
                            env={**os.environ, "PATH": "/usr/bin:/bin"},
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and f"({run_id}): 2 jobs" in again.stdout, again.stderr
@@ -96,8 +115,96 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(tmp_path):
         assert float(row["train/loss"]) == by_id[row["run_id"]].data.metrics["train/loss"]
 
 
+@pytest.mark.e2e
+def test_report_of_a_sweep_folder_is_logged_into_its_parent_run(lr_sweep, tmp_path):
+    result, client, parent, children = lr_sweep
+    # In-process: the command line itself runs in the test above ("report again").
+    report_run = main_in_process("ms_exp.report", [parent.data.tags["ms_exp.sweep.dir"]],
+                                 result.cwd)
+    assert report_run.rc == 0, report_run.stderr[-3000:]
+    assert "| run_name | job | status | optimizer.lr | eval/accuracy |" in report_run.stdout
+    assert "mlflow ui --backend-store-uri" in report_run.stdout
+
+    run_id = parent.info.run_id
+    logged = {Path(a.path).name for a in client.list_artifacts(run_id, "report")}
+    assert logged == {"summary.csv", "summary.md", *PLOTS}
+    rows = summary_rows(client, run_id, tmp_path)
+    by_id = {c.info.run_id: c for c in children}
+    assert {r["run_id"] for r in rows} == set(by_id)
+    assert float(rows[0]["eval/accuracy"]) >= float(rows[1]["eval/accuracy"])
+    for row in rows:
+        child = by_id[row["run_id"]]
+        metrics = child.data.metrics
+        assert row["status"] == "FINISHED" and row["error"] == ""
+        assert row["optimizer.lr"] == child.data.params["optimizer.lr"]
+        for column in ("eval/accuracy", "eval/loss", "train/loss"):
+            assert float(row[column]) == metrics[column]
+        assert float(row["ckpt_save_s"]) == metrics["checkpoint/save_time_s"] > 0
+        assert int(row["ckpt_bytes_rank_0"]) == metrics["checkpoint/bytes_rank_0"] > 0
+        assert float(row["duration_s"]) > 0
+    markdown = Path(client.download_artifacts(run_id, "report/summary.md", str(tmp_path)))
+    assert markdown.read_text() in report_run.stdout + "\n"
+
+
+@pytest.mark.e2e
+def test_report_by_parent_id_or_job_folder_and_another_metric(lr_sweep, tmp_path):
+    result, client, parent, _ = lr_sweep
+    run_id = parent.info.run_id
+    by_id = main_in_process("ms_exp.report", [run_id, "--metric", "train/loss"], result.cwd)
+    assert by_id.rc == 0, by_id.stderr[-3000:]
+    assert f"({run_id}): 2 jobs, by train/loss, lowest first" in by_id.stdout
+    rows = summary_rows(client, run_id, tmp_path)
+    assert float(rows[0]["train/loss"]) <= float(rows[1]["train/loss"])
+    assert "train_loss_vs_optimizer.lr.png" in \
+        {Path(a.path).name for a in client.list_artifacts(run_id, "report")}
+
+    job = Path(parent.data.tags["ms_exp.sweep.dir"]) / "1"
+    by_job = main_in_process("ms_exp.report", [str(job)], result.cwd)
+    assert by_job.rc == 0, by_job.stderr[-3000:]
+    assert f"({run_id}): 2 jobs, by eval/accuracy" in by_job.stdout
+
+
+def one_line_error(rc: int, stdout: str, stderr: str) -> str:
+    assert rc == 2 and stdout == "", stdout + stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ms_exp.report: error: "), stderr
+    return lines[0]
+
+
+@pytest.mark.e2e
+def test_what_is_no_sweep_is_refused_in_one_line(lr_sweep, workdir, capsys):
+    """In-process, to spare an MLflow import per case; the command line is the same."""
+    result, _, parent, children = lr_sweep
+    store = ["--tracking-uri", f"sqlite:///{result.cwd / 'mlflow.db'}"]
+
+    def error(*args) -> str:
+        return one_line_error(report.main(list(args)), *capsys.readouterr())
+
+    unknown = main_in_process("ms_exp.report", ["0123abcd"], result.cwd)
+    assert "no run '0123abcd'" in one_line_error(unknown.rc, unknown.stdout, unknown.stderr)
+    assert "no sweep recorded for folder" in error(str(workdir), *store)
+    assert f"its sweep is run {parent.info.run_id}" in error(children[0].info.run_id, *store)
+    assert "logged 'eval/acc'" in error(parent.info.run_id, "--metric", "eval/acc", *store)
+    # No store in the working directory: refused, and none created.
+    assert "no MLflow store at" in error(parent.info.run_id)
+    assert not (workdir / "mlflow.db").exists()
+
+
+@pytest.mark.e2e
+def test_every_job_records_what_its_checkpoints_cost(lr_sweep):
+    _, _, _, children = lr_sweep
+    for child in children:
+        metrics = child.data.metrics
+        rank_0 = Path(child.data.tags["ms_exp.run_dir"]) / "checkpoints" / "rank_0"
+        # One checkpoint per epoch, none after the evaluation (best.ckpt is not counted).
+        (saved,) = rank_0.glob("checkpoint-*.ckpt")
+        assert metrics["checkpoint/bytes_rank_0"] == saved.stat().st_size
+        assert 0 < metrics["checkpoint/save_time_s"] < 60
+
+
 # The second job's data reader fails after the command line was validated; then, in the
-# same process, a plain run, which must not become a child of the failed sweep.
+# same process, a plain run, which must not become a child of the failed sweep, a plain run
+# that fails, and (in a folder of its own) a sweep that records nothing.
 FAILING_SWEEP = """
 import json, os, sys
 import ms_exp.data
@@ -106,25 +213,29 @@ from ms_exp.run import main
 read = ms_exp.data.create_datasets
 
 def reader(dataset_cfg, *args, **kwargs):
-    if dataset_cfg.split_seed == 1:
+    if dataset_cfg.data_seed == 1:
         raise OSError("disk went away")
     return read(dataset_cfg, *args, **kwargs)
 
 ms_exp.data.create_datasets = reader
 args = sys.argv[1:]  # main() rewrites sys.argv for Hydra
 try:
-    main(["-m", *args, "dataset.split_seed=0,1"])
+    main(["-m", *args, "dataset.data_seed=0,1"])
     code = 0
 except SystemExit as exit:
     code = exit.code
 left = os.environ.get("MS_EXP_PARENT_RUN_ID")
 single = main([*args, "tracking.run_name=after"])
 try:
-    main([*args, "dataset.split_seed=1", "tracking.run_name=failed"])
+    main([*args, "dataset.data_seed=1", "tracking.run_name=failed"])
     failed = 0
 except SystemExit as exit:
     failed = exit.code
-print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single, "failed": failed}))
+os.mkdir("untracked")
+os.chdir("untracked")
+untracked = main(["-m", *args, "tracking.enabled=false"])
+print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single, "failed": failed,
+                              "untracked": untracked}))
 """
 
 
@@ -136,7 +247,7 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     assert line, done.stdout[-2000:] + done.stderr[-3000:]
     # Hydra runs the whole batch, then exits 1 for the failed job.
     assert json.loads(line[0][len("RESULT "):]) == \
-        {"sweep": 1, "left": None, "single": 0, "failed": 1}
+        {"sweep": 1, "left": None, "single": 0, "failed": 1, "untracked": 0}
     assert "OSError: disk went away" in done.stderr
     # Neither the sweep's failed job nor a failed single run upsets the sweep's callback.
     assert "Callback" not in done.stderr and "MissingMandatoryValue" not in done.stderr
@@ -147,24 +258,29 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     assert parent.data.metrics == {"sweep/jobs": 2.0, "sweep/finished_jobs": 1.0,
                                    "sweep/failed_jobs": 1.0, "sweep/pruned_jobs": 0.0,
                                    "sweep/skipped_jobs": 0.0}
-    assert parent.data.tags["ms_exp.sweep.failed_jobs"] == \
-        "#1 trainer.progress_bar=never trainer.epochs=1 dataset.split_seed=1"
+    # The job's overrides as Hydra's basic sweeper writes them (false as False).
+    job = " ".join(TINY).replace("=false", "=False")
+    assert parent.data.tags["ms_exp.sweep.failed_jobs"] == f"#1 {job} dataset.data_seed=1"
     (after,) = [r for r in others if r.info.run_name == "after"]
     assert "mlflow.parentRunId" not in after.data.tags and after.info.status == "FINISHED"
     (single_failed,) = [r for r in others if r.info.run_name == "failed"]
     assert "mlflow.parentRunId" not in single_failed.data.tags
-    children = {r.data.params["dataset.split_seed"]: r for r in others
+    children = {r.data.params["dataset.data_seed"]: r for r in others
                 if r not in (after, single_failed)}
     assert {seed: c.info.status for seed, c in children.items()} == \
         {"0": "FINISHED", "1": "FAILED"}
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id
                for c in children.values())
     rows = summary_rows(client, parent.info.run_id, tmp_path)
-    assert {r["dataset.split_seed"]: r["status"] for r in rows} == \
+    assert {r["dataset.data_seed"]: r["status"] for r in rows} == \
         {"0": "FINISHED", "1": "FAILED"}
     assert f"MLflow parent run {parent.info.run_id} (experiment 1, FAILED, 1 of 2 jobs " \
            f"finished) in sqlite:///{tmp_path.resolve() / 'mlflow.db'}" in done.stdout
 
+    # A sweep without tracking records nothing.
+    untracked = tmp_path / "untracked"
+    assert list(untracked.glob("multirun/*/*/0"))  # its job ran there
+    assert not (untracked / "mlflow.db").exists() and not (untracked / "mlartifacts").exists()
 
 
 @pytest.mark.parametrize("num", [1, "???"])
@@ -190,16 +306,17 @@ def test_a_failed_job_is_counted_without_a_callback_warning(num, recwarn):
     callbacks.on_job_end(config=config, job_return=failed)
     assert (alone.jobs, alone.failed, [str(w.message) for w in recwarn]) == (0, [], [])
 
+
 @pytest.mark.e2e
 def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
     # Ctrl-C. (Once MindSpore runs, its native handler turns SIGINT into SIGTERM anyway.)
-    args = [sys.executable, "-m", "ms_exp.run", "-m", *FAST, "trainer.epochs=500",
-            "dataset=synthetic", "dataset.num_samples=4096", "checkpoint=none",
-            "optimizer.lr=0.01,0.1"]
+    # Two steps an epoch, a loss line each: the second epoch shows within a few steps.
+    args = [sys.executable, "-m", "ms_exp.run", "-m", *FAST, *DATA, "trainer.epochs=1000",
+            "trainer.loss_print_interval=1", "checkpoint=none", "optimizer.lr=0.01,0.1"]
     process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.time() + 120
+    deadline = time.time() + 240
     for line in process.stdout:
         if line.startswith("epoch: 2 "):
             break
@@ -216,13 +333,6 @@ def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
     assert parent.data.metrics == {"sweep/jobs": 1.0, "sweep/finished_jobs": 0.0,
                                    "sweep/failed_jobs": 0.0, "sweep/pruned_jobs": 0.0,
                                    "sweep/skipped_jobs": 0.0}
-
-
-@pytest.mark.e2e
-def test_sweep_without_tracking_records_nothing(tmp_path):
-    result = run_cli("ms_exp.run", ["-m", *TINY, "tracking.enabled=false"], tmp_path)
-    assert result.rc == 0, result.stderr[-2000:]
-    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()
 
 
 def test_jobs_that_record_elsewhere_get_no_parent(monkeypatch):
@@ -259,24 +369,24 @@ def test_concurrent_jobs_on_a_fresh_store_lose_no_runs(tmp_path):
 
 
 @pytest.mark.e2e
-def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(tmp_path):
-    first = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1"], tmp_path)
-    assert first.rc == 0, first.stderr[-2000:]
+def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(lr_sweep):
+    """The sweep of ``lr_sweep`` again, one value more: last of its tests, as it adds a
+    sweep to that store."""
+    first, _, first_parent, first_children = lr_sweep
     again = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1,0.2",
-                                   "tracking.skip_finished=true"], tmp_path)
+                                   "tracking.skip_finished=true"], first.cwd)
     assert again.rc == 0, again.stderr[-2000:]
     assert again.stdout.count("already finished with this config") == 2
     client = again.store
     sweeps = client.search_runs(["1"], "tags.`ms_exp.sweep` = 'true'",
                                 order_by=["attributes.start_time DESC"])
+    assert [s.info.run_id for s in sweeps[1:]] == [first_parent.info.run_id]
     latest = sweeps[0]
     children = client.search_runs(["1"], f"tags.mlflow.parentRunId = '{latest.info.run_id}'")
     assert [c.info.run_name for c in children] == ["lr=0.2"]
     assert latest.data.metrics["sweep/skipped_jobs"] == 2
     assert latest.data.metrics["sweep/jobs"] == 3
     skipped = {k for k in latest.data.tags if k.startswith("ms_exp.sweep.skipped.")}
-    first_children = client.search_runs(
-        ["1"], f"tags.mlflow.parentRunId = '{sweeps[1].info.run_id}'")
     assert skipped == {f"ms_exp.sweep.skipped.{c.info.run_id}" for c in first_children}
 
 

@@ -1,12 +1,13 @@
 """System metrics: MLflow's monitor in the job's sidecar, Ascend NPUs through npu-smi, and
 MindSpore's device-memory figures."""
 import os
+import shutil
 import stat
 import time
 from pathlib import Path
 
 import pytest
-from conftest import train
+from conftest import migrated_store, train
 from mlflow import MlflowClient
 
 from ms_exp.tracking.system_metrics import (
@@ -74,6 +75,12 @@ def with_path(folder: Path) -> dict:
     return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
 
 
+def migrated_copy(folder: Path) -> str:
+    """The URI of a copy of conftest's migrated empty store in ``folder``."""
+    shutil.copyfile(migrated_store(), folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
 def system_metrics(result) -> dict:
     run = result.store.get_run(result.run_id)
     return {k: v for k, v in run.data.metrics.items() if k.startswith("system/")}
@@ -118,7 +125,7 @@ def test_npu_smi_failing_mid_run_is_warned_of_once_then_left_alone(tmp_path, mon
 # -- the monitor, from a run id and a tracking URI (what ms_exp.autolog() uses) ---------------
 
 def test_start_system_metrics_logs_samples_and_a_resumed_run_continues_their_steps(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_copy(tmp_path)
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     assert start_system_metrics(run_id, uri, None) is None
@@ -143,37 +150,24 @@ def test_device_memory_is_not_logged_on_cpu():
     assert Tracker.logged == []
 
 
-# -- a job ------------------------------------------------------------------------------------
+# -- a job (a job's samples and npu-smi's figures: test_default_run.py, in the default run) --
 
 @pytest.mark.e2e
-def test_a_job_records_system_metrics_and_npu_metrics_from_npu_smi(workdir):
-    folder = printing(workdir.parent / "npu-bin", NPU_SMI_910B)
-    result = train(workdir, "trainer.epochs=1", "tracking.system_metrics_interval=0.5",
-                   env=with_path(folder))
-    metrics = system_metrics(result)
-    for name in ("cpu_utilization_percentage", "system_memory_usage_megabytes",
-                 "disk_usage_megabytes", "network_receive_megabytes"):
-        assert f"system/{name}" in metrics
-    assert metrics["system/npu_0_utilization_percentage"] == 37.0
-    assert metrics["system/npu_0_memory_usage_megabytes"] == 12034.0
-    assert metrics["system/npu_0_memory_usage_percentage"] == 18.4
-    assert metrics["system/npu_1_utilization_percentage"] == 0.0
-    assert metrics["system/npu_1_memory_usage_megabytes"] == 3357.0
-    # MindSpore counts no device memory on CPU: nothing is logged for it.
-    assert not [k for k in metrics if k.startswith("system/device_memory")]
-    assert "npu-smi" not in result.stderr
-    assert result.store.get_run(result.run_id).info.status == "FINISHED"
-
-
-@pytest.mark.e2e
-def test_a_job_with_no_interval_records_no_system_metrics(workdir):
-    result = train(workdir, "trainer.epochs=1", "tracking.system_metrics_interval=null")
+def test_a_job_with_no_interval_and_no_models_records_neither(workdir):
+    result = train(workdir, "trainer.epochs=1", "tracking.system_metrics_interval=null",
+                   "tracking.log_models=false")
     # The training process's own total stays.
     assert set(system_metrics(result)) == {"system/peak_host_memory_mb"}
+    # tracking.log_models=false: no MLflow model, and no model folder in the run directory.
+    client = result.store
+    experiment_id = client.get_run(result.run_id).info.experiment_id
+    assert client.search_logged_models(
+        [experiment_id], filter_string=f"source_run_id = '{result.run_id}'") == []
+    assert not (result.run_dir / "models").exists()
 
 
 def test_a_monitor_stopped_without_logging_ends_its_thread_and_logs_nothing_more(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_copy(tmp_path)
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     monitor = start_system_metrics(run_id, uri, 0.2)
@@ -184,7 +178,7 @@ def test_a_monitor_stopped_without_logging_ends_its_thread_and_logs_nothing_more
 
 
 def test_a_run_shorter_than_the_interval_still_gets_a_sample_at_its_end(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_copy(tmp_path)
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     monitor = start_system_metrics(run_id, uri, 60.0)

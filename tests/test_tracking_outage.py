@@ -7,6 +7,7 @@ port of their own, and stopping the relay is the server dying for the client (it
 connections dropped, new ones refused) without paying the server's 10-20 s start again.
 """
 import select
+import shutil
 import socket
 import socketserver
 import threading
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, free_port, mlflow_server, run_cli
+from conftest import FAST, free_port, main_in_process, migrated_store, mlflow_server, run_cli
 from mlflow import MlflowClient
 
 from ms_exp.tracking.journal import journals_in
@@ -25,10 +26,14 @@ WARNING = "ms_exp: warning: "
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The port of a real MLflow server with its own SQLite store."""
+    """The port of a real MLflow server with its own SQLite store (a copy of conftest's
+    migrated empty one), one worker process: its start costs a fraction of four workers'
+    migrating a new store."""
     root = tmp_path_factory.mktemp("server")
+    shutil.copyfile(migrated_store(), root / "server.db")
     with mlflow_server(root, "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-                       "--artifacts-destination", str(root / "artifacts")) as url:
+                       "--artifacts-destination", str(root / "artifacts"),
+                       "--workers", "1") as url:
         # Its first request opens the store: paid here, not by the first test.
         MlflowClient(url).search_experiments()
         yield int(url.rsplit(":", 1)[1])
@@ -111,7 +116,8 @@ def upload(run_dir: Path, cwd: Path):
 @pytest.mark.server
 @pytest.mark.e2e
 def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_path):
-    job = run_cli("ms_exp.run", [*FAST, "trainer.epochs=1", f"tracking.uri={relay.uri}",
+    job = run_cli("ms_exp.run", [*FAST, "trainer.epochs=1", "tracking.log_models=true",
+                                 f"tracking.uri={relay.uri}",
                                  "tracking.experiment_name=outage"], tmp_path)
     assert job.rc == 0, job.stderr[-3000:]
     (warning,) = warnings_in(job.stderr)
@@ -260,6 +266,7 @@ def test_an_upload_cut_short_goes_on_where_it_stopped(tmp_path, monkeypatch, cap
     from ms_exp.tracking.journal import Journal
     from ms_exp.tracking.tracker import Tracker
 
+    shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     journal = Journal(tmp_path / "mlflow-offline" / "job.jsonl", {
         "tracking_uri": uri, "experiment_name": "exp", "run_name": "cut", "tags": {},
@@ -293,7 +300,7 @@ def test_an_upload_cut_short_goes_on_where_it_stopped(tmp_path, monkeypatch, cap
 
 
 def test_upload_without_a_journal_is_a_one_line_error(tmp_path):
-    result = run_cli("ms_exp.tracking.upload", [str(tmp_path)], tmp_path, timeout=60)
+    result = main_in_process("ms_exp.tracking.upload", [str(tmp_path)], tmp_path)
     assert result.rc == 2
     assert result.stderr.strip().splitlines() == [
         f"ms_exp: error: RUN_DIR={tmp_path}: nothing to upload (no mlflow-offline/*.jsonl "
@@ -302,6 +309,7 @@ def test_upload_without_a_journal_is_a_one_line_error(tmp_path):
 
 @pytest.mark.e2e
 def test_a_job_reopens_an_earlier_run_and_appends_to_it(tmp_path):
+    shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     first = SidecarTracker(uri, "exp", "resumable", {})
     first.log_metrics({"train/loss": 1.0}, step=1)

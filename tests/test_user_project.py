@@ -1,35 +1,65 @@
 """A user's own project (examples/my_project: its network, data, callback and conf/ folder)
 trained through ms_exp from the checkout's install, everywhere the built-in options work;
 and its bad components refused in one line before any run exists."""
+import importlib
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port, run_cli
+from conftest import free_port, main_in_process, migrated_store, run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_project"
 OWN = ("--config-dir", "conf", "model=tiny_net", "dataset=blobs")
 TINY = ("trainer.epochs=2", "trainer.progress_bar=never")
+# blobs: 16 steps per epoch at batch 32; 4 snapshots an epoch from the first: 8 in 2 epochs,
+# so the example's run is also the stage one of a dimension reduction.
+SNAPSHOTS = ("checkpoint.snapshots.start_epoch=1", "checkpoint.snapshots.per_epoch=4")
 
 
-@pytest.fixture
-def project(tmp_path) -> Path:
+def copy_example(folder: Path) -> Path:
     """A copy of the example project, so its runs write into a scratch folder."""
-    copy = tmp_path / "my_project"
+    copy = folder / "my_project"
     shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("__pycache__", "outputs",
                                                                  "multirun", "mlflow.db"))
     return copy
 
 
-def refusal(project: Path, *overrides: str) -> str:
-    result = run_cli("ms_exp.run", [*OWN, *TINY, *overrides], project)
-    assert result.rc == 2, f"rc={result.rc}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert not (project / "outputs").exists() and not (project / "mlflow.db").exists()
-    return lines[0]
+def forget_project_modules() -> None:
+    for name in [n for n in sys.modules if n.split(".")[0] == "my_project"]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """A copy of the example project that this process imports as ``python -m ms_exp.run``
+    started in its folder would: the folder first on ``sys.path``, no module of another
+    test's copy left in ``sys.modules``."""
+    copy = copy_example(tmp_path)
+    monkeypatch.syspath_prepend(str(copy))
+    forget_project_modules()
+    yield copy
+    forget_project_modules()
+
+
+@pytest.fixture
+def refusal(project, capfd):
+    """``refusal(*overrides)``: ``python -m ms_exp.run`` of the project refused before any
+    run exists (in-process: the refusal happens before any job starts); its one line."""
+    def refused(*overrides: str) -> str:
+        importlib.invalidate_caches()  # modules a test has just written
+        capfd.readouterr()
+        result = main_in_process("ms_exp.run", [*OWN, *TINY, *overrides], project)
+        assert result.rc == 2, f"rc={result.rc}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        # Nor did anything write to the process's stderr past Python (MindSpore's C++ logs).
+        assert capfd.readouterr().err == ""
+        assert not (project / "outputs").exists() and not (project / "mlflow.db").exists()
+        return lines[0]
+    return refused
 
 
 def train(project: Path, *args: str):
@@ -46,14 +76,14 @@ def write_module(project: Path, name: str, source: str) -> None:
 # --- refused before any run exists ------------------------------------------------------
 
 
-def test_a_model_target_that_does_not_import_is_refused(project):
-    line = refusal(project, "model._target_=my_project.nets.NoSuchNet")
+def test_a_model_target_that_does_not_import_is_refused(refusal):
+    line = refusal("model._target_=my_project.nets.NoSuchNet")
     assert line.startswith("ms_exp: error: model._target_='my_project.nets.NoSuchNet': "
                            "does not import")
 
 
-def test_unknown_and_missing_arguments_name_the_parameters(project):
-    line = refusal(project, "+model.depth=3")
+def test_unknown_and_missing_arguments_name_the_parameters(project, refusal):
+    line = refusal("+model.depth=3")
     assert line == ("ms_exp: error: model.depth=3: is not an argument of the target; expected "
                     "a parameter of my_project.nets.TinyNet: input_shape, num_classes, hidden")
     write_module(project, "strict", """
@@ -62,48 +92,68 @@ def test_unknown_and_missing_arguments_name_the_parameters(project):
         def net(input_shape, num_classes, width):
             return TinyNet(input_shape, num_classes, width)
     """)
-    line = refusal(project, "model._target_=my_project.strict.net", "~model.hidden")
+    line = refusal("model._target_=my_project.strict.net", "~model.hidden")
     assert line == ("ms_exp: error: model.width='missing': not allowed; expected a value: "
                     "my_project.strict.net requires 'width' (its parameters: input_shape, "
                     "num_classes, width)")
 
 
-def test_a_model_that_returns_no_cell_is_refused(project):
+def test_a_model_that_returns_no_cell_is_refused(project, refusal):
     write_module(project, "wrong", """
         def net(input_shape, num_classes, hidden=8):
             return [input_shape, num_classes]
     """)
-    line = refusal(project, "model._target_=my_project.wrong.net")
+    line = refusal("model._target_=my_project.wrong.net")
     assert line == ("ms_exp: error: model._target_='my_project.wrong.net': returned a list; "
                     "expected a mindspore.nn.Cell (a Cell class, or a function returning one)")
 
 
-def test_a_dataset_that_returns_something_else_is_refused(project):
+def test_a_dataset_that_returns_something_else_is_refused(project, refusal):
     write_module(project, "wrong", """
         def data(split, size=4):
             return {"x": list(range(size))}
     """)
-    line = refusal(project, "dataset._target_=my_project.wrong.data", "~dataset.samples",
+    line = refusal("dataset._target_=my_project.wrong.data", "~dataset.samples",
                    "~dataset.features", "~dataset.classes")
     assert line == ("ms_exp: error: dataset._target_='my_project.wrong.data': returned a "
                     "dict for split='train'; expected a pair of numpy arrays (x, y), or a "
                     "mindspore.dataset dataset of unbatched (data, label) samples")
-    line = refusal(project, "+dataset.spread=-1")  # the target's own error, in one line
+    line = refusal("+dataset.spread=-1")  # the target's own error, in one line
     assert line == ("ms_exp: error: dataset._target_='my_project.data.blobs': failed to "
                     "build: ValueError: scale < 0; expected arguments my_project.data.blobs "
                     "accepts")
 
 
-def test_a_dataset_without_split_is_refused(project):
+def test_a_dataset_without_split_is_refused(project, refusal):
     write_module(project, "wrong", """
         def data(size=4):
             return None
     """)
-    line = refusal(project, "dataset._target_=my_project.wrong.data", "~dataset.samples",
+    line = refusal("dataset._target_=my_project.wrong.data", "~dataset.samples",
                    "~dataset.features", "~dataset.classes")
     assert line == ("ms_exp: error: dataset._target_='my_project.wrong.data': does not take "
                     "'split', which ms_exp passes; expected a callable taking 'split' (its "
                     "parameters: size)")
+
+
+def test_shard_strategies_are_checked_against_the_users_operators(refusal):
+    line = refusal("parallel=semi_auto_tiny", "+parallel.strategies.nosuch.matmul=[[2,1],[1,2]]")
+    assert line.startswith("ms_exp: error: parallel.strategies: ")
+    assert "nosuch" in line and "TinyNet" in line
+
+
+def test_the_examples_semi_auto_option_fits_its_network_on_its_four_ranks(project,
+                                                                         monkeypatch):
+    """The example's own strategy, 2 x 2 on 4 ranks, passes every check against TinyNet (the
+    end-to-end test below trains the option on 2 ranks)."""
+    from ms_exp.preflight.compose import ConfigSource, preflight
+    from ms_exp.run import hydra_job, parse_args
+
+    monkeypatch.chdir(project)
+    args = parse_args([*OWN, *TINY, "parallel=semi_auto_tiny", "checkpoint=sliced"])
+    (cfg,) = preflight(args.overrides, source=ConfigSource.from_args(args, hydra_job))
+    assert cfg.parallel.mode == "semi_auto" and cfg.parallel.device_num == 4
+    assert [list(s) for s in cfg.parallel.strategies.hidden.matmul] == [[2, 1], [1, 2]]
 
 
 # --- trained ---------------------------------------------------------------------------
@@ -112,10 +162,11 @@ def test_a_dataset_without_split_is_refused(project):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """The example's preset (its network, data and callback) run from a copy of the
-    project; several tests read it back."""
-    copy = tmp_path_factory.mktemp("own") / "my_project"
-    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    return train(copy, "--config-dir", "conf", "+experiment=blobs_quick", *TINY)
+    project, keeping weight snapshots (the stage one of the dimension reduction below);
+    several tests read it back, and the other jobs run in its folder."""
+    copy = copy_example(tmp_path_factory.mktemp("own"))
+    shutil.copyfile(migrated_store(), copy / "mlflow.db")
+    return train(copy, "--config-dir", "conf", "+experiment=blobs_quick", *TINY, *SNAPSHOTS)
 
 
 @pytest.mark.e2e
@@ -135,6 +186,8 @@ def test_the_example_trains_and_is_recorded_with_its_targets(trained):
     # The project's callback ran in the job and wrote into the run directory.
     log = (trained.run_dir / "epochs.log").read_text().splitlines()
     assert [line.split()[:2] for line in log] == [["epoch", "1"], ["epoch", "2"]]
+    # Weight snapshots of the user's network, as stage one of a dimension reduction keeps.
+    assert len(list((trained.run_dir / "snapshots").glob("*.ckpt"))) == 8
 
 
 @pytest.mark.e2e
@@ -145,6 +198,7 @@ def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
     assert f"'accuracy': {accuracy}" in evaluated.stdout
     again = train(trained.cwd, "--from-run", trained.run_id)
     assert again.store.get_run(again.run_id).data.metrics["eval/accuracy"] == accuracy
+    # Without the snapshots: a snapshot series cannot be continued.
     longer = train(trained.cwd, *OWN, *TINY, "trainer.epochs=3",
                    f"trainer.resume={trained.run_id}")
     assert "resuming" in longer.stdout.lower()
@@ -154,14 +208,15 @@ def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["concurrent", "submitit_local"])
-def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(project,
+def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(trained,
                                                                               launcher):
     """Each launcher's job processes import the project's modules (the basic launcher's
     sweep runs from the installed wheel, tests/test_install.py)."""
-    result = train(project, "-m", *OWN, *TINY, "trainer.epochs=1", "model.hidden=8,16",
-                   f"hydra/launcher={launcher}")
+    result = train(trained.cwd, "-m", *OWN, *TINY, "trainer.epochs=1", "model.hidden=8,16",
+                   f"hydra/launcher={launcher}", f"tracking.experiment_name=sweep_{launcher}",
+                   f"hydra.sweep.dir=multirun/{launcher}")
     store = result.store
-    runs = store.search_runs([store.get_experiment_by_name("ms_exp").experiment_id])
+    runs = store.search_runs([store.get_experiment_by_name(f"sweep_{launcher}").experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert sorted(r.data.params["model.hidden"] for r in children) == ["16", "8"]
     assert len({r.data.tags["mlflow.parentRunId"] for r in children}) == 1
@@ -169,49 +224,38 @@ def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(pr
 
 @pytest.mark.e2e
 @pytest.mark.distributed
-def test_data_parallel_ranks_import_the_users_modules_and_read_half_the_data_each(project):
-    result = train(project, *OWN, *TINY, "trainer.epochs=1", "parallel=data",
-                   "parallel.device_num=2", f"parallel.launcher.master_port={free_port()}")
+def test_data_parallel_dim_reduce_stage_two_of_the_users_network(trained):
+    """Its ranks import the user's modules and read half the data each; stage two trains
+    the user's network from the example's run and its snapshots."""
+    result = train(trained.cwd, *OWN[:2], "+experiment=dim_reduce_stage_two", *OWN[2:], *TINY,
+                   f"boost.stage_one_run_id={trained.run_id}", "boost.n_components=4",
+                   "trainer.epochs=1", "parallel=data", "parallel.device_num=2",
+                   f"parallel.launcher.master_port={free_port()}")
     for rank in range(2):
         log = (result.run_dir / "log_output" / f"worker_{rank}.log").read_text()
         assert "dataset=blobs: 256 training and 128 held-out samples" in log
-    assert result.store.get_run(result.run_id).info.status == "FINISHED"
-
-
-def test_shard_strategies_are_checked_against_the_users_operators(project):
-    line = refusal(project, "parallel=semi_auto_tiny",
-                   "+parallel.strategies.nosuch.matmul=[[2,1],[1,2]]")
-    assert line.startswith("ms_exp: error: parallel.strategies: ")
-    assert "nosuch" in line and "TinyNet" in line
+    run = result.store.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["model._target_"] == "my_project.nets.TinyNet"
+    assert run.data.tags["ms_exp.pca.source"] == "computed"
+    assert np.isfinite(run.data.metrics["eval/loss"])
 
 
 @pytest.mark.e2e
 @pytest.mark.distributed
-def test_semi_auto_slices_of_the_users_network_merge_back_to_its_weights(project, tmp_path):
+def test_semi_auto_slices_of_the_users_network_merge_back_to_its_weights(trained, tmp_path):
     import mindspore as ms
 
-    result = train(project, *OWN, *TINY, "trainer.epochs=1", "parallel=semi_auto_tiny",
+    # 2 ranks: the option's strategy for 4 (2 x 2) is checked in-process above; the 2 x 2
+    # layouts' slices and their merge, on ms_exp's network in tests/test_semi_auto.py.
+    result = train(trained.cwd, *OWN, *TINY, "trainer.epochs=1", "parallel=semi_auto_tiny",
+                   "parallel.device_num=2", "parallel.strategies.hidden.matmul=[[1,1],[1,2]]",
                    "checkpoint=sliced", f"parallel.launcher.master_port={free_port()}")
-    part = ms.load_checkpoint(str(result.run_dir / "checkpoints/rank_0/checkpoint-1_4.ckpt"))
+    part = ms.load_checkpoint(str(result.run_dir / "checkpoints/rank_0/checkpoint-1_8.ckpt"))
     assert tuple(part["hidden.weight"].shape) == (16, 16)  # [16, 32] split on its columns
     merged = run_cli("ms_exp.ckpt", ["merge", str(result.run_dir), "--output",
-                                     str(tmp_path / "merged")], project)
+                                     str(tmp_path / "merged")], trained.cwd)
     assert merged.rc == 0, merged.stderr[-2000:]
     weights = ms.load_checkpoint(merged.stdout.strip().splitlines()[-1])
     assert tuple(weights["hidden.weight"].shape) == (16, 32)
     assert tuple(weights["out.weight"].shape) == (4, 32)
-
-
-@pytest.mark.e2e
-def test_dim_reduce_stage_one_and_two_train_the_users_network(project):
-    own = (*OWN, "trainer.progress_bar=never")
-    first = train(project, *own[:2], "+experiment=dim_reduce_stage_one", *own[2:],
-                  "trainer.epochs=3", "checkpoint.snapshots.start_epoch=1",
-                  "checkpoint.snapshots.per_epoch=4")
-    assert len(list((first.run_dir / "snapshots").glob("*.ckpt"))) >= 8
-    second = train(project, *own[:2], "+experiment=dim_reduce_stage_two", *own[2:],
-                   f"boost.stage_one_run_id={first.run_id}", "boost.n_components=4",
-                   "trainer.epochs=1")
-    run = second.store.get_run(second.run_id)
-    assert run.info.status == "FINISHED"
-    assert np.isfinite(run.data.metrics["eval/loss"])
