@@ -126,17 +126,30 @@ def test_rank_table_renders_the_tutorials_script_one_process_per_rank(tmp_path, 
                       log=run / "log_output" / f"worker_{rank}.log")
         for rank in range(4))
     run.mkdir()
-    commands = [f"export RANK_TABLE_FILE={table} RANK_SIZE=4"] + [
-        f"DEVICE_ID={4 + rank} RANK_ID={rank} python -m ms_exp.worker --run-dir {run} "
-        f"> {run}/log_output/worker_{rank}.log 2>&1 &" for rank in range(4)]
-    assert save_command(cfg.parallel, run) == "\n".join(commands)
+    starts = [f"DEVICE_ID={4 + rank} RANK_ID={rank} python -m ms_exp.worker --run-dir {run} "
+              f"> {run}/log_output/worker_{rank}.log 2>&1 &" for rank in range(4)]
+    export = f"export RANK_TABLE_FILE={table} RANK_SIZE=4"
+    assert save_command(cfg.parallel, run) == "\n".join([export, *starts])
     assert (run / COMMAND_FILE).read_text() == "\n".join([
         "#!/usr/bin/env bash",
         "# Started by ms_exp (parallel.launcher.style=rank_table); one process per rank, as "
         "the training-flow tutorial's Ascend script.",
-        f"mkdir -p {run}/log_output", *commands,
-        "status=0", 'for pid in $(jobs -p); do wait "$pid" || status=$?; done',
+        f"mkdir -p {run}/log_output", "pids=()", export,
+        *(line for start in starts for line in (start, 'pids+=("$!")')),
+        "status=0", 'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done',
         "exit $status"]) + "\n"
+
+
+def test_the_saved_script_fails_when_a_rank_failed_before_it_waited(tmp_path):
+    """A rank that exits at once is no longer in `jobs -p` when the script waits: the script
+    waits on the pids it started instead, so the failure is its exit status."""
+    from ms_exp.job.launch_plan import LaunchPlan
+
+    ranks = tuple(LaunchProcess(("bash", "-c", command), {}, log=tmp_path / f"{rank}.log")
+                  for rank, command in enumerate(("exit 3", "sleep 0.5")))
+    script = tmp_path / "launch.sh"
+    script.write_text(LaunchPlan("rank_table", ranks, tmp_path, "two ranks").script())
+    assert subprocess.run(["bash", str(script)]).returncode == 3
 
 
 def test_rendered_values_are_quoted_for_bash(tmp_path):

@@ -66,15 +66,19 @@ class LaunchPlan:
         return {key: value for key, value in first.env.items()
                 if all(other.env.get(key) == value for other in rest)}
 
-    def commands(self) -> str:
-        """The shell lines that start the processes: printed and tagged on the run."""
+    def commands(self, remember_pids: bool = False) -> str:
+        """The shell lines that start the processes: printed and tagged on the run. With
+        ``remember_pids`` each background process's pid is kept in ``pids`` as it starts."""
         exported = self.exported()
         unset = sorted({name for process in self.processes for name in process.unset})
         lines = [f"unset {' '.join(unset)}"] if unset else []
         if exported:
             lines.append("export " + " ".join(f"{key}={shlex.quote(value)}"
                                               for key, value in exported.items()))
-        lines += [process.shell_line(exported) for process in self.processes]
+        for process in self.processes:
+            lines.append(process.shell_line(exported))
+            if remember_pids and process.log is not None:
+                lines.append('pids+=("$!")')
         return "\n".join(lines)
 
     def script(self) -> str:
@@ -82,10 +86,12 @@ class LaunchPlan:
                  f"# Started by ms_exp (parallel.launcher.style={self.style}); {self.note}."]
         background = any(process.log is not None for process in self.processes)
         if background:
-            lines.append(f"mkdir -p {shlex.quote(str(self.logs))}")
-        lines.append(self.commands())
-        if background:  # wait for every rank; fail if one did
-            lines += ["status=0", 'for pid in $(jobs -p); do wait "$pid" || status=$?; done',
+            lines += [f"mkdir -p {shlex.quote(str(self.logs))}", "pids=()"]
+        lines.append(self.commands(remember_pids=background))
+        if background:
+            # Wait for every rank by the pid it started with, and fail if one did: `jobs -p`
+            # no longer lists a rank that has already exited, so its failure would be lost.
+            lines += ["status=0", 'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done',
                       "exit $status"]
         return "\n".join(lines) + "\n"
 
