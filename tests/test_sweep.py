@@ -4,11 +4,13 @@ with its jobs, never RUNNING, and runs after it are nobody's children. ``python 
 ms_exp.report`` makes a real sweep's table and plots again, logged into its parent run; every
 job records what its checkpoints cost (``checkpoint/save_time_s``, ``checkpoint/bytes_rank_<r>``).
 
-One two-job sweep (``lr_sweep``) serves every test that reads a finished sweep; the test that
-re-runs it with ``tracking.skip_finished=true`` comes last."""
+One sweep (``lr_sweep``: four jobs, two at a time in joblib's worker processes, on a fresh
+store) serves every test that reads a finished sweep; the test that re-runs it with
+``tracking.skip_finished=true`` comes last."""
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, main_in_process, run_cli
+from conftest import FAST, main_in_process, migrated_store, run_cli
 from mlflow import MlflowClient
 
 from ms_exp import report
@@ -37,20 +39,37 @@ def parent_and_children(client, runs=None):
     return parents[0], children
 
 
+def with_store(folder: Path) -> Path:
+    """``folder`` with a copy of the migrated empty MLflow store, as ``train()`` gives a job:
+    where a store's first use is not the behaviour (it is in ``lr_sweep``), no test pays its
+    migrations."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "mlflow.db").exists():
+        shutil.copyfile(migrated_store(), folder / "mlflow.db")
+    return folder
+
+
 def summary_rows(client, run_id, tmp_path):
     path = client.download_artifacts(run_id, "report/summary.csv", str(tmp_path))
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
+LRS = ("0.01", "0.02", "0.05", "0.1")
+SWEEP = (*TINY, "hydra/launcher=concurrent", f"optimizer.lr={','.join(LRS)}")
+
+
 @pytest.fixture(scope="module")
 def lr_sweep(tmp_path_factory):
-    """A two-job sweep over optimizer.lr: ``(result, client, parent, children)``, its runs
-    as the sweep left them."""
+    """Four jobs over optimizer.lr, two at a time in joblib's worker processes, the store
+    created by none of them beforehand: ``(result, client, parent, children)``, its runs
+    as the sweep left them (and every run of the store then in ``result.everywhere``)."""
     cwd = tmp_path_factory.mktemp("sweep")
-    result = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1"], cwd)
+    result = run_cli("ms_exp.run", ["-m", *SWEEP], cwd)
     assert result.rc == 0, result.stdout[-2000:] + result.stderr[-2000:]
     client = result.store
+    result.everywhere = client.search_runs([e.experiment_id
+                                            for e in client.search_experiments()])
     parent, children = parent_and_children(client)
     return result, client, parent, children
 
@@ -59,28 +78,28 @@ def lr_sweep(tmp_path_factory):
 def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
     result, client, parent, children = lr_sweep
     cwd = result.cwd
-    assert len(children) == 2
+    assert len(children) == 4
     assert {c.data.tags.get("mlflow.parentRunId") for c in children} == {parent.info.run_id}
     assert parent.info.status == "FINISHED"
     assert parent.info.run_name.startswith("sweep-run-")
-    assert parent.data.metrics == {"sweep/jobs": 2.0, "sweep/finished_jobs": 2.0,
+    assert parent.data.metrics == {"sweep/jobs": 4.0, "sweep/finished_jobs": 4.0,
                                    "sweep/failed_jobs": 0.0, "sweep/pruned_jobs": 0.0,
                                    "sweep/skipped_jobs": 0.0}
     # The sweep's overrides are the parent's params; each child is named by its values
     # and tagged with the sweep's id.
     assert parent.data.params == {**dict(o.split("=", 1) for o in TINY),
-                                  "optimizer.lr": "0.01,0.1"}
-    assert sorted(c.info.run_name for c in children) == ["lr=0.01", "lr=0.1"]
+                                  "optimizer.lr": ",".join(LRS)}
+    assert sorted(c.info.run_name for c in children) == [f"lr={lr}" for lr in LRS]
     assert {c.data.tags["ms_exp.sweep.id"] for c in children} == {parent.info.run_id}
     tags = parent.data.tags
-    assert tags["ms_exp.sweep.overrides"] == " ".join([*TINY, "optimizer.lr=0.01,0.1"])
+    assert tags["ms_exp.sweep.overrides"] == " ".join([*TINY, f"optimizer.lr={','.join(LRS)}"])
     assert "-m trainer.progress_bar=never" in tags["ms_exp.command"]
     assert "ms_exp.sweep.failed_jobs" not in tags
-    # The job folders are multirun/<date>/<time>/0 and /1.
+    # The job folders are multirun/<date>/<time>/0 to /3.
     assert {str(Path(c.data.tags["ms_exp.run_dir"]).parent)
             for c in children} == {tags["ms_exp.sweep.dir"]}
     assert sorted(Path(c.data.tags["ms_exp.run_dir"]).relative_to(cwd).parts[::3]
-                  for c in children) == [("multirun", "0"), ("multirun", "1")]
+                  for c in children) == [("multirun", str(n)) for n in range(4)]
 
     # The sweep ends saying where its jobs, its report and its parent run are.
     run_id, experiment = parent.info.run_id, parent.info.experiment_id
@@ -91,7 +110,7 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
         "sweep report: eval_accuracy_vs_optimizer.lr.png, summary.csv, summary.md, "
         "train_loss.png",
         f"  in {report_dir}",
-        f"MLflow parent run {run_id} (experiment {experiment}, FINISHED, 2 of 2 jobs "
+        f"MLflow parent run {run_id} (experiment {experiment}, FINISHED, 4 of 4 jobs "
         f"finished) in sqlite:///{cwd.resolve() / 'mlflow.db'}"]
     assert (report_dir / "summary.md").is_file()
     assert end[4].startswith("report again: ") and end[4].endswith(f" -m ms_exp.report {run_id}")
@@ -101,12 +120,12 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
     again = subprocess.run(end[4][len("report again: "):], shell=True, cwd=cwd,
                            env={**os.environ, "PATH": "/usr/bin:/bin"},
                            capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and f"({run_id}): 2 jobs" in again.stdout, again.stderr
+    assert again.returncode == 0 and f"({run_id}): 4 jobs" in again.stdout, again.stderr
 
     rows = summary_rows(client, parent.info.run_id, tmp_path)
     assert {"run_id", "run_name", "status", "optimizer.lr", "eval/accuracy",
             "train/loss"} <= set(rows[0])
-    assert sorted(r["optimizer.lr"] for r in rows) == ["0.01", "0.1"]
+    assert sorted(r["optimizer.lr"] for r in rows) == list(LRS)
     assert {r["run_id"] for r in rows} == {c.info.run_id for c in children}
     by_id = {c.info.run_id: c for c in children}
     for row in rows:
@@ -131,7 +150,8 @@ def test_report_of_a_sweep_folder_is_logged_into_its_parent_run(lr_sweep, tmp_pa
     rows = summary_rows(client, run_id, tmp_path)
     by_id = {c.info.run_id: c for c in children}
     assert {r["run_id"] for r in rows} == set(by_id)
-    assert float(rows[0]["eval/accuracy"]) >= float(rows[1]["eval/accuracy"])
+    accuracies = [float(r["eval/accuracy"]) for r in rows]
+    assert accuracies == sorted(accuracies, reverse=True)
     for row in rows:
         child = by_id[row["run_id"]]
         metrics = child.data.metrics
@@ -152,16 +172,17 @@ def test_report_by_parent_id_or_job_folder_and_another_metric(lr_sweep, tmp_path
     run_id = parent.info.run_id
     by_id = main_in_process("ms_exp.report", [run_id, "--metric", "train/loss"], result.cwd)
     assert by_id.rc == 0, by_id.stderr[-3000:]
-    assert f"({run_id}): 2 jobs, by train/loss, lowest first" in by_id.stdout
+    assert f"({run_id}): 4 jobs, by train/loss, lowest first" in by_id.stdout
     rows = summary_rows(client, run_id, tmp_path)
-    assert float(rows[0]["train/loss"]) <= float(rows[1]["train/loss"])
+    losses = [float(r["train/loss"]) for r in rows]
+    assert losses == sorted(losses)
     assert "train_loss_vs_optimizer.lr.png" in \
         {Path(a.path).name for a in client.list_artifacts(run_id, "report")}
 
     job = Path(parent.data.tags["ms_exp.sweep.dir"]) / "1"
     by_job = main_in_process("ms_exp.report", [str(job)], result.cwd)
     assert by_job.rc == 0, by_job.stderr[-3000:]
-    assert f"({run_id}): 2 jobs, by eval/accuracy" in by_job.stdout
+    assert f"({run_id}): 4 jobs, by eval/accuracy" in by_job.stdout
 
 
 def one_line_error(rc: int, stdout: str, stderr: str) -> str:
@@ -204,7 +225,8 @@ def test_every_job_records_what_its_checkpoints_cost(lr_sweep):
 
 # The second job's data reader fails after the command line was validated; then, in the
 # same process, a plain run, which must not become a child of the failed sweep, a plain run
-# that fails, and (in a folder of its own) a sweep that records nothing.
+# that fails, (in a folder of its own) a sweep that records nothing, and (in lr_sweep's
+# folder) lr_sweep again with tracking.skip_finished=true.
 FAILING_SWEEP = """
 import json, os, sys
 import ms_exp.data
@@ -218,7 +240,7 @@ def reader(dataset_cfg, *args, **kwargs):
     return read(dataset_cfg, *args, **kwargs)
 
 ms_exp.data.create_datasets = reader
-args = sys.argv[1:]  # main() rewrites sys.argv for Hydra
+rerun_folder, *args = sys.argv[1:]  # main() rewrites sys.argv for Hydra
 try:
     main(["-m", *args, "dataset.data_seed=0,1"])
     code = 0
@@ -234,25 +256,37 @@ except SystemExit as exit:
 os.mkdir("untracked")
 os.chdir("untracked")
 untracked = main(["-m", *args, "tracking.enabled=false"])
+os.chdir(rerun_folder)
+print("=== rerun", flush=True)
+rerun = main(["-m", *args, "optimizer.lr=0.01,0.1,0.2", "tracking.skip_finished=true"])
+print("=== rerun end", flush=True)
 print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single, "failed": failed,
-                              "untracked": untracked}))
+                              "untracked": untracked, "rerun": rerun}))
 """
 
 
+@pytest.fixture(scope="module")
+def later_commands(lr_sweep, tmp_path_factory):
+    """FAILING_SWEEP's process: ``(what it ended with, its folder)``."""
+    folder = with_store(tmp_path_factory.mktemp("failing"))
+    done = subprocess.run([sys.executable, "-c", FAILING_SWEEP, str(lr_sweep[0].cwd), *TINY],
+                          cwd=folder, capture_output=True, text=True, timeout=600)
+    return done, folder
+
+
 @pytest.mark.e2e
-def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
-    done = subprocess.run([sys.executable, "-c", FAILING_SWEEP, *TINY], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(later_commands, tmp_path):
+    done, folder = later_commands
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")]
     assert line, done.stdout[-2000:] + done.stderr[-3000:]
     # Hydra runs the whole batch, then exits 1 for the failed job.
     assert json.loads(line[0][len("RESULT "):]) == \
-        {"sweep": 1, "left": None, "single": 0, "failed": 1, "untracked": 0}
+        {"sweep": 1, "left": None, "single": 0, "failed": 1, "untracked": 0, "rerun": 0}
     assert "OSError: disk went away" in done.stderr
     # Neither the sweep's failed job nor a failed single run upsets the sweep's callback.
     assert "Callback" not in done.stderr and "MissingMandatoryValue" not in done.stderr
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     parent, others = parent_and_children(client)
     assert parent.info.status == "FAILED"
     assert parent.data.metrics == {"sweep/jobs": 2.0, "sweep/finished_jobs": 1.0,
@@ -275,10 +309,10 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(tmp_path):
     assert {r["dataset.data_seed"]: r["status"] for r in rows} == \
         {"0": "FINISHED", "1": "FAILED"}
     assert f"MLflow parent run {parent.info.run_id} (experiment 1, FAILED, 1 of 2 jobs " \
-           f"finished) in sqlite:///{tmp_path.resolve() / 'mlflow.db'}" in done.stdout
+           f"finished) in sqlite:///{folder.resolve() / 'mlflow.db'}" in done.stdout
 
     # A sweep without tracking records nothing.
-    untracked = tmp_path / "untracked"
+    untracked = folder / "untracked"
     assert list(untracked.glob("multirun/*/*/0"))  # its job ran there
     assert not (untracked / "mlflow.db").exists() and not (untracked / "mlartifacts").exists()
 
@@ -313,7 +347,7 @@ def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
     # Two steps an epoch, a loss line each: the second epoch shows within a few steps.
     args = [sys.executable, "-m", "ms_exp.run", "-m", *FAST, *DATA, "trainer.epochs=1000",
             "trainer.loss_print_interval=1", "checkpoint=none", "optimizer.lr=0.01,0.1"]
-    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
+    process = subprocess.Popen(args, cwd=with_store(tmp_path), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.time() + 240
@@ -348,18 +382,15 @@ def test_jobs_that_record_elsewhere_get_no_parent(monkeypatch):
 
 
 @pytest.mark.e2e
-def test_concurrent_jobs_on_a_fresh_store_lose_no_runs(tmp_path):
-    """Four jobs, two at a time in joblib's worker processes, the store created by none of
-    them beforehand: one parent, four children, nothing misfiled in "Default"."""
-    result = run_cli("ms_exp.run", ["-m", *TINY, "hydra/launcher=concurrent",
-                                    "optimizer.lr=0.01,0.02,0.05,0.1"], tmp_path)
-    assert result.rc == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    client = result.store
-    everywhere = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert len(everywhere) == 5
-    parent, children = parent_and_children(client)
-    assert sorted(c.info.run_name for c in children) == \
-        ["lr=0.01", "lr=0.02", "lr=0.05", "lr=0.1"]
+def test_concurrent_jobs_on_a_fresh_store_lose_no_runs(lr_sweep):
+    """``lr_sweep``'s four jobs, two at a time in joblib's worker processes, the store
+    created by none of them beforehand: one parent, four children, nothing misfiled in
+    "Default"."""
+    result, _, parent, children = lr_sweep
+    assert len(result.everywhere) == 5
+    assert {r.info.run_id for r in result.everywhere} == \
+        {parent.info.run_id, *(c.info.run_id for c in children)}
+    assert sorted(c.info.run_name for c in children) == [f"lr={lr}" for lr in LRS]
     assert {c.info.status for c in children} == {"FINISHED"}
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/jobs"] == 4
@@ -369,15 +400,14 @@ def test_concurrent_jobs_on_a_fresh_store_lose_no_runs(tmp_path):
 
 
 @pytest.mark.e2e
-def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(lr_sweep):
-    """The sweep of ``lr_sweep`` again, one value more: last of its tests, as it adds a
-    sweep to that store."""
-    first, _, first_parent, first_children = lr_sweep
-    again = run_cli("ms_exp.run", ["-m", *TINY, "optimizer.lr=0.01,0.1,0.2",
-                                   "tracking.skip_finished=true"], first.cwd)
-    assert again.rc == 0, again.stderr[-2000:]
-    assert again.stdout.count("already finished with this config") == 2
-    client = again.store
+def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(lr_sweep, later_commands):
+    """Two of ``lr_sweep``'s values again and a new one (in FAILING_SWEEP's process, which
+    reports its exit status): it adds a sweep to that store."""
+    _, client, first_parent, first_children = lr_sweep
+    done, _ = later_commands
+    assert '"rerun": 0' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    again = done.stdout.split("=== rerun\n", 1)[1].split("=== rerun end\n", 1)[0]
+    assert again.count("already finished with this config") == 2
     sweeps = client.search_runs(["1"], "tags.`ms_exp.sweep` = 'true'",
                                 order_by=["attributes.start_time DESC"])
     assert [s.info.run_id for s in sweeps[1:]] == [first_parent.info.run_id]
@@ -387,7 +417,8 @@ def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(lr_sweep):
     assert latest.data.metrics["sweep/skipped_jobs"] == 2
     assert latest.data.metrics["sweep/jobs"] == 3
     skipped = {k for k in latest.data.tags if k.startswith("ms_exp.sweep.skipped.")}
-    assert skipped == {f"ms_exp.sweep.skipped.{c.info.run_id}" for c in first_children}
+    assert skipped == {f"ms_exp.sweep.skipped.{c.info.run_id}" for c in first_children
+                       if c.data.params["optimizer.lr"] in ("0.01", "0.1")}
 
 
 def test_launcher_presets_compose_to_hydras_plugins():

@@ -9,7 +9,11 @@ model, and the rows in PostgreSQL itself. The password is found in no param, tag
 or line the sweep printed. Each request the server answers checks alice's password (a slow
 hash by design): the read-back asks for each thing once.
 """
+import json
+import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -198,23 +202,63 @@ def _in_postgresql(database, password, run_ids, steps) -> None:
     assert metrics == steps
 
 
+# Jobs the server turns away, one after the other in one process (``main()`` as ``python -m
+# ms_exp.run`` calls it), each in a folder of its own with its own credentials.
+REFUSED = """
+import json, os, sys
+from ms_exp.run import main
+
+cases, args = json.loads(sys.argv[1]), sys.argv[2:]
+for folder, username, password in cases:
+    os.chdir(folder)
+    os.environ.update(MLFLOW_TRACKING_USERNAME=username, MLFLOW_TRACKING_PASSWORD=password)
+    for stream in (sys.stdout, sys.stderr):
+        print(f"=== job in {folder}", file=stream, flush=True)
+    try:
+        code = main(list(args))
+    except SystemExit as exit:
+        code = exit.code
+    print(f"=== exit {code}", flush=True)
+"""
+REFUSALS = [("", "", 401, "MLFLOW_TRACKING_USERNAME is not set"),
+            (TEAM_USER, "not-her-password", 401, "check them")]
+
+
+@pytest.fixture(scope="module")
+def refused_jobs(team_server, tmp_path_factory):
+    """(username, password) -> (exit status, stdout, stderr) of a job with them."""
+    root = tmp_path_factory.mktemp("refused")
+    cases = [(str(root / str(n)), username, password)
+             for n, (username, password, _, _) in enumerate(REFUSALS)]
+    for folder, _, _ in cases:
+        Path(folder).mkdir()
+    done = subprocess.run([sys.executable, "-c", REFUSED, json.dumps(cases), *JOB,
+                           f"tracking.uri={team_server[0]}"], cwd=root, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdouts = done.stdout.split("=== job in ")[1:]
+    stderrs = done.stderr.split("=== job in ")[1:]
+    assert len(stdouts) == len(stderrs) == len(cases), done.stdout[-3000:] + done.stderr[-3000:]
+    found = {}
+    for (folder, username, password), out, err in zip(cases, stdouts, stderrs):
+        assert out.startswith(f"{folder}\n") and err.startswith(f"{folder}\n")
+        out, exit_line = out[len(folder) + 1:].rsplit("=== exit ", 1)
+        found[username, password] = (int(exit_line.split()[0]), out, err[len(folder) + 1:])
+    return found
+
+
 @pytest.mark.server
 @pytest.mark.e2e
-@pytest.mark.parametrize("username, password, status, hint", [
-    ("", "", 401, "MLFLOW_TRACKING_USERNAME is not set"),
-    (TEAM_USER, "not-her-password", 401, "check them"),
-])
+@pytest.mark.parametrize("username, password, status, hint", REFUSALS)
 def test_a_job_the_server_does_not_let_in_stops_before_training_in_one_line(
-        tmp_path, team_server, username, password, status, hint):
+        refused_jobs, team_server, username, password, status, hint):
     url = team_server[0]
-    result = run_cli("ms_exp.run", [*JOB, f"tracking.uri={url}"], tmp_path,
-                     env={"MLFLOW_TRACKING_USERNAME": username,
-                          "MLFLOW_TRACKING_PASSWORD": password})
-    assert result.rc == 1
-    assert result.stderr.strip().splitlines()[-1] == (
+    rc, stdout, stderr = refused_jobs[username, password]
+    assert rc == 1
+    assert stderr.strip().splitlines()[-1] == (
         f"ms_exp: error: tracking.uri={url}: no MLflow run could be created: the server "
         f"refused the job's credentials (HTTP {status}): it reads them from "
         f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD ({hint})")
-    assert "Traceback" not in result.stderr and "epoch: 1" not in result.stdout
+    assert "Traceback" not in stderr and "epoch: 1" not in stdout
     if password:
-        assert password not in result.stdout + result.stderr
+        assert password not in stdout + stderr

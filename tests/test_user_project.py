@@ -206,44 +206,53 @@ def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
     assert [m.step for m in history][-1] > [m.step for m in history][0]
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("launcher", ["concurrent", "submitit_local"])
-def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(trained,
-                                                                              launcher):
-    """Each launcher's job processes import the project's modules (the basic launcher's
-    sweep runs from the installed wheel, tests/test_install.py)."""
-    result = train(trained.cwd, "-m", *OWN, *TINY, "trainer.epochs=1", "model.hidden=8,16",
-                   f"hydra/launcher={launcher}", f"tracking.experiment_name=sweep_{launcher}",
-                   f"hydra.sweep.dir=multirun/{launcher}")
+def _sweep_jobs(result, experiment: str):
     store = result.store
-    runs = store.search_runs([store.get_experiment_by_name(f"sweep_{launcher}").experiment_id])
+    runs = store.search_runs([store.get_experiment_by_name(experiment).experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert sorted(r.data.params["model.hidden"] for r in children) == ["16", "8"]
     assert len({r.data.tags["mlflow.parentRunId"] for r in children}) == 1
+    return children
+
+
+@pytest.mark.e2e
+def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(trained):
+    """The concurrent launcher's job processes import the project's modules (the basic
+    launcher's sweep runs from the installed wheel, tests/test_install.py; submitit's, the
+    test below)."""
+    result = train(trained.cwd, "-m", *OWN, *TINY, "trainer.epochs=1", "model.hidden=8,16",
+                   "hydra/launcher=concurrent", "tracking.experiment_name=sweep_concurrent",
+                   "hydra.sweep.dir=multirun/concurrent")
+    children = _sweep_jobs(result, "sweep_concurrent")
+    assert sorted(r.data.params["model.hidden"] for r in children) == ["16", "8"]
+
+
+@pytest.mark.e2e
+def test_a_submitit_sweep_of_dim_reduce_stage_two_over_the_users_data_argument(trained):
+    """submitit's job processes import the project's modules, and stage two of a dimension
+    reduction trains the user's network from the example's run and its snapshots: one
+    parent, a child per value of the user's dataset argument."""
+    result = train(trained.cwd, "-m", *OWN[:2], "+experiment=dim_reduce_stage_two", *OWN[2:],
+                   *TINY, "trainer.epochs=1", f"boost.stage_one_run_id={trained.run_id}",
+                   "boost.n_components=4", "+dataset.spread=0.5,1.0",
+                   "hydra/launcher=submitit_local", "tracking.experiment_name=sweep_submitit",
+                   "hydra.sweep.dir=multirun/submitit_local")
+    children = _sweep_jobs(result, "sweep_submitit")
+    assert sorted(r.data.params["dataset.spread"] for r in children) == ["0.5", "1.0"]
+    for run in children:
+        assert run.info.status == "FINISHED"
+        assert run.data.params["model._target_"] == "my_project.nets.TinyNet"
+        assert run.data.params["boost.stage_one_run_id"] == trained.run_id
+        assert run.data.tags["ms_exp.pca.source"] in ("computed", "cached")
+        assert np.isfinite(run.data.metrics["eval/loss"])
 
 
 @pytest.mark.e2e
 @pytest.mark.distributed
-def test_data_parallel_dim_reduce_stage_two_of_the_users_network(trained):
-    """Its ranks import the user's modules and read half the data each; stage two trains
-    the user's network from the example's run and its snapshots."""
-    result = train(trained.cwd, *OWN[:2], "+experiment=dim_reduce_stage_two", *OWN[2:], *TINY,
-                   f"boost.stage_one_run_id={trained.run_id}", "boost.n_components=4",
-                   "trainer.epochs=1", "parallel=data", "parallel.device_num=2",
-                   f"parallel.launcher.master_port={free_port()}")
-    for rank in range(2):
-        log = (result.run_dir / "log_output" / f"worker_{rank}.log").read_text()
-        assert "dataset=blobs: 256 training and 128 held-out samples" in log
-    run = result.store.get_run(result.run_id)
-    assert run.info.status == "FINISHED"
-    assert run.data.params["model._target_"] == "my_project.nets.TinyNet"
-    assert run.data.tags["ms_exp.pca.source"] == "computed"
-    assert np.isfinite(run.data.metrics["eval/loss"])
-
-
-@pytest.mark.e2e
-@pytest.mark.distributed
-def test_semi_auto_slices_of_the_users_network_merge_back_to_its_weights(trained, tmp_path):
+def test_ranks_import_the_users_modules_read_half_the_data_each_and_their_slices_merge(
+        trained, tmp_path):
+    """Semi-auto parallel of the user's network on 2 ranks (on CPU ms_exp trains it data
+    parallel and writes each rank's slice): the ranks import the project's modules and each
+    reads half the data; the slices of the user's layer merge back to its weights."""
     import mindspore as ms
 
     # 2 ranks: the option's strategy for 4 (2 x 2) is checked in-process above; the 2 x 2
@@ -251,6 +260,10 @@ def test_semi_auto_slices_of_the_users_network_merge_back_to_its_weights(trained
     result = train(trained.cwd, *OWN, *TINY, "trainer.epochs=1", "parallel=semi_auto_tiny",
                    "parallel.device_num=2", "parallel.strategies.hidden.matmul=[[1,1],[1,2]]",
                    "checkpoint=sliced", f"parallel.launcher.master_port={free_port()}")
+    for rank in range(2):
+        log = (result.run_dir / "log_output" / f"worker_{rank}.log").read_text()
+        assert "dataset=blobs: 256 training and 128 held-out samples" in log
+    assert result.store.get_run(result.run_id).info.status == "FINISHED"
     part = ms.load_checkpoint(str(result.run_dir / "checkpoints/rank_0/checkpoint-1_8.ckpt"))
     assert tuple(part["hidden.weight"].shape) == (16, 16)  # [16, 32] split on its columns
     merged = run_cli("ms_exp.ckpt", ["merge", str(result.run_dir), "--output",
