@@ -354,6 +354,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """``python -m ms_exp.ckpt``; SIGTERM ends it as Ctrl-C does: the merge's scratch
+    folders (beside ``--output`` and in the temporary folder) removed, exit status 130."""
+    from ms_exp.tracking.lifecycle import interruptible
+
+    return interruptible(lambda: _ckpt_command(argv))
+
+
+def _ckpt_command(argv) -> int:
     args = _parser().parse_args(argv)
     # MindSpore's INFO/WARNING logs (deprecations, "not in strategy") would bury the result.
     os.environ.setdefault("GLOG_v", "3")

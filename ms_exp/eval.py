@@ -285,6 +285,14 @@ def evaluate(model, eval_set, shown: str) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m ms_exp.eval``; SIGTERM ends it as Ctrl-C does: the checkpoint copies in
+    its temporary folder removed, its MLflow run KILLED, exit status 130."""
+    from ms_exp.tracking.lifecycle import interruptible
+
+    return interruptible(lambda: _evaluate_command(argv))
+
+
+def _evaluate_command(argv: Optional[List[str]]) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     quiet_artifact_downloads()
     from ms_exp.tracking.lifecycle import tracked_run
