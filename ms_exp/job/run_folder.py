@@ -106,6 +106,25 @@ def hold_folder(run_dir: Path, key: str) -> None:
         pass    # a full disk: the lock holds all the same, the refusal names less
 
 
+def folder_in_use(run_dir: Path) -> Optional[bool]:
+    """Whether a process works in the folder now (its lock is held); None where the folder
+    or its lock file is not on this machine, so nobody can tell from here."""
+    folder = Path(run_dir).resolve()
+    if folder in _held:
+        return True
+    try:
+        descriptor = os.open(folder / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
 def release_folder(run_dir: Path) -> None:
     descriptor = _held.pop(Path(run_dir).resolve(), None)
     if descriptor is not None:
