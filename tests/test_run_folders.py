@@ -342,3 +342,60 @@ def test_commands_started_in_the_same_second_each_keep_their_own_records(tmp_pat
         assert re.match(rf"{ERROR}hydra.run.dir=run: \S+/shared/run (is in use by another "
                         r"ms_exp process \(pid \d+ |belongs to run \w+ \(FINISHED\))",
                         line), line
+
+
+# -- what a killed sweep left RUNNING -------------------------------------------------------
+
+def test_runs_left_running_by_a_process_that_is_gone_are_ended_killed(tmp_path):
+    """The runs of a sweep killed with its process group: the next sweep ends those whose
+    folder is here and free; one whose folder a live process holds, or that is not on
+    this machine, is left RUNNING."""
+    from ms_exp.tracking.abandoned import ABANDONED, end_abandoned_runs
+
+    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    folders = {name: tmp_path / name for name in ("gone", "held", "sweep_gone")}
+    for name in ("gone", "sweep_gone"):
+        hold_folder(folders[name], "k")         # leaves its lock file, as a job does
+        release_folder(folders[name])
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folders["held"])],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        runs = {name: client.create_run("0", tags={tag: str(folder)}).info.run_id
+                for (name, folder), tag in zip(folders.items(), (
+                    "ms_exp.run_dir", "ms_exp.run_dir", "ms_exp.sweep.dir"))}
+        runs["elsewhere"] = client.create_run(
+            "0", tags={"ms_exp.run_dir": "/nowhere/on/this/machine"}).info.run_id
+        finished = client.create_run("0", tags={"ms_exp.run_dir": str(folders["gone"])})
+        client.set_terminated(finished.info.run_id, "FINISHED")
+        assert sorted(end_abandoned_runs(client, "0")) == \
+            sorted([runs["gone"], runs["sweep_gone"]])
+    finally:
+        holder.communicate("\n", timeout=30)
+    status = {name: client.get_run(run_id).info.status for name, run_id in runs.items()}
+    assert status == {"gone": "KILLED", "sweep_gone": "KILLED", "held": "RUNNING",
+                      "elsewhere": "RUNNING"}
+    assert client.get_run(runs["gone"]).data.tags["ms_exp.ended_by"] == ABANDONED
+    assert client.get_run(finished.info.run_id).info.status == "FINISHED"
+
+
+def test_a_trial_whose_process_on_this_host_is_gone_fails_at_once(tmp_path):
+    """Without waiting for its heartbeat to grow old: a sweep killed and run again at once
+    would otherwise leave the trial RUNNING after the study completed."""
+    import socket
+
+    import optuna
+
+    from ms_exp.search.study import WORKER_ATTR, fail_dead_trials, open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval=60)
+    study = optuna.create_study(storage=storage, study_name="s")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead, alive = study.ask(), study.ask()
+    dead.set_user_attr(WORKER_ATTR, f"{socket.gethostname()}:{gone.stdout.strip()}")
+    alive.set_user_attr(WORKER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
+    assert fail_dead_trials(study, storage) == [dead.number]
+    states = {t.number: t.state.name for t in study.get_trials()}
+    assert states == {dead.number: "FAIL", alive.number: "RUNNING"}
