@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from ms_exp.job.run_folder import RUN_RECORD
 from ms_exp.tracking.journal import OFFLINE_DIR
 
-TINY = ("trainer.progress_bar=never", "tracking.log_models=false", "trainer.epochs=2",
+TINY = ("trainer.progress_bar=never", "tracking.log_models=true", "trainer.epochs=2",
         "dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
         "model.hidden_size=8", "hydra.run.dir=run", "trainer.resume=auto")
 
@@ -55,6 +55,8 @@ def test_an_upload_adds_the_steps_and_keeps_how_a_later_attempt_ended_the_run(
 
 
 def test_a_resumed_run_first_delivers_the_journal_its_earlier_attempt_left(tmp_path):
+    """Resumed after its models were logged (as if killed before its record said
+    FINISHED): the run still has one ``best`` and one ``last`` model."""
     (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
     first = main_in_process("ms_exp.run", list(TINY), tmp_path)
     assert first.rc == 0, first.stderr[-3000:]
@@ -79,3 +81,5 @@ def test_a_resumed_run_first_delivers_the_journal_its_earlier_attempt_left(tmp_p
     assert client.get_run(run_id).info.status == "FINISHED"
     assert not journal.exists()
     assert len(client.search_runs(["0", "1"])) == 1
+    models = client.search_logged_models(["1"], filter_string=f"source_run_id = '{run_id}'")
+    assert sorted(m.name for m in models) == ["best", "last"]
