@@ -180,7 +180,9 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
 
     from mindspore.parallel import transform_checkpoints
     output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ms_exp-ckpt-", dir=output.parent) as scratch:
+    _remove_abandoned_scratch(output.parent)
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-",
+                                     dir=output.parent) as scratch:
         stage, result = Path(scratch) / "src", Path(scratch) / "dst"
         for rank, path in files.items():
             (stage / f"rank_{rank}").mkdir(parents=True)
@@ -351,6 +353,21 @@ def _parser() -> argparse.ArgumentParser:
     move.add_argument("--prefix", default="checkpoint",
                       help="checkpoint prefix (default: checkpoint)")
     return parser
+
+
+SCRATCH_PREFIX = ".ms_exp-ckpt-"
+
+
+def _remove_abandoned_scratch(folder: Path) -> None:
+    """A merge killed outright (SIGKILL: no handler runs) leaves its scratch folder beside
+    ``--output``, a merged checkpoint without its CRC in it. Its name carries the merging
+    process's pid: the next merge there removes those whose process is gone."""
+    from ms_exp.job.run_folder import process_exists
+
+    for scratch in folder.glob(f"{SCRATCH_PREFIX}*"):
+        pid = scratch.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if scratch.is_dir() and pid.isdigit() and not process_exists(int(pid)):
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main(argv=None) -> int:

@@ -32,3 +32,23 @@ def test_sigterm_removes_the_commands_temporary_folder_and_exits_130(
         "ms_exp: interrupted (received signal SIGTERM); its temporary files were removed")
     assert list(scratch.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) is before     # the handler is given back
+
+
+def test_a_merge_removes_the_scratch_folder_a_killed_merge_left_beside_its_output(tmp_path):
+    """SIGKILL runs no handler: the scratch folder (a merged checkpoint without its CRC)
+    stays beside ``--output`` until the next merge there, which removes the ones whose
+    merging process is gone and leaves a running merge's alone."""
+    import subprocess
+    import sys
+
+    from ms_exp.ckpt import SCRATCH_PREFIX, _remove_abandoned_scratch
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    left = tmp_path / f"{SCRATCH_PREFIX}{gone}-k2j4"
+    (left / "dst" / "rank_0").mkdir(parents=True)
+    (left / "dst" / "rank_0" / "checkpoint0.ckpt").write_bytes(b"half")
+    running = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-a8x1"
+    running.mkdir()
+    _remove_abandoned_scratch(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name]

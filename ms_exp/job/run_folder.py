@@ -149,6 +149,17 @@ def discard_if_unused(run_dir: Path, hydra_subdir: Optional[str]) -> None:
     folder.rmdir()
 
 
+def process_exists(pid: int) -> bool:
+    """Whether a process of this machine has that pid (someone else's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def release_all() -> None:
     for folder in list(_held):
         release_folder(folder)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from ms_exp.job.run_folder import process_exists
 from ms_exp.tracking.store import resolve_tracking_uri, sqlite_lock, sqlite_path
 
 DEFAULT_STORAGE_FILE = "optuna.db"
@@ -107,7 +108,7 @@ def fail_dead_trials(study, storage) -> List[int]:
     for trial in study.get_trials(deepcopy=False,
                                   states=(optuna.trial.TrialState.RUNNING,)):
         worker_host, _, pid = str(trial.user_attrs.get(WORKER_ATTR, "")).rpartition(":")
-        if worker_host == host and pid.isdigit() and not _alive(int(pid)):
+        if worker_host == host and pid.isdigit() and not process_exists(int(pid)):
             trial_id = storage.get_trial_id_from_study_id_trial_number(
                 storage.get_study_id_from_name(study.study_name), trial.number)
             storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)
@@ -116,12 +117,3 @@ def fail_dead_trials(study, storage) -> List[int]:
         optuna.storages.fail_stale_trials(study)
     return sorted(running - set(trials_by_state(study).get("RUNNING", [])))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:     # someone else's process: alive
-        return True
-    return True
