@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from math import prod
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -179,10 +178,11 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
     _warn_unlisted_states(files[0], src_layouts)
 
     from mindspore.parallel import transform_checkpoints
+
+    from ms_exp.job.scratch import scratch_folder
+
     output.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned_scratch(output.parent)
-    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-",
-                                     dir=output.parent) as scratch:
+    with scratch_folder(SCRATCH_PREFIX, output.parent) as scratch:
         stage, result = Path(scratch) / "src", Path(scratch) / "dst"
         for rank, path in files.items():
             (stage / f"rank_{rank}").mkdir(parents=True)
@@ -358,18 +358,6 @@ def _parser() -> argparse.ArgumentParser:
 SCRATCH_PREFIX = ".ms_exp-ckpt-"
 
 
-def _remove_abandoned_scratch(folder: Path) -> None:
-    """A merge killed outright (SIGKILL: no handler runs) leaves its scratch folder beside
-    ``--output``, a merged checkpoint without its CRC in it. Its name carries the merging
-    process's pid: the next merge there removes those whose process is gone."""
-    from ms_exp.job.run_folder import process_exists
-
-    for scratch in folder.glob(f"{SCRATCH_PREFIX}*"):
-        pid = scratch.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if scratch.is_dir() and pid.isdigit() and not process_exists(int(pid)):
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
 def main(argv=None) -> int:
     """``python -m ms_exp.ckpt``; SIGTERM ends it as Ctrl-C does: the merge's scratch
     folders (beside ``--output`` and in the temporary folder) removed, exit status 130."""
@@ -384,7 +372,9 @@ def _ckpt_command(argv) -> int:
     os.environ.setdefault("GLOG_v", "3")
     try:
         if args.command == "merge":
-            with tempfile.TemporaryDirectory(prefix="ms_exp_ckpt_") as workdir:
+            from ms_exp.job.scratch import scratch_folder
+
+            with scratch_folder("ms_exp_ckpt_") as workdir:
                 folder, strategy, prefix = run_sources(args.checkpoint_dir, Path(workdir),
                                                        args.tracking_uri)
                 strategy = args.strategy or strategy

@@ -41,7 +41,8 @@ def test_a_merge_removes_the_scratch_folder_a_killed_merge_left_beside_its_outpu
     import subprocess
     import sys
 
-    from ms_exp.ckpt import SCRATCH_PREFIX, _remove_abandoned_scratch
+    from ms_exp.ckpt import SCRATCH_PREFIX
+    from ms_exp.job.scratch import remove_abandoned
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -50,5 +51,5 @@ def test_a_merge_removes_the_scratch_folder_a_killed_merge_left_beside_its_outpu
     (left / "dst" / "rank_0" / "checkpoint0.ckpt").write_bytes(b"half")
     running = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-a8x1"
     running.mkdir()
-    _remove_abandoned_scratch(tmp_path)
+    remove_abandoned(SCRATCH_PREFIX, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [running.name]
