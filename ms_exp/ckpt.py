@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from math import prod
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -179,8 +178,11 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
     _warn_unlisted_states(files[0], src_layouts)
 
     from mindspore.parallel import transform_checkpoints
+
+    from ms_exp.job.scratch import scratch_folder
+
     output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ms_exp-ckpt-", dir=output.parent) as scratch:
+    with scratch_folder(SCRATCH_PREFIX, output.parent) as scratch:
         stage, result = Path(scratch) / "src", Path(scratch) / "dst"
         for rank, path in files.items():
             (stage / f"rank_{rank}").mkdir(parents=True)
@@ -353,13 +355,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+SCRATCH_PREFIX = ".ms_exp-ckpt-"
+
+
 def main(argv=None) -> int:
+    """``python -m ms_exp.ckpt``; SIGTERM ends it as Ctrl-C does: the merge's scratch
+    folders (beside ``--output`` and in the temporary folder) removed, exit status 130."""
+    from ms_exp.tracking.lifecycle import interruptible
+
+    return interruptible(lambda: _ckpt_command(argv))
+
+
+def _ckpt_command(argv) -> int:
     args = _parser().parse_args(argv)
     # MindSpore's INFO/WARNING logs (deprecations, "not in strategy") would bury the result.
     os.environ.setdefault("GLOG_v", "3")
     try:
         if args.command == "merge":
-            with tempfile.TemporaryDirectory(prefix="ms_exp_ckpt_") as workdir:
+            from ms_exp.job.scratch import scratch_folder
+
+            with scratch_folder("ms_exp_ckpt_") as workdir:
                 folder, strategy, prefix = run_sources(args.checkpoint_dir, Path(workdir),
                                                        args.tracking_uri)
                 strategy = args.strategy or strategy

@@ -14,7 +14,6 @@ evaluated run (with ``--model``, of the run that logged the model).
 import argparse
 import difflib
 import sys
-import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -285,11 +284,20 @@ def evaluate(model, eval_set, shown: str) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m ms_exp.eval``; SIGTERM ends it as Ctrl-C does: the checkpoint copies in
+    its temporary folder removed, its MLflow run KILLED, exit status 130."""
+    from ms_exp.tracking.lifecycle import interruptible
+
+    return interruptible(lambda: _evaluate_command(argv))
+
+
+def _evaluate_command(argv: Optional[List[str]]) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     quiet_artifact_downloads()
+    from ms_exp.job.scratch import scratch_folder
     from ms_exp.tracking.lifecycle import tracked_run
 
-    with tempfile.TemporaryDirectory(prefix="ms_exp_eval_") as workdir:
+    with scratch_folder("ms_exp_eval_") as workdir:
         try:
             if args.model and (args.run_id or args.checkpoint):
                 raise ConfigError("--model", args.model, "--model alone: the model holds its "

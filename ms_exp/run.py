@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
+from ms_exp.job.run_folder import release_all
 from ms_exp.preflight.compose import (
     CONF_DIR,
     CONFIG_NAME,
@@ -52,6 +53,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     # Validated again here: a sweeper may generate values the launcher never saw.
     hydra_cfg = HydraConfig.get()
     validate(cfg, hydra_cfg.runtime.choices)
+    from ms_exp.job.run_folder import FolderRefused, discard_if_unused
     from ms_exp.job.run_job import run_job
     from ms_exp.tracking.sidecar import TrackingFailed
 
@@ -69,6 +71,14 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
               f"space, then continue the run in {run_dir} with trainer.resume=auto",
               file=sys.stderr, flush=True)
         sys.exit(1)
+    except FolderRefused as error:
+        if hydra_cfg.mode != RunMode.RUN:
+            raise       # a sweep's job: the sweep reports it among its failed jobs
+        # Another run's folder, or one a process works in: refused before anything was
+        # written into it (ms_exp/job/run_folder.py).
+        discard_if_unused(run_dir, hydra_cfg.output_subdir)
+        print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_CONFIG)
     except TrackingFailed as error:
         if hydra_cfg.mode != RunMode.RUN:
             raise
@@ -223,6 +233,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         # A failed job of a multirun: Hydra exits (SystemExit) without on_multirun_end.
         end_active_sweep("FAILED")
         raise
+    finally:
+        release_all()
     return 0
 
 

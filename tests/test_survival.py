@@ -65,6 +65,13 @@ def test_kills_right_after_checkpoints_and_after_the_run_finished_leave_every_st
     assert "ms_exp.ended_by" not in run.data.tags and "ms_exp.error" not in run.data.tags
     assert [path.stat().st_mtime_ns for path in checkpoints] == stamps    # not retrained
     assert json.loads((tmp_path / "run/run.json").read_text())["status"] == "FINISHED"
+    # What describes one attempt is logged at that attempt's step (0: the first start), so
+    # four starts hold no repeated step (they repeated step 0 before).
+    assert json.loads((tmp_path / "run/run.json").read_text())["attempts"] == 4
+    for key in ("checkpoint/bytes_rank_0", "checkpoint/save_time_s",
+                "system/peak_host_memory_mb"):
+        steps = _steps(client, run.info.run_id, key)
+        assert set(steps.values()) == {1} and set(steps) <= {0, 1, 2, 3}, (key, steps)
 
 
 @pytest.fixture

@@ -1,13 +1,14 @@
 """Continuing an interrupted run (``trainer.resume``) from its last good checkpoint.
 
-Every job keeps a small record in its run directory, ``run.json``: the config digest, the
-MLflow run it records into and the status it ended with. A job killed outright (SIGKILL, a
-node lost) never updates it, so it still says RUNNING. ``trainer.resume=auto`` picks the
-newest run under the same outputs
-folder (``outputs/``, ``multirun/``) with this config's digest that did not finish; finding
-none, it starts a new run, so the same command can be submitted again and again. An MLflow
-run id, a run directory or one checkpoint file name the run explicitly (the config may then
-differ, e.g. more epochs).
+Every job keeps a small record in its run directory, ``run.json``
+(ms_exp/job/run_folder.py): the config digest, the MLflow run it records into and the status
+it ended with. A job killed outright (SIGKILL, a node lost) never updates it, so it still
+says RUNNING. ``trainer.resume=auto`` picks the newest run under the same outputs folder
+(``outputs/``, ``multirun/``) with this config's digest that did not finish, holding its
+folder while its checkpoints are read (a process still training there refuses this one);
+finding none, it starts a new run, so the same command can be submitted again and again. An
+MLflow run id, a run directory or one checkpoint file name the run explicitly (the config
+may then differ, e.g. more epochs).
 
 The checkpoint to continue from is chosen here, in the launching process, once for all
 ranks: the newest ``<prefix>-<epoch>_<step>.ckpt`` that every rank folder holds and that
@@ -20,14 +21,19 @@ resumed run ends with the weights an uninterrupted one would have (tests/test_re
 """
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ms_exp.job.run_folder import (
+    RUN_RECORD,
+    FolderRefused,
+    hold_folder,
+    read_run_record,
+    release_folder,
+)
 from ms_exp.tracking.store import is_run_id
 
-RUN_RECORD = "run.json"
 RESUME_FILE = "resume.json"
 RESUME_ALLOWED = "auto, an MLflow run id, a run directory or a .ckpt file"
 DAMAGED_SUFFIX = ".damaged"
@@ -35,27 +41,6 @@ DAMAGED_SUFFIX = ".damaged"
 
 class ResumeError(ValueError):
     """The named run or checkpoint cannot be continued; the message is one line."""
-
-
-# -- the run record -------------------------------------------------------------------------
-
-def write_run_record(run_dir: Path, **fields) -> None:
-    """Update fields of the record (digest, status, run_id: the MLflow run). Written whole
-    (a temporary file renamed), so a killed job leaves the previous version."""
-    path = Path(run_dir) / RUN_RECORD
-    record = {"started": time.time(), **read_run_record(run_dir), **fields,
-              "updated": time.time()}
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    try:
-        partial.write_text(json.dumps(record, indent=2))
-        os.replace(partial, path)
-    except OSError:
-        partial.unlink(missing_ok=True)     # a full disk: the previous version stays
-        raise
-
-
-def read_run_record(run_dir: Path) -> dict:
-    return _read_json(Path(run_dir) / RUN_RECORD) or {}
 
 
 def _read_json(path: Path) -> Optional[dict]:
@@ -79,6 +64,10 @@ class ResumePoint:
     # log them again (another config, e.g. more epochs, may train other values: logged).
     logged: Dict[str, int] = field(default_factory=dict)
     same_config: bool = False
+    # Which start of the run this is (0: its first, 1: its first resume, ...): the step of
+    # what describes one attempt (peak memory, checkpoint cost), so that a resumed run's
+    # history holds each attempt's value once instead of repeating step 0.
+    attempt: int = 0
 
     @property
     def not_to_log_again(self) -> Dict[str, int]:
@@ -108,16 +97,23 @@ def find_resume_point(cfg, new_run_dir: Path, digest: str, uri: str) -> Optional
     prefix = cfg.checkpoint.prefix
     ranks = cfg.parallel.device_num
     if value == "auto":
+        own = Path(new_run_dir).resolve()
         for run_dir in unfinished_runs(outputs_root(new_run_dir), digest):
+            # Held before its checkpoints are read: a process still training there deletes
+            # old ones as it saves new ones (and refuses this command, naming itself).
+            hold_folder(run_dir, "trainer.resume=auto")
             name = newest_good_checkpoint(run_dir, prefix, ranks)
             if name is not None:
                 return _point(run_dir, name, prefix)
+            if run_dir != own:
+                release_folder(run_dir)
             print(f"trainer.resume=auto: {run_dir} did not finish but has no good "
                   "checkpoint to continue from", flush=True)
         print("trainer.resume=auto: no unfinished run of this config under "
               f"{outputs_root(new_run_dir)}; starting a new run", flush=True)
         return None
     run_dir, wanted = explicit_target(value, uri)
+    hold_folder(run_dir, f"trainer.resume={value}")
     name = newest_good_checkpoint(run_dir, prefix, ranks, wanted)
     if name is None:
         what = f"checkpoint {wanted}" if wanted else "checkpoint"
@@ -173,7 +169,12 @@ def unfinished_runs(root: Path, digest: str) -> List[Path]:
     ``hydra.run.dir``): a new one has no record yet."""
     found = []
     for record_path in Path(root).glob(f"**/{RUN_RECORD}"):
-        record = _read_json(record_path)
+        try:
+            record = read_run_record(record_path.parent)
+        except FolderRefused as error:
+            print(f"ms_exp: warning: trainer.resume=auto: {error}; not resuming it",
+                  flush=True)
+            continue
         if record and record.get("digest") == digest and record.get("status") != "FINISHED":
             found.append((record.get("started", 0), record_path.parent.resolve()))
     return [run_dir for _, run_dir in sorted(found, reverse=True)]

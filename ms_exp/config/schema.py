@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from ms_exp.config.resolvers import register_resolvers
 from ms_exp.config.targets import TARGET, target_path
 
 # The optimizer and loss sections hold typed ms_exp keys and, beside them, the own arguments
@@ -611,7 +612,9 @@ GROUP_SCHEMAS = {
 
 
 def register_schemas() -> None:
-    """Store the root schema and one schema per group option (idempotent)."""
+    """Store the root schema and one schema per group option, and register the resolvers
+    the config uses (idempotent): whatever composes the config needs both."""
+    register_resolvers()
     store = ConfigStore.instance()
     store.store(name="ms_exp_schema", node=Config)
     for group, options in GROUP_SCHEMAS.items():

@@ -16,8 +16,9 @@ from ms_exp.parallel.launcher_config import is_distributed, log_dir
 from ms_exp.tracking.store import python_command
 
 
-def log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
-    """Logs and checkpoints into the run, also after a failure (they explain it)."""
+def log_outputs(tracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
+    """Logs and checkpoints into the run, also after a failure (they explain it); the
+    checkpoints' size at the step of this attempt of the run (0: its first start)."""
     for log in sorted(run_dir.glob("*.log")):
         tracker.log_artifact(log, "logs")
     ranks_logs = log_dir(cfg.parallel, run_dir) if is_distributed(cfg.parallel) else None
@@ -27,7 +28,7 @@ def log_outputs(tracker, run_dir: Path, cfg: DictConfig) -> None:
     strategy = Path(cfg.checkpoint.strategy.save_file or "")
     if strategy.name and strategy.is_file():
         tracker.log_artifact(strategy, "strategy")
-    _log_checkpoint_bytes(tracker, run_dir, cfg)
+    _log_checkpoint_bytes(tracker, run_dir, cfg, attempt)
     ckpt_root = run_dir / "checkpoints"
     choice = cfg.tracking.log_checkpoints.value
     if choice == "none" or not ckpt_root.is_dir():
@@ -61,7 +62,7 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
             f"{shlex.quote(str(Path(run_dir).resolve()))}"]
 
 
-def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig) -> None:
+def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
     """``checkpoint/bytes_rank_<r>`` for every rank folder, measured here in the launching
     process: all ranks write under the one run directory."""
     if not cfg.checkpoint.save:
@@ -71,7 +72,7 @@ def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig) -> None:
     sizes = checkpoint_bytes(run_dir, cfg.checkpoint.prefix)
     if sizes:
         tracker.log_metrics({f"checkpoint/bytes_rank_{rank}": size
-                             for rank, size in sizes.items()}, step=0)
+                             for rank, size in sizes.items()}, step=attempt)
 
 
 def _log_snapshots(tracker, run_dir: Path, cfg: DictConfig) -> None:

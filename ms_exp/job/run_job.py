@@ -15,20 +15,22 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
-from ms_exp.checkpoint.resume import (
-    RUN_RECORD,
-    ResumePoint,
-    clear_resume_point,
-    find_resume_point,
-    read_run_record,
-    write_run_record,
-)
+from ms_exp.checkpoint.resume import ResumePoint, clear_resume_point, find_resume_point
 from ms_exp.config.run_config import RESOLVED_CONFIG
 from ms_exp.job.console import tee_output
 from ms_exp.job.distributed import train_with_ranks
 from ms_exp.job.identity import finished_before, run_identity
 from ms_exp.job.model_package import log_run_models
 from ms_exp.job.outputs import log_outputs, sliced_checkpoint_lines
+from ms_exp.job.run_folder import (
+    RUN_RECORD,
+    check_owner,
+    hold_folder,
+    read_run_record,
+    refuse_foreign,
+    release_folder,
+    write_run_record,
+)
 from ms_exp.job.summary import report_result
 from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
@@ -44,20 +46,58 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
             overrides: List[str] = ()) -> JobResult:
     """Train, evaluate and checkpoint one job, recorded as one MLflow run, in this process
     or, for a distributed job, in the ranks msrun starts."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    own_dir = Path(run_dir)
+    key = f"hydra.run.dir={own_dir}"
+    hold_folder(own_dir, key)
+    try:
+        check_owner(own_dir, key, cfg.trainer.resume, lambda: config_digest(cfg, own_dir))
+        return _run_in_folder(cfg, own_dir, key, hydra_dir, overrides)
+    finally:
+        release_folder(own_dir)
+
+
+def _run_in_folder(cfg: DictConfig, own_dir: Path, key: str, hydra_dir: Optional[Path],
+                   overrides: List[str]) -> JobResult:
+    """The job in the folder this process holds (and, resuming, in the one it continues,
+    held too until the job ends)."""
     prepare = boost_option(cfg.boost).prepare_job
     if prepare is not None:
         prepare(cfg)
     tracking = cfg.tracking
     uri = resolve_tracking_uri(tracking.uri)
-    digest = config_digest(cfg, run_dir)
+    digest = config_digest(cfg, own_dir)
     if tracking.enabled and tracking.skip_finished:
-        earlier = finished_before(cfg, run_dir, uri, digest, overrides)
+        earlier = finished_before(cfg, own_dir, uri, digest, overrides)
         if earlier is not None:
             return earlier
-    own_dir = run_dir
     resume = find_resume_point(cfg, own_dir, digest, uri)
+    try:
+        return _run_resumed_or_new(cfg, own_dir, key, resume, hydra_dir, overrides, uri,
+                                   digest)
+    finally:
+        if resume is not None:
+            release_folder(resume.run_dir)
+
+
+def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
+                        resume: Optional[ResumePoint], hydra_dir: Optional[Path],
+                        overrides: List[str], uri: str, digest: str) -> JobResult:
+    tracking = cfg.tracking
+    if resume is None:
+        # trainer.resume=auto found nothing to continue: a new run, which the folder must
+        # not already hold (a fixed hydra.run.dir of a finished run, or another config's).
+        record = read_run_record(own_dir)
+        if record:
+            refuse_foreign(own_dir, key, record, " (trainer.resume=auto continues only an "
+                           "unfinished run of this config)")
+    attempt = 0
+    if resume is not None:
+        attempt = read_run_record(resume.run_dir).get("attempts", 1)
+        resume = replace(resume, attempt=attempt)
+    if resume is not None and tracking.enabled:
+        from ms_exp.tracking.recorder import deliver_earlier_journals
+
+        deliver_earlier_journals(resume.run_dir)
     resumed_run_id = _resumed_run_id(resume, tracking)
     if resumed_run_id:
         resume = replace(resume, logged=last_logged_steps(uri, resumed_run_id),
@@ -67,7 +107,7 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     # What the run trains, not how this command reached it: a re-run (--from-run) or the
     # ranks reading it must not resume again.
     OmegaConf.save(_without_resume(cfg), config_file, resolve=True)
-    write_run_record(run_dir, digest=digest, status="RUNNING")
+    write_run_record(run_dir, digest=digest, status="RUNNING", attempts=attempt + 1)
     try:
         result = _run_tracked(cfg, run_dir, own_dir, resume, resumed_run_id, config_file,
                               hydra_dir, overrides, uri, digest)
@@ -118,7 +158,7 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
 
                 result = train_in_process(cfg, run_dir, tracker)
         finally:
-            log_outputs(tracker, run_dir, cfg)
+            log_outputs(tracker, run_dir, cfg, resume.attempt if resume else 0)
         if result.pruned_epoch is None:
             log_run_models(cfg, run_dir, result, tracker, uri)
         report_result(result, tracker, uri)

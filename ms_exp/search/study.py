@@ -7,12 +7,15 @@ numbering them in the database.
 """
 import hashlib
 import json
+import os
+import socket
 import time
 import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from ms_exp.job.run_folder import process_exists
 from ms_exp.tracking.store import resolve_tracking_uri, sqlite_lock, sqlite_path
 
 DEFAULT_STORAGE_FILE = "optuna.db"
@@ -85,13 +88,32 @@ def done_count(study) -> int:
     return sum(len(states.get(state, [])) for state in DONE_STATES)
 
 
-def fail_dead_trials(study) -> List[int]:
-    """Mark FAIL the RUNNING trials whose worker stopped sending heartbeats (Optuna's own
-    check, which Study.optimize also runs before every trial); their numbers."""
+# The trial's user attribute naming the process that runs it: "<host>:<pid>".
+WORKER_ATTR = "ms_exp.worker"
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def fail_dead_trials(study, storage) -> List[int]:
+    """Mark FAIL the RUNNING trials whose worker is gone: a process of this host that no
+    longer exists (a sweep killed with its process group and run again at once), or one
+    that stopped sending heartbeats (Optuna's own check, which Study.optimize also runs
+    before every trial, for workers of other hosts). Their numbers."""
     import optuna
 
     running = set(trials_by_state(study).get("RUNNING", []))
+    host = socket.gethostname()
+    for trial in study.get_trials(deepcopy=False,
+                                  states=(optuna.trial.TrialState.RUNNING,)):
+        worker_host, _, pid = str(trial.user_attrs.get(WORKER_ATTR, "")).rpartition(":")
+        if worker_host == host and pid.isdigit() and not process_exists(int(pid)):
+            trial_id = storage.get_trial_id_from_study_id_trial_number(
+                storage.get_study_id_from_name(study.study_name), trial.number)
+            storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
     return sorted(running - set(trials_by_state(study).get("RUNNING", [])))
+

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp.search.space import job_override, split_space, suggest
 from ms_exp.search.study import (
     DONE_STATES,
+    WORKER_ATTR,
     default_storage,
     default_study_name,
     done_count,
@@ -25,6 +26,7 @@ from ms_exp.search.study import (
     masked,
     open_storage,
     trials_by_state,
+    worker_identity,
 )
 from ms_exp.search.trial import (
     STORAGE_ENV,
@@ -132,7 +134,7 @@ class OptunaSearch:
             raise ValueError(f"hydra.sweeper.direction={self.direction}: the study {name} in "
                              f"{masked(url)} was created to {study.direction.name.lower()}; "
                              f"expected that, or another hydra.sweeper.study_name")
-        dead = fail_dead_trials(study)
+        dead = fail_dead_trials(study, storage)
         earlier = len(study.get_trials(deepcopy=False))
         sampler = OmegaConf.to_container(self.sampler, resolve=True)
         if earlier and sampler.get("seed") is not None:
@@ -148,7 +150,8 @@ class OptunaSearch:
               f"{' or '.join(DONE_STATES)}", flush=True)
         if dead:
             print(f"trials {', '.join(map(str, dead))} were RUNNING when their worker stopped "
-                  f"sending heartbeats: marked FAIL", flush=True)
+                  f"(its process is gone, or it stopped sending heartbeats): marked FAIL",
+                  flush=True)
         self._tag_parent(url, name)
         return study
 
@@ -165,6 +168,9 @@ class OptunaSearch:
         metric = sweep_metric(self.config)
 
         def objective(trial) -> float:
+            # Who runs the trial: a later sweep on this host fails it at once if that
+            # process is gone (ms_exp/search/study.py), not only once its heartbeat is old.
+            trial.set_user_attr(WORKER_ATTR, worker_identity())
             values = [job_override(key, suggest(trial, key, dist))
                       for key, dist in space.items()]
             job = [*fixed, *values,

@@ -16,10 +16,12 @@ import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 from ms_exp.tracking import provenance
 from ms_exp.tracking.sidecar import SidecarTracker
+
+EXIT_INTERRUPTED = 130
 
 
 class Terminated(KeyboardInterrupt):
@@ -57,6 +59,19 @@ def _raise_terminated(signum, frame):
 # runs, MindSpore 2.10's native handler turns SIGINT into SIGTERM (seen on CPU;
 # docs/design.md#sigint-becomes-sigterm).
 _HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+
+def interruptible(command: Callable[[], int]) -> int:
+    """``command()`` with SIGTERM (a scheduler's, ``kill``) and Ctrl-C ending it as an
+    exception, so its ``with`` blocks unwind (temporary folders removed, an MLflow run ended
+    KILLED); then exit status 130, as ``ms_exp.run`` gives."""
+    with terminate_as_interrupt():
+        try:
+            return command()
+        except KeyboardInterrupt as interrupt:
+            print(f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); its temporary files were "
+                  "removed", file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
 
 
 @contextmanager

@@ -277,6 +277,10 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
         spec["tracking_uri"] = tracking_uri
     if progress.run_id:
         spec["run_id"] = progress.run_id
+    # A run that is no longer RUNNING was ended by a later attempt (a resumed job) after
+    # this journal's attempt went offline: what the journal adds is history, and how the
+    # run ended stays as that attempt left it.
+    ended_later = _status_if_ended(spec)
     recorder = RunRecorder(spec, strict=True)
     recorder.open()
     delivered = Delivered(path)
@@ -287,16 +291,56 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     for number, call in journals.pending(calls, progress):
         arguments = {k: v for k, v in call.items() if k != "call"}
         if call["call"] == "finish":
-            recorder.finish(arguments["status"])
+            recorder.finish(ended_later or arguments["status"])
             finished = True
         else:
             recorder.record(call["call"], arguments)
         delivered.count(call["call"], arguments)
         progress.save(recorder.run_id, number + 1)
+    if finished and ended_later:
+        delivered.status = ended_later
     if not finished and not any(c.get("call") == "finish" for c in calls[:progress.lines]):
-        recorder.record("set_tags", {"tags": {"ms_exp.ended_by": ENDED_WITHOUT_STATUS}})
-        recorder.finish("KILLED")
-        delivered.status = "KILLED"
+        if ended_later:
+            recorder.finish(ended_later)
+        else:
+            recorder.record("set_tags", {"tags": {"ms_exp.ended_by": ENDED_WITHOUT_STATUS}})
+            recorder.finish("KILLED")
+        delivered.status = ended_later or "KILLED"
     path.unlink()
     progress.remove()
     return delivered
+
+
+def _status_if_ended(spec: Mapping[str, object]) -> Optional[str]:
+    """The status of the journal's run in the store if it is no longer RUNNING; None for a
+    run the journal creates, or one still RUNNING."""
+    if not spec.get("run_id"):
+        return None
+    from ms_exp.tracking.store import store_client
+
+    try:
+        status = store_client(spec["tracking_uri"]).get_run(spec["run_id"]).info.status
+    except Exception as error:  # noqa: BLE001 - opening the run below says what is wrong
+        if is_unreachable(error):
+            raise StoreUnreachable(outage_reason(error)) from error
+        return None
+    return None if status == "RUNNING" else status
+
+
+def deliver_earlier_journals(run_dir: Path) -> None:
+    """Before a run is resumed, the journals its earlier attempts left in ``run_dir`` (their
+    store did not answer when they ended) go into the store, one line each, so the run's
+    history is whole before it goes on and the resumed job knows which steps the store
+    holds. A store that still does not answer leaves them for the upload command."""
+    for path in journals.journals_in(run_dir):
+        try:
+            delivered = replay(path)
+        except StoreUnreachable as error:
+            print(f"ms_exp: warning: {path}: an earlier attempt's journal is not delivered, "
+                  f"the store does not answer ({error}); upload it later with: "
+                  f"{journals.upload_command(run_dir)}", file=sys.stderr, flush=True)
+            return
+        except ValueError as error:
+            print(f"ms_exp: warning: {error}; left in place", file=sys.stderr, flush=True)
+            continue
+        print(f"delivered an earlier attempt's journal: {delivered}", flush=True)

@@ -225,6 +225,11 @@ class SidecarTracker:
         line = self._process.stdout.readline()
         if not line:
             code = self._process.wait()
+            if code < 0:    # killed: it printed nothing, there is no error above to read
+                raise TrackingFailed(
+                    f"the MLflow sidecar process (pid {self._process.pid}) was killed by "
+                    f"{signal.Signals(-code).name} before answering; the run keeps what it "
+                    f"had delivered (continue it with trainer.resume=auto)")
             raise TrackingFailed(f"the MLflow sidecar process ended (exit status {code}) "
                                  f"before answering; its error is printed above")
         return json.loads(line)

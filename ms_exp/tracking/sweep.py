@@ -145,6 +145,7 @@ class SweepRun(Callback):
 
         # Resolved as run_job resolves it, so that parent and jobs agree on the store.
         uri = resolve_tracking_uri(tracking.uri)
+        _end_abandoned(store_client(uri), tracking.experiment_name)
         overrides = list(config.hydra.overrides.task)
         name = (f"{tracking.run_name}-sweep" if tracking.run_name else
                 f"sweep-{config.hydra.job.name}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -297,3 +298,17 @@ def _local_path(uri: str) -> str:
     """A ``file:`` artifact URI as the folder it names; any other URI as it is."""
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def _end_abandoned(client, experiment_name: str) -> None:
+    """An earlier sweep (or job) killed outright left runs RUNNING: ended KILLED, said in a
+    line, before this sweep's runs join them (ms_exp/tracking/abandoned.py)."""
+    from ms_exp.tracking.abandoned import end_abandoned_runs
+
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return
+    ended = end_abandoned_runs(client, experiment.experiment_id)
+    if ended:
+        print(f"runs {', '.join(ended)} were RUNNING, their process gone: marked KILLED",
+              flush=True)

@@ -161,6 +161,12 @@ class Tracker:
                       f"({type(error).__name__}: {error})", file=sys.stderr, flush=True)
                 return
         self.flush()    # the run's train/epoch history places the metrics
+        # One model of each name per run: a resumed run's replaces its earlier attempt's
+        # (also one that attempt was killed while logging).
+        for earlier in self.client.search_logged_models(
+                [self.experiment_id], filter_string=f"source_run_id = '{self.run_id}'"):
+            if earlier.name == name:
+                self.client.delete_logged_model(earlier.model_id)
         model = self.client.create_logged_model(
             self.experiment_id, name=name, source_run_id=self.run_id,
             params={key: param_value(value) for key, value in params.items()},

@@ -12,10 +12,11 @@ from omegaconf import DictConfig
 
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.files import last_checkpoint, rank_dir
-from ms_exp.checkpoint.resume import ResumePoint, restore, write_run_record
+from ms_exp.checkpoint.resume import ResumePoint, restore
 from ms_exp.data import Shard, create_datasets
 from ms_exp.data.build import loader_settings
 from ms_exp.data.options import dataset_name
+from ms_exp.job.run_folder import write_run_record
 from ms_exp.models import create_network
 from ms_exp.models.options import model_option
 from ms_exp.placement.tables import create_placement
@@ -96,10 +97,12 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         if after_fit is not None and runtime.rank_id == 0:
             after_fit(run_dir)
 
-    # Step 0: one total per run, not a training curve.
-    tracker.log_metrics({"system/peak_host_memory_mb": peak_host_memory_mb()}, step=0)
+    # One total per attempt of the run (step 0: its first start, 1: its first resume...),
+    # not a training curve.
+    attempt = resume.attempt if resume is not None else 0
+    tracker.log_metrics({"system/peak_host_memory_mb": peak_host_memory_mb()}, step=attempt)
     if fit.saver is not None:
-        tracker.log_metrics({"checkpoint/save_time_s": fit.saver.save_time_s}, step=0)
+        tracker.log_metrics({"checkpoint/save_time_s": fit.saver.save_time_s}, step=attempt)
     best = fit.best
     history = fit.metrics.eval_history
     return JobResult(

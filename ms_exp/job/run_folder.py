@@ -1,0 +1,218 @@
+"""Which run owns a run folder, and which process works in it now.
+
+A run folder belongs to one run. Its record, ``run.json``, names that run (the config digest,
+the MLflow run, the status it ended with); only that run, continued with ``trainer.resume``,
+may work in the folder again. Any other command that meets the folder is refused in one line
+before it writes anything: its checkpoints, best model and resume point would otherwise be
+read back as the other run's (MindSpore's ``ModelCheckpoint`` names a second run's files
+``<prefix>_1-*`` beside the first run's, and the newest file of a folder is not the current
+run's).
+
+While a process works in a folder it holds ``run.lock`` with an OS lock (``fcntl.flock``),
+which the kernel releases when the process ends however it ends, so a killed job leaves no
+stale lock behind. The lock file says who holds it (pid, host, start time, command) for the
+refusal of a second process. A process holds a folder once: a second claim by the same
+process is a no-op, and :func:`release_all` ends every claim (``ms_exp.run``'s ``main()``
+does, so a caller that runs it twice in one process starts clean).
+"""
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+RUN_RECORD = "run.json"
+LOCK_FILE = "run.lock"
+
+
+class FolderRefused(Exception):
+    """A run folder that this command may not work in; the message is one line."""
+
+
+# -- the run record -------------------------------------------------------------------------
+
+def write_run_record(run_dir: Path, **fields) -> None:
+    """Update fields of the record (digest, status, run_id: the MLflow run). Written whole
+    (a temporary file renamed), so a killed job leaves the previous version."""
+    path = Path(run_dir) / RUN_RECORD
+    record = {"started": time.time(), **read_run_record(run_dir), **fields,
+              "updated": time.time()}
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    try:
+        partial.write_text(json.dumps(record, indent=2))
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)     # a full disk: the previous version stays
+        raise
+
+
+def read_run_record(run_dir: Path) -> dict:
+    """The folder's record; ``{}`` where there is none. A record that is there but cannot
+    be read (truncated, empty, not an object) is refused by name: taken as absent, it would
+    hand the folder and its checkpoints to the next run."""
+    path = Path(run_dir) / RUN_RECORD
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise FolderRefused(f"{path}: cannot be read ({error.strerror or error}); it names "
+                            "the run that owns the folder") from None
+    try:
+        record = json.loads(text)
+    except ValueError as error:
+        record = error
+    if not isinstance(record, dict) or not {"digest", "status"} <= set(record):
+        why = "empty" if not text.strip() else "not a run record" \
+            if not isinstance(record, ValueError) else f"not JSON: {record}"
+        raise FolderRefused(f"{path}: damaged ({why}); it names the run that owns the folder: "
+                            "choose another folder, or move the file away to start a new run "
+                            "there")
+    return record
+
+
+# -- holding a folder -----------------------------------------------------------------------
+
+_held: Dict[Path, int] = {}     # folder -> the descriptor of its lock file, held open
+
+
+def hold_folder(run_dir: Path, key: str) -> None:
+    """Take the folder's lock for this process, or refuse naming the process that holds
+    it. ``key`` is what the user wrote that chose the folder (``hydra.run.dir=...``)."""
+    folder = Path(run_dir).resolve()
+    if folder in _held:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise FolderRefused(f"{key}: {folder} is in use by another ms_exp process "
+                            f"({_holder(folder)}); wait for it to end, or choose another "
+                            "folder") from None
+    _held[folder] = descriptor
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+              "command": shlex.join([Path(sys.executable).name, *sys.argv])}
+    try:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+    except OSError:
+        pass    # a full disk: the lock holds all the same, the refusal names less
+
+
+def folder_in_use(run_dir: Path) -> Optional[bool]:
+    """Whether a process works in the folder now (its lock is held); None where the folder
+    or its lock file is not on this machine, so nobody can tell from here."""
+    folder = Path(run_dir).resolve()
+    if folder in _held:
+        return True
+    try:
+        descriptor = os.open(folder / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
+def release_folder(run_dir: Path) -> None:
+    descriptor = _held.pop(Path(run_dir).resolve(), None)
+    if descriptor is not None:
+        os.close(descriptor)    # the lock goes with the last descriptor of it
+
+
+def discard_if_unused(run_dir: Path, hydra_subdir: Optional[str]) -> None:
+    """Remove a folder this command was refused in if it holds nothing but what Hydra and
+    the claim put there (a fresh default folder of a refused ``trainer.resume=auto``): the
+    refused command leaves nothing behind. A folder with anything else is left alone."""
+    folder = Path(run_dir)
+    ours = {LOCK_FILE, *([hydra_subdir] if hydra_subdir else [])}
+    if not folder.is_dir() or {p.name for p in folder.iterdir()} - ours:
+        return
+    release_folder(folder)
+    for name in ours:
+        path = folder / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    folder.rmdir()
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process of this machine has that pid (someone else's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def release_all() -> None:
+    for folder in list(_held):
+        release_folder(folder)
+
+
+def _holder(folder: Path) -> str:
+    """Who holds the folder, as its lock file and record say."""
+    try:
+        holder = json.loads((folder / LOCK_FILE).read_text())
+    except (OSError, ValueError):
+        holder = {}
+    parts = []
+    if holder.get("pid"):
+        parts.append(f"pid {holder['pid']} on {holder.get('host', '?')}")
+    if holder.get("since"):
+        parts.append("since " + time.strftime("%Y-%m-%d %H:%M:%S",
+                                              time.localtime(holder["since"])))
+    try:
+        run_id = read_run_record(folder).get("run_id")
+    except FolderRefused:
+        run_id = None
+    if run_id:
+        parts.append(f"MLflow run {run_id}")
+    if holder.get("command"):
+        parts.append(f"command: {holder['command']}")
+    return ", ".join(parts) or "its pid is not recorded"
+
+
+# -- who may work in a folder ---------------------------------------------------------------
+
+def check_owner(run_dir: Path, key: str, resume: Optional[str],
+                digest: Callable[[], str]) -> None:
+    """Refuse a folder that holds another run's record. A command with ``trainer.resume``
+    may work in it: ``auto`` only where the record is an unfinished run of this config (the
+    run it continues), an explicit run id, folder or checkpoint whatever it holds (the
+    run it names decides, ms_exp/checkpoint/resume.py). ``digest`` gives this command's
+    config digest, asked for only where a record is there to compare."""
+    record = read_run_record(run_dir)
+    if not record or (resume is not None and resume != "auto"):
+        return
+    if resume == "auto":
+        if record.get("status") != "FINISHED" and record.get("digest") == digest():
+            return
+        refuse_foreign(run_dir, key, record, " (trainer.resume=auto continues only an "
+                       "unfinished run of this config)")
+    refuse_foreign(run_dir, key, record, "")
+
+
+def refuse_foreign(run_dir: Path, key: str, record: dict, why: str) -> None:
+    """The one-line refusal of a folder that belongs to the run of ``record``."""
+    folder = Path(run_dir).resolve()
+    run = f"run {record['run_id']}" if record.get("run_id") else "a run"
+    raise FolderRefused(
+        f"{key}: {folder} belongs to {run} ({record.get('status', '?')}) of an earlier "
+        f"command{why}; choose a new folder, or continue that run with "
+        f"trainer.resume={shlex.quote(str(folder))}")
