@@ -33,9 +33,6 @@ FAST = ("trainer.progress_bar=never", "tracking.log_models=false")
 # ms_exp job (checked below). The order is the order the lanes are scheduled in: the
 # longest work first, so that two workers finish together.
 LANES = ("distributed", "server", "browser", "e2e")
-# Session fixtures that several files share: their tests go to one xdist worker, so the
-# expensive job behind the fixture runs once per suite.
-SHARED_JOBS: Dict[str, str] = {}
 _current_test: Optional[pytest.Item] = None
 
 
@@ -45,18 +42,12 @@ def lane_of(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark unit tests, and keep the tests that share a job's products on one worker
-    (``--dist loadgroup``): a file's end-to-end tests together, and every test of a shared
-    session fixture together."""
+    """Mark unit tests, and order the lanes: ``-n 2 --dist loadfile`` gives each file to one
+    worker whole (so a module's job, a fixture, runs once) in the order its first test
+    comes, the longest lanes first."""
     for item in items:
-        lane = lane_of(item)
-        if lane == "unit":
+        if lane_of(item) == "unit":
             item.add_marker(pytest.mark.unit)
-            continue
-        shared = [SHARED_JOBS[name] for name in getattr(item, "fixturenames", ())
-                  if name in SHARED_JOBS]
-        group = shared[0] if shared else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: (LANES + ("unit",)).index(lane_of(item)))
 
 
