@@ -19,9 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from ms_exp.checkpoint.run_folder import release_all
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
-from ms_exp.job.run_folder import release_all
 from ms_exp.preflight.compose import (
     CONF_DIR,
     CONFIG_NAME,
@@ -53,7 +53,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     # Validated again here: a sweeper may generate values the launcher never saw.
     hydra_cfg = HydraConfig.get()
     validate(cfg, hydra_cfg.runtime.choices)
-    from ms_exp.job.run_folder import FolderRefused, discard_if_unused
+    from ms_exp.checkpoint.run_folder import FolderRefused, discard_if_unused
     from ms_exp.job.run_job import run_job
     from ms_exp.tracking.sidecar import TrackingFailed
 
@@ -75,7 +75,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
         if hydra_cfg.mode != RunMode.RUN:
             raise       # a sweep's job: the sweep reports it among its failed jobs
         # Another run's folder, or one a process works in: refused before anything was
-        # written into it (ms_exp/job/run_folder.py).
+        # written into it (ms_exp/checkpoint/run_folder.py).
         discard_if_unused(run_dir, hydra_cfg.output_subdir)
         print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_CONFIG)

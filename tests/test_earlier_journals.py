@@ -10,7 +10,7 @@ import pytest
 from conftest import main_in_process, migrated_store
 from mlflow import MlflowClient
 
-from ms_exp.job.run_folder import RUN_RECORD
+from ms_exp.checkpoint.run_folder import RUN_RECORD
 from ms_exp.tracking.journal import OFFLINE_DIR
 
 TINY = ("trainer.progress_bar=never", "tracking.log_models=true", "trainer.epochs=2",

@@ -19,7 +19,7 @@ import pytest
 from conftest import main_in_process, migrated_store, stop_process_group
 from mlflow import MlflowClient
 
-from ms_exp.job.run_folder import (
+from ms_exp.checkpoint.run_folder import (
     LOCK_FILE,
     RUN_RECORD,
     FolderRefused,
@@ -98,7 +98,7 @@ def test_who_may_work_in_a_folder_that_holds_a_run(tmp_path, status, digest, res
 
 HOLD = """
 import sys
-from ms_exp.job.run_folder import hold_folder
+from ms_exp.checkpoint.run_folder import hold_folder
 hold_folder(sys.argv[1], "k")
 print("held", flush=True)
 sys.stdin.readline()
@@ -292,6 +292,7 @@ LRS = ["0.1", "0.05", "0.02", "0.01"]
 def started_together(cwd: Path, shared: str) -> list:
     """The same job with four learning rates started at once (``shared``: one
     ``hydra.run.dir`` for all): ``[(lr, exit status, stdout, stderr)]``."""
+    cwd.mkdir()
     (cwd / "mlflow.db").write_bytes(migrated_store().read_bytes())
     done = subprocess.run([sys.executable, "-c", SAME_SECOND, json.dumps(LRS), shared, *TINY],
                           cwd=cwd, capture_output=True, text=True, timeout=600)

@@ -4,7 +4,7 @@ conf/config.yaml).
 Hydra writes its record of a job (``.hydra/``) into the run folder before the job starts; a
 command refused only then would already have overwritten the owner's record. So the folder
 of ``python -m ms_exp.run`` is held and its owner checked here, in ``on_run_start``, by the
-rule of ms_exp/job/run_folder.py; a sweep folder that another sweep works in, or that holds
+rule of ms_exp/checkpoint/run_folder.py; a sweep folder that another sweep works in, or that holds
 an earlier sweep's runs, is refused before any job starts. The job claims its folder again
 (ms_exp/job/run_job.py): that covers a sweep's job folders and primary configs of one's own
 that leave this callback out.
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ms_exp.job.run_folder import (
+from ms_exp.checkpoint.run_folder import (
     RUN_RECORD,
     FolderRefused,
     check_owner,
@@ -61,8 +61,11 @@ def _digest(config: DictConfig, run_dir: Path) -> str:
     from ms_exp.preflight.compose import hydra_config_of
     from ms_exp.tracking.finished import config_digest
 
+    task = config.copy()    # the job's config is Hydra's without its own node (run_job)
+    with open_dict(task):
+        del task["hydra"]
     with hydra_config_of(config, str(run_dir)):
-        return config_digest(config, run_dir)
+        return config_digest(task, run_dir)
 
 
 def _refusal_exits(claim: Callable[[], None]) -> None:
