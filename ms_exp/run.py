@@ -19,7 +19,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.checkpoint.run_folder import release_all
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.preflight.compose import (
@@ -36,6 +35,7 @@ from ms_exp.preflight.validate import validate
 from ms_exp.search.checks import fail_fast_overrides
 from ms_exp.search.options import register_optuna_sweeper
 from ms_exp.search.trial import objective_value
+from ms_exp.tracking.run_folder import release_all
 from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2
@@ -53,8 +53,8 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     # Validated again here: a sweeper may generate values the launcher never saw.
     hydra_cfg = HydraConfig.get()
     validate(cfg, hydra_cfg.runtime.choices)
-    from ms_exp.checkpoint.run_folder import FolderRefused, discard_if_unused
     from ms_exp.job.run_job import run_job
+    from ms_exp.tracking.run_folder import FolderRefused, discard_if_unused
     from ms_exp.tracking.sidecar import TrackingFailed
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
@@ -75,7 +75,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
         if hydra_cfg.mode != RunMode.RUN:
             raise       # a sweep's job: the sweep reports it among its failed jobs
         # Another run's folder, or one a process works in: refused before anything was
-        # written into it (ms_exp/checkpoint/run_folder.py).
+        # written into it (ms_exp/tracking/run_folder.py).
         discard_if_unused(run_dir, hydra_cfg.output_subdir)
         print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_CONFIG)

@@ -10,8 +10,8 @@ import pytest
 from conftest import main_in_process, migrated_store
 from mlflow import MlflowClient
 
-from ms_exp.checkpoint.run_folder import RUN_RECORD
 from ms_exp.tracking.journal import OFFLINE_DIR
+from ms_exp.tracking.run_folder import RUN_RECORD
 
 TINY = ("trainer.progress_bar=never", "tracking.log_models=true", "trainer.epochs=2",
         "dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",

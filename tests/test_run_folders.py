@@ -19,7 +19,8 @@ import pytest
 from conftest import main_in_process, migrated_store, stop_process_group
 from mlflow import MlflowClient
 
-from ms_exp.checkpoint.run_folder import (
+from ms_exp.preflight.compose import compose_config
+from ms_exp.tracking.run_folder import (
     LOCK_FILE,
     RUN_RECORD,
     FolderRefused,
@@ -28,7 +29,6 @@ from ms_exp.checkpoint.run_folder import (
     read_run_record,
     release_folder,
 )
-from ms_exp.preflight.compose import compose_config
 
 TINY = ("trainer.progress_bar=never", "tracking.log_models=false", "trainer.epochs=2",
         "dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
@@ -98,7 +98,7 @@ def test_who_may_work_in_a_folder_that_holds_a_run(tmp_path, status, digest, res
 
 HOLD = """
 import sys
-from ms_exp.checkpoint.run_folder import hold_folder
+from ms_exp.tracking.run_folder import hold_folder
 hold_folder(sys.argv[1], "k")
 print("held", flush=True)
 sys.stdin.readline()

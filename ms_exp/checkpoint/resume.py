@@ -1,7 +1,7 @@
 """Continuing an interrupted run (``trainer.resume``) from its last good checkpoint.
 
 Every job keeps a small record in its run directory, ``run.json``
-(ms_exp/checkpoint/run_folder.py): the config digest, the MLflow run it records into and the status
+(ms_exp/tracking/run_folder.py): the config digest, the MLflow run it records into and the status
 it ended with. A job killed outright (SIGKILL, a node lost) never updates it, so it still
 says RUNNING. ``trainer.resume=auto`` picks the newest run under the same outputs folder
 (``outputs/``, ``multirun/``) with this config's digest that did not finish, holding its
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ms_exp.checkpoint.run_folder import (
+from ms_exp.tracking.run_folder import (
     RUN_RECORD,
     FolderRefused,
     hold_folder,

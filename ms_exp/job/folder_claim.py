@@ -4,7 +4,7 @@ conf/config.yaml).
 Hydra writes its record of a job (``.hydra/``) into the run folder before the job starts; a
 command refused only then would already have overwritten the owner's record. So the folder
 of ``python -m ms_exp.run`` is held and its owner checked here, in ``on_run_start``, by the
-rule of ms_exp/checkpoint/run_folder.py; a sweep folder that another sweep works in, or that holds
+rule of ms_exp/tracking/run_folder.py; a sweep folder that another sweep works in, or that holds
 an earlier sweep's runs, is refused before any job starts. The job claims its folder again
 (ms_exp/job/run_job.py): that covers a sweep's job folders and primary configs of one's own
 that leave this callback out.
@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ms_exp.checkpoint.run_folder import (
+from ms_exp.tracking.run_folder import (
     RUN_RECORD,
     FolderRefused,
     check_owner,

@@ -16,15 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.resume import ResumePoint, clear_resume_point, find_resume_point
-from ms_exp.checkpoint.run_folder import (
-    RUN_RECORD,
-    check_owner,
-    hold_folder,
-    read_run_record,
-    refuse_foreign,
-    release_folder,
-    write_run_record,
-)
 from ms_exp.config.run_config import RESOLVED_CONFIG
 from ms_exp.job.console import tee_output
 from ms_exp.job.distributed import train_with_ranks
@@ -38,6 +29,15 @@ from ms_exp.tracking.finished import config_digest
 from ms_exp.tracking.lifecycle import EndedEarly, tracked_run
 from ms_exp.tracking.logged_steps import last_logged_steps
 from ms_exp.tracking.params import flatten
+from ms_exp.tracking.run_folder import (
+    RUN_RECORD,
+    check_owner,
+    hold_folder,
+    read_run_record,
+    refuse_foreign,
+    release_folder,
+    write_run_record,
+)
 from ms_exp.tracking.store import resolve_tracking_uri
 from ms_exp.train.result import JobResult
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ms_exp.checkpoint.run_folder import process_exists
+from ms_exp.tracking.run_folder import process_exists
 
 
 @contextmanager

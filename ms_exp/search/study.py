@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from ms_exp.checkpoint.run_folder import process_exists
+from ms_exp.tracking.run_folder import process_exists
 from ms_exp.tracking.store import resolve_tracking_uri, sqlite_lock, sqlite_path
 
 DEFAULT_STORAGE_FILE = "optuna.db"

@@ -3,14 +3,14 @@
 A job or sweep killed with its whole process group (SIGKILL: no handler runs) leaves its
 MLflow run RUNNING. Whether its process is gone is told by its folder: a job holds its run
 folder's lock, and a sweep's launching process its sweep folder's, for as long as it lives
-(ms_exp/checkpoint/run_folder.py); the kernel drops the lock with the process. So a RUNNING run
+(ms_exp/tracking/run_folder.py); the kernel drops the lock with the process. So a RUNNING run
 whose folder is on this machine with its lock free has nobody left to end it. Runs whose
 folder is elsewhere (another host's disk) are left alone: their process may be alive.
 """
 from pathlib import Path
 from typing import List
 
-from ms_exp.checkpoint.run_folder import folder_in_use
+from ms_exp.tracking.run_folder import folder_in_use
 
 ENDED_BY_TAG = "ms_exp.ended_by"
 ABANDONED = "its process ended without ending the run (killed?); ended by a later command"

@@ -13,7 +13,6 @@ from omegaconf import DictConfig
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.files import last_checkpoint, rank_dir
 from ms_exp.checkpoint.resume import ResumePoint, restore
-from ms_exp.checkpoint.run_folder import write_run_record
 from ms_exp.data import Shard, create_datasets
 from ms_exp.data.build import loader_settings
 from ms_exp.data.options import dataset_name
@@ -21,6 +20,7 @@ from ms_exp.models import create_network
 from ms_exp.models.options import model_option
 from ms_exp.placement.tables import create_placement
 from ms_exp.tracking.lifecycle import StepBoundary
+from ms_exp.tracking.run_folder import write_run_record
 from ms_exp.train.announce import announce_placement
 from ms_exp.train.callbacks import create_callbacks
 from ms_exp.train.context import init_env
