@@ -47,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="what the jobs are ranked and plotted by (default: the first "
                              f"of {', '.join(DEFAULT_METRICS)} the jobs logged)")
     parser.add_argument("--optuna-storage", metavar="URL",
-                        help="storage of an Optuna sweep's study, e.g. with the password its "
-                             "tag hides (default: the parent run's ms_exp.optuna.storage tag)")
+                        help="storage of an Optuna sweep's study, e.g. where it moved "
+                             "(default: the parent run's ms_exp.optuna.storage tag)")
     return parser
 
 

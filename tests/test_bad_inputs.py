@@ -621,6 +621,20 @@ BAD_INPUTS = {
         "tracking.uri=https://:5000",
         message="tracking.uri='https://:5000': not allowed; expected the address of an MLflow "
                 "server, with its host: https://HOST[:PORT], e.g. http://127.0.0.1:5000"),
+    # A password in the URI is refused, not masked: it would be in the config, Hydra's
+    # record, the params, the tags and the printed lines. The line shows it as ***.
+    "password in the tracking server's URI": bad(
+        "tracking.uri=http://alice:s3cret@127.0.0.1:5000", store=BOTH,
+        message="tracking.uri='http://alice:***@127.0.0.1:5000': a password in tracking.uri "
+                "would be written into the run's records and printed; expected a URI without "
+                "a password, the credentials in MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD, which MLflow sends to the server"),
+    "password in a database store's URI": bad(
+        "tracking.uri=postgresql://ms_exp:s3cret@127.0.0.1/mlflow",
+        message="tracking.uri='postgresql://ms_exp:***@127.0.0.1/mlflow': a password in "
+                "tracking.uri would be written into the run's records and printed; expected a "
+                "URI without a password, the password in PGPASSWORD or ~/.pgpass (PostgreSQL; "
+                "MySQL: ~/.my.cnf), which the database client reads"),
     "tracking store a text file": bad(
         "tracking.uri=sqlite:///<data>/notes.db", setup=text_file_as_store, store=BOTH,
         message="tracking.uri='sqlite:///<data>/notes.db': not allowed; expected a SQLite "

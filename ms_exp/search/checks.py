@@ -9,8 +9,8 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError
 from ms_exp.search.options import NO_PRUNER, SWEEPER_TARGET
-from ms_exp.search.study import default_storage, masked
-from ms_exp.tracking.store import sqlite_path
+from ms_exp.search.study import default_storage
+from ms_exp.tracking.store import holds_password, masked, sqlite_path
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -57,6 +57,13 @@ def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
 
 
 def _check_storage(url: str) -> None:
+    if holds_password(url):
+        # Refused rather than masked: Hydra writes the URL into every job's
+        # .hydra/hydra.yaml and multirun.yaml, which the runs log as artifacts.
+        raise ConfigError("hydra.sweeper.storage", masked(url),
+                          "a database URL without a password, the password in PGPASSWORD or "
+                          "~/.pgpass (libpq reads them)", "a password in the URL would be "
+                          "written into the sweep's Hydra records and MLflow artifacts")
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

@@ -13,7 +13,6 @@ import time
 import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
-from urllib.parse import urlsplit, urlunsplit
 
 from ms_exp.tracking.run_folder import process_exists
 from ms_exp.tracking.store import resolve_tracking_uri, sqlite_lock, sqlite_path
@@ -31,15 +30,6 @@ def default_storage(tracking_uri: Optional[str]) -> str:
     database = sqlite_path(resolve_tracking_uri(tracking_uri))
     folder = database.parent if database is not None else Path.cwd()
     return f"sqlite:///{(folder / DEFAULT_STORAGE_FILE).resolve()}"
-
-
-def masked(url: str) -> str:
-    """The URL with its password (if any) replaced by ***: fit to print and to log."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def default_study_name(job_name: str, arguments: Sequence[str],

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from ms_exp.search.study import masked
-from ms_exp.tracking.store import sqlite_path
+from ms_exp.tracking.store import masked, sqlite_path
 from ms_exp.tracking.sweep_runs import ReportError
 
 TRIALS_CSV = "optuna_trials.csv"

@@ -23,7 +23,6 @@ from ms_exp.search.study import (
     default_study_name,
     done_count,
     fail_dead_trials,
-    masked,
     open_storage,
     trials_by_state,
     worker_identity,
@@ -36,6 +35,7 @@ from ms_exp.search.trial import (
     TRIAL_ENV,
     TRIAL_NUMBER_ENV,
 )
+from ms_exp.tracking.store import masked
 
 RESULTS_FILE = "optimization_results.yaml"  # the best trial, as Hydra's Optuna sweeper writes it
 
@@ -87,8 +87,9 @@ class OptunaSearch:
 
     def _run(self, study, space, fixed: List[str]) -> Any:
         """Trials until the study has n_trials done; the jobs find the study in this
-        process's environment, which they and their ranks inherit: the storage URL may hold
-        a password, so it never goes into a job's overrides or Hydra record."""
+        process's environment, which they and their ranks inherit: the storage is the
+        sweep's, not one of a job's overrides (a URL with a password is refused up front,
+        ms_exp/search/checks.py)."""
         import optuna
 
         name = study.study_name

@@ -16,7 +16,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, List, Optional
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
 if TYPE_CHECKING:  # MLflow is imported where a store is opened, not by every job
@@ -31,6 +31,22 @@ def resolve_tracking_uri(uri: Optional[str], workdir: Optional[Path] = None) -> 
         return uri
     base = Path(workdir or os.getcwd()).resolve()
     return f"sqlite:///{base / DEFAULT_DB_NAME}"
+
+
+def masked(url: str) -> str:
+    """The URL with its password (if any) replaced by ***: fit to print and to log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def holds_password(url: str) -> bool:
+    try:
+        return urlsplit(url).password is not None
+    except ValueError:      # a port that is no number: not a URL this question fits
+        return False
 
 
 def sqlite_path(uri: str) -> Optional[Path]:
