@@ -621,6 +621,28 @@ BAD_INPUTS = {
         "tracking.uri=https://:5000",
         message="tracking.uri='https://:5000': not allowed; expected the address of an MLflow "
                 "server, with its host: https://HOST[:PORT], e.g. http://127.0.0.1:5000"),
+    # Interpolations are resolved in the preflight: one that cannot resolve names its key.
+    "interpolation of an unset environment variable": bad(
+        "trainer.epochs=${oc.env:MS_EXP_NEVER_SET}",
+        message="trainer.epochs='${oc.env:MS_EXP_NEVER_SET}': KeyError raised while resolving "
+                "interpolation: \"Environment variable 'MS_EXP_NEVER_SET' not found\"; "
+                "expected a value that resolves (an interpolation of a key that exists, a set "
+                "environment variable or a known resolver, and no loop)"),
+    "interpolation of a key that does not exist": bad(
+        "optimizer.lr=${optimizer.nope}",
+        message="optimizer.lr='${optimizer.nope}': Interpolation key 'optimizer.nope' not "
+                "found; expected a value that resolves (an interpolation of a key that exists, "
+                "a set environment variable or a known resolver, and no loop)"),
+    "interpolations that refer to each other": bad(
+        "trainer.seed=${trainer.epochs}", "trainer.epochs=${trainer.seed}",
+        message="trainer.epochs='${trainer.seed}': Recursive interpolation detected; expected "
+                "a value that resolves (an interpolation of a key that exists, a set "
+                "environment variable or a known resolver, and no loop)"),
+    "a resolver nobody registered": bad(
+        "trainer.epochs=${foo:bar}",
+        message="trainer.epochs='${foo:bar}': Unsupported interpolation type foo; expected a "
+                "value that resolves (an interpolation of a key that exists, a set "
+                "environment variable or a known resolver, and no loop)"),
     # A password in the URI is refused, not masked: it would be in the config, Hydra's
     # record, the params, the tags and the printed lines. The line shows it as ***.
     "password in the tracking server's URI": bad(

@@ -24,6 +24,7 @@ from ms_exp.preflight.checkpoint import (
 from ms_exp.preflight.components import validate_components
 from ms_exp.preflight.dataset import validate_batch_fits, validate_dataset
 from ms_exp.preflight.device import validate_device_present
+from ms_exp.preflight.interpolations import check_interpolations
 from ms_exp.preflight.launch_style import validate_launch_style
 from ms_exp.preflight.model import validate_model, validate_placement
 from ms_exp.preflight.parallel import (
@@ -48,6 +49,7 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
     """Every check of the config itself, without the state of the machine that launches
     it (a free master port, the device): also what each rank of a distributed job checks
     of the config.yaml it reads (ms_exp/worker.py), while msrun holds that port."""
+    check_interpolations(cfg)
     check_known_keys(cfg, choices)
     validate_trainer(cfg.trainer)
     validate_parallel(cfg.parallel)

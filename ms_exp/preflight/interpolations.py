@@ -1,0 +1,48 @@
+"""Every value of a composed config resolves, or the command is refused naming the key.
+
+An interpolation that cannot resolve (an unset environment variable, a key that does not
+exist, a resolver nobody registered, keys that refer to each other, a value of the wrong
+type) would otherwise raise in the job, as a traceback, after its run folder and MLflow run
+exist. OmegaConf's own error names the key and the reason; this turns it into the one-line
+refusal every other bad input gets.
+"""
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from ms_exp.config.errors import ConfigError
+
+ALLOWED = ("a value that resolves (an interpolation of a key that exists, a set environment "
+           "variable or a known resolver, and no loop)")
+
+
+def check_interpolations(cfg: DictConfig) -> None:
+    task = cfg
+    if "hydra" in cfg:      # Hydra's own node resolves as Hydra runs; the job never reads it
+        task = cfg.copy()
+        with open_dict(task):
+            del task["hydra"]
+    try:
+        OmegaConf.to_container(task, resolve=True)
+    except RecursionError:
+        raise ConfigError("config", "...", ALLOWED, "interpolations that refer to each other "
+                          "in a loop") from None
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "config"
+        raise ConfigError(key, _written(task, key), ALLOWED,
+                          _reason(error)) from None
+
+
+def _written(cfg: DictConfig, key: str):
+    """The value as written, before resolution."""
+    value = OmegaConf.to_container(cfg, resolve=False)
+    try:
+        for part in key.split("."):
+            value = value[int(part)] if isinstance(value, list) else value[part]
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+    return value
+
+
+def _reason(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
