@@ -621,6 +621,10 @@ BAD_INPUTS = {
         "tracking.uri=https://:5000",
         message="tracking.uri='https://:5000': not allowed; expected the address of an MLflow "
                 "server, with its host: https://HOST[:PORT], e.g. http://127.0.0.1:5000"),
+    "ranks' log folder climbing out of the run directory": bad(
+        "parallel=data", "parallel.device_num=2", "parallel.launcher.log_dir=../../escaped_logs",
+        message="parallel.launcher.log_dir='../../escaped_logs': not allowed; expected an "
+                "absolute path, or a relative one inside the run directory (without '..')"),
     # Interpolations are resolved in the preflight: one that cannot resolve names its key.
     "interpolation of an unset environment variable": bad(
         "trainer.epochs=${oc.env:MS_EXP_NEVER_SET}",

@@ -3,6 +3,7 @@
 against the network the job builds (the one check here that imports MindSpore: it builds
 the network to read its operators' shapes)."""
 import socket
+from pathlib import Path
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, positive, require
 from ms_exp.data.build import declared_spec, loader_settings
@@ -24,6 +25,12 @@ def validate_parallel(cfg) -> None:
             "parallel.all_reduce_fusion_config", fusion,
             "increasing positive gradient indices, e.g. [20, 35]")
     launcher = cfg.launcher
+    # The reference says a relative log folder is inside the run directory: one that
+    # climbs out of it would put the ranks' logs in another run's folder, or anywhere.
+    written = Path(str(launcher.log_dir)).expanduser()
+    require(written.is_absolute() or ".." not in written.parts, "parallel.launcher.log_dir",
+            launcher.log_dir, "an absolute path, or a relative one inside the run directory "
+            "(without '..')")
     workers = launcher.worker_num or cfg.device_num
     require(workers == cfg.device_num, "parallel.launcher.worker_num", launcher.worker_num,
             f"null or parallel.device_num ({cfg.device_num}): one worker per device")
