@@ -621,6 +621,14 @@ BAD_INPUTS = {
         "tracking.uri=https://:5000",
         message="tracking.uri='https://:5000': not allowed; expected the address of an MLflow "
                 "server, with its host: https://HOST[:PORT], e.g. http://127.0.0.1:5000"),
+    "learning rate finite in float64, inf in float32": bad(
+        "optimizer.lr=1e39",
+        message="optimizer.lr=1e+39: not allowed; expected a number of at most 3.403e+38 in "
+                "size (float32, as MindSpore computes with it)"),
+    "weight decay finite in float64, inf in float32": bad(
+        "optimizer.weight_decay=1e39",
+        message="optimizer.weight_decay=1e+39: not allowed; expected a number of at most "
+                "3.403e+38 in size (float32, as MindSpore computes with it)"),
     "ranks' log folder climbing out of the run directory": bad(
         "parallel=data", "parallel.device_num=2", "parallel.launcher.log_dir=../../escaped_logs",
         message="parallel.launcher.log_dir='../../escaped_logs': not allowed; expected an "

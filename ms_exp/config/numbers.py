@@ -1,13 +1,15 @@
 """Numbers a schema's type admits but MindSpore, numpy and MLflow do not: floats that are
-not finite, integers beyond int32, seeds beyond uint32. Checked for every ``float`` and
-``int`` field of every schema (ms_exp/preflight/validate.py walks them), so a new key is
-covered without a check of its own."""
+not finite or beyond float32, integers beyond int32, seeds beyond uint32. Checked for every
+``float`` and ``int`` field of every schema (ms_exp/preflight/validate.py walks them), so a
+new key is covered without a check of its own."""
 import math
 import typing
 
 from ms_exp.config.errors import require
 
 FINITE = "a finite number (a literal beyond 1.8e308, such as 1e400, reads as inf)"
+
+FLOAT32_MAX = 3.4028234663852886e38
 
 # What MindSpore takes for an integer argument (epochs, steps, sizes, intervals): int32.
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -32,6 +34,11 @@ def check_number(key: str, declared, value) -> None:
         if kind is float and isinstance(item, float):
             require(math.isfinite(item), shown_key, item,
                     FINITE if math.isinf(item) else "a finite number")
+            # Finite in float64 but inf in float32, the dtype MindSpore trains in: the run
+            # would start and fail at its first steps.
+            require(abs(item) <= FLOAT32_MAX, shown_key, item,
+                    f"a number of at most {FLOAT32_MAX:.4g} in size (float32, as MindSpore "
+                    "computes with it)")
         elif kind is int and isinstance(item, int) and not isinstance(item, bool):
             if key.rpartition(".")[2] in SEED_KEYS:
                 require(0 <= item <= SEED_MAX, shown_key, item,
