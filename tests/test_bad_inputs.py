@@ -669,6 +669,24 @@ BAD_INPUTS = {
                 "tracking.uri would be written into the run's records and printed; expected a "
                 "URI without a password, the password in PGPASSWORD or ~/.pgpass (PostgreSQL; "
                 "MySQL: ~/.my.cnf), which the database client reads"),
+    "tracking store in memory": bad(
+        "tracking.uri=sqlite:///:memory:",
+        message="tracking.uri='sqlite:///:memory:': not allowed; expected a SQLite file, not "
+                ":memory: (a store in memory ends with the process that holds it: nothing "
+                "would be recorded)"),
+    "tracking server port beyond 65535": bad(
+        "tracking.uri=http://127.0.0.1:99999",
+        message="tracking.uri='http://127.0.0.1:99999': not allowed; expected the address of "
+                "an MLflow server with a port from 1 to 65535, e.g. http://127.0.0.1:5000"),
+    "tracking server port 0": bad(
+        "tracking.uri=http://127.0.0.1:0",
+        message="tracking.uri='http://127.0.0.1:0': not allowed; expected the address of an "
+                "MLflow server with a port from 1 to 65535, e.g. http://127.0.0.1:5000"),
+    "MLflow's file store": bad(
+        "tracking.uri=file:///tmp/mlruns",
+        message="tracking.uri='file:///tmp/mlruns': not allowed; expected sqlite:///... or a "
+                "server: MLflow 3 refuses its file store (maintenance mode) unless "
+                "MLFLOW_ALLOW_FILE_STORE=true"),
     "tracking store a text file": bad(
         "tracking.uri=sqlite:///<data>/notes.db", setup=text_file_as_store, store=BOTH,
         message="tracking.uri='sqlite:///<data>/notes.db': not allowed; expected a SQLite "

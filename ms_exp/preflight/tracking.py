@@ -2,6 +2,7 @@
 folder, and the file a SQLite database if it exists) or is a URI MLflow knows (a server's
 with a host), and names fit what MLflow stores."""
 import math
+import os
 import posixpath
 from pathlib import Path
 from urllib.parse import urlparse
@@ -55,6 +56,9 @@ def validate_tracking(cfg) -> None:
             writable_dir("tracking.uri", uri, Path.cwd())
             enough_free_space("tracking.uri", uri, Path.cwd())
         elif uri.startswith("sqlite:///"):
+            require(uri != "sqlite:///:memory:", "tracking.uri", uri,
+                    "a SQLite file, not :memory: (a store in memory ends with the process that "
+                    "holds it: nothing would be recorded)")
             database = Path(uri[len("sqlite:///"):])
             writable_dir("tracking.uri", uri, database.parent)
             enough_free_space("tracking.uri", uri, database.parent)
@@ -67,10 +71,21 @@ def validate_tracking(cfg) -> None:
             require(scheme in allowed, "tracking.uri", uri,
                     "null (sqlite:///mlflow.db here) or a URI of scheme sqlite, "
                     + ", ".join(allowed))
+            require(scheme != "file" or
+                    os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true",
+                    "tracking.uri", uri, "sqlite:///... or a server: MLflow 3 refuses its file "
+                    "store (maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true")
             if scheme in SERVER_SCHEMES:
                 require(bool(urlparse(uri).hostname), "tracking.uri", uri,
                         f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
                         ", e.g. http://127.0.0.1:5000")
+                try:
+                    port = urlparse(uri).port
+                except ValueError:
+                    port = -1
+                require(port is None or 1 <= port <= 65535, "tracking.uri", uri,
+                        "the address of an MLflow server with a port from 1 to 65535, e.g. "
+                        "http://127.0.0.1:5000")
 
 
 def _validate_register_model(cfg) -> None:
