@@ -138,3 +138,22 @@ def test_training_run_with_the_users_options(project):
     run = result.store.get_run(result.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.hidden_size"] == "8"
+
+
+@pytest.mark.parametrize("text, line, column, found", [
+    ("trainer:\n\tepochs: 2\n", 3, 1,
+     "while scanning for the next token: found character '\\t' that cannot start any token"),
+    ("trainer:\n  epochs: 2\n  epochs: 3\n", 4, 3,
+     "while constructing a mapping: found duplicate key epochs"),
+])
+def test_an_experiment_file_that_is_not_yaml_is_named_in_one_line(tmp_path, text, line,
+                                                                   column, found):
+    experiment = tmp_path / "conf" / "experiment" / "mine.yaml"
+    experiment.parent.mkdir(parents=True)
+    experiment.write_text("# @package _global_\n" + text)
+    result = main_in_process("ms_exp.run", ["--config-dir", "conf", "+experiment=mine"],
+                             tmp_path)
+    assert (result.rc, result.stderr) == (2, (
+        f"ms_exp: error: {experiment}, line {line}, column {column}: not valid YAML ({found}); "
+        "expected YAML: spaces for indentation, each key once\n"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf"]

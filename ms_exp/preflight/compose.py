@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
+import yaml
 from hydra import compose, version
 from hydra._internal.hydra import Hydra
 from hydra._internal.utils import (
@@ -139,6 +140,18 @@ def compose_config(overrides: Sequence[str] = (), config_name: Optional[str] = N
         except (HydraException, OmegaConfBaseException) as error:
             line = from_composition_error(error, overrides)
             raise CompositionError(line or str(error).splitlines()[0]) from error
+        except yaml.YAMLError as error:     # a config file of the user's that is not YAML
+            raise CompositionError(_yaml_problem(error)) from None
+
+
+def _yaml_problem(error: "yaml.YAMLError") -> str:
+    """``<file>, line L, column C: not valid YAML (<what the parser found>)``."""
+    mark = getattr(error, "problem_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a config"
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    found = f"{context}: {problem}" if context else problem
+    return f"{where}: not valid YAML ({found}); expected YAML: spaces for indentation, each key once"
 
 
 def group_options(groups: Sequence[str], overrides: Sequence[str] = (),
