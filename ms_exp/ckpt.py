@@ -373,6 +373,11 @@ def _ckpt_command(argv) -> int:
     try:
         if args.command == "merge":
             from ms_exp.job.scratch import scratch_folder
+            from ms_exp.tracking.store import password_refusal
+
+            refused = password_refusal("--tracking-uri", args.tracking_uri)
+            if refused:
+                raise CkptError(refused)
 
             with scratch_folder("ms_exp_ckpt_") as workdir:
                 folder, strategy, prefix = run_sources(args.checkpoint_dir, Path(workdir),

@@ -31,6 +31,7 @@ from ms_exp.tracking.store import (
     job_run,
     missing_store,
     not_a_database,
+    password_refusal,
     quiet_artifact_downloads,
     resolve_tracking_uri,
     sqlite_path,
@@ -302,6 +303,9 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             if args.model and (args.run_id or args.checkpoint):
                 raise ConfigError("--model", args.model, "--model alone: the model holds its "
                                   "config and checkpoint (not with --run-id or --checkpoint)")
+            refused = password_refusal("--tracking-uri", args.tracking_uri)
+            if refused:
+                raise InvalidConfig(refused)
             which = args.model or check_checkpoint_flag(args.checkpoint, args.run_id)
             uri = resolve_tracking_uri(args.tracking_uri)
             parent_run_id = args.run_id

@@ -29,7 +29,12 @@ from typing import List, Optional
 
 from mlflow import MlflowClient
 
-from ms_exp.tracking.store import missing_store, resolve_tracking_uri, ui_lines
+from ms_exp.tracking.store import (
+    missing_store,
+    password_refusal,
+    resolve_tracking_uri,
+    ui_lines,
+)
 from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
 from ms_exp.tracking.sweep_runs import find_sweep
 
@@ -65,6 +70,11 @@ def _open_store(uri: Optional[str]) -> MlflowClient:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        for key, uri in (("--tracking-uri", args.tracking_uri),
+                         ("--optuna-storage", args.optuna_storage)):
+            refused = password_refusal(key, uri)
+            if refused:
+                raise ReportError(refused)
         client = _open_store(args.tracking_uri)
         report = write_report(client, find_sweep(client, args.sweep), args.metric,
                               args.optuna_storage)

@@ -247,3 +247,23 @@ def test_the_worker_limit_is_mindspore_datasets():
     with pytest.raises(ValueError):
         check_num_parallel_workers(multiprocessing.cpu_count() + 1)
 
+
+@pytest.mark.parametrize("module, args, key", [
+    ("ms_exp.eval", ["--run-id", "0123456789abcdef0123456789abcdef"], "--tracking-uri"),
+    ("ms_exp.ckpt", ["merge", "0123456789abcdef0123456789abcdef"], "--tracking-uri"),
+    ("ms_exp.report", ["0123456789abcdef0123456789abcdef"], "--tracking-uri"),
+    ("ms_exp.tracking.upload", ["run"], "--tracking-uri"),
+])
+def test_the_commands_refuse_a_password_in_a_store_uri(tmp_path, module, args, key):
+    """Also the commands that read a run: the password belongs in MLflow's variables."""
+    result = main_in_process(module, [*args, key, "http://alice:s3cret@127.0.0.1:5000"],
+                             tmp_path)
+    assert result.rc == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.endswith(
+        f"{key}='http://alice:***@127.0.0.1:5000': a password in {key} would be written into "
+        "the run's records and printed; expected a URI without a password, the credentials "
+        "in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, which MLflow sends to the "
+        "server"), line
+    assert "s3cret" not in result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -53,3 +53,4 @@ def test_a_merge_removes_the_scratch_folder_a_killed_merge_left_beside_its_outpu
     running.mkdir()
     remove_abandoned(SCRATCH_PREFIX, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [running.name]
+

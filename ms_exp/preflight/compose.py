@@ -151,7 +151,8 @@ def _yaml_problem(error: "yaml.YAMLError") -> str:
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
     found = f"{context}: {problem}" if context else problem
-    return f"{where}: not valid YAML ({found}); expected YAML: spaces for indentation, each key once"
+    return (f"{where}: not valid YAML ({found}); expected YAML: spaces for indentation, each "
+            "key once")
 
 
 def group_options(groups: Sequence[str], overrides: Sequence[str] = (),

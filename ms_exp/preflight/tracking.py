@@ -7,9 +7,9 @@ import posixpath
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ms_exp.config.errors import ConfigError, positive, require
+from ms_exp.config.errors import InvalidConfig, positive, require
 from ms_exp.preflight.paths import enough_free_space, writable_dir
-from ms_exp.tracking.store import holds_password, masked, not_a_database
+from ms_exp.tracking.store import not_a_database, password_refusal
 
 # MLflow's own limit on an experiment's name (MAX_EXPERIMENT_NAME_LENGTH in
 # mlflow/utils/validation.py: create_experiment refuses a longer one), and the width of the
@@ -38,18 +38,9 @@ def validate_tracking(cfg) -> None:
                 f"null or a name of at most {MAX_RUN_NAME_LENGTH} characters, what MLflow's "
                 f"SQL stores hold (it has {len(cfg.run_name)})")
     _validate_register_model(cfg)
-    if cfg.uri is not None and holds_password(cfg.uri):
-        # Refused rather than masked: the URI is in the job's config, Hydra's record, the
-        # MLflow params and tags and the printed lines; one of them would keep it.
-        scheme = cfg.uri.split("://", 1)[0]
-        where = ("the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, "
-                 "which MLflow sends to the server" if scheme in SERVER_SCHEMES else
-                 "the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), "
-                 "which the database client reads")
-        raise ConfigError("tracking.uri", masked(cfg.uri),
-                          f"a URI without a password, {where}",
-                          "a password in tracking.uri would be written into the run's "
-                          "records and printed")
+    refused = password_refusal("tracking.uri", cfg.uri)
+    if refused:
+        raise InvalidConfig(refused)
     if cfg.enabled:
         uri = cfg.uri
         if uri is None:

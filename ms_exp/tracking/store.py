@@ -49,6 +49,21 @@ def holds_password(url: str) -> bool:
         return False
 
 
+def password_refusal(key: str, uri: Optional[str]) -> Optional[str]:
+    """The one-line refusal of a store URI that holds a password (None: it holds none).
+
+    Refused rather than masked: a URI is in the job's config, Hydra's record, the MLflow
+    params and tags and the printed lines, and one of them would keep it."""
+    if not uri or not holds_password(uri):
+        return None
+    where = ("the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, "
+             "which MLflow sends to the server" if uri.startswith(("http:", "https:")) else
+             "the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), which "
+             "the database client reads")
+    return (f"{key}={masked(uri)!r}: a password in {key} would be written into the run's "
+            f"records and printed; expected a URI without a password, {where}")
+
+
 def sqlite_path(uri: str) -> Optional[Path]:
     """The database file of a ``sqlite:///`` URI, None for other stores."""
     if not uri.startswith("sqlite:///"):

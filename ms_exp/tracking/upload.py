@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ms_exp.tracking.journal import OFFLINE_DIR, journals_in
+from ms_exp.tracking.store import password_refusal
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -23,6 +24,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="the store to deliver to (default: the job's "
                                                "tracking.uri)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    refused = password_refusal("--tracking-uri", args.tracking_uri)
+    if refused:
+        print(f"ms_exp: error: {refused}", file=sys.stderr)
+        return 2
     journals = journals_in(args.run_dir)
     if not journals:
         print(f"ms_exp: error: RUN_DIR={args.run_dir}: nothing to upload (no "
