@@ -7,11 +7,12 @@ two live processes (a resume while the run trains, two resumes at once, commands
 the same second) runs them in the end-to-end lane."""
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -203,29 +204,39 @@ def test_a_sweep_into_a_folder_of_an_earlier_sweeps_runs_is_refused(finished):
 
 LONG = ("trainer.progress_bar=never", "tracking.log_models=false", "dataset=synthetic",
         "dataset.num_samples=512", "dataset.num_eval_samples=32", "model.hidden_size=8",
-        "trainer.epochs=1000", "checkpoint.save_checkpoint_steps=4", "trainer.resume=auto")
+        "trainer.epochs=1000", "checkpoint.save_checkpoint_steps=4", "trainer.resume=auto",
+        "trainer.loss_print_interval=1")
+# Printed after step 5: the checkpoint of step 4 is written, the run's record names its run.
+AFTER_FIRST_CHECKPOINT = "epoch: 1 step: 5,"
 
 
-def start(cwd: Path, name: str) -> SimpleNamespace:
-    """``python -m ms_exp.run LONG`` in a session of its own, its output in ``<name>.out``."""
-    out = cwd / f"{name}.out"
-    handle = out.open("w")
+def start(cwd: Path, ended: "queue.Queue") -> SimpleNamespace:
+    """``python -m ms_exp.run LONG`` in a session of its own; a thread reads its output
+    (``lines``, ``seen(text)`` blocks until a line holds ``text``) and puts the job into
+    ``ended`` when its output ends."""
     process = subprocess.Popen([sys.executable, "-m", "ms_exp.run", *LONG], cwd=cwd,
-                               stdout=handle, stderr=subprocess.STDOUT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    handle.close()
-    return SimpleNamespace(process=process, out=out, text=lambda: out.read_text())
+    job = SimpleNamespace(process=process, lines=[], changed=threading.Condition())
 
+    def read() -> None:
+        for line in process.stdout:
+            with job.changed:
+                job.lines.append(line)
+                job.changed.notify_all()
+        process.wait()
+        ended.put(job)
 
-def wait_for(condition, what: str, timeout_s: float = 240):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    def seen(text: str, timeout_s: float = 240) -> None:
+        with job.changed:
+            found = job.changed.wait_for(lambda: any(text in line for line in job.lines),
+                                         timeout_s)
+        assert found, f"no line with {text!r}:\n" + "".join(job.lines[-50:])
+
+    job.seen = seen
+    threading.Thread(target=read, daemon=True).start()
+    return job
 
 
 @pytest.mark.e2e
@@ -236,14 +247,12 @@ def test_a_resume_while_the_run_trains_and_two_resumes_at_once_are_refused_namin
     checkpoint the first deleted and failed the shared run). Case 6: two resumes of the
     killed run started together: one continues it, the other is refused naming it."""
     (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
-    first = start(tmp_path, "first")
+    ended: "queue.Queue" = queue.Queue()
+    first = start(tmp_path, ended)
     try:
-        def first_checkpoint():
-            records = list(tmp_path.glob(f"outputs/*/*/{RUN_RECORD}"))
-            if records and list(records[0].parent.glob("checkpoints/rank_0/*-*_*.ckpt")) \
-                    and read_run_record(records[0].parent).get("run_id"):
-                return records[0].parent
-        run_dir = wait_for(first_checkpoint, "the first checkpoint")
+        first.seen(AFTER_FIRST_CHECKPOINT)
+        (record,) = tmp_path.glob(f"outputs/*/*/{RUN_RECORD}")
+        run_dir = record.parent
         second = subprocess.run([sys.executable, "-m", "ms_exp.run", *LONG], cwd=tmp_path,
                                 capture_output=True, text=True, timeout=240)
         assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
@@ -258,19 +267,18 @@ def test_a_resume_while_the_run_trains_and_two_resumes_at_once_are_refused_namin
         assert store.get_run(record["run_id"]).info.status == "RUNNING"
     finally:
         os.killpg(first.process.pid, signal.SIGKILL)
-        first.process.wait(timeout=60)
+    assert ended.get(timeout=60) is first
 
-    both = [start(tmp_path, "again_a"), start(tmp_path, "again_b")]
+    both = [start(tmp_path, ended), start(tmp_path, ended)]
     try:
-        refused = wait_for(lambda: next((j for j in both if j.process.poll() is not None),
-                                        None), "one of two resumes to end")
+        refused = ended.get(timeout=240)        # the first of the two to end
         other = next(j for j in both if j is not refused)
-        assert refused.process.returncode == 2, refused.text()[-3000:]
-        assert refused.text().strip().splitlines()[-1].startswith(
+        text = "".join(refused.lines)
+        assert refused.process.returncode == 2, text[-3000:]
+        assert text.strip().splitlines()[-1].startswith(
             f"{ERROR}trainer.resume=auto: {run_dir} is in use by another ms_exp process "
-            f"(pid {other.process.pid} on "), refused.text()[-3000:]
-        wait_for(lambda: f"resuming the run in {run_dir} from " in other.text(),
-                 "the other to resume the run")
+            f"(pid {other.process.pid} on "), text[-3000:]
+        other.seen(f"resuming the run in {run_dir} from ")
         assert other.process.poll() is None
     finally:
         for job in both:
