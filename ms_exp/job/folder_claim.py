@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.tracking.run_folder import (
     RUN_RECORD,
@@ -59,13 +59,11 @@ def _digest(config: DictConfig, run_dir: Path) -> str:
     """The job's config digest, as the job will compute it (its ``${hydra:...}`` values
     resolved against this folder)."""
     from ms_exp.preflight.compose import hydra_config_of
+    from ms_exp.preflight.interpolations import without_hydra
     from ms_exp.tracking.finished import config_digest
 
-    task = config.copy()    # the job's config is Hydra's without its own node (run_job)
-    with open_dict(task):
-        del task["hydra"]
     with hydra_config_of(config, str(run_dir)):
-        return config_digest(task, run_dir)
+        return config_digest(without_hydra(config), run_dir)
 
 
 def _refusal_exits(claim: Callable[[], None]) -> None:

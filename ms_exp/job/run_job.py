@@ -50,7 +50,6 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
     key = f"hydra.run.dir={own_dir}"
     hold_folder(own_dir, key)
     try:
-        check_owner(own_dir, key, cfg.trainer.resume, lambda: config_digest(cfg, own_dir))
         return _run_in_folder(cfg, own_dir, key, hydra_dir, overrides)
     finally:
         release_folder(own_dir)
@@ -65,7 +64,10 @@ def _run_in_folder(cfg: DictConfig, own_dir: Path, key: str, hydra_dir: Optional
         prepare(cfg)
     tracking = cfg.tracking
     uri = resolve_tracking_uri(tracking.uri)
+    # Once, after the boost option filled in what it found (stage one's run): the digest
+    # the folder's record is compared with and then written.
     digest = config_digest(cfg, own_dir)
+    check_owner(own_dir, key, cfg.trainer.resume, lambda: digest)
     if tracking.enabled and tracking.skip_finished:
         earlier = finished_before(cfg, own_dir, uri, digest, overrides)
         if earlier is not None:

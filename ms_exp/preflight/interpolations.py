@@ -16,11 +16,8 @@ ALLOWED = ("a value that resolves (an interpolation of a key that exists, a set 
 
 
 def check_interpolations(cfg: DictConfig) -> None:
-    task = cfg
-    if "hydra" in cfg:      # Hydra's own node resolves as Hydra runs; the job never reads it
-        task = cfg.copy()
-        with open_dict(task):
-            del task["hydra"]
+    # Hydra's own node resolves as Hydra runs; the job never reads it.
+    task = without_hydra(cfg)
     try:
         OmegaConf.to_container(task, resolve=True)
     except RecursionError:
@@ -46,3 +43,14 @@ def _written(cfg: DictConfig, key: str):
 def _reason(error: Exception) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
+
+
+def without_hydra(cfg: DictConfig) -> DictConfig:
+    """The job's config, as Hydra's ``run_job`` hands it over: the composed config without
+    Hydra's own node (``cfg`` itself when it has none)."""
+    if "hydra" not in cfg:
+        return cfg
+    task = cfg.copy()
+    with open_dict(task):
+        del task["hydra"]
+    return task
