@@ -24,6 +24,7 @@ from ms_exp.config.errors import ConfigError, InvalidConfig
 from ms_exp.config.run_config import choices_from_config, load_run_config
 from ms_exp.config.schema import StandAloneParallel
 from ms_exp.config.targets import component_name
+from ms_exp.preflight.trust import check_read_back
 from ms_exp.preflight.validate import validate_for_evaluation
 from ms_exp.tracking.store import (
     StoreError,
@@ -52,6 +53,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--config", type=Path,
                         help="the run's config.yaml (default: found from the run or the "
                              "checkpoint's run directory)")
+    parser.add_argument("--config-dir", type=Path,
+                        help="your project's config folder: the _target_s its YAML files "
+                             "name may be built from a config read back from a store or a "
+                             "run directory (docs/guides/security.md)")
     parser.add_argument("--tracking-uri",
                         help="MLflow store of the run (default: the run's tracking.uri, "
                              "else sqlite:///mlflow.db here)")
@@ -188,6 +193,15 @@ def _registered_model_id(client, name: str, version: str, model_uri: str) -> str
         raise ConfigError("--model", model_uri, "a version registered from an MLflow model "
                           "(tracking.register_model)", f"version {version} is {source}")
     return model_id
+
+
+def read_back_source(args: argparse.Namespace) -> str:
+    """Where the config of this evaluation was read back from, as a refusal names it."""
+    if args.model:
+        return f"the MLflow model {args.model}"
+    if args.run_id:
+        return f"MLflow run {args.run_id}"
+    return f"the run directory of {args.checkpoint}"
 
 
 def run_dir_of(checkpoint: Path) -> Path:
@@ -330,6 +344,9 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             if not Path(config_file).is_file():
                 raise ConfigError("--config", str(config_file), "the run's config.yaml")
             cfg = load_run_config(Path(config_file), args.overrides)
+            if not args.config:  # written by a run, perhaps someone else's: only trusted code
+                check_read_back(cfg, read_back_source(args), args.overrides,
+                                [args.config_dir])
             validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id and not args.model:
                 uri = resolve_tracking_uri(cfg.tracking.uri)

@@ -151,11 +151,11 @@ BAD = {
         "my_components.EpochFile requires 'path' (its parameters: path, tag)"),
     "callback target that is not a callback": (
         ["+trainer.callbacks.epochs._target_=my_components.NotACallback"],
-        "trainer.callbacks.epochs._target_='my_components.NotACallback': returned a "
+        "trainer.callbacks.epochs._target_='my_components.NotACallback': is the class "
         "NotACallback; expected a mindspore.train.Callback"),
     "metric target that is not a metric": (
         ["+trainer.metrics.samples._target_=my_components.NotACallback"],
-        "trainer.metrics.samples._target_='my_components.NotACallback': returned a "
+        "trainer.metrics.samples._target_='my_components.NotACallback': is the class "
         "NotACallback; expected a mindspore.train.Metric"),
     "optimizer target that is not an optimizer": (
         ["optimizer._target_=mindspore.nn.Dense"],

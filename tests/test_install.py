@@ -117,7 +117,7 @@ def test_the_example_trains_and_is_evaluated_by_run_id_from_the_wheel(installed_
     assert "ms_exp.git.project.commit" not in tags  # an installed ms_exp has no checkout
     assert "dataset=blobs: 512 training" in result.stdout
     evaluated = run_example(installed_wheel, example, "ms_exp.eval", "--run-id",
-                            run.info.run_id)
+                            run.info.run_id, "--config-dir", "conf")
     assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
 
 

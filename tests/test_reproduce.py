@@ -128,10 +128,10 @@ def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
     recorded = OmegaConf.create(OmegaConf.to_container(cfg, enum_to_str=True))
     before = provenance.dataset_fingerprint(cfg.dataset)["digest"]
     tags = {"ms_exp.version.numpy": "0.0.1", "ms_exp.dataset_fingerprint": before}
-    assert not [line for line in list_differences(tags, recorded, overrides, [])
+    assert not [line for line in list_differences(tags, recorded, cfg, [])
                 if "dataset" in line or "config " in line]
     write_mnist(data, train=64, test=32, seed=5)  # same files, other pixels
-    section = "\n".join(list_differences(tags, recorded, overrides, []))
+    section = "\n".join(list_differences(tags, recorded, cfg, []))
     assert "numpy 0.0.1 then, " in section
     assert f"dataset fingerprint {before} then, " in section
     # What the re-run records of the data it read.

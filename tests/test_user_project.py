@@ -192,11 +192,13 @@ def test_the_example_trains_and_is_recorded_with_its_targets(trained):
 
 @pytest.mark.e2e
 def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
-    evaluated = run_cli("ms_exp.eval", ["--run-id", trained.run_id], trained.cwd)
+    # The run's config names the project's targets: trusted as the project's --config-dir.
+    evaluated = run_cli("ms_exp.eval", ["--run-id", trained.run_id, "--config-dir", "conf"],
+                        trained.cwd)
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
     accuracy = trained.store.get_run(trained.run_id).data.metrics["eval/accuracy"]
     assert f"'accuracy': {accuracy}" in evaluated.stdout
-    again = train(trained.cwd, "--from-run", trained.run_id)
+    again = train(trained.cwd, "--from-run", trained.run_id, "--config-dir", "conf")
     assert again.store.get_run(again.run_id).data.metrics["eval/accuracy"] == accuracy
     # Without the snapshots: a snapshot series cannot be continued.
     longer = train(trained.cwd, *OWN, *TINY, "trainer.epochs=3",

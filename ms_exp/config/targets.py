@@ -11,9 +11,10 @@ Nothing here imports MindSpore; importing a target may.
 """
 import inspect
 import logging
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
+import sys
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ms_exp.config.errors import ConfigError, InvalidConfig
 
@@ -29,6 +30,23 @@ def target_path(node) -> Optional[str]:
     if isinstance(node, Mapping):
         return node.get(TARGET)
     return None
+
+
+def targets_in(node, prefix: str = "") -> Iterator[Tuple[str, object]]:
+    """``(key, target)`` of every ``_target_`` in ``node``, unresolved (an interpolation
+    is the string it is: it does not match a trusted name)."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        node = OmegaConf.to_container(node, resolve=False)
+    if isinstance(node, dict):
+        for name, value in node.items():
+            key = f"{prefix}.{name}" if prefix else str(name)
+            if name == TARGET:
+                yield key, value
+            else:
+                yield from targets_in(value, key)
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from targets_in(value, f"{prefix}[{index}]")
 
 
 def load_target(key: str, path: str) -> Callable:
@@ -155,15 +173,70 @@ def fit_arguments(key: str, path: str, target: Callable, arguments: Mapping[str,
     return kwargs
 
 
+def check_kind(key: str, path: str, target: Callable, expected: Tuple[type, ...] = (),
+               expected_text: str = "", factories: bool = False) -> None:
+    """Refuse, before it is called, a target that cannot give what its key builds: a
+    class that is not one of ``expected``, a function declared to return something else,
+    and (unless ``factories``: networks and datasets are often made by functions) a
+    function that does not declare what it returns. Python's standard library holds no
+    components: its functions (``builtins.open``, ``shutil.rmtree``, ...) are refused
+    wherever they are named."""
+    key = f"{key}.{TARGET}"
+    wanted = expected_text or " or ".join(t.__name__ for t in expected)
+    refuse_standard_library(key, path, getattr(target, "__module__", None), wanted)
+    if not expected:
+        return
+    if inspect.isclass(target):
+        if not issubclass(target, expected):
+            raise ConfigError(key, path, wanted, problem=f"is the class {target.__name__}")
+        return
+    returns = _declared_return(target)
+    if returns is not None:
+        if not (inspect.isclass(returns) and issubclass(returns, expected)):
+            shown = getattr(returns, "__name__", str(returns))
+            raise ConfigError(key, path, wanted, problem=f"is declared to return {shown}")
+        return
+    if not factories:
+        names = " or ".join(t.__name__ for t in expected)
+        raise ConfigError(key, path, f"{wanted} (a class, or a function declared "
+                          f"`-> {names}`)", problem="is a function that does not declare "
+                          "what it returns")
+
+
+def refuse_standard_library(key: str, path: str, module: Optional[str] = None,
+                            wanted: str = "") -> None:
+    """A target of Python's standard library (``builtins.open``, ``shutil.rmtree``,
+    ``pickle.load``) is no component: refused by ``key``, whatever re-exports it."""
+    packages = {path.split(".")[0], (module or path).split(".")[0]}
+    if packages & set(sys.stdlib_module_names):
+        raise ConfigError(key, path, wanted or "a class or function of your project or of a "
+                          "library of components", problem="is part of Python's standard "
+                          "library, not a component")
+
+
+def _declared_return(target: Callable):
+    """The return annotation of a function, None when it has none or it cannot be read."""
+    try:
+        annotation = inspect.signature(target, eval_str=True).return_annotation
+    except (TypeError, ValueError, NameError, SyntaxError):
+        return None
+    return None if annotation is inspect.Signature.empty else annotation
+
+
 def build(key: str, node, own_keys: Iterable[str] = (), provided: Mapping[str, Any] = (),
           required: Iterable[str] = (), expected: Tuple[type, ...] = (),
-          expected_text: str = "") -> Any:
+          expected_text: str = "", factories: bool = False) -> Any:
     """Build the component ``node`` names with ``hydra.utils.instantiate``: its own
-    arguments, plus ``provided`` (see ``fit_arguments``); check it is one of ``expected``."""
+    arguments, plus ``provided`` (see ``fit_arguments``); check, before calling it, that
+    it can be one of ``expected`` (``check_kind``), and after, that it is."""
     from hydra.utils import instantiate
 
     path = target_path(node)
     target = load_target(key, path)
+    check_kind(key, path, target, expected, expected_text, factories)
+    for nested_key, nested in targets_in(config_arguments(node, own_keys), key):
+        if isinstance(nested, str):  # instantiate builds these too, before the target
+            refuse_standard_library(nested_key, nested)
     kwargs = fit_arguments(key, path, target, config_arguments(node, own_keys), provided,
                            required)
     config_keys = {k: v for k, v in kwargs.items() if _plain(v)}

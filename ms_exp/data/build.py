@@ -123,7 +123,7 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
     provided = {"split": split, **{k: v for k, v in passed.items() if k in applied}}
     own = (*LOADER_KEYS, *(k for k in LABEL_KEYS if k not in params))
     data = build("dataset", dataset_cfg, own_keys=own, provided=provided,
-                 required=("split",))
+                 required=("split",), factories=True)
     labels = None
     if _is_array_pair(data):
         x, y = (np.asarray(part) for part in data)

@@ -260,9 +260,12 @@ class _PyfuncModel:
         from ms_exp.data import create_datasets
         from ms_exp.models import create_network
         from ms_exp.placement.tables import create_placement
+        from ms_exp.preflight.trust import check_read_back
 
         config, checkpoint = model_files(directory)
         cfg = load_run_config(config, [])
+        # A model is read back from a store: its config builds only trusted targets.
+        check_read_back(cfg, f"the MLflow model in {directory}")
         ms.set_context(mode=ms.PYNATIVE_MODE)
         self.inputs = int(flavor_of(directory).get("inputs", 1))
         _, _, spec = create_datasets(cfg.dataset)    # what the network was sized by

@@ -23,4 +23,4 @@ def create_network(model_cfg, spec: DataSpec, placement=None):
                 "vocab_size": spec.vocab_size or None,
                 "placement": placement or Placement(host_tables=False)}
     return build("model", model_cfg, own_keys=("name", *option.train_keys), provided=provided,
-                 expected=(nn.Cell,), expected_text=NETWORK)
+                 expected=(nn.Cell,), expected_text=NETWORK, factories=True)

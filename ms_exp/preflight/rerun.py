@@ -14,6 +14,8 @@ from typing import List, Sequence, Tuple
 from omegaconf import OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
+from ms_exp.preflight.interpolations import without_hydra
+from ms_exp.preflight.trust import check_read_back, config_dirs_of
 
 FLAG = "--from-run"
 
@@ -79,8 +81,13 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
                                 "(hydra/overrides.yaml, config/config.yaml)") from None
     overrides = [o for o in recorded if not str(o).startswith("tracking.rerun_of=")]
     overrides += [*searchpath, *extra, f"tracking.rerun_of={run_id}"]
-    flags = [*source_flags, *flags]
-    differences = list_differences(run.data.tags, config, overrides, extra, flags)
+    own_flags, flags = flags, [*source_flags, *flags]
+    composed = compose_rerun(overrides, flags)
+    # The recorded overrides and config folder come from the store: the config they make
+    # builds only what this user trusts (ms_exp/preflight/trust.py).
+    check_read_back(composed, f"MLflow run {run_id} ({FLAG})", extra,
+                    config_dirs_of(own_flags))
+    differences = list_differences(run.data.tags, config, composed, extra)
     print(f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
           + (shlex.join([*flags, *overrides]) or "(no overrides)"), flush=True)
     if differences:
@@ -133,11 +140,24 @@ def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[s
     return flags, searchpath
 
 
-def list_differences(tags, recorded_config, overrides: Sequence[str],
-                     extra: Sequence[str], flags: Sequence[str] = ()) -> List[str]:
+def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()):
+    """The config a re-run composes (Hydra's ``hydra.callbacks`` included: they are built
+    too)."""
     from hydra._internal.utils import get_args_parser
 
     from ms_exp.preflight.compose import ConfigSource, compose_config
+
+    try:
+        return compose_config(list(overrides), return_hydra_config=True,
+                              source=ConfigSource.from_args(
+                                  get_args_parser().parse_args(list(flags))))
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{FLAG}: {error}") from None
+
+
+def list_differences(tags, recorded_config, cfg, extra: Sequence[str]) -> List[str]:
+    """What may make a re-run differ from the original: versions, code, data, and config
+    values of ``cfg`` (composed by ``compose_rerun``) other than ``recorded_config``'s."""
     from ms_exp.tracking import provenance
     from ms_exp.tracking.params import flatten
 
@@ -158,15 +178,14 @@ def list_differences(tags, recorded_config, overrides: Sequence[str],
     if tags.get("ms_exp.git.project.dirty") == "true":
         lines.append("the project's working tree had uncommitted changes then "
                      "(provenance/project.diff)")
-    cfg = compose_config(overrides,
-                         source=ConfigSource.from_args(get_args_parser().parse_args(flags)))
     fingerprint = provenance.dataset_fingerprint(cfg.dataset)["digest"]
     before = tags.get("ms_exp.dataset_fingerprint")
     if before and before != fingerprint:
         lines.append(f"dataset fingerprint {before} then, {fingerprint} now")
     changed_by_user = {o.split("=", 1)[0].lstrip("+~") for o in extra}
     then = flatten(OmegaConf.to_container(recorded_config, resolve=False))
-    now = flatten(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True))
+    now = flatten(OmegaConf.to_container(without_hydra(cfg), resolve=False,
+                                         enum_to_str=True))
     for key in sorted(set(then) | set(now)):
         if key in changed_by_user or key == "tracking.rerun_of":
             continue
