@@ -633,6 +633,11 @@ BAD_INPUTS = {
         "parallel=data", "parallel.device_num=2", "parallel.launcher.log_dir=../../escaped_logs",
         message="parallel.launcher.log_dir='../../escaped_logs': not allowed; expected an "
                 "absolute path, or a relative one inside the run directory (without '..')"),
+    "strategy file climbing out of the run directory": bad(
+        "checkpoint.strategy.save_file=../shared/strategy.ckpt",
+        message="checkpoint.strategy.save_file='../shared/strategy.ckpt': not allowed; "
+                "expected an absolute path, or a relative one inside the run directory "
+                "(without '..')"),
     # Interpolations are resolved in the preflight: one that cannot resolve names its key.
     "interpolation of an unset environment variable": bad(
         "trainer.epochs=${oc.env:MS_EXP_NEVER_SET}",

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import main_in_process, migrated_store, stop_process_group
 from mlflow import MlflowClient
+from omegaconf import OmegaConf
 
 from ms_exp.preflight.compose import compose_config
 from ms_exp.tracking.run_folder import (
@@ -33,7 +34,7 @@ from ms_exp.tracking.run_folder import (
 
 TINY = ("trainer.progress_bar=never", "tracking.log_models=false", "trainer.epochs=2",
         "dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
-        "model.hidden_size=8")
+        "model.hidden_size=8", "checkpoint.strategy.save_file=strategy.ckpt")
 ERROR = "ms_exp: error: "
 
 
@@ -149,6 +150,13 @@ def finished(tmp_path_factory):
     run_id = re.search(r"^MLflow run (\w+)", result.stdout, re.M).group(1)
     return SimpleNamespace(cwd=cwd, run_dir=(cwd / "run").resolve(), run_id=run_id,
                            store=MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}"))
+
+
+def test_a_relative_strategy_file_is_the_runs_own(finished):
+    """MindSpore writes a relative strategy file from the working directory, where every
+    run would share it: the run's config names it inside the run folder."""
+    saved = OmegaConf.load(finished.run_dir / "config.yaml")
+    assert saved.checkpoint.strategy.save_file == str(finished.run_dir / "strategy.ckpt")
 
 
 @pytest.mark.parametrize("extra, why", [

@@ -184,7 +184,8 @@ class AutoParallel(DataParallel):
 class StrategyFile:
     """``strategy_ckpt_config`` of ``mindspore.set_auto_parallel_context``."""
 
-    # Where MindSpore writes the strategy file (semi_auto, auto); '': nowhere.
+    # Where MindSpore writes the strategy file (semi_auto, auto); '': nowhere. A relative
+    # path is inside the run directory.
     save_file: str = ""
     load_file: str = ""  # a strategy file to read the layouts from ('': none); must exist
     only_trainable_params: bool = True  # the file holds the trainable parameters' layouts only

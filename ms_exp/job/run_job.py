@@ -105,6 +105,7 @@ def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
         resume = replace(resume, logged=last_logged_steps(uri, resumed_run_id),
                          same_config=read_run_record(resume.run_dir).get("digest") == digest)
     run_dir = _prepare_run_dir(own_dir, resume)
+    _strategy_file_inside(cfg, run_dir)
     config_file = run_dir / RESOLVED_CONFIG
     # What the run trains, not how this command reached it: a re-run (--from-run) or the
     # ranks reading it must not resume again.
@@ -209,6 +210,14 @@ def _announce_resume(resume: ResumePoint, own_dir: Path, tracker) -> None:
     # and the resumption is a tag.
     tracker.set_tags({"ms_exp.resumed_from": f"{resume.checkpoint} (epoch {resume.epoch}, "
                       f"step {resume.step_in_epoch} of it)"})
+
+
+def _strategy_file_inside(cfg: DictConfig, run_dir: Path) -> None:
+    """A relative strategy file is the run's own, in its folder: MindSpore would write it
+    relative to the working directory, where every run would share it."""
+    strategy = cfg.checkpoint.strategy
+    if strategy.save_file and not Path(str(strategy.save_file)).expanduser().is_absolute():
+        strategy.save_file = str(Path(run_dir).resolve() / strategy.save_file)
 
 
 def _without_resume(cfg: DictConfig) -> DictConfig:

@@ -3,6 +3,7 @@ the chosen option, the strategy file to load, and stage one's weight snapshots."
 from pathlib import Path
 
 from ms_exp.config.errors import positive, require
+from ms_exp.preflight.paths import inside_run_dir
 
 
 def validate_checkpoint(cfg) -> None:
@@ -34,6 +35,8 @@ def validate_checkpoint_choice(cfg, option: str) -> None:
         require(not cfg.keep_best, "checkpoint.keep_best", cfg.keep_best,
                 "false with checkpoint=none, which writes no checkpoint (for best.ckpt alone "
                 "use checkpoint=integrated checkpoint.save=false)")
+    if cfg.strategy.save_file:
+        inside_run_dir("checkpoint.strategy.save_file", cfg.strategy.save_file)
     load_file = cfg.strategy.load_file
     if load_file:
         # MindSpore reads it only when the graph compiles, after the run has started.

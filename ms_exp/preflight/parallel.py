@@ -3,12 +3,12 @@
 against the network the job builds (the one check here that imports MindSpore: it builds
 the network to read its operators' shapes)."""
 import socket
-from pathlib import Path
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, positive, require
 from ms_exp.data.build import declared_spec, loader_settings
 from ms_exp.parallel.launcher_config import launch_style
 from ms_exp.preflight.launch_style import validate_style_keys
+from ms_exp.preflight.paths import inside_run_dir
 
 # Launchers that run several jobs of a sweep at the same time on this machine.
 CONCURRENT_LAUNCHERS = ("concurrent", "joblib", "submitit_local")
@@ -25,12 +25,7 @@ def validate_parallel(cfg) -> None:
             "parallel.all_reduce_fusion_config", fusion,
             "increasing positive gradient indices, e.g. [20, 35]")
     launcher = cfg.launcher
-    # The reference says a relative log folder is inside the run directory: one that
-    # climbs out of it would put the ranks' logs in another run's folder, or anywhere.
-    written = Path(str(launcher.log_dir)).expanduser()
-    require(written.is_absolute() or ".." not in written.parts, "parallel.launcher.log_dir",
-            launcher.log_dir, "an absolute path, or a relative one inside the run directory "
-            "(without '..')")
+    inside_run_dir("parallel.launcher.log_dir", launcher.log_dir)
     workers = launcher.worker_num or cfg.device_num
     require(workers == cfg.device_num, "parallel.launcher.worker_num", launcher.worker_num,
             f"null or parallel.device_num ({cfg.device_num}): one worker per device")

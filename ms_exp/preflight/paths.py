@@ -62,3 +62,11 @@ def writable_dir(key: str, value, path: Path) -> None:
         raise ConfigError(key, value, f"a writable folder ({existing}: {error.strerror})")
     if existing != path and not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(key, value, f"a writable folder ({existing} is not writable)")
+
+
+def inside_run_dir(key: str, value) -> None:
+    """A path a job writes: absolute, or relative and so inside the run directory (without
+    '..', which would put the file in another run's folder, or anywhere)."""
+    written = Path(str(value)).expanduser()
+    require(written.is_absolute() or ".." not in written.parts, key, value,
+            "an absolute path, or a relative one inside the run directory (without '..')")
