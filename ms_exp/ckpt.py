@@ -1,324 +1,26 @@
-"""Merge or re-slice sliced checkpoints with MindSpore's own ``transform_checkpoints``.
+"""``python -m ms_exp.ckpt``: merge or re-slice sliced checkpoints.
 
-    python -m ms_exp.ckpt merge CHECKPOINT_DIR --strategy STRATEGY [--prefix checkpoint]
-        [--output DIR]
+    python -m ms_exp.ckpt merge SOURCE [--strategy STRATEGY] [--prefix checkpoint]
+        [--output DIR] [--tracking-uri URI]
     python -m ms_exp.ckpt transform CHECKPOINT_DIR --strategy SRC --dst-strategy DST --output DIR
 
-CHECKPOINT_DIR holds one ``rank_<r>/`` folder per device, as ``ModelCheckpoint`` (and the CPU
-layout emulation of ``parallel=semi_auto``) writes them. ``merge`` says what it merged (the
-file, epoch and step each rank held, the ranks, the strategy file), then prints the path of
-the one full checkpoint, written with a CRC so that loading it is checked; ``transform``
-re-slices N ranks into the M of the destination strategy and prints the output folder.
-
-What ms_exp handles around ``mindspore.parallel.transform_checkpoints`` (2.10):
-
-- it takes the *last file in lexicographic order* under each ``rank_<r>/``, so
-  ``checkpoint-9_10.ckpt`` wins over ``checkpoint-10_10.ckpt`` and ``best.ckpt`` over both:
-  ms_exp picks each rank's newest ``<prefix>-<epoch>_<step>.ckpt`` itself (else the newest
-  ``<prefix>*.ckpt``), checks that every rank picked the same step, and hands MindSpore a
-  staging folder of links holding exactly that file per rank
-  (docs/design.md#transform-checkpoints-last-file);
-- its ``ckpt_prefix`` names the *output*: ``<out>/rank_<r>/<prefix><r>.ckpt``
-  (``<prefix><r>_part0.ckpt`` when the destination strategy lists more parameters than the
-  source); the paths are read back rather than assumed;
-- it refuses output paths containing ``..``, ``//``, ``~`` or ``./.``: the output is resolved
-  to an absolute real path first;
-- parameters missing from the source strategy are copied unchanged from one rank: right for
-  ``learning_rate`` or ``global_step``, wrong for a sliced optimizer state, which is warned
-  about; parameters missing from the destination strategy would be copied still sliced, so
-  ``transform`` refuses a destination strategy that lacks any source parameter;
-- results are written to a temporary folder and moved into place, so an interrupted run
-  leaves no half-written checkpoint under ``--output``.
+SOURCE is a run directory, an MLflow run id or a folder of ``rank_<r>/`` folders. The work,
+and what ms_exp handles around MindSpore's ``transform_checkpoints``, is
+ms_exp/checkpoint/transform.py.
 """
 import argparse
-import glob
 import os
-import re
-import shutil
 import sys
-from math import prod
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
-PROG = "ms_exp.ckpt"
-_RANK_DIR = re.compile(r"rank_(\d+)$")
+from ms_exp.checkpoint.transform import (
+    PROG,
+    CkptError,
+    merge_checkpoints,
+    run_sources,
+    transform,
+)
 
-
-class CkptError(Exception):
-    """A one-line error for the user; ``exit_code`` 2 for bad input, 1 when MindSpore fails."""
-
-    def __init__(self, message: str, exit_code: int = 2):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-# ---------------------------------------------------------------------------------------------
-# Inputs
-
-def _check_inputs(src_dir, strategy_files: List[Tuple[str, object]],
-                  prefix: str) -> Dict[int, Path]:
-    """The checks that need no MindSpore; returns the rank folders by rank."""
-    src = Path(src_dir)
-    if not src.is_dir():
-        raise CkptError(f"no such checkpoint directory: {src}")
-    for option, path in strategy_files:
-        if not Path(path).is_file():
-            raise CkptError(f"no such strategy file ({option}): {path}")
-    if not prefix or "/" in prefix or os.sep in prefix or ".." in prefix or "~" in prefix:
-        raise CkptError(f"--prefix {prefix!r} must be a plain file-name prefix such as "
-                        f"'checkpoint'")
-    ranks = {int(m.group(1)): p for p in src.iterdir()
-             if p.is_dir() and (m := _RANK_DIR.match(p.name))}
-    if not ranks:
-        raise CkptError(f"no rank_* folders in {src} (expected rank_0 ... rank_<N-1>, one per "
-                        f"device, as ModelCheckpoint writes them)")
-    return ranks
-
-
-def _read_strategy(option: str, path) -> Dict[str, Tuple[tuple, tuple]]:
-    from ms_exp.parallel.layout import strategy_file_layouts
-    try:
-        layouts = strategy_file_layouts(Path(path).resolve())
-    except Exception as error:  # MindSpore raises TypeError/ValueError/protobuf's DecodeError
-        raise CkptError(f"cannot read strategy file ({option}) {path}: "
-                        f"{str(error).splitlines()[0] if str(error) else type(error).__name__}")
-    if not layouts:
-        raise CkptError(f"strategy file ({option}) {path} has no parameter layouts")
-    device_nums = {prod(dev_matrix) for dev_matrix, _ in layouts.values()}
-    if len(device_nums) != 1:
-        raise CkptError(f"strategy file ({option}) {path} mixes device counts "
-                        f"{sorted(device_nums)} (pipeline stages are not supported)")
-    return layouts
-
-
-def _device_num(layouts) -> int:
-    return prod(next(iter(layouts.values()))[0])
-
-
-def _newest_file(rank_dir: Path, prefix: str) -> Optional[Path]:
-    """The rank's most recently written ``<prefix>*.ckpt``."""
-    files = [Path(p) for p in glob.glob(os.path.join(glob.escape(str(rank_dir)),
-                                                     glob.escape(prefix) + "*.ckpt"))]
-    files = [p for p in files if p.is_file()]
-    return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
-
-
-def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -> Dict[int, Path]:
-    missing = [r for r in range(device_num) if r not in ranks]
-    if missing:
-        raise CkptError(f"the strategy file describes {device_num} devices but rank_{missing[0]} "
-                        f"is missing under {src_dir}")
-    extra = sorted(r for r in ranks if r >= device_num)
-    if extra:
-        raise CkptError(f"{src_dir} has rank_{extra[0]} but the strategy file describes only "
-                        f"{device_num} devices (rank_0 ... rank_{device_num - 1})")
-    from ms_exp.checkpoint.files import last_checkpoint
-    files, stepped = {}, True
-    for rank in range(device_num):
-        # ModelCheckpoint's newest <prefix>-<epoch>_<step>.ckpt; else the newest <prefix>*.ckpt
-        # (transform_checkpoints' own output is <prefix><rank>.ckpt).
-        newest = last_checkpoint(ranks[rank], prefix)
-        stepped = stepped and newest is not None
-        picked = newest or _newest_file(ranks[rank], prefix)
-        if picked is None:
-            raise CkptError(f"rank_{rank} has no {prefix}*.ckpt file ({ranks[rank]})")
-        files[rank] = picked.resolve()
-    odd = next((r for r, p in files.items() if p.name != files[0].name), None)
-    if stepped and odd is not None:
-        raise CkptError(f"ranks hold different steps: rank_0's newest checkpoint is "
-                        f"{files[0].name} but rank_{odd}'s is {files[odd].name}")
-    return files
-
-
-def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
-    """Optimizer states cloned from a sliced parameter but absent from the strategy file:
-    transform_checkpoints would copy one rank's slice instead of merging them."""
-    from mindspore.parallel._tensor import _get_tensor_strategy
-    sliced = {name for name, (dev_matrix, tensor_map) in layouts.items()
-              if prod(_get_tensor_strategy(list(dev_matrix), list(tensor_map))) > 1}
-    from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
-
-    try:  # MindSpore parses its protobuf format: a checkpoint is never unpickled
-        names = list(load_verified(rank0_file))
-    except DamagedCheckpoint as error:
-        raise CkptError(str(error)) from None
-    for name in names:
-        if name not in layouts and any(name.endswith("." + p) for p in sliced):
-            print(f"{PROG}: warning: {name} is not in the strategy file, so "
-                  f"transform_checkpoints copies one rank's slice of it instead of merging it",
-                  file=sys.stderr)
-
-
-# ---------------------------------------------------------------------------------------------
-# Running transform_checkpoints
-
-def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
-               ) -> Tuple[Dict[int, Path], Dict[int, Path]]:
-    """Stage one file per rank, run MindSpore's transform into a temporary folder next to
-    ``output_dir``, then move each rank's result into ``output_dir/rank_<r>/``; returns the
-    results and the source file of each rank."""
-    options = [("--strategy", src_strategy)] + ([("--dst-strategy", dst_strategy)]
-                                                if dst_strategy else [])
-    ranks = _check_inputs(src_dir, options, prefix)
-    output = Path(output_dir).resolve()
-    if output == Path(src_dir).resolve():
-        raise CkptError(f"--output must differ from the checkpoint directory {src_dir}")
-    if output.exists() and not output.is_dir():
-        raise CkptError(f"--output {output} exists and is not a directory")
-    src_layouts = _read_strategy("--strategy", src_strategy)
-    if dst_strategy:
-        dst_layouts = _read_strategy("--dst-strategy", dst_strategy)
-        absent = [name for name in src_layouts if name not in dst_layouts]
-        if absent:
-            raise CkptError(f"the destination strategy {dst_strategy} has no layout for "
-                            f"{absent[0]} "
-                            f"(in the source strategy); transform_checkpoints would copy it still "
-                            f"sliced")
-    files = _rank_files(src_dir, ranks, _device_num(src_layouts), prefix)
-    _warn_unlisted_states(files[0], src_layouts)
-
-    from mindspore.parallel import transform_checkpoints
-
-    from ms_exp.job.scratch import scratch_folder
-
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with scratch_folder(SCRATCH_PREFIX, output.parent) as scratch:
-        stage, result = Path(scratch) / "src", Path(scratch) / "dst"
-        for rank, path in files.items():
-            (stage / f"rank_{rank}").mkdir(parents=True)
-            try:
-                os.symlink(path, stage / f"rank_{rank}" / path.name)
-            except OSError:
-                shutil.copy2(path, stage / f"rank_{rank}" / path.name)
-        try:
-            transform_checkpoints(str(stage), str(result), prefix,
-                                  str(Path(src_strategy).resolve()),
-                                  str(Path(dst_strategy).resolve()) if dst_strategy else None)
-        except Exception as error:
-            text = str(error).strip().splitlines()
-            raise CkptError(f"transform_checkpoints failed: "
-                            f"{text[0] if text else type(error).__name__}",
-                            exit_code=1)
-        produced = {}
-        for rank_dir in result.iterdir():
-            match = _RANK_DIR.match(rank_dir.name)
-            written = sorted(rank_dir.glob("*.ckpt")) if match else []
-            if len(written) != 1:
-                raise CkptError(f"transform_checkpoints left {len(written)} files in "
-                                f"{rank_dir.name}, expected one", exit_code=1)
-            target = output / rank_dir.name
-            target.mkdir(parents=True, exist_ok=True)
-            if dst_strategy is None:  # merged: one full file, saved again with its CRC
-                _with_crc(written[0])
-            os.replace(written[0], target / written[0].name)
-            produced[int(match.group(1))] = target / written[0].name
-    return dict(sorted(produced.items())), files
-
-
-def _with_crc(path: Path) -> None:
-    """transform_checkpoints writes no CRC, so every later load warns and checks nothing;
-    the merged weights are written again, with one (in place: the file is still scratch)."""
-    import mindspore as ms
-
-    weights = ms.load_checkpoint(str(path))
-    ms.save_checkpoint([{"name": name, "data": value} for name, value in weights.items()],
-                       str(path), crc_check=True)
-
-
-_STEPPED = re.compile(r"-(\d+)_(\d+)\.ckpt$")
-
-
-def describe_merge(files: Dict[int, Path], strategy_file) -> str:
-    """What a merge took: the file each rank held (one name: every rank saved the same step),
-    its epoch and step, the ranks and the strategy file."""
-    name = files[0].name
-    stepped = _STEPPED.search(name)
-    when = f" (epoch {stepped.group(1)}, step {stepped.group(2)} of the epoch)" if stepped else ""
-    return (f"merged {name}{when} of ranks 0-{len(files) - 1} ({files[0].parents[1]}) "
-            f"with the strategy file {Path(strategy_file).resolve()}")
-
-
-def merge_checkpoints(src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint",
-                      report=None) -> Path:
-    """Merge every rank's slices into one full checkpoint (``output_dir/rank_0/<prefix>0.ckpt``;
-    ``output_dir`` defaults to ``<src_dir>/merged``) and return its path; ``report`` (a
-    callable) is given the line of ``describe_merge``."""
-    output_dir = output_dir if output_dir is not None else Path(src_dir) / "merged"
-    produced, files = _transform(src_dir, strategy_file, None, output_dir, prefix)
-    if report is not None:
-        report(describe_merge(files, strategy_file))
-    return produced[0]
-
-
-def transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str = "checkpoint") -> Path:
-    """Re-slice the checkpoints of ``src_strategy``'s ranks into ``dst_strategy``'s ranks,
-    written as ``output_dir/rank_<r>/``; returns ``output_dir``."""
-    _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix)
-    return Path(output_dir).resolve()
-
-
-# ---------------------------------------------------------------------------------------------
-# Runs as sources
-
-
-def is_sliced_run(cfg) -> bool:
-    """Did this run's ranks save slices (semi-auto or auto parallel, integrated_save off)?"""
-    return (cfg.parallel.mode in ("semi_auto", "auto") and cfg.checkpoint.save
-            and not cfg.checkpoint.integrated_save)
-
-
-def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
-                ) -> Tuple[Path, Optional[Path], str]:
-    """``(checkpoint dir, strategy file, prefix)`` of a run directory, an MLflow run id, or
-    a plain folder of ``rank_<r>/`` folders (strategy unknown, prefix "checkpoint")."""
-    from ms_exp.config.run_config import load_run_config
-
-    path = Path(source)
-    if path.is_dir() and (path / "config.yaml").is_file():
-        cfg = load_run_config(path / "config.yaml")
-        strategy = Path(cfg.checkpoint.strategy.save_file) if cfg.checkpoint.strategy.save_file \
-            else None
-        return path / "checkpoints", strategy, cfg.checkpoint.prefix
-    if path.is_dir():
-        return path, None, "checkpoint"
-    from ms_exp.tracking.store import is_run_id
-
-    if not is_run_id(source):
-        raise CkptError(f"{source}: not a run directory, a checkpoint folder or an MLflow run id")
-    return _download_run(source, workdir, tracking_uri)
-
-
-def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
-    from ms_exp.config.run_config import load_run_config
-    from ms_exp.tracking.store import (
-        StoreError,
-        existing_store,
-        job_run,
-        quiet_artifact_downloads,
-        resolve_tracking_uri,
-    )
-
-    try:  # the store is only read: a missing one is refused, never created
-        client = existing_store(resolve_tracking_uri(tracking_uri))
-        run = job_run(client, run_id)
-    except StoreError as error:
-        raise CkptError(f"run {run_id}: {error}") from None
-    local = Path(run.data.tags.get("ms_exp.run_dir", ""))
-    if local.name and (local / "checkpoints").is_dir():
-        return run_sources(str(local), workdir)
-    quiet_artifact_downloads()
-    cfg = load_run_config(Path(client.download_artifacts(run_id, "config/config.yaml",
-                                                         str(workdir))))
-    checkpoints = Path(client.download_artifacts(run_id, "checkpoints", str(workdir)))
-    names = {a.path for a in client.list_artifacts(run_id, "strategy")}
-    strategy = None
-    if names:
-        strategy = Path(client.download_artifacts(run_id, sorted(names)[0], str(workdir)))
-    return checkpoints, strategy, cfg.checkpoint.prefix
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, like every other ms_exp.ckpt error
@@ -355,9 +57,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-SCRATCH_PREFIX = ".ms_exp-ckpt-"
-
-
 def main(argv=None) -> int:
     """``python -m ms_exp.ckpt``; SIGTERM ends it as Ctrl-C does: the merge's scratch
     folders (beside ``--output`` and in the temporary folder) removed, exit status 130."""
@@ -372,7 +71,7 @@ def _ckpt_command(argv) -> int:
     os.environ.setdefault("GLOG_v", "3")
     try:
         if args.command == "merge":
-            from ms_exp.job.scratch import scratch_folder
+            from ms_exp.checkpoint.scratch import scratch_folder
             from ms_exp.tracking.store import password_refusal
 
             refused = password_refusal("--tracking-uri", args.tracking_uri)

@@ -19,7 +19,12 @@ from typing import List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.ckpt import CkptError, is_sliced_run, merge_checkpoints, run_sources
+from ms_exp.checkpoint.transform import (
+    CkptError,
+    is_sliced_run,
+    merge_checkpoints,
+    run_sources,
+)
 from ms_exp.config.errors import ConfigError, InvalidConfig
 from ms_exp.config.run_config import choices_from_config, load_run_config
 from ms_exp.config.schema import StandAloneParallel
@@ -220,8 +225,9 @@ def config_beside(checkpoint: Path) -> Optional[Path]:
 
 def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
     """One full checkpoint from the slices of every rank of a sliced run, by MindSpore's
-    transform_checkpoints (ms_exp.ckpt), in ``workdir`` (deleted after the evaluation), and
-    what it was merged from, to name in place of that temporary file."""
+    transform_checkpoints (ms_exp/checkpoint/transform.py), in ``workdir`` (deleted after
+    the evaluation), and what it was merged from, to name in place of that temporary
+    file."""
     folder, strategy, prefix = run_sources(source, workdir, uri)
     if strategy is None or not strategy.is_file():
         raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
@@ -309,7 +315,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _evaluate_command(argv: Optional[List[str]]) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     quiet_artifact_downloads()
-    from ms_exp.job.scratch import scratch_folder
+    from ms_exp.checkpoint.scratch import scratch_folder
     from ms_exp.tracking.lifecycle import tracked_run
 
     with scratch_folder("ms_exp_eval_") as workdir:

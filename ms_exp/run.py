@@ -33,7 +33,7 @@ from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.rerun import rerun_arguments, split_from_run
 from ms_exp.preflight.validate import validate
 from ms_exp.search.checks import fail_fast_overrides
-from ms_exp.search.options import register_optuna_sweeper
+from ms_exp.search.plugin import register_optuna_sweeper
 from ms_exp.search.trial import objective_value
 from ms_exp.tracking.run_folder import release_all
 from ms_exp.tracking.sweep import end_active_sweep

@@ -15,10 +15,14 @@ COMMANDS = {"run", "worker", "eval", "ckpt", "report"}
 MAX_LINES = 450
 
 
+# Hydra's plugins live beside the package and import it: their imports count too.
+PLUGINS = ROOT / "hydra_plugins"
+
+
 def modules():
-    """Module name -> file, for every module of the package."""
+    """Module name -> file, for every module of the package and of its Hydra plugins."""
     found = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in [*PACKAGE.rglob("*.py"), *PLUGINS.rglob("*.py")]:
         parts = path.relative_to(ROOT).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -108,6 +112,22 @@ def test_the_top_of_the_package_holds_only_commands():
     assert top == COMMANDS
     for name in COMMANDS:
         assert "__main__" in (PACKAGE / f"{name}.py").read_text(), name
+
+
+def test_no_import_cycle_runs_through_the_hydra_plugins():
+    graph = import_graph()
+    assert any(name.startswith("hydra_plugins.") for name in graph)
+    assert [c for c in cycles(graph) if any(m.startswith("hydra_plugins") for m in c)] == []
+
+
+def test_no_command_imports_another_command():
+    """What two commands share is library (eval merges a sliced run with
+    ms_exp/checkpoint/transform.py, as ms_exp.ckpt does), not one command's module."""
+    graph = import_graph()
+    commands = {f"ms_exp.{name}" for name in COMMANDS}
+    offenders = {command: sorted(graph[command] & commands) for command in commands
+                 if graph[command] & commands}
+    assert offenders == {}
 
 
 def test_the_library_does_not_import_the_commands():

@@ -9,7 +9,7 @@ import pytest
 from conftest import main_in_process
 from mindspore.parallel import build_searched_strategy, merge_sliced_parameter
 
-from ms_exp.ckpt import CkptError, merge_checkpoints, transform
+from ms_exp.checkpoint.transform import CkptError, merge_checkpoints, transform
 from ms_exp.models.mlp import Network
 from ms_exp.parallel.layout import (
     Layout,

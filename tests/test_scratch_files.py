@@ -41,8 +41,8 @@ def test_a_merge_removes_the_scratch_folder_a_killed_merge_left_beside_its_outpu
     import subprocess
     import sys
 
-    from ms_exp.ckpt import SCRATCH_PREFIX
-    from ms_exp.job.scratch import remove_abandoned
+    from ms_exp.checkpoint.scratch import remove_abandoned
+    from ms_exp.checkpoint.transform import SCRATCH_PREFIX
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()

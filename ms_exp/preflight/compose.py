@@ -39,7 +39,7 @@ from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import output_folder
 from ms_exp.preflight.validate import validate
 from ms_exp.search.checks import check_sweep
-from ms_exp.search.options import register_optuna_sweeper
+from ms_exp.search.plugin import register_optuna_sweeper
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Installed from a wheel, the config folder is the package ms_exp.conf (pyproject.toml);

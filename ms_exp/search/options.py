@@ -123,15 +123,3 @@ def register_sweeper_configs() -> None:
         store.store(group="hydra/sweeper/sampler", name=name, node=node, provider="ms_exp")
     for name, node in PRUNERS.items():
         store.store(group="hydra/sweeper/pruner", name=name, node=node, provider="ms_exp")
-
-
-def register_optuna_sweeper() -> None:
-    """Make ``hydra/sweeper=optuna`` known to Hydra. Hydra finds plugins by listing the
-    folders of ``hydra_plugins``, which misses one installed in editable mode (setuptools
-    maps it with an import hook that lists nothing; docs/design.md#editable-plugin-discovery);
-    registering the class by name covers every kind of install."""
-    from hydra.core.plugins import Plugins
-
-    from hydra_plugins.ms_exp_optuna_sweeper.optuna_sweeper import OptunaSweeper
-
-    Plugins.instance().register(OptunaSweeper)
