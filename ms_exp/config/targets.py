@@ -208,19 +208,41 @@ def refuse_standard_library(key: str, path: str, module: Optional[str] = None,
     """A target of Python's standard library (``builtins.open``, ``shutil.rmtree``,
     ``pickle.load``) is no component: refused by ``key``, whatever re-exports it."""
     packages = {path.split(".")[0], (module or path).split(".")[0]}
-    if packages & set(sys.stdlib_module_names):
+    if any(_in_standard_library(package) for package in packages):
         raise ConfigError(key, path, wanted or "a class or function of your project or of a "
                           "library of components", problem="is part of Python's standard "
                           "library, not a component")
 
 
+def _in_standard_library(package: str) -> bool:
+    """Whether the top-level module ``package`` is Python's own: named by
+    ``sys.stdlib_module_names`` (3.10+), else found in the standard library's folder."""
+    names = getattr(sys, "stdlib_module_names", None)
+    if names is not None:
+        return package in names
+    if package in sys.builtin_module_names:
+        return True
+    import importlib.util
+    import sysconfig
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return False
+    origin = getattr(spec, "origin", None) or ""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return origin in ("built-in", "frozen") or (origin.startswith(stdlib) and
+                                                 "site-packages" not in origin)
+
+
 def _declared_return(target: Callable):
     """The return annotation of a function, None when it has none or it cannot be read."""
+    import typing
+
     try:
-        annotation = inspect.signature(target, eval_str=True).return_annotation
-    except (TypeError, ValueError, NameError, SyntaxError):
+        return typing.get_type_hints(target).get("return")
+    except Exception:  # noqa: BLE001 - an annotation that does not evaluate declares nothing
         return None
-    return None if annotation is inspect.Signature.empty else annotation
 
 
 def build(key: str, node, own_keys: Iterable[str] = (), provided: Mapping[str, Any] = (),
