@@ -20,6 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
+from ms_exp.config.hydra_internals import args_parser
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.preflight.compose import (
     CONF_DIR,
@@ -89,7 +90,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     return objective_value(result.final_eval, cfg.sweep.metric)
 
 
-# Hydra runs one of these per command line (hydra._internal.utils.run_hydra).
+# Hydra runs one of these per command line (run_hydra).
 COMMANDS = {"run": "--run", "multirun": "-m/--multirun", "cfg": "--cfg", "info": "--info",
             "shell_completion": "--shell-completion"}
 
@@ -97,9 +98,7 @@ COMMANDS = {"run": "--run", "multirun": "-m/--multirun", "cfg": "--cfg", "info":
 def parse_args(argv: List[str]):
     """Hydra's own command line, its mistakes refused in one line (argparse would print its
     usage block, and Hydra a traceback for two commands at once)."""
-    from hydra._internal.utils import get_args_parser
-
-    parser = get_args_parser()
+    parser = args_parser()
     parser.error = lambda message: _refuse_flag(parser, argv, message)
     args = parser.parse_args(argv)
     given = [flag for dest, flag in COMMANDS.items() if getattr(args, dest) not in (None, False)]
@@ -140,9 +139,7 @@ def _refuse_flag(parser, argv: List[str], message: str):
 
 
 def _flags_first(argv: List[str]) -> List[str]:
-    from hydra._internal.utils import get_args_parser
-
-    overrides = get_args_parser().parse_intermixed_args(argv).overrides
+    overrides = args_parser().parse_intermixed_args(argv).overrides
     flags = list(argv)
     for override in overrides:
         flags.remove(override)

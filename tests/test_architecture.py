@@ -130,6 +130,20 @@ def test_no_command_imports_another_command():
     assert offenders == {}
 
 
+def test_hydras_private_api_is_used_through_one_module():
+    """``hydra._internal`` and the global-state helpers of ``hydra.initialize`` change
+    between Hydra versions: one module holds every use, and says what it relies on."""
+    door = "ms_exp/config/hydra_internals.py"
+    users = []
+    for path in [*PACKAGE.rglob("*.py"), *PLUGINS.rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.startswith(("hydra._internal", "hydra.initialize")) for n in names):
+                users.append(path.relative_to(ROOT).as_posix())
+    assert users and set(users) == {door}
+
+
 def test_the_library_does_not_import_the_commands():
     graph = import_graph()
     commands = {f"ms_exp.{name}" for name in COMMANDS}

@@ -634,8 +634,8 @@ BAD_INPUTS = {
         message="parallel.launcher.log_dir='../../escaped_logs': not allowed; expected an "
                 "absolute path, or a relative one inside the run directory (without '..')"),
     "strategy file climbing out of the run directory": bad(
-        "checkpoint.strategy.save_file=../shared/strategy.ckpt",
-        message="checkpoint.strategy.save_file='../shared/strategy.ckpt': not allowed; "
+        "checkpoint.strategy.save_file=../common/strategy.ckpt",
+        message="checkpoint.strategy.save_file='../common/strategy.ckpt': not allowed; "
                 "expected an absolute path, or a relative one inside the run directory "
                 "(without '..')"),
     # Interpolations are resolved in the preflight: one that cannot resolve names its key.

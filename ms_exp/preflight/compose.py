@@ -7,7 +7,7 @@ and leaves nothing behind (docs/design.md#checked-before-running).
 The config is looked up where Hydra will look: ms_exp's config folder (or the folder of
 ``--config-path``), a user's ``--config-dir`` and every ``hydra.searchpath`` entry of the
 primary config and the overrides. The search path is built with Hydra's own functions, as
-``hydra._internal.utils.run_hydra`` builds it.
+``hydra._internal.utils.run_hydra`` builds it (through ms_exp/config/hydra_internals.py).
 """
 import copy
 import os
@@ -17,21 +17,14 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import yaml
-from hydra import compose, version
-from hydra._internal.hydra import Hydra
-from hydra._internal.utils import (
-    compute_search_path_dir,
-    create_config_search_path,
-    detect_calling_file_or_module_from_task_function,
-)
-from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
+from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from ms_exp.config import hydra_internals
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import register_schemas
 from ms_exp.preflight.overrides import parse_overrides
@@ -86,11 +79,10 @@ class ConfigSource:
 
     @classmethod
     def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
-        """From Hydra's parsed command line (``hydra._internal.utils.get_args_parser``)."""
+        """From Hydra's parsed command line (``hydra_internals.args_parser``)."""
         calling_file, calling_module = None, "ms_exp.run"
         if task_function is not None:
-            calling_file, calling_module = (
-                detect_calling_file_or_module_from_task_function(task_function))
+            calling_file, calling_module = hydra_internals.calling_module(task_function)
         return cls(config_name=args.config_name or CONFIG_NAME,
                    config_path=args.config_path, config_dir=args.config_dir,
                    calling_file=calling_file, calling_module=calling_module)
@@ -98,34 +90,25 @@ class ConfigSource:
     def search_path(self) -> ConfigSearchPath:
         """Hydra's search path for this command line, built as ``run_hydra`` builds it."""
         config_path = self.config_path if self.config_path is not None else str(conf_dir())
-        main_dir = compute_search_path_dir(self.calling_file, self.calling_module, config_path)
+        main_dir = hydra_internals.primary_folder(self.calling_file, self.calling_module,
+                                                  config_path)
         if main_dir and "://" not in main_dir and not os.path.isdir(main_dir):
             raise ConfigError("--config-path", self.config_path, "an absolute path to a folder "
                               "(Hydra reads a relative one against ms_exp's package folder)",
                               f"no such folder {main_dir}")
-        path = create_config_search_path(main_dir)
-        if self.config_dir is not None:
-            folder = os.path.abspath(self.config_dir)
-            if not os.path.isdir(folder):
-                raise ConfigError("--config-dir", self.config_dir,
-                                  "a folder of config groups", "no such folder")
-            path.prepend(provider="command-line", path=f"file://{folder}",
-                         anchor=SearchPathQuery(provider="schema"))
-        return path
+        if self.config_dir is not None and not os.path.isdir(self.config_dir):
+            raise ConfigError("--config-dir", self.config_dir, "a folder of config groups",
+                              "no such folder")
+        return hydra_internals.search_path(main_dir, self.config_dir)
 
 
 @contextmanager
-def hydra_for(source: ConfigSource) -> Iterator[Hydra]:
+def hydra_for(source: ConfigSource) -> Iterator:
     """Hydra initialised on ``source``'s search path for the duration of the block."""
     register_schemas()
     register_optuna_sweeper()
-    backup = get_gh_backup()
-    GlobalHydra.instance().clear()
-    version.setbase("1.3")
-    try:
-        yield Hydra.create_main_hydra2(task_name="run", config_search_path=source.search_path())
-    finally:
-        restore_gh_from_backup(backup)
+    with hydra_internals.hydra_on(source.search_path(), task_name="run") as hydra:
+        yield hydra
 
 
 def compose_config(overrides: Sequence[str] = (), config_name: Optional[str] = None,
@@ -186,12 +169,8 @@ def expand_jobs(overrides: Sequence[str], multirun: bool) -> List[List[str]]:
     parsed = parse_overrides(overrides, multirun)
     if not multirun:
         return [list(overrides)]
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
     spaces = search_spaces(parsed)
-    listed = [_ends(o) if o in spaces else o for o in parsed]
-    batches = BasicSweeper.split_arguments(listed, max_batch_size=None)
-    return [job for batch in batches for job in batch]
+    return hydra_internals.split_sweep([_ends(o) if o in spaces else o for o in parsed])
 
 
 def search_spaces(parsed: Sequence[Override]) -> List[Override]:

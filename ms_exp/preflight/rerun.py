@@ -143,14 +143,13 @@ def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[s
 def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()):
     """The config a re-run composes (Hydra's ``hydra.callbacks`` included: they are built
     too)."""
-    from hydra._internal.utils import get_args_parser
-
+    from ms_exp.config.hydra_internals import args_parser
     from ms_exp.preflight.compose import ConfigSource, compose_config
 
     try:
         return compose_config(list(overrides), return_hydra_config=True,
                               source=ConfigSource.from_args(
-                                  get_args_parser().parse_args(list(flags))))
+                                  args_parser().parse_args(list(flags))))
     except InvalidConfig as error:
         raise InvalidConfig(f"{FLAG}: {error}") from None
 

@@ -7,13 +7,11 @@ from typing import List, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import ConfigError, require
+from ms_exp.config.hydra_internals import BASIC_LAUNCHER, BASIC_SWEEPER
 from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError
 from ms_exp.search.options import NO_PRUNER, SWEEPER_TARGET
 from ms_exp.search.study import default_storage
 from ms_exp.tracking.store import holds_password, masked, sqlite_path
-
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 def check_sweep(cfg: DictConfig, overrides: Sequence, spaces: Sequence) -> None:
