@@ -32,7 +32,7 @@ from ms_exp.preflight.compose import (
 )
 from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.rerun import rerun_arguments, split_from_run
-from ms_exp.preflight.validate import validate
+from ms_exp.preflight.validate import validate_once
 from ms_exp.search.checks import fail_fast_overrides
 from ms_exp.search.plugin import register_optuna_sweeper
 from ms_exp.search.trial import objective_value
@@ -51,9 +51,10 @@ register_optuna_sweeper()
 def hydra_job(cfg: DictConfig) -> Optional[float]:
     """One Hydra job; returns the value a sweeper optimises: the final eval metric named by
     sweep.metric (by default eval/accuracy, or eval/auc for Wide&Deep)."""
-    # Validated again here: a sweeper may generate values the launcher never saw.
+    # A job the preflight checked in this process is not checked again; one a sweeper made
+    # up (values the launcher never saw) is.
     hydra_cfg = HydraConfig.get()
-    validate(cfg, hydra_cfg.runtime.choices)
+    validate_once(cfg, hydra_cfg.runtime.choices)
     from ms_exp.job.run_job import run_job
     from ms_exp.tracking.run_folder import FolderRefused, discard_if_unused
     from ms_exp.tracking.sidecar import TrackingFailed

@@ -46,11 +46,40 @@ def test_an_in_process_job_trains_and_is_recorded_with_its_models(job):
     assert version.run_id == job.run_id
 
 
-def test_the_same_config_again_is_skipped_when_asked(job):
+def test_the_same_config_again_is_skipped_when_asked(job, monkeypatch):
+    from ms_exp.preflight import validate
+
+    checked = []
+    real = validate.validate_config
+    monkeypatch.setattr(validate, "validate_config",
+                        lambda cfg, choices: checked.append(1) or real(cfg, choices))
     again = main_in_process("ms_exp.run", [*TINY, "tracking.log_models=true",
                                            "tracking.skip_finished=true"], job.cwd)
     assert again.rc == 0, again.stderr[-3000:]
     assert f"skipped: run {job.run_id}" in again.stdout
+    # Checked once in this process: by the preflight, not again by Hydra's job function.
+    assert checked == [1]
+
+
+def test_a_job_is_checked_again_only_when_it_differs_from_the_one_checked(monkeypatch):
+    from ms_exp.preflight import validate
+    from ms_exp.preflight.compose import compose_config, hydra_config_of
+    from ms_exp.preflight.interpolations import without_hydra
+
+    checked = []
+    real = validate.validate_config
+    monkeypatch.setattr(validate, "validate_config",
+                        lambda cfg, choices: checked.append(1) or real(cfg, choices))
+    cfg = compose_config([*TINY, "optimizer.lr=0.0123"], return_hydra_config=True)
+    choices = cfg.hydra.runtime.choices
+    with hydra_config_of(cfg, "."):
+        validate.validate(cfg, choices)              # the preflight
+        validate.validate_once(without_hydra(cfg), choices)   # the job, same config
+        assert checked == [1]
+        changed = without_hydra(cfg)
+        changed.optimizer.lr = 0.0456                # a value a sweeper made up
+        validate.validate_once(changed, choices)
+    assert checked == [1, 1]
 
 
 def test_eval_of_the_run_gives_its_final_accuracy(job):

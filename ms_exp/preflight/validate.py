@@ -7,7 +7,8 @@ before MindSpore starts: only the checks that must build the network to know its
 one line with the key, the value and what is allowed.
 """
 import dataclasses
-from typing import Mapping, Optional
+import hashlib
+from typing import Mapping, Optional, Set
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,7 +25,7 @@ from ms_exp.preflight.checkpoint import (
 from ms_exp.preflight.components import validate_components
 from ms_exp.preflight.dataset import validate_batch_fits, validate_dataset
 from ms_exp.preflight.device import validate_device_present
-from ms_exp.preflight.interpolations import check_interpolations
+from ms_exp.preflight.interpolations import check_interpolations, without_hydra
 from ms_exp.preflight.launch_style import validate_launch_style
 from ms_exp.preflight.model import validate_model, validate_placement
 from ms_exp.preflight.parallel import (
@@ -36,6 +37,11 @@ from ms_exp.preflight.tracking import validate_tracking
 from ms_exp.preflight.trainer import validate_resume, validate_trainer
 from ms_exp.preflight.training import validate_loop, validate_loss, validate_optimizer
 
+# The jobs this process has checked (``job_digest``): the launching process checks every job
+# before Hydra starts (ms_exp/preflight/compose.py), and Hydra's job function, in the same
+# process, need not check the same config again (a dataset's headers can take minutes).
+_VALIDATED: Set[str] = set()
+
 
 def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     """``choices`` maps each group to its selected option (Hydra's runtime.choices)."""
@@ -43,6 +49,22 @@ def validate(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     # What this machine has, after every check of the config itself.
     validate_device_present(cfg.trainer)
     validate_master_port_free(cfg.parallel)
+    _VALIDATED.add(job_digest(cfg, choices))
+
+
+def validate_once(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
+    """``validate``, unless this process validated the same job already; a job a sweeper
+    made up after the launching process checked the command line (Optuna's values) is new."""
+    if job_digest(cfg, choices) not in _VALIDATED:
+        validate(cfg, choices)
+
+
+def job_digest(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> str:
+    """The job's config as composed (interpolations unresolved: Hydra's folders differ
+    between the check and the job), without Hydra's node, and its options."""
+    text = OmegaConf.to_yaml(without_hydra(cfg), resolve=False) + repr(sorted(
+        (str(k), str(v)) for k, v in dict(choices).items()))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
