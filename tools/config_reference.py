@@ -465,7 +465,8 @@ def render() -> str:
         "",
         "## Sections",
         "",
-        "The sections of `conf/config.yaml` that are not groups.",
+        "The sections of the root schema (`Config` in ms_exp/config/schema.py) that are "
+        "not groups.",
         "",
     ]
     for name, section in _sections():

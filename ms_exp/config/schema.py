@@ -623,6 +623,11 @@ def register_schemas() -> None:
             store.store(group=f"schema/{group}", name=option, node=schema)
 
 
+def builtin_target(group: str, option: str) -> str:
+    """The ``_target_`` of a built-in option: its schema is the one place that names it."""
+    return GROUP_SCHEMAS[group][option]._target_
+
+
 def group_schema(group: str, node, choice: Optional[str]):
     """The schema of a group's option: a built-in option's, or the built-in one whose
     ``_target_`` (or ``mode``) a user's option re-uses; None for a user's own target."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
+from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
 from ms_exp.data.criteo_format import FIELD_SIZE
 from ms_exp.data.spec import CRITEO_INPUTS, IMAGES
@@ -51,13 +52,16 @@ def _criteo_vocab(cfg) -> int:
 
 
 DATASET_OPTIONS = {option.name: option for option in (
-    DatasetOption("digits", "ms_exp.data.digits.digits", lambda cfg: ((1, 8, 8), 10)),
-    DatasetOption("mnist", "ms_exp.data.mnist.mnist", lambda cfg: ((1, 28, 28), 10)),
-    DatasetOption("imagenet", "ms_exp.data.imagenet.imagenet", _imagenet),
-    DatasetOption("synthetic", "ms_exp.data.synthetic.synthetic",
+    DatasetOption("digits", builtin_target("dataset", "digits"),
+                  lambda cfg: ((1, 8, 8), 10)),
+    DatasetOption("mnist", builtin_target("dataset", "mnist"),
+                  lambda cfg: ((1, 28, 28), 10)),
+    DatasetOption("imagenet", builtin_target("dataset", "imagenet"), _imagenet),
+    DatasetOption("synthetic", builtin_target("dataset", "synthetic"),
                   lambda cfg: (tuple(cfg.image_shape), cfg.num_classes)),
-    DatasetOption("criteo", "ms_exp.data.criteo.criteo", lambda cfg: ((FIELD_SIZE,), 2),
-                  inputs=CRITEO_INPUTS, vocab_size=_criteo_vocab, samples=_criteo_samples),
+    DatasetOption("criteo", builtin_target("dataset", "criteo"),
+                  lambda cfg: ((FIELD_SIZE,), 2), inputs=CRITEO_INPUTS,
+                  vocab_size=_criteo_vocab, samples=_criteo_samples),
 )}
 _BY_TARGET = {option.target: option for option in DATASET_OPTIONS.values()}
 

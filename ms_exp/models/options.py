@@ -4,6 +4,7 @@
 The hooks import MindSpore when they are called, never when this module is imported: the
 config checks read the options before MindSpore starts.
 """
+from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
 from ms_exp.data.spec import CRITEO_INPUTS
 from ms_exp.models.checks import check_mlp, check_resnet, check_wide_deep
@@ -27,10 +28,10 @@ def _wide_deep_evaluation(network) -> dict:
 
 
 MODEL_OPTIONS = {option.name: option for option in (
-    ModelOption("mlp", "ms_exp.models.mlp.mlp", check_mlp),
-    ModelOption("resnet", "ms_exp.models.resnet.resnet", check_resnet),
+    ModelOption("mlp", builtin_target("model", "mlp"), check_mlp),
+    ModelOption("resnet", builtin_target("model", "resnet"), check_resnet),
     ModelOption(
-        "wide_deep", "ms_exp.models.wide_deep.wide_deep", check_wide_deep,
+        "wide_deep", builtin_target("model", "wide_deep"), check_wide_deep,
         inputs=CRITEO_INPUTS, train_keys=("l2_coef", "wide_lr", "deep_lr", "loss_scale"),
         best_metric="auc", loss_names=("wide_loss", "deep_loss"), embedding_tables=True,
         own_train_step=_wide_deep_model, evaluation=_wide_deep_evaluation),
