@@ -294,6 +294,12 @@ def checkpoint_outside_a_run(scene: Scene) -> None:
     checkpoint_file(scene.data / "loose.ckpt")
 
 
+def run_record_of_a_list(scene: Scene) -> None:
+    """``<data>/run/run.json`` holding JSON that is not a run record."""
+    (scene.data / "run").mkdir(parents=True)
+    (scene.data / "run/run.json").write_text("[1, 2]")
+
+
 LONG_NAME = "x" * 20000
 
 
@@ -1177,6 +1183,11 @@ BAD_INPUTS = {
         message="trainer.resume='<data>/loose.ckpt': not allowed; expected a checkpoint in a "
                 "run directory, <run dir>/checkpoints/rank_<r>/<file>.ckpt (loose.ckpt is in "
                 "<data>); to evaluate a loose file use python -m ms_exp.eval --checkpoint"),
+    "run folder whose record is a list": bad(
+        "hydra.run.dir=<data>/run", setup=run_record_of_a_list, store=BOTH,
+        message="<data>/run/run.json: damaged (not a run record); it names the run that owns "
+                "the folder: choose another folder, or move the file away to start a new run "
+                "there"),
     "resume a run that saves no checkpoint": bad(
         "checkpoint=none", "trainer.resume=auto", store=BOTH,
         message="trainer.resume='auto': not allowed; expected null with checkpoint=none (a "

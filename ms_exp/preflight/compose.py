@@ -36,7 +36,7 @@ from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_er
 from ms_exp.config.schema import register_schemas
 from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
-from ms_exp.preflight.paths import output_folder
+from ms_exp.preflight.paths import existing_run_folder, output_folder
 from ms_exp.preflight.validate import validate
 from ms_exp.search.checks import check_sweep
 from ms_exp.search.options import register_optuna_sweeper
@@ -242,6 +242,8 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
             validate(cfg, cfg.hydra.runtime.choices)
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         output_folder(key, output)
+        if not multirun:
+            existing_run_folder(key, output)
         configs.append(cfg)
     if multirun:
         concurrent_master_ports(configs)

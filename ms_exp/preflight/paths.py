@@ -1,12 +1,14 @@
 """Checks of the folders a job writes to: they are, or can be created as, writable folders
-on a filesystem with room for a run."""
+on a filesystem with room for a run; a run folder that exists already has a record that
+reads back and checkpoint folders that are folders."""
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ms_exp.config.errors import ConfigError, require
+from ms_exp.config.errors import ConfigError, InvalidConfig, require
+from ms_exp.tracking.run_folder import FolderRefused, read_run_record
 
 # An output folder or store on a filesystem with less free space than this is refused: a
 # run writes its config, logs, checkpoints and MLflow rows there, and a disk that fills up
@@ -62,3 +64,13 @@ def writable_dir(key: str, value, path: Path) -> None:
         raise ConfigError(key, value, f"a writable folder ({existing}: {error.strerror})")
     if existing != path and not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(key, value, f"a writable folder ({existing} is not writable)")
+
+
+def existing_run_folder(key: str, value) -> None:
+    """A run folder that is there already (a fixed ``hydra.run.dir``): its record reads back
+    (a damaged one is named, as the job's claim of the folder would, but before Hydra
+    writes anything into the folder)."""
+    try:
+        read_run_record(Path(value).expanduser())
+    except FolderRefused as error:
+        raise InvalidConfig(str(error)) from None
