@@ -39,6 +39,7 @@ from datafiles import (
 )
 
 from ms_exp.data.criteo_sample import sample_lines
+from ms_exp.preflight import memory
 from ms_exp.preflight import parallel as parallel_checks
 from ms_exp.run import main
 
@@ -298,6 +299,12 @@ def run_record_of_a_list(scene: Scene) -> None:
     """``<data>/run/run.json`` holding JSON that is not a run record."""
     (scene.data / "run").mkdir(parents=True)
     (scene.data / "run/run.json").write_text("[1, 2]")
+
+
+def memory_of_16_gib(scene: Scene) -> None:
+    """This machine has 16 GiB (the estimates are compared with a fixed figure, so that the
+    lines are the same on every machine)."""
+    scene.monkeypatch.setattr(memory, "machine_memory", lambda: 16 * 2 ** 30)
 
 
 LONG_NAME = "x" * 20000
@@ -639,6 +646,30 @@ BAD_INPUTS = {
         "parallel=data", "parallel.device_num=2", "parallel.launcher.log_dir=../../escaped_logs",
         message="parallel.launcher.log_dir='../../escaped_logs': not allowed; expected an "
                 "absolute path, or a relative one inside the run directory (without '..')"),
+    # Sizes beyond this machine's memory, from a lower bound computed of the config alone.
+    "a network larger than memory": bad(
+        "model.hidden_size=2147483647", setup=memory_of_16_gib, store=BOTH,
+        message="model.hidden_size=2147483647: not allowed; expected a network whose "
+                "parameters fit in this machine's 16.0 GiB of memory (model=mlp would have "
+                "4611686177341177791 parameters: at least 16.0 EiB as float32)"),
+    "images larger than memory": bad(
+        "dataset=synthetic", "dataset.image_shape=[3,65536,65536]", setup=memory_of_16_gib,
+        message="dataset.image_shape=[3, 65536, 65536]: not allowed; expected images of which "
+                "a batch fits in this machine's 16.0 GiB of memory (one image of "
+                "3x65536x65536 is 48.0 GiB as float32, a batch of dataset.batch_size=32 "
+                "1.5 TiB)"),
+    "synthetic samples beyond memory": bad(
+        "dataset=synthetic", "dataset.num_samples=2000000000", setup=memory_of_16_gib,
+        message="dataset.num_samples=2000000000: not allowed; expected samples that fit in "
+                "this machine's 16.0 GiB of memory (dataset=synthetic makes its 2000000256 "
+                "samples (dataset.num_samples + dataset.num_eval_samples) of 1x28x28 in "
+                "memory: at least 5.7 TiB as float32)"),
+    "a batch larger than memory": bad(
+        "dataset=synthetic", "dataset.image_shape=[3,16384,16384]", "dataset.num_samples=64",
+        "dataset.num_eval_samples=8", setup=memory_of_16_gib,
+        message="dataset.batch_size=32: not allowed; expected at most 5 images of "
+                "3x16384x16384 a batch, what fits in this machine's 16.0 GiB of memory (a "
+                "batch of 32 is 96.0 GiB as float32)"),
     # Interpolations are resolved in the preflight: one that cannot resolve names its key.
     "interpolation of an unset environment variable": bad(
         "trainer.epochs=${oc.env:MS_EXP_NEVER_SET}",
