@@ -295,6 +295,12 @@ def checkpoint_outside_a_run(scene: Scene) -> None:
     checkpoint_file(scene.data / "loose.ckpt")
 
 
+def rank_folder_a_file(scene: Scene) -> None:
+    """``<data>/run/checkpoints/rank_0`` is a file where the rank's folder belongs."""
+    (scene.data / "run/checkpoints").mkdir(parents=True)
+    (scene.data / "run/checkpoints/rank_0").write_text("not a folder\n")
+
+
 def run_record_of_a_list(scene: Scene) -> None:
     """``<data>/run/run.json`` holding JSON that is not a run record."""
     (scene.data / "run").mkdir(parents=True)
@@ -1219,6 +1225,17 @@ BAD_INPUTS = {
         message="<data>/run/run.json: damaged (not a run record); it names the run that owns "
                 "the folder: choose another folder, or move the file away to start a new run "
                 "there"),
+    "resume a run whose rank folder is a file": bad(
+        "trainer.resume=<data>/run", setup=rank_folder_a_file, store=BOTH,
+        message="trainer.resume='<data>/run': not allowed; expected a run with a "
+                "checkpoint-<epoch>_<step>.ckpt in each of its 1 rank folders "
+                "(<data>/run/checkpoints/rank_0 is a file, not a folder)"),
+    "resume in place a run whose rank folder is a file": bad(
+        "hydra.run.dir=<data>/run", "trainer.resume=auto", setup=rank_folder_a_file,
+        store=BOTH,
+        message="hydra.run.dir='<data>/run': not allowed; expected a run folder whose "
+                "checkpoints/rank_0 is a folder or absent (<data>/run/checkpoints/rank_0 is a "
+                "file, not a folder)"),
     "resume a run that saves no checkpoint": bad(
         "checkpoint=none", "trainer.resume=auto", store=BOTH,
         message="trainer.resume='auto': not allowed; expected null with checkpoint=none (a "

@@ -243,7 +243,7 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         output_folder(key, output)
         if not multirun:
-            existing_run_folder(key, output)
+            existing_run_folder(key, output, cfg.parallel.device_num)
         configs.append(cfg)
     if multirun:
         concurrent_master_ports(configs)

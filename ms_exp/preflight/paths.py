@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from ms_exp.checkpoint.resume import misplaced_checkpoint_folder
 from ms_exp.config.errors import ConfigError, InvalidConfig, require
 from ms_exp.tracking.run_folder import FolderRefused, read_run_record
 
@@ -66,11 +67,19 @@ def writable_dir(key: str, value, path: Path) -> None:
         raise ConfigError(key, value, f"a writable folder ({existing} is not writable)")
 
 
-def existing_run_folder(key: str, value) -> None:
-    """A run folder that is there already (a fixed ``hydra.run.dir``): its record reads back
-    (a damaged one is named, as the job's claim of the folder would, but before Hydra
-    writes anything into the folder)."""
+def existing_run_folder(key: str, value, ranks: int) -> None:
+    """A run folder that is there already (a fixed ``hydra.run.dir``, also one that
+    ``trainer.resume=auto`` continues in place): its record reads back (a damaged one is
+    named, as the job's claim of the folder would, but before Hydra writes anything into
+    the folder), and its checkpoint folders are folders (a file there would fail the job
+    when it starts saving, after its MLflow run exists)."""
+    folder = Path(value).expanduser()
     try:
-        read_run_record(Path(value).expanduser())
+        read_run_record(folder)
     except FolderRefused as error:
         raise InvalidConfig(str(error)) from None
+    misplaced = misplaced_checkpoint_folder(folder, ranks)
+    if misplaced is not None:
+        relative = misplaced.relative_to(folder).as_posix()
+        raise ConfigError(key, value, f"a run folder whose {relative} is a folder or absent "
+                          f"({misplaced} is a file, not a folder)")
