@@ -272,6 +272,26 @@ def text_file_as_store(scene: Scene) -> None:
     (scene.data / "notes.db").write_text("meeting notes, not a database\n")
 
 
+def truncated_store(scene: Scene) -> None:
+    """``<data>/mlflow.db``: the first 1000 bytes of a real SQLite database of several pages
+    (a copy cut short); the refusal must leave it byte for byte as it was."""
+    scene.data.mkdir(parents=True, exist_ok=True)
+    whole = scene.data / "whole.db"
+    with closing(sqlite3.connect(whole)) as connection:
+        connection.execute("CREATE TABLE runs (run_uuid TEXT PRIMARY KEY, name TEXT)")
+        connection.executemany("INSERT INTO runs VALUES (?, ?)",
+                               [(f"{i:032x}", f"run {i}" * 10) for i in range(200)])
+        connection.commit()
+    store = scene.data / "mlflow.db"
+    store.write_bytes(whole.read_bytes()[:1000])
+    before = store.read_bytes()
+
+    def unchanged() -> None:
+        assert store.read_bytes() == before
+        assert sorted(p.name for p in scene.data.iterdir()) == ["mlflow.db", "whole.db"]
+    scene.stack.callback(unchanged)
+
+
 def checkpoint_file(path: Path) -> Path:
     """A real MindSpore checkpoint (CRC included) of two small parameters at ``path``."""
     import mindspore as ms
@@ -735,6 +755,12 @@ BAD_INPUTS = {
         message="tracking.uri='sqlite:///<data>/notes.db': not allowed; expected a SQLite "
                 "database, or a file name that does not exist yet (<data>/notes.db is not a "
                 "SQLite database)"),
+    "tracking store cut short": bad(
+        "tracking.uri=sqlite:///<data>/mlflow.db", setup=truncated_store, store=BOTH,
+        message="tracking.uri='sqlite:///<data>/mlflow.db': not allowed; expected a SQLite "
+                "database, or a file name that does not exist yet (<data>/mlflow.db is cut "
+                "short: 1000 bytes, where its header says 45056 (11 pages of 4096): a copy or "
+                "disk that stopped early; restore the whole file)"),
     "tracking store a folder": bad(
         "tracking.uri=sqlite:///<data>", setup=file_in_the_way,
         message="tracking.uri='sqlite:///<data>': not allowed; expected a SQLite database, or "
