@@ -765,6 +765,23 @@ BAD_INPUTS = {
         "tracking.uri=sqlite:///<data>", setup=file_in_the_way,
         message="tracking.uri='sqlite:///<data>': not allowed; expected a SQLite database, or "
                 "a file name that does not exist yet (<data> is not a file)"),
+    # Hydra's own callbacks, instantiated by Hydra before the job: checked before Hydra runs.
+    "a Hydra callback that is a blocklisted function": bad(
+        "+hydra.callbacks.x._target_=os.system", store=BOTH,
+        message="hydra.callbacks.x._target_='os.system': not allowed; expected a Hydra "
+                "callback class, a subclass of hydra.experimental.callback.Callback (os.system "
+                "is a builtin_function_or_method)"),
+    "a Hydra callback that does not import": bad(
+        "+hydra.callbacks.x._target_=ms_exp_no_such_module.Callback",
+        message="hydra.callbacks.x._target_='ms_exp_no_such_module.Callback': does not import "
+                "(Are you sure that module 'ms_exp_no_such_module' is installed?); expected an "
+                "importable class or function (run from the project folder, or put it on "
+                "PYTHONPATH)"),
+    "a Hydra callback with an argument it does not take": bad(
+        "+hydra.callbacks.x._target_=ms_exp.job.folder_claim.RunFolderClaim",
+        "+hydra.callbacks.x.when=now",
+        message="hydra.callbacks.x.when='now': is not an argument of the target; expected a "
+                "parameter of ms_exp.job.folder_claim.RunFolderClaim: none"),
     # --- OmegaConf's type messages, in ms_exp's words
     "normalisation std not a list": bad(
         "dataset.std=0",

@@ -34,6 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import register_schemas
+from ms_exp.preflight.components import validate_hydra_callbacks
 from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import existing_run_folder, output_folder
@@ -239,6 +240,7 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
         check_sweep(cfg, parsed, spaces)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         with hydra_config_of(cfg, output):
+            validate_hydra_callbacks(cfg.hydra)
             validate(cfg, cfg.hydra.runtime.choices)
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         output_folder(key, output)
