@@ -56,6 +56,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     hydra_cfg = HydraConfig.get()
     validate_once(cfg, hydra_cfg.runtime.choices)
     from ms_exp.job.run_job import run_job
+    from ms_exp.job.supervise import WorkersFailed
     from ms_exp.tracking.run_folder import FolderRefused, discard_if_unused
     from ms_exp.tracking.sidecar import TrackingFailed
 
@@ -81,6 +82,13 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
         discard_if_unused(run_dir, hydra_cfg.output_subdir)
         print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_CONFIG)
+    except WorkersFailed as error:
+        if hydra_cfg.mode != RunMode.RUN:
+            raise
+        # A rank failed or was killed: the job ended its run FAILED; the line names the
+        # rank, why and where its log is (a traceback here would only show the launcher).
+        print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except TrackingFailed as error:
         if hydra_cfg.mode != RunMode.RUN:
             raise

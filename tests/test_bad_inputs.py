@@ -39,6 +39,7 @@ from datafiles import (
 )
 
 from ms_exp.data.criteo_sample import sample_lines
+from ms_exp.preflight import memory
 from ms_exp.preflight import parallel as parallel_checks
 from ms_exp.run import main
 
@@ -271,6 +272,26 @@ def text_file_as_store(scene: Scene) -> None:
     (scene.data / "notes.db").write_text("meeting notes, not a database\n")
 
 
+def truncated_store(scene: Scene) -> None:
+    """``<data>/mlflow.db``: the first 1000 bytes of a real SQLite database of several pages
+    (a copy cut short); the refusal must leave it byte for byte as it was."""
+    scene.data.mkdir(parents=True, exist_ok=True)
+    whole = scene.data / "whole.db"
+    with closing(sqlite3.connect(whole)) as connection:
+        connection.execute("CREATE TABLE runs (run_uuid TEXT PRIMARY KEY, name TEXT)")
+        connection.executemany("INSERT INTO runs VALUES (?, ?)",
+                               [(f"{i:032x}", f"run {i}" * 10) for i in range(200)])
+        connection.commit()
+    store = scene.data / "mlflow.db"
+    store.write_bytes(whole.read_bytes()[:1000])
+    before = store.read_bytes()
+
+    def unchanged() -> None:
+        assert store.read_bytes() == before
+        assert sorted(p.name for p in scene.data.iterdir()) == ["mlflow.db", "whole.db"]
+    scene.stack.callback(unchanged)
+
+
 def checkpoint_file(path: Path) -> Path:
     """A real MindSpore checkpoint (CRC included) of two small parameters at ``path``."""
     import mindspore as ms
@@ -292,6 +313,24 @@ def truncated_checkpoint_in_a_run(scene: Scene) -> None:
 
 def checkpoint_outside_a_run(scene: Scene) -> None:
     checkpoint_file(scene.data / "loose.ckpt")
+
+
+def rank_folder_a_file(scene: Scene) -> None:
+    """``<data>/run/checkpoints/rank_0`` is a file where the rank's folder belongs."""
+    (scene.data / "run/checkpoints").mkdir(parents=True)
+    (scene.data / "run/checkpoints/rank_0").write_text("not a folder\n")
+
+
+def run_record_of_a_list(scene: Scene) -> None:
+    """``<data>/run/run.json`` holding JSON that is not a run record."""
+    (scene.data / "run").mkdir(parents=True)
+    (scene.data / "run/run.json").write_text("[1, 2]")
+
+
+def memory_of_16_gib(scene: Scene) -> None:
+    """This machine has 16 GiB (the estimates are compared with a fixed figure, so that the
+    lines are the same on every machine)."""
+    scene.monkeypatch.setattr(memory, "machine_memory", lambda: 16 * 2 ** 30)
 
 
 LONG_NAME = "x" * 20000
@@ -638,6 +677,30 @@ BAD_INPUTS = {
         message="checkpoint.strategy.save_file='../common/strategy.ckpt': not allowed; "
                 "expected an absolute path, or a relative one inside the run directory "
                 "(without '..')"),
+    # Sizes beyond this machine's memory, from a lower bound computed of the config alone.
+    "a network larger than memory": bad(
+        "model.hidden_size=2147483647", setup=memory_of_16_gib, store=BOTH,
+        message="model.hidden_size=2147483647: not allowed; expected a network whose "
+                "parameters fit in this machine's 16.0 GiB of memory (model=mlp would have "
+                "4611686177341177791 parameters: at least 16.0 EiB as float32)"),
+    "images larger than memory": bad(
+        "dataset=synthetic", "dataset.image_shape=[3,65536,65536]", setup=memory_of_16_gib,
+        message="dataset.image_shape=[3, 65536, 65536]: not allowed; expected images of which "
+                "a batch fits in this machine's 16.0 GiB of memory (one image of "
+                "3x65536x65536 is 48.0 GiB as float32, a batch of dataset.batch_size=32 "
+                "1.5 TiB)"),
+    "synthetic samples beyond memory": bad(
+        "dataset=synthetic", "dataset.num_samples=2000000000", setup=memory_of_16_gib,
+        message="dataset.num_samples=2000000000: not allowed; expected samples that fit in "
+                "this machine's 16.0 GiB of memory (dataset=synthetic makes its 2000000256 "
+                "samples (dataset.num_samples + dataset.num_eval_samples) of 1x28x28 in "
+                "memory: at least 5.7 TiB as float32)"),
+    "a batch larger than memory": bad(
+        "dataset=synthetic", "dataset.image_shape=[3,16384,16384]", "dataset.num_samples=64",
+        "dataset.num_eval_samples=8", setup=memory_of_16_gib,
+        message="dataset.batch_size=32: not allowed; expected at most 5 images of "
+                "3x16384x16384 a batch, what fits in this machine's 16.0 GiB of memory (a "
+                "batch of 32 is 96.0 GiB as float32)"),
     # Interpolations are resolved in the preflight: one that cannot resolve names its key.
     "interpolation of an unset environment variable": bad(
         "trainer.epochs=${oc.env:MS_EXP_NEVER_SET}",
@@ -697,10 +760,33 @@ BAD_INPUTS = {
         message="tracking.uri='sqlite:///<data>/notes.db': not allowed; expected a SQLite "
                 "database, or a file name that does not exist yet (<data>/notes.db is not a "
                 "SQLite database)"),
+    "tracking store cut short": bad(
+        "tracking.uri=sqlite:///<data>/mlflow.db", setup=truncated_store, store=BOTH,
+        message="tracking.uri='sqlite:///<data>/mlflow.db': not allowed; expected a SQLite "
+                "database, or a file name that does not exist yet (<data>/mlflow.db is cut "
+                "short: 1000 bytes, where its header says 45056 (11 pages of 4096): a copy or "
+                "disk that stopped early; restore the whole file)"),
     "tracking store a folder": bad(
         "tracking.uri=sqlite:///<data>", setup=file_in_the_way,
         message="tracking.uri='sqlite:///<data>': not allowed; expected a SQLite database, or "
                 "a file name that does not exist yet (<data> is not a file)"),
+    # Hydra's own callbacks, instantiated by Hydra before the job: checked before Hydra runs.
+    "a Hydra callback that is a blocklisted function": bad(
+        "+hydra.callbacks.x._target_=os.system", store=BOTH,
+        message="hydra.callbacks.x._target_='os.system': not allowed; expected a Hydra "
+                "callback class, a subclass of hydra.experimental.callback.Callback (os.system "
+                "is a builtin_function_or_method)"),
+    "a Hydra callback that does not import": bad(
+        "+hydra.callbacks.x._target_=ms_exp_no_such_module.Callback",
+        message="hydra.callbacks.x._target_='ms_exp_no_such_module.Callback': does not import "
+                "(Are you sure that module 'ms_exp_no_such_module' is installed?); expected an "
+                "importable class or function (run from the project folder, or put it on "
+                "PYTHONPATH)"),
+    "a Hydra callback with an argument it does not take": bad(
+        "+hydra.callbacks.x._target_=ms_exp.job.folder_claim.RunFolderClaim",
+        "+hydra.callbacks.x.when=now",
+        message="hydra.callbacks.x.when='now': is not an argument of the target; expected a "
+                "parameter of ms_exp.job.folder_claim.RunFolderClaim: none"),
     # --- OmegaConf's type messages, in ms_exp's words
     "normalisation std not a list": bad(
         "dataset.std=0",
@@ -1182,6 +1268,22 @@ BAD_INPUTS = {
         message="trainer.resume='<data>/loose.ckpt': not allowed; expected a checkpoint in a "
                 "run directory, <run dir>/checkpoints/rank_<r>/<file>.ckpt (loose.ckpt is in "
                 "<data>); to evaluate a loose file use python -m ms_exp.eval --checkpoint"),
+    "run folder whose record is a list": bad(
+        "hydra.run.dir=<data>/run", setup=run_record_of_a_list, store=BOTH,
+        message="<data>/run/run.json: damaged (not a run record); it names the run that owns "
+                "the folder: choose another folder, or move the file away to start a new run "
+                "there"),
+    "resume a run whose rank folder is a file": bad(
+        "trainer.resume=<data>/run", setup=rank_folder_a_file, store=BOTH,
+        message="trainer.resume='<data>/run': not allowed; expected a run with a "
+                "checkpoint-<epoch>_<step>.ckpt in each of its 1 rank folders "
+                "(<data>/run/checkpoints/rank_0 is a file, not a folder)"),
+    "resume in place a run whose rank folder is a file": bad(
+        "hydra.run.dir=<data>/run", "trainer.resume=auto", setup=rank_folder_a_file,
+        store=BOTH,
+        message="hydra.run.dir='<data>/run': not allowed; expected a run folder whose "
+                "checkpoints/rank_0 is a folder or absent (<data>/run/checkpoints/rank_0 is a "
+                "file, not a folder)"),
     "resume a run that saves no checkpoint": bad(
         "checkpoint=none", "trainer.resume=auto", store=BOTH,
         message="trainer.resume='auto': not allowed; expected null with checkpoint=none (a "

@@ -223,6 +223,20 @@ def test_a_read_command_refuses_a_text_file_as_its_store(tmp_path):
                                      "SQLite database)")
 
 
+def test_a_read_command_refuses_a_store_cut_short_and_leaves_it_as_it_was(tmp_path):
+    """The first 1000 bytes of a real MLflow store: named before MLflow opens it."""
+    whole = store_with_one_run(tmp_path / "whole")
+    cut = tmp_path / "mlflow.db"
+    cut.write_bytes(whole.read_bytes()[:1000])
+    with pytest.raises(StoreError) as refused:
+        existing_store(f"sqlite:///{cut}")
+    assert refused.value.problem.startswith(
+        f"no MLflow store at sqlite:///{cut} ({cut} is cut short: 1000 bytes, where its header "
+        "says ")
+    assert cut.read_bytes() == whole.read_bytes()[:1000]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "whole"]
+
+
 # --- the limits named are MindSpore's and MLflow's own -----------------------------------
 
 def test_the_experiment_name_limit_is_mlflows():

@@ -354,7 +354,16 @@ def _wait_for_training(process, run_dir: Path, timeout=120):
     raise AssertionError("training did not start")
 
 
-LONG = ("trainer.epochs=300", "checkpoint=none", "trainer.loss_print_interval=1")
+LONG = ("trainer.epochs=300", "trainer.loss_print_interval=1")
+
+
+def _wait_for_checkpoints(process, run_dir: Path, timeout=60):
+    """Until each rank's folder holds a checkpoint: a rank killed after it can be resumed."""
+    deadline = time.time() + timeout
+    folders = [run_dir / "checkpoints" / f"rank_{rank}" for rank in (0, 1)]
+    while not all(any(folder.glob("checkpoint-*.ckpt")) for folder in folders):
+        assert time.time() < deadline and process.poll() is None, _output(process)[-3000:]
+        time.sleep(0.2)
 
 
 @pytest.mark.distributed
@@ -401,9 +410,10 @@ def crashed_and_interrupted(tmp_path_factory):
     crash_dir, ctrl_c_dir = (tmp_path_factory.mktemp(name) for name in ("crash", "ctrl_c"))
     jobs = []
     try:
-        crashed = _start(crash_dir, *LONG)
+        crashed = _start(crash_dir, *LONG, "checkpoint.save_checkpoint_steps=5")
         jobs.append(crashed)
         _wait_for_training(crashed, crash_dir / "run")
+        _wait_for_checkpoints(crashed, crash_dir / "run")
         victim = next(pid for pid in _workers_of(crash_dir / "run")
                       if "RANK_ID=1" in Path(f"/proc/{pid}/environ").read_bytes()
                       .decode(errors="replace").replace("\0", " "))
@@ -424,6 +434,7 @@ def crashed_and_interrupted(tmp_path_factory):
                 process.kill()
                 process.wait()
     return SimpleNamespace(crash_dir=crash_dir, crashed=crashed, crash_output=crash_output,
+                           victim=victim,
                            ctrl_c_dir=ctrl_c_dir, interrupted=interrupted,
                            ctrl_c_output=ctrl_c_output, workers_at_ctrl_c=workers,
                            workers_after_ctrl_c=ctrl_c_left)
@@ -435,7 +446,17 @@ def test_a_crashed_worker_stops_the_others_and_fails_the_run(crashed_and_interru
     job = crashed_and_interrupted
     output = job.crash_output
     assert job.crashed.returncode == 1, output[-3000:]
-    assert "rank" in output and "failed (msrun exit status" in output
+    # Two lines say which rank died of what and how to go on; the tracebacks of losing it
+    # (the scheduler's, msrun's) stay in the logs, and no traceback of the job's own.
+    run_dir, logs = job.crash_dir / "run", job.crash_dir / "run" / "log_output"
+    assert output.strip().splitlines()[-2:] == [
+        f"ms_exp: rank 1 (pid {job.victim}) was killed by SIGKILL; msrun is stopping the "
+        "other ranks",
+        f"ms_exp: error: rank 1 (pid {job.victim}) was killed by SIGKILL (msrun exit status "
+        f"1); its output is in {logs}/worker_1.log, msrun's and its scheduler's in "
+        f"{logs}/launcher.log; continue the run with trainer.resume={run_dir}"], output[-3000:]
+    assert "Traceback" not in output and "Error code" not in output
+    assert "Traceback (most recent call last)" in (logs / "launcher.log").read_text()
     assert _workers_of(job.crash_dir / "run") == []
     (run,) = MlflowClient(f"sqlite:///{job.crash_dir / 'mlflow.db'}").search_runs(["1"])
     assert run.info.status == "FAILED"

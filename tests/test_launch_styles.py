@@ -7,6 +7,7 @@ they were given) except in the one real mpirun run, which needs Open MPI's ``mpi
 is skipped without it. The refusals of styles this machine cannot run are in
 test_bad_inputs.py.
 """
+import io
 import json
 import os
 import shlex
@@ -28,7 +29,7 @@ from ms_exp.job.launch_plan import (
     save_command,
 )
 from ms_exp.job.rank_failures import failure_report
-from ms_exp.job.supervise import WorkersFailed, launch
+from ms_exp.job.supervise import WorkersFailed, _copy_output, launch
 from ms_exp.parallel.ranks import environment_device_id, environment_rank
 from ms_exp.preflight.compose import compose_config, preflight
 
@@ -268,6 +269,64 @@ def test_failure_report_finds_the_rank_in_mpiruns_log_layout(tmp_path):
     assert failure_report(tmp_path, 1, launcher="mpirun") == (
         f"rank 1 failed (mpirun exit status 1); last lines of {tmp_path}/1/rank.1/stdout:\n"
         "Traceback (most recent call last):\nValueError: bad")
+
+
+# msrun's output when rank 1 (pid 101) is killed with SIGKILL, as measured with MindSpore
+# 2.10 (abridged): rank 0's last lines, then msrun's own and its scheduler's tracebacks.
+MSRUN_AFTER_A_KILL = """epoch: 1 step: 22, loss is 2.2871897220611572
+[WARNING] DISTRIBUTED(5843,7f8,python):2026-11-26-03:23:50.502.564 [mindspore/ccsrc/cluster/\
+rpc/core/communicator/tcp_client.cc:346] EventCallbackInner] Client connected end of file! \
+Peer Worker ip: 127.0.0.1, port: 8374
+[ERROR] ME(5807:1405,MainProcess):2026-11-26-03:23:51.172.000 [mindspore/parallel/cluster/\
+process_entity/_api.py:365] Worker process 101 exit with exception. Error code: -9.
+[WARNING] ME(5807:1405,MainProcess):2026-11-26-03:23:51.172.000 [mindspore/parallel/cluster/\
+process_entity/_api.py:370] There's worker exits with exception, kill all other workers.
+[ERROR] ME(5807:1405,MainProcess):2026-11-26-03:24:21.648.000 [mindspore/parallel/cluster/\
+process_entity/_api.py:385] Scheduler process 100 exit with exception.
+Traceback (most recent call last):
+  File "/work/ms_exp/worker.py", line 111, in <module>
+RuntimeError: The total number of timed out node is 1.
+Traceback (most recent call last):
+  File "mindspore/parallel/cluster/run.py", line 265, in <module>
+RuntimeError: Distributed job exited with exception.
+"""
+
+
+def test_a_rank_killed_by_a_signal_is_named_in_one_line_and_the_rest_stays_in_the_logs(
+        tmp_path, capsys):
+    logs = tmp_path / "log_output"
+    logs.mkdir()
+    for rank, pid in ((0, 102), (1, 101)):
+        (logs / f"worker_{rank}.pid").write_text(f"{pid}\n")
+    (logs / "worker_1.log").write_text("epoch: 1 step: 22, loss is 2.29\n")
+    # Rank 0's own traceback of losing rank 1 does not make it the rank that failed.
+    (logs / "worker_0.log").write_text("Traceback (most recent call last):\nRuntimeError: "
+                                       "peer lost\n")
+    failed = {}
+    _copy_output(io.StringIO(MSRUN_AFTER_A_KILL), failed, logs, "msrun")
+    assert capsys.readouterr().out == (
+        "epoch: 1 step: 22, loss is 2.2871897220611572\n"
+        "ms_exp: rank 1 (pid 101) was killed by SIGKILL; msrun is stopping the other ranks\n")
+    assert (logs / "launcher.log").read_text() == MSRUN_AFTER_A_KILL
+    assert failure_report(logs, 1, failed, "msrun", "continue the run with trainer.resume=/r") \
+        == (f"rank 1 (pid 101) was killed by SIGKILL (msrun exit status 1); its output is in "
+            f"{logs}/worker_1.log, msrun's and its scheduler's in {logs}/launcher.log; "
+            "continue the run with trainer.resume=/r")
+
+
+def test_after_a_kill_the_hint_says_resume_only_when_every_rank_saved_a_checkpoint(tmp_path):
+    from ms_exp.job.distributed import resume_hint
+
+    cfg = compose_config(["parallel=data"])
+    (tmp_path / "checkpoints/rank_0").mkdir(parents=True)
+    (tmp_path / "checkpoints/rank_0/checkpoint-1_5.ckpt").write_bytes(b"")
+    assert resume_hint(cfg, tmp_path) == ("not every rank had saved a checkpoint yet: run it "
+                                          "again")
+    (tmp_path / "checkpoints/rank_1").mkdir()
+    (tmp_path / "checkpoints/rank_1/checkpoint-1_5.ckpt").write_bytes(b"")
+    assert resume_hint(cfg, tmp_path) == f"continue the run with trainer.resume={tmp_path}"
+    assert resume_hint(compose_config(["parallel=data", "checkpoint=none"]), tmp_path) == (
+        "run it again (this config saves no checkpoint a run can continue from)")
 
 
 # --- what the ranks read from their launcher ---------------------------------------------

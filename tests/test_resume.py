@@ -232,6 +232,19 @@ def test_resume_auto_without_an_unfinished_run_starts_a_new_one(workdir, capsys)
     assert find_resume_point(_cfg(None), new_dir, "d", "sqlite:///unused.db") is None
 
 
+def test_resume_auto_names_a_rank_folder_that_is_a_file_and_starts_a_new_run(workdir,
+                                                                             capsys):
+    broken = _run_folder(workdir, "broken", "d", "RUNNING", 5.0)
+    (broken / "checkpoints").mkdir()
+    (broken / "checkpoints/rank_0").write_text("not a folder\n")
+    new_dir = workdir / "outputs" / "2026-11-25" / "new"
+    assert find_resume_point(_cfg("auto"), new_dir, "d", "sqlite:///unused.db") is None
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"trainer.resume=auto: {broken.resolve()} did not finish but has no good checkpoint "
+        f"to continue from ({broken.resolve()}/checkpoints/rank_0 is a file, not a folder)")
+    assert (broken / "checkpoints/rank_0").read_text() == "not a folder\n"
+
+
 def test_an_explicit_checkpoint_or_run_directory_names_the_run_whatever_its_status(workdir):
     """(An MLflow run id names the run through its ms_exp.run_dir tag: the last job of
     test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights.)"""

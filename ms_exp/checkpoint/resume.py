@@ -107,8 +107,10 @@ def find_resume_point(cfg, new_run_dir: Path, digest: str, uri: str) -> Optional
                 return _point(run_dir, name, prefix)
             if run_dir != own:
                 release_folder(run_dir)
+            misplaced = misplaced_checkpoint_folder(run_dir, ranks)
+            why = f" ({misplaced} is a file, not a folder)" if misplaced else ""
             print(f"trainer.resume=auto: {run_dir} did not finish but has no good "
-                  "checkpoint to continue from", flush=True)
+                  f"checkpoint to continue from{why}", flush=True)
         print("trainer.resume=auto: no unfinished run of this config under "
               f"{outputs_root(new_run_dir)}; starting a new run", flush=True)
         return None
@@ -131,6 +133,17 @@ def explicit_target(value: str, uri: str) -> Tuple[Path, Optional[str]]:
     if path.is_file():
         return path.parents[2], path.name    # <run dir>/checkpoints/rank_<r>/<file>
     return path, None
+
+
+def misplaced_checkpoint_folder(run_dir: Path, ranks: int) -> Optional[Path]:
+    """``checkpoints/`` or one of its ``rank_<r>`` folders that is there as something other
+    than a folder (a file): no checkpoint is found in it, and MindSpore's ModelCheckpoint
+    fails on it when the job starts saving."""
+    folder = Path(run_dir) / "checkpoints"
+    for path in (folder, *(folder / f"rank_{rank}" for rank in range(ranks))):
+        if os.path.lexists(path) and not path.is_dir():
+            return path
+    return None
 
 
 def common_checkpoints(run_dir: Path, prefix: str, ranks: int,

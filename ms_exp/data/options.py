@@ -8,7 +8,7 @@ No MindSpore import: the config checks read these before MindSpore starts.
 """
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
@@ -27,6 +27,11 @@ class DatasetOption:
     # (dataset_cfg, split, num_shards) -> samples one rank reads, for a target that batches
     # itself (ms_exp sees only its batches); None: counted from what the target returns
     samples: Optional[Callable[[object, str, int], int]] = None
+    # The key that sets the sample shape (None: fixed by the data)
+    shape_key: Optional[str] = None
+    # (dataset_cfg) -> {key: samples} of the samples the target makes in memory, as float32
+    # arrays of the declared shape; None: read from files as the batches are
+    in_memory: Optional[Callable[[object], Dict[str, int]]] = None
 
 
 def _imagenet(cfg):
@@ -52,16 +57,17 @@ def _criteo_vocab(cfg) -> int:
 
 
 DATASET_OPTIONS = {option.name: option for option in (
-    DatasetOption("digits", builtin_target("dataset", "digits"),
-                  lambda cfg: ((1, 8, 8), 10)),
-    DatasetOption("mnist", builtin_target("dataset", "mnist"),
-                  lambda cfg: ((1, 28, 28), 10)),
-    DatasetOption("imagenet", builtin_target("dataset", "imagenet"), _imagenet),
+    DatasetOption("digits", builtin_target("dataset", "digits"), lambda cfg: ((1, 8, 8), 10)),
+    DatasetOption("mnist", builtin_target("dataset", "mnist"), lambda cfg: ((1, 28, 28), 10)),
+    DatasetOption("imagenet", builtin_target("dataset", "imagenet"), _imagenet,
+                  shape_key="dataset.image_size"),
     DatasetOption("synthetic", builtin_target("dataset", "synthetic"),
-                  lambda cfg: (tuple(cfg.image_shape), cfg.num_classes)),
-    DatasetOption("criteo", builtin_target("dataset", "criteo"),
-                  lambda cfg: ((FIELD_SIZE,), 2), inputs=CRITEO_INPUTS,
-                  vocab_size=_criteo_vocab, samples=_criteo_samples),
+                  lambda cfg: (tuple(cfg.image_shape), cfg.num_classes),
+                  shape_key="dataset.image_shape", in_memory=lambda cfg: {
+                      "dataset.num_samples": cfg.num_samples,
+                      "dataset.num_eval_samples": cfg.num_eval_samples}),
+    DatasetOption("criteo", builtin_target("dataset", "criteo"), lambda cfg: ((FIELD_SIZE,), 2),
+                  inputs=CRITEO_INPUTS, vocab_size=_criteo_vocab, samples=_criteo_samples),
 )}
 _BY_TARGET = {option.target: option for option in DATASET_OPTIONS.values()}
 

@@ -79,6 +79,9 @@ _RULES = (
      r"try to reconnect|\] Connect\] Connection \d+ source",
      "ranks are still joining the cluster; MindSpore retries for up to "
      "parallel.launcher.cluster_time_out seconds"),
+    # Rank 0 losing its connection to a rank that died: the job's own lines name that rank
+    # and the signal that ended it (ms_exp/job/rank_failures.py).
+    (r"Client connected end of file", None),
     # The cluster and its communication group forming as they should.
     (r"Cluster is successfully initialized|This node \d+ rank id|TcpConnection is constructed"
      r"|Event base dispatch success|CreateCommunicationGroup|collective communication lib"

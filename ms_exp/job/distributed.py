@@ -4,6 +4,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from ms_exp.boost.options import boost_option
 from ms_exp.job.launch_plan import COMMAND_FILE, save_command
 from ms_exp.job.supervise import launch
 from ms_exp.parallel.launcher_config import launch_style
@@ -32,5 +33,20 @@ def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobRe
             "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
             JOURNAL_VARIABLE: str(tracker.journal or "")}.items() if value}
     clear_stop_step(run_dir)     # an earlier attempt's, in a resumed run directory
-    launch(cfg.parallel, run_dir, env)
+    launch(cfg.parallel, run_dir, env, lambda: resume_hint(cfg, run_dir))
     return JobResult.load(run_dir)
+
+
+def resume_hint(cfg: DictConfig, run_dir: Path) -> str:
+    """How to go on after a rank was killed: continue the run from the checkpoints every
+    rank saved; run it again when one has none yet, or the config saves none that can be
+    continued (ms_exp/preflight/trainer.py refuses trainer.resume then)."""
+    checkpoint = cfg.checkpoint
+    if not checkpoint.save or boost_option(cfg.boost).not_resumable is not None \
+            or checkpoint.snapshots.per_epoch:
+        return "run it again (this config saves no checkpoint a run can continue from)"
+    folders = [run_dir / "checkpoints" / f"rank_{rank}"
+               for rank in range(cfg.parallel.device_num)]
+    if not all(any(folder.glob(f"{checkpoint.prefix}-*.ckpt")) for folder in folders):
+        return "not every rank had saved a checkpoint yet: run it again"
+    return f"continue the run with trainer.resume={run_dir}"

@@ -11,11 +11,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ms_exp.job.console import LAUNCHER_LOG, LauncherFilter
 from ms_exp.job.launch_plan import LaunchPlan, LaunchProcess, launch_plan
-from ms_exp.job.rank_failures import failure_report
+from ms_exp.job.rank_failures import death_notice, failure_report
 from ms_exp.parallel.launcher_config import MSRUN, RANK_TABLE
 from ms_exp.parallel.ranks import WORKER_MODULE, die_with_parent
 
@@ -24,15 +24,17 @@ class WorkersFailed(RuntimeError):
     """A rank ended with an error; the message names the rank and quotes its log."""
 
 
-def launch(parallel_cfg, run_dir: Path, env: Dict[str, str]) -> None:
+def launch(parallel_cfg, run_dir: Path, env: Dict[str, str],
+           resume_hint: Callable[[], str] = str) -> None:
     """Run the job's launch plan to completion; on Ctrl-C or SIGTERM stop every rank, then
-    re-raise. ``env``: variables for every rank on top of the plan's (MLflow's)."""
+    re-raise. ``env``: variables for every rank on top of the plan's (MLflow's).
+    ``resume_hint``: how to go on, asked when a rank was killed (what it saved by then)."""
     plan = launch_plan(parallel_cfg, run_dir)
     grace = parallel_cfg.launcher.join_timeout
     if plan.style == RANK_TABLE:
-        _run_each_rank(plan, env, grace)
+        _run_each_rank(plan, env, grace, resume_hint)
     else:
-        _run_launcher(plan, run_dir, env, grace)
+        _run_launcher(plan, run_dir, env, grace, resume_hint)
 
 
 def environment(process: LaunchProcess, env: Mapping[str, str]) -> Dict[str, str]:
@@ -68,7 +70,7 @@ def interpreter_path_dir(run_dir: Path) -> Path:
 
 
 def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
-                  grace: int) -> None:
+                  grace: int, resume_hint: Callable[[], str] = str) -> None:
     """msrun or mpirun, which start the ranks themselves.
 
     Their output (their own lines and the ranks' output they copy: msrun's only rank 0's)
@@ -96,9 +98,9 @@ def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
                                preexec_fn=die_with_parent,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                errors="replace", bufsize=1)
-    failed_pids: List[int] = []
+    failed_pids: Dict[int, Optional[int]] = {}
     pump = threading.Thread(target=_copy_output,
-                            args=(process.stdout, failed_pids, plan.logs / LAUNCHER_LOG),
+                            args=(process.stdout, failed_pids, plan.logs, plan.style),
                             daemon=True)
     pump.start()
     try:
@@ -109,10 +111,12 @@ def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
     finally:
         pump.join(timeout=5)
     if returncode != 0:
-        raise WorkersFailed(failure_report(plan.logs, returncode, failed_pids, plan.style))
+        raise WorkersFailed(failure_report(plan.logs, returncode, failed_pids, plan.style,
+                                           resume_hint()))
 
 
-def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int) -> None:
+def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int,
+                   resume_hint: Callable[[], str] = str) -> None:
     """The rank-table style: this process starts every rank, as the tutorial's script does.
 
     Each rank's output goes to its own log; rank 0's is also copied to the console. When a
@@ -140,7 +144,9 @@ def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int) -> None
         for pump in pumps:
             pump.join(timeout=5)
     if failed is not None:
-        raise WorkersFailed(failure_report(plan.logs, failed.returncode, [failed.pid], None))
+        raise WorkersFailed(failure_report(plan.logs, failed.returncode,
+                                           {failed.pid: failed.returncode}, None,
+                                           resume_hint()))
 
 
 def _write_log(stream, log: Path, to_console: bool) -> None:
@@ -185,22 +191,32 @@ def _stop_processes(ranks: List[subprocess.Popen], grace: int) -> None:
             rank.wait()
 
 
-def _copy_output(stream, failed_pids: List[int], log: Path) -> None:
+def _copy_output(stream, failed_pids: Dict[int, Optional[int]], logs: Path,
+                 launcher: str) -> None:
+    """Every line into the launcher's log; to the console what LauncherFilter shows, until
+    a rank dies: then one line naming it, and nothing more of the launcher (the other
+    ranks', the scheduler's and msrun's own tracebacks of losing it stay in the logs; the
+    job's error line says where)."""
     shown = LauncherFilter()
-    with open(log, "a", encoding="utf-8", buffering=1) as everything:
+    with open(logs / LAUNCHER_LOG, "a", encoding="utf-8", buffering=1) as everything:
         for line in stream:
             everything.write(line)
             match = _WORKER_DIED.search(line)
-            if match:
-                failed_pids.append(int(match.group(1)))
-            text = shown.shown(line)
+            if match and not failed_pids:
+                pid, code = int(match.group(1)), match.group(2)
+                failed_pids[pid] = int(code) if code is not None else None
+                sys.stdout.write(death_notice(logs, pid, failed_pids[pid], launcher) + "\n")
+            elif match:
+                failed_pids.setdefault(int(match.group(1)), None)
+            text = shown.shown(line) if not failed_pids else None
             if text is not None:
                 sys.stdout.write(text)
     sys.stdout.flush()
 
 
-# msrun's own line when it sees a worker end badly (then it kills the other workers).
-_WORKER_DIED = re.compile(r"Worker process (\d+) exit with exception")
+# msrun's own line when it sees a worker end badly (then it kills the other workers), with
+# the worker's exit code (negative: the signal that ended it).
+_WORKER_DIED = re.compile(r"Worker process (\d+) exit with exception(?:\. Error code: (-?\d+))?")
 
 
 def stop_ranks(process: subprocess.Popen, logs: Path, grace_seconds: int) -> None:

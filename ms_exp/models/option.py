@@ -54,3 +54,7 @@ class ModelOption:
     # (network) -> Model keywords that evaluate it, or None: the configured loss and
     # classification metrics
     evaluation: Optional[Callable[[Any], Dict[str, Any]]] = None
+    # (cfg, sample shape, class count) -> (the key that sizes it, its parameter count),
+    # counted from the config without building the network; None: not known before (a
+    # user's option)
+    parameters: Optional[Callable[[Any, Tuple[int, ...], int], Tuple[str, int]]] = None

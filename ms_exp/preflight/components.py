@@ -1,9 +1,10 @@
 """Checks of the ``_target_`` components a job builds besides its network and data: the
 optimizer, the loss (or each of ``loss.parts``), ``trainer.callbacks`` and
-``trainer.metrics``. Each target must import and its arguments fit its signature (an unknown
-or missing one refused in one line naming the key); the loss, callbacks and metrics are
-built, which is cheap, to check what they return; the optimizer, which needs the network's
-parameters, is checked to be a mindspore.nn.Optimizer subclass.
+``trainer.metrics``, and Hydra's own ``hydra.callbacks``. Each target must import and its
+arguments fit its signature (an unknown or missing one refused in one line naming the key);
+the loss, callbacks and metrics are built, which is cheap, to check what they return; the
+optimizer, which needs the network's parameters, and Hydra's callbacks, which Hydra builds,
+are checked to be a subclass of mindspore.nn.Optimizer and of Hydra's Callback.
 
 Only a config naming a target imports it (and so MindSpore); the built-in names are checked
 by their schemas and ms_exp/preflight/training.py alone.
@@ -132,6 +133,29 @@ def validate_callbacks(trainer_cfg) -> None:
         from mindspore.train import Callback
 
         build(key, node, expected=(Callback,), expected_text=CALLBACK_TARGET)
+
+
+HYDRA_CALLBACK = "hydra.experimental.callback.Callback"
+
+
+def validate_hydra_callbacks(hydra_cfg) -> None:
+    """``hydra.callbacks``: Hydra instantiates each before the job, and turns a failure into
+    a traceback (a blocklisted or missing target) or a warning; each must be a Hydra
+    Callback class taking the arguments given, checked here before Hydra starts."""
+    from hydra.experimental.callback import Callback
+
+    for name, node in (hydra_cfg.get("callbacks") or {}).items():
+        key = f"hydra.callbacks.{name}"
+        _require_target(key, node, "my_project.callbacks.Notify")
+        path = target_path(node)
+        target = load_target(key, path)
+        if not (inspect.isclass(target) and issubclass(target, Callback)):
+            raise ConfigError(f"{key}.{TARGET}", path, f"a Hydra callback class, a subclass "
+                              f"of {HYDRA_CALLBACK} ({path} is a {type(target).__name__})")
+        # Hydra's own keys (_recursive_, _convert_, ...) are not the target's arguments.
+        arguments = {k: v for k, v in config_arguments(node).items()
+                     if not (k.startswith("_") and k.endswith("_"))}
+        fit_arguments(key, path, target, arguments)
 
 
 def validate_metrics(cfg) -> None:

@@ -27,9 +27,10 @@ from omegaconf.errors import OmegaConfBaseException
 from ms_exp.config import hydra_internals
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import register_schemas
+from ms_exp.preflight.components import validate_hydra_callbacks
 from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
-from ms_exp.preflight.paths import output_folder
+from ms_exp.preflight.paths import existing_run_folder, output_folder
 from ms_exp.preflight.validate import validate
 from ms_exp.search.checks import check_sweep
 from ms_exp.search.plugin import register_optuna_sweeper
@@ -218,9 +219,12 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
         check_sweep(cfg, parsed, spaces)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         with hydra_config_of(cfg, output):
+            validate_hydra_callbacks(cfg.hydra)
             validate(cfg, cfg.hydra.runtime.choices)
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         output_folder(key, output)
+        if not multirun:
+            existing_run_folder(key, output, cfg.parallel.device_num)
         configs.append(cfg)
     if multirun:
         concurrent_master_ports(configs)

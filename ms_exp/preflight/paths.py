@@ -1,12 +1,15 @@
 """Checks of the folders a job writes to: they are, or can be created as, writable folders
-on a filesystem with room for a run."""
+on a filesystem with room for a run; a run folder that exists already has a record that
+reads back and checkpoint folders that are folders."""
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ms_exp.config.errors import ConfigError, require
+from ms_exp.checkpoint.resume import misplaced_checkpoint_folder
+from ms_exp.config.errors import ConfigError, InvalidConfig, require
+from ms_exp.tracking.run_folder import FolderRefused, read_run_record
 
 # An output folder or store on a filesystem with less free space than this is refused: a
 # run writes its config, logs, checkpoints and MLflow rows there, and a disk that fills up
@@ -70,3 +73,21 @@ def inside_run_dir(key: str, value) -> None:
     written = Path(str(value)).expanduser()
     require(written.is_absolute() or ".." not in written.parts, key, value,
             "an absolute path, or a relative one inside the run directory (without '..')")
+
+
+def existing_run_folder(key: str, value, ranks: int) -> None:
+    """A run folder that is there already (a fixed ``hydra.run.dir``, also one that
+    ``trainer.resume=auto`` continues in place): its record reads back (a damaged one is
+    named, as the job's claim of the folder would, but before Hydra writes anything into
+    the folder), and its checkpoint folders are folders (a file there would fail the job
+    when it starts saving, after its MLflow run exists)."""
+    folder = Path(value).expanduser()
+    try:
+        read_run_record(folder)
+    except FolderRefused as error:
+        raise InvalidConfig(str(error)) from None
+    misplaced = misplaced_checkpoint_folder(folder, ranks)
+    if misplaced is not None:
+        relative = misplaced.relative_to(folder).as_posix()
+        raise ConfigError(key, value, f"a run folder whose {relative} is a folder or absent "
+                          f"({misplaced} is a file, not a folder)")

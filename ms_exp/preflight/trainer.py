@@ -11,6 +11,7 @@ from ms_exp.checkpoint.resume import (
     ResumeError,
     common_checkpoints,
     explicit_target,
+    misplaced_checkpoint_folder,
 )
 from ms_exp.config.errors import ConfigError, one_of, positive, require
 from ms_exp.config.schema import DEVICE_TARGETS
@@ -62,9 +63,11 @@ def validate_resume(cfg) -> None:
     except ResumeError as error:
         raise ConfigError(key, resume, f"{RESUME_ALLOWED} ({error})") from None
     ranks = cfg.parallel.device_num
+    misplaced = misplaced_checkpoint_folder(run_dir, ranks)
+    where = f"{misplaced} is a file, not a folder" if misplaced else run_dir / "checkpoints"
     require(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted), key, resume,
             f"a run with a {cfg.checkpoint.prefix}-<epoch>_<step>.ckpt in each of its {ranks} "
-            f"rank folders ({run_dir / 'checkpoints'})")
+            f"rank folders ({where})")
     if wanted is not None:
         verify_named_checkpoint(key, resume, run_dir, wanted, ranks)
 

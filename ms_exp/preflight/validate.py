@@ -27,6 +27,7 @@ from ms_exp.preflight.dataset import validate_batch_fits, validate_dataset
 from ms_exp.preflight.device import validate_device_present
 from ms_exp.preflight.interpolations import check_interpolations, without_hydra
 from ms_exp.preflight.launch_style import validate_launch_style
+from ms_exp.preflight.memory import validate_memory
 from ms_exp.preflight.model import validate_model, validate_placement
 from ms_exp.preflight.parallel import (
     validate_master_port_free,
@@ -83,6 +84,7 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
     validate_batch_fits(cfg.dataset, cfg.parallel)
     validate_model(cfg)
     validate_placement(cfg.placement, cfg.model)
+    validate_memory(cfg)
     validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
     validate_loss(cfg.loss)
     validate_loop(cfg)

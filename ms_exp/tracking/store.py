@@ -74,20 +74,44 @@ def sqlite_path(uri: str) -> Optional[Path]:
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+# SQLite's file header (https://www.sqlite.org/fileformat.html): 100 bytes; the page size at
+# offset 16, the file change counter at 24, the database's size in pages at 28 (valid when
+# the "version-valid-for" number at 92 equals that counter).
+SQLITE_HEADER_SIZE = 100
+CUT_SHORT = "a copy or disk that stopped early; restore the whole file"
+
+
 def not_a_database(database: Path) -> Optional[str]:
     """Why the file of a ``sqlite:///`` store is not one SQLite can open, or None (also
-    when it does not exist yet, or is empty: SQLite makes a database of it)."""
+    when it does not exist yet, or is empty: SQLite makes a database of it). Read only: a
+    file cut short is named from its header and size, before MLflow opens it (and fails
+    with "database disk image is malformed" once a run folder exists)."""
     if not database.exists():
         return None
     if not database.is_file():
         return f"{database} is not a file"
     try:
         with open(database, "rb") as f:
-            header = f.read(len(SQLITE_HEADER))
+            header = f.read(SQLITE_HEADER_SIZE)
+        size = database.stat().st_size
     except OSError as error:
         return f"{database} cannot be read: {error.strerror or error}"
-    if header and header != SQLITE_HEADER:
+    if header and header[:len(SQLITE_HEADER)] != SQLITE_HEADER:
         return f"{database} is not a SQLite database"
+    if not header:
+        return None
+    if size < SQLITE_HEADER_SIZE:
+        return (f"{database} is cut short: {size} bytes, less than SQLite's "
+                f"{SQLITE_HEADER_SIZE}-byte header: {CUT_SHORT}")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if pages and header[24:28] == header[92:96] and size < pages * page_size:
+        return (f"{database} is cut short: {size} bytes, where its header says "
+                f"{pages * page_size} ({pages} pages of {page_size}): {CUT_SHORT}")
+    if page_size and size % page_size:
+        return (f"{database} is cut short: {size} bytes, not a whole number of its "
+                f"{page_size}-byte pages: {CUT_SHORT}")
     return None
 
 
