@@ -246,3 +246,12 @@ def test_a_logged_model_with_a_planted_config_is_not_built_by_pyfunc(tmp_path, m
     assert str(refused.value) == refusal("model._target_", PLANTED,
                                          f"the MLflow model in {model}")
     assert not (tmp_path / MARKER).exists()
+
+
+@pytest.mark.parametrize("option", ["model=mlp", "model=resnet", "model=wide_deep",
+                                    "dataset=digits", "dataset=mnist", "dataset=imagenet",
+                                    "dataset=synthetic", "dataset=criteo"])
+def test_a_config_of_ms_exps_own_options_read_back_is_trusted(option):
+    from ms_exp.preflight.trust import check_read_back
+
+    check_read_back(compose_config([option], return_hydra_config=True), "a store")

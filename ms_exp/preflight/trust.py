@@ -100,10 +100,14 @@ def override_targets(overrides: Sequence[str]) -> Iterator[str]:
 
 @functools.lru_cache(maxsize=None)
 def shipped_targets() -> frozenset:
-    """The targets ms_exp's own config files name."""
+    """The targets ms_exp's own options name: in their schemas, and in its config files
+    (Hydra's callbacks)."""
+    from ms_exp.config.schema import GROUP_SCHEMAS
     from ms_exp.preflight.compose import conf_dir
 
-    return frozenset(folder_targets(conf_dir()))
+    schemas = {getattr(schema, TARGET, None) for options in GROUP_SCHEMAS.values()
+               for schema in options.values()}
+    return frozenset(folder_targets(conf_dir()) | {t for t in schemas if t})
 
 
 def folder_targets(folder: Path) -> frozenset:
