@@ -12,7 +12,7 @@ import shlex
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import List, Optional
+from typing import ContextManager, List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -100,7 +100,8 @@ def parse_args(argv: List[str]):
     from hydra._internal.utils import get_args_parser
 
     parser = get_args_parser()
-    parser.error = lambda message: _refuse_flag(parser, argv, message)
+    # argparse documents error() as the method to override; Hydra made the parser.
+    parser.error = lambda message: _refuse_flag(parser, argv, message)  # type: ignore[method-assign]
     args = parser.parse_args(argv)
     given = [flag for dest, flag in COMMANDS.items() if getattr(args, dest) not in (None, False)]
     if len(given) > 1:
@@ -217,7 +218,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED
     # too, not leave it RUNNING (each job's own run already handles it;
     # docs/design.md#mlflow-run-status-on-signals).
-    guard = nullcontext()
+    guard: ContextManager[None] = nullcontext()
     if args.multirun:
         from ms_exp.tracking.lifecycle import terminate_as_interrupt
         guard = terminate_as_interrupt()

@@ -2,7 +2,7 @@
 folder: the launcher's exit status alone says neither which rank failed nor why.
 """
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ms_exp.parallel.launcher_config import MSRUN
 
@@ -33,14 +33,14 @@ def failing_rank_log(logs: Path, failed_pids: List[int]) -> Optional[Tuple[int, 
         if "Traceback (most recent call last)" in log.read_text(errors="replace"):
             return rank, log
     for pid_path in sorted(logs.glob("worker_*.pid")):
-        rank = pid_path.stem.rsplit("_", 1)[-1]
+        suffix = pid_path.stem.rsplit("_", 1)[-1]
         if pid_path.read_text().strip() in {str(pid) for pid in failed_pids} \
-                and rank.isdigit() and int(rank) in ranks:
-            return int(rank), ranks[int(rank)]
+                and suffix.isdigit() and int(suffix) in ranks:
+            return int(suffix), ranks[int(suffix)]
     return None
 
 
-def failure_report(logs: Path, returncode: int, failed_pids: List[int] = (),
+def failure_report(logs: Path, returncode: int, failed_pids: Sequence[int] = (),
                    launcher: Optional[str] = MSRUN) -> str:
     """``launcher``: the program whose exit status this is; None, the rank's own."""
     found = failing_rank_log(logs, list(failed_pids))

@@ -26,7 +26,7 @@ from hydra._internal.utils import (
 )
 from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.errors import HydraException
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig
@@ -87,7 +87,8 @@ class ConfigSource:
     @classmethod
     def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
         """From Hydra's parsed command line (``hydra._internal.utils.get_args_parser``)."""
-        calling_file, calling_module = None, "ms_exp.run"
+        calling_file: Optional[str] = None
+        calling_module: Optional[str] = "ms_exp.run"
         if task_function is not None:
             calling_file, calling_module = (
                 detect_calling_file_or_module_from_task_function(task_function))
@@ -200,6 +201,8 @@ def search_spaces(parsed: Sequence[Override]) -> List[Override]:
 
 def _ends(space: Override) -> Override:
     value = space.value()
+    # search_spaces' overrides are interval(a,b) sweeps, which have both ends.
+    assert isinstance(value, IntervalSweep) and value.start is not None and value.end is not None
     cast = int if "int" in value.tags else float
     (ends,) = parse_overrides([f"{space.get_key_element()}={cast(value.start)},"
                                f"{cast(value.end)}"], multirun=True)

@@ -62,7 +62,7 @@ def validate_resume(cfg) -> None:
     except ResumeError as error:
         raise ConfigError(key, resume, f"{RESUME_ALLOWED} ({error})") from None
     ranks = cfg.parallel.device_num
-    require(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted), key, resume,
+    require(bool(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted)), key, resume,
             f"a run with a {cfg.checkpoint.prefix}-<epoch>_<step>.ckpt in each of its {ranks} "
             f"rank folders ({run_dir / 'checkpoints'})")
     if wanted is not None:
