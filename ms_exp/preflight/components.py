@@ -10,6 +10,7 @@ by their schemas and ms_exp/preflight/training.py alone.
 """
 import inspect
 import re
+from typing import Any, List, Tuple
 
 from ms_exp.boost.options import boost_option
 from ms_exp.config.amp import needs_overflow_check
@@ -61,8 +62,9 @@ def validate_components(cfg, training: bool = True) -> None:
 def validate_loss_targets(cfg) -> None:
     """``loss``, or each of ``loss.parts``, that names a ``_target_``: a loss Cell."""
     parts = typed_loss_parts(cfg.loss)
-    entries = ([(f"loss.parts.{name}", part, LossPart) for name, part in parts.items()]
-               if parts else [("loss", cfg.loss, LossConfig)])
+    entries: List[Tuple[str, Any, type]] = (
+        [(f"loss.parts.{name}", part, LossPart) for name, part in parts.items()]
+        if parts else [("loss", cfg.loss, LossConfig)])
     for key, node, schema in entries:
         if target_path(node) is None:
             continue
