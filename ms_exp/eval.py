@@ -15,7 +15,7 @@ import argparse
 import difflib
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -231,7 +231,7 @@ def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
     folder, strategy, prefix = run_sources(source, workdir, uri)
     if strategy is None or not strategy.is_file():
         raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
-    merged_from = []
+    merged_from: List[str] = []
     merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix,
                                report=merged_from.append)
     shown = merged_from[0]
@@ -329,6 +329,7 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             which = args.model or check_checkpoint_flag(args.checkpoint, args.run_id)
             uri = resolve_tracking_uri(args.tracking_uri)
             parent_run_id = args.run_id
+            config_file: Union[str, Path, None]
             if args.model:
                 config_file, checkpoint, parent_run_id, shown = fetch_model(
                     uri, args.model, Path(workdir))
@@ -357,10 +358,10 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             if not args.tracking_uri and not args.run_id and not args.model:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
             database = sqlite_path(uri)
-            problem = not_a_database(database) if database is not None else None
-            if problem is not None:
+            unusable = not_a_database(database) if database is not None else None
+            if unusable is not None:
                 raise ConfigError("--tracking-uri" if args.tracking_uri else "tracking.uri",
-                                  uri, "an MLflow store to record the evaluation in", problem)
+                                  uri, "an MLflow store to record the evaluation in", unusable)
             if not args.model:
                 shown = str(Path(checkpoint).resolve())
             if args.run_id and Path(workdir).resolve() in Path(checkpoint).resolve().parents:

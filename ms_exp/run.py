@@ -12,7 +12,7 @@ import shlex
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import List, Optional
+from typing import ContextManager, List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -108,6 +108,7 @@ def parse_args(argv: List[str]):
     """Hydra's own command line, its mistakes refused in one line (argparse would print its
     usage block, and Hydra a traceback for two commands at once)."""
     parser = args_parser()
+    # argparse documents error() as the method to override; Hydra made the parser.
     parser.error = lambda message: _refuse_flag(parser, argv, message)
     args = parser.parse_args(argv)
     given = [flag for dest, flag in COMMANDS.items() if getattr(args, dest) not in (None, False)]
@@ -223,7 +224,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED
     # too, not leave it RUNNING (each job's own run already handles it;
     # docs/design.md#mlflow-run-status-on-signals).
-    guard = nullcontext()
+    guard: ContextManager[None] = nullcontext()
     if args.multirun:
         from ms_exp.tracking.lifecycle import terminate_as_interrupt
         guard = terminate_as_interrupt()

@@ -86,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if announced is not None:
         record_worker_pid(logs, announced)
     runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
-    if announced not in (None, runtime.rank_id):
+    if announced is not None and announced != runtime.rank_id:
         forget_worker_pid(logs, announced)
     record_worker_pid(logs, runtime.rank_id)
     tracker = attach_tracker(runtime.rank_id)

@@ -106,7 +106,7 @@ class LossReturningBoostCell(BoostTrainOneStepCell):
             old = self.dim_reduce
             # Rebuilt from the tensors MindSpore already loaded: pca_list_local holds this
             # rank's rows of the PCA matrix, split per parameter.
-            self.dim_reduce = FixedDimReduce(
+            self.dim_reduce: DimReduce = FixedDimReduce(
                 old.network, old.optimizer, self.weights,
                 np.concatenate([part.asnumpy() for part in old.pca_list_local], axis=1),
                 old.n_components, float(old.rho_list[1].asnumpy()), old.gamma, old.alpha,

@@ -13,7 +13,7 @@ makes the same two calls Model would (``AutoBoost(level, dict)`` and its
 - the PCA step must use a private folder and a cached matrix (``ms_exp.boost.pca``).
 """
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from mindspore import Model, nn
 from mindspore.boost import AutoBoost
@@ -47,7 +47,7 @@ def reset_auto_boost() -> None:
     AutoBoost._instance = None
 
 
-def build_dim_reduce_model(boost_cfg, snapshots: Path, network: nn.Cell, loss: nn.Cell,
+def build_dim_reduce_model(boost_cfg, snapshots: Optional[Path], network: nn.Cell, loss: nn.Cell,
                            metrics, runtime, run_dir: Path) -> Tuple[Model, PcaPlan]:
     # One PCA computer per node, as MindSpore's device_number means; ranks of one node
     # share the run directory.

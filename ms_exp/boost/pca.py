@@ -88,6 +88,8 @@ def pca_for_rank(boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int,
         _link_or_copy(Path(boost_cfg.pca_mat_path).expanduser(), work / MINDSPORE_MATRIX)
         yield PcaPlan(work, work / MINDSPORE_MATRIX, "given")
         return
+    # Without boost.pca_mat_path, ms_exp.boost.checks refused a run with no snapshot folder.
+    assert snapshots is not None
     cache = cache_dir(snapshots)
     cache.mkdir(parents=True, exist_ok=True)
     matrix = cache / f"pca_mat_n{boost_cfg.n_components}.npy"

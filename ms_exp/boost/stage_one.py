@@ -21,7 +21,7 @@ DOWNLOADS = Path(".ms_exp") / "stage_one"
 @dataclass
 class StageOne:
     run_id: Optional[str]
-    weights: Optional[Path]
+    weights: Path
     snapshots: Optional[Path]
 
 

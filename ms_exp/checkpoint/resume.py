@@ -162,7 +162,9 @@ def common_checkpoints(run_dir: Path, prefix: str, ranks: int,
 def _point(run_dir: Path, name: str, prefix: str) -> ResumePoint:
     from ms_exp.checkpoint.files import checkpoint_position
 
-    epoch, step = checkpoint_position(Path(name), prefix)
+    position = checkpoint_position(Path(name), prefix)
+    assert position is not None  # name is one of numbered_checkpoints'
+    epoch, step = position
     return ResumePoint(Path(run_dir).resolve(), name, epoch, step)
 
 

@@ -34,7 +34,7 @@ import shutil
 import sys
 from math import prod
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 PROG = "ms_exp.ckpt"  # what its warnings and errors start with
 # A merge's scratch folders beside its output: the pid in the name (ms_exp/checkpoint/scratch.py).
@@ -50,7 +50,7 @@ class CkptError(Exception):
         self.exit_code = exit_code
 
 
-def _check_inputs(src_dir, strategy_files: List[Tuple[str, object]],
+def _check_inputs(src_dir, strategy_files: List[Tuple[str, Union[str, Path]]],
                   prefix: str) -> Dict[int, Path]:
     """The checks that need no MindSpore; returns the rank folders by rank."""
     src = Path(src_dir)
@@ -198,7 +198,7 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
         for rank_dir in result.iterdir():
             match = _RANK_DIR.match(rank_dir.name)
             written = sorted(rank_dir.glob("*.ckpt")) if match else []
-            if len(written) != 1:
+            if match is None or len(written) != 1:
                 raise CkptError(f"transform_checkpoints left {len(written)} files in "
                                 f"{rank_dir.name}, expected one", exit_code=1)
             target = output / rank_dir.name

@@ -54,16 +54,17 @@ def from_composition_error(error: Exception, overrides: Iterable[str]) -> Option
                  None)
     if cause is None:
         return None
+    key = cause.full_key or ""  # not empty: the search above wants one
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         parent = cause.parent_node
         keys = sorted(k for k in parent.keys() if k != "hydra") if parent is not None else []
-        value = _override_value(cause.full_key, overrides)
-        return f"{cause.full_key}={value}: unknown key; expected {one_of(keys)}"
+        value = _override_value(key, overrides)
+        return f"{key}={value}: unknown key; expected {one_of(keys)}"
     shown = None
     if cause.value is None:  # OmegaConf names no value when merging a node of another kind
-        given = _override_value(cause.full_key, overrides)
+        given = _override_value(key, overrides)
         shown = None if given == "?" else given
-    return value_error(cause.full_key, cause, shown)
+    return value_error(key, cause, shown)
 
 
 def value_error(key: str, error: OmegaConfBaseException, shown: Optional[str] = None) -> str:

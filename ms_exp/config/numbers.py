@@ -28,7 +28,8 @@ def check_number(key: str, declared, value) -> None:
     kind, is_list = _number_kind(declared)
     if kind is None or value is None:
         return
-    items = list(enumerate(value)) if is_list else [(None, value)]
+    items: typing.List[typing.Tuple[typing.Optional[int], typing.Any]] = (
+        list(enumerate(value)) if is_list else [(None, value)])
     for index, item in items:
         shown_key = key if index is None else f"{key}[{index}]"
         if kind is float and isinstance(item, float):

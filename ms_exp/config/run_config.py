@@ -4,7 +4,7 @@ The launching process saves the resolved config there; the ranks, ``ms_exp.eval`
 ``ms_exp.ckpt`` and re-runs read it without Hydra composing anything.
 """
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -25,8 +25,8 @@ def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
     path = Path(path)
     saved = _read(path)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(Config), saved,
-                                 OmegaConf.from_dotlist(list(overrides)))
+        merged = cast(DictConfig, OmegaConf.merge(  # of a structured DictConfig: one
+            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(list(overrides))))
     except OmegaConfBaseException as error:  # an unknown key or a mistyped override
         raise InvalidConfig(_refusal(path, error, overrides, saved)) from None
     missing = [group for group in GROUP_SCHEMAS if OmegaConf.is_missing(merged, group)]
@@ -80,7 +80,7 @@ def _refusal(path: Path, error: OmegaConfBaseException, overrides: Iterable[str]
                   if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)
                   }.values())
     for refused in chain if prefix else ():
-        refused.full_key = prefix + refused.full_key
+        refused.full_key = f"{prefix}{refused.full_key}"
     line = from_composition_error(error, overrides)
     if line is None:
         return f"{path}: {str(error).splitlines()[0]}"

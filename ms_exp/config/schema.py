@@ -14,7 +14,7 @@ import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -502,7 +502,7 @@ def loss_own_keys(loss_cfg, schema) -> tuple:
 def loss_part(part) -> DictConfig:
     """One of ``loss.parts`` typed by LossPart (defaults filled in, values converted).
     Raises OmegaConf's ValidationError for a value of the wrong type."""
-    return OmegaConf.merge(OmegaConf.structured(LossPart), part)
+    return cast(DictConfig, OmegaConf.merge(OmegaConf.structured(LossPart), part))
 
 
 def loss_parts(loss_cfg) -> Dict[str, DictConfig]:
@@ -591,7 +591,7 @@ class Config:
 
 # group -> option -> schema. The YAML options in conf/ must match this table one to one
 # (a test checks it), so an option cannot exist only in YAML or only here.
-GROUP_SCHEMAS = {
+GROUP_SCHEMAS: Dict[str, Dict[str, type]] = {
     "parallel": {"stand_alone": StandAloneParallel, "data": DataParallel,
                  "semi_auto": SemiAutoParallel, "auto": AutoParallel},
     "checkpoint": {
@@ -625,7 +625,7 @@ def register_schemas() -> None:
 
 def builtin_target(group: str, option: str) -> str:
     """The ``_target_`` of a built-in option: its schema is the one place that names it."""
-    return GROUP_SCHEMAS[group][option]._target_
+    return str(getattr(GROUP_SCHEMAS[group][option], TARGET))
 
 
 def group_schema(group: str, node, choice: Optional[str]):

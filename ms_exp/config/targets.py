@@ -9,9 +9,14 @@ passed only when the target's signature names it and the config does not set it.
 
 Nothing here imports MindSpore; importing a target may.
 """
+import functools
 import inspect
 import logging
+import os
+import pkgutil
 import sys
+import sysconfig
+import typing
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -49,7 +54,7 @@ def targets_in(node, prefix: str = "") -> Iterator[Tuple[str, object]]:
             yield from targets_in(value, f"{prefix}[{index}]")
 
 
-def load_target(key: str, path: str) -> Callable:
+def load_target(key: str, path: Optional[str]) -> Callable:
     """Import ``module.attribute``; refuse in one line when it does not import."""
     from hydra.utils import get_object
 
@@ -76,14 +81,16 @@ def load_target(key: str, path: str) -> Callable:
     return target
 
 
-def parameters(target: Callable) -> Optional[Dict[str, inspect.Parameter]]:
-    """The keyword parameters of ``target`` (a class: of its constructor); None when they
-    cannot be known before calling it (``*args, **kwargs`` all the way down)."""
+def parameters(target: Callable) -> Optional[Dict[str, Optional[inspect.Parameter]]]:
+    """The keyword parameters of ``target`` (a class: of its constructor), with ``"**"``
+    (None) among them when it also takes ``**kwargs``; None when they cannot be known
+    before calling it (``*args, **kwargs`` all the way down)."""
     signature = _signature(target)
     if signature is None:
         return None
-    found = {name: p for name, p in signature.parameters.items()
-             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    found: Dict[str, Optional[inspect.Parameter]] = {
+        name: p for name, p in signature.parameters.items()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
         return None if not found else {**found, "**": None}
     return found
@@ -134,14 +141,14 @@ def config_arguments(node, own_keys: Iterable[str] = ()) -> Dict[str, Any]:
     """The target's keyword arguments: every key of ``node`` but ``_target_`` and ms_exp's
     own keys, resolved to plain values (nested ``_target_`` configs stay configs)."""
     own = set(own_keys) | {TARGET}
-    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) \
-        else dict(node)
+    values = typing.cast(Dict[str, Any], OmegaConf.to_container(node, resolve=True)) \
+        if isinstance(node, DictConfig) else dict(node)
     return {k: v for k, v in values.items() if k not in own}
 
 
 def fit_arguments(key: str, path: str, target: Callable, arguments: Mapping[str, Any],
-                  provided: Mapping[str, Any] = (), required: Iterable[str] = ()
-                  ) -> Dict[str, Any]:
+                  provided: Optional[Mapping[str, Any]] = None,
+                  required: Iterable[str] = ()) -> Dict[str, Any]:
     """``arguments`` (from the config) plus what ms_exp ``provides`` that the signature names
     and the config leaves unset (None counts as unset), checked against the signature:
     an unknown or missing argument is refused in one line. ``required``: what ms_exp
@@ -166,8 +173,8 @@ def fit_arguments(key: str, path: str, target: Callable, arguments: Mapping[str,
     for name, value in provided.items():
         if (name in params or name in required) and kwargs.get(name) is None:
             kwargs[name] = value
-    for name, param in params.items():
-        if param.default is param.empty and name not in kwargs:
+    for name, param in params.items():  # "**" popped above: every one a Parameter
+        if param is not None and param.default is param.empty and name not in kwargs:
             raise ConfigError(f"{key}.{name}", "missing",
                               f"a value: {path} requires {name!r} (its parameters: {accepts})")
     return kwargs
@@ -208,46 +215,40 @@ def refuse_standard_library(key: str, path: str, module: Optional[str] = None,
     """A target of Python's standard library (``builtins.open``, ``shutil.rmtree``,
     ``pickle.load``) is no component: refused by ``key``, whatever re-exports it."""
     packages = {path.split(".")[0], (module or path).split(".")[0]}
-    if any(_in_standard_library(package) for package in packages):
+    if packages & _standard_library():
         raise ConfigError(key, path, wanted or "a class or function of your project or of a "
                           "library of components", problem="is part of Python's standard "
                           "library, not a component")
 
 
-def _in_standard_library(package: str) -> bool:
-    """Whether the top-level module ``package`` is Python's own: named by
-    ``sys.stdlib_module_names`` (3.10+), else found in the standard library's folder."""
-    names = getattr(sys, "stdlib_module_names", None)
-    if names is not None:
-        return package in names
-    if package in sys.builtin_module_names:
-        return True
-    import importlib.util
-    import sysconfig
-
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return False
-    origin = getattr(spec, "origin", None) or ""
-    stdlib = sysconfig.get_paths()["stdlib"]
-    return origin in ("built-in", "frozen") or (origin.startswith(stdlib) and
-                                                 "site-packages" not in origin)
+@functools.lru_cache(maxsize=None)
+def _standard_library() -> typing.FrozenSet[str]:
+    """The top-level names of Python's standard library."""
+    if sys.version_info >= (3, 10):
+        return frozenset(sys.stdlib_module_names)
+    # Python 3.9 lists none: the modules of its library folders and those built in.
+    folders = [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]
+    folders += [os.path.join(folder, "lib-dynload") for folder in folders]
+    found = {module.name for module in pkgutil.iter_modules(folders)}
+    return frozenset(found | set(sys.builtin_module_names))
 
 
 def _declared_return(target: Callable):
     """The return annotation of a function, None when it has none or it cannot be read."""
-    import typing
-
     try:
-        return typing.get_type_hints(target).get("return")
-    except Exception:  # noqa: BLE001 - an annotation that does not evaluate declares nothing
+        if sys.version_info >= (3, 10):
+            annotation = inspect.signature(target, eval_str=True).return_annotation
+        else:  # Python 3.9 has no eval_str: the evaluated annotations of the function
+            annotation = typing.get_type_hints(inspect.unwrap(target)).get(
+                "return", inspect.Signature.empty)
+    except (TypeError, ValueError, NameError, SyntaxError):
         return None
+    return None if annotation is inspect.Signature.empty else annotation
 
 
-def build(key: str, node, own_keys: Iterable[str] = (), provided: Mapping[str, Any] = (),
-          required: Iterable[str] = (), expected: Tuple[type, ...] = (),
-          expected_text: str = "", factories: bool = False) -> Any:
+def build(key: str, node, own_keys: Iterable[str] = (),
+          provided: Optional[Mapping[str, Any]] = None, required: Iterable[str] = (),
+          expected: Tuple[type, ...] = (), expected_text: str = "", factories: bool = False) -> Any:
     """Build the component ``node`` names with ``hydra.utils.instantiate``: its own
     arguments, plus ``provided`` (see ``fit_arguments``); check, before calling it, that
     it can be one of ``expected`` (``check_kind``), and after, that it is."""
@@ -255,6 +256,7 @@ def build(key: str, node, own_keys: Iterable[str] = (), provided: Mapping[str, A
 
     path = target_path(node)
     target = load_target(key, path)
+    assert path is not None  # load_target refused a section without a target
     check_kind(key, path, target, expected, expected_text, factories)
     for nested_key, nested in targets_in(config_arguments(node, own_keys), key):
         if isinstance(nested, str):  # instantiate builds these too, before the target

@@ -18,6 +18,7 @@ vocabulary size also comes from ``criteo_meta.json``.
 """
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.data.criteo_format import (
@@ -55,7 +56,7 @@ def samples_per_record(cfg, meta: dict) -> int:
             f"a multiple of {size}, the samples per record (samples_per_record) of "
             f"{cfg.path}; or convert the data again with a --samples-per-record that "
             "divides the batch size")
-    return size
+    return cast(int, size)  # require refused anything else
 
 
 def criteo(split: str, path: str, batch_size: int = 1000, drop_remainder: bool = True,

@@ -51,7 +51,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Optional, Sequence, TextIO, Union
 
 from ms_exp.data.criteo_cli import UsageError, _integer, _Parser, check_creatable, usage_error
 from ms_exp.data.criteo_encoding import (
@@ -205,8 +205,12 @@ def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO
                           f"splits {stats.valid} valid lines into {sizes[0]} train and "
                           f"{sizes[1]} eval samples (seed {options.seed})",
                           "a fraction that leaves both splits non-empty")
-    vocabulary = (HashVocabulary(options.hash_buckets) if hashed
-                  else ThresholdVocabulary(stats.counts, options.threshold))
+    vocabulary: Union[HashVocabulary, ThresholdVocabulary]
+    if options.hash_buckets is not None:  # hashed
+        vocabulary = HashVocabulary(options.hash_buckets)
+    else:  # a threshold is set whenever hash_buckets is not, and scan counted the categories
+        assert options.threshold is not None and stats.counts is not None
+        vocabulary = ThresholdVocabulary(stats.counts, options.threshold)
     out_dir = options.out_dir.absolute()
     partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
     out_dir.parent.mkdir(parents=True, exist_ok=True)

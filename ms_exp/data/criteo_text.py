@@ -8,13 +8,14 @@ encoding (``criteo_encoding``), the writing (``criteo_records``) and the command
 (``criteo_convert``). Nothing here imports MindSpore.
 """
 import gzip
+import io
 import re
 import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import DefaultDict, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from ms_exp.data.criteo_format import CATEGORICAL_FIELDS, DENSE_FIELDS, RAW_FIELDS
 
@@ -101,7 +102,7 @@ class Malformed:
 # --- reading ---------------------------------------------------------------------------
 
 
-def open_lines(path: Path) -> BinaryIO:
+def open_lines(path: Path) -> io.BufferedIOBase:
     """RAW in binary, gunzipped when it starts with gzip's magic bytes (whatever its
     name)."""
     with open(path, "rb") as probe:
@@ -135,10 +136,10 @@ def read_valid(path: Path, malformed: Malformed, progress: Optional[Progress] = 
             if progress is not None and not number & 0xFFF:
                 progress.update(number)
             fields, reason = parse_line(line)
-            if reason is None:
-                yield fields
-            else:
+            if reason is not None:
                 malformed.add(number, reason)
+            elif fields is not None:  # always, when there is no reason
+                yield fields
         if progress is not None:
             progress.update(number)
 
@@ -152,7 +153,7 @@ class Stats:
     # Maximum of each dense field over the valid lines; None while the field was empty.
     dense_max: List[Optional[int]] = field(default_factory=lambda: [None] * DENSE_FIELDS)
     # Per categorical field: value -> count, in order of first appearance (empties left out).
-    counts: Optional[List[Dict[bytes, int]]] = None
+    counts: Optional[Sequence[Dict[bytes, int]]] = None
     malformed: Malformed = field(default_factory=Malformed)
 
 
@@ -160,7 +161,8 @@ def scan(path: Path, count_categories: bool = True, progress: Optional[Progress]
          ) -> Stats:
     """Pass 1. ``count_categories`` False (hash mode) skips the costly counting."""
     stats = Stats()
-    counts = [defaultdict(int) for _ in range(CATEGORICAL_FIELDS)] if count_categories else None
+    counts: Optional[List[DefaultDict[bytes, int]]] = (
+        [defaultdict(int) for _ in range(CATEGORICAL_FIELDS)] if count_categories else None)
     maxima = stats.dense_max
     dense_range = range(DENSE_FIELDS)
     for fields in read_valid(path, stats.malformed, progress):
@@ -169,12 +171,13 @@ def scan(path: Path, count_categories: bool = True, progress: Optional[Progress]
             text = fields[1 + i]
             if text:
                 value = int(text)
-                if maxima[i] is None or value > maxima[i]:
+                known = maxima[i]
+                if known is None or value > known:
                     maxima[i] = value
         if counts is not None:
-            for counter, value in zip(counts, fields[1 + DENSE_FIELDS:]):
-                if value:
-                    counter[value] += 1
+            for counter, category in zip(counts, fields[1 + DENSE_FIELDS:]):
+                if category:
+                    counter[category] += 1
     stats.lines = stats.valid + stats.malformed.total
     stats.counts = counts  # defaultdicts: a copy would double the peak memory
     return stats

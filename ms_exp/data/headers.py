@@ -15,8 +15,9 @@ import json
 import math
 import os
 import struct
+from enum import Enum
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, Optional, Sequence
+from typing import Dict, Final, Iterable, Iterator, Optional, Sequence, Union
 
 from ms_exp.config.errors import ConfigError
 
@@ -42,7 +43,8 @@ TAIL_BYTES = 1024
 # bytes (EXIF and ICC blocks make it tens of KiB; each segment is < 64 KiB).
 HEAD_BYTES = 1024 * 1024
 HEAD_CHUNK = 4096  # read first; doubled while the header goes on
-_MORE = object()  # a JPEG header that goes on past the bytes read
+_More = Enum("_More", "MORE")  # a JPEG header that goes on past the bytes read
+_MORE: Final = _More.MORE
 JPEG_LENGTH = struct.Struct(">H")
 JPEG_FRAME = struct.Struct(">HH")  # height, width, after the frame's precision byte
 JPEG_FRAMES = (0xC0, 0xCF)  # SOF0..SOF15, but for these three
@@ -170,7 +172,7 @@ def damaged_image(path: Path) -> Optional[str]:
     return None
 
 
-def _jpeg_header(head: bytes, size: int) -> Optional[str]:
+def _jpeg_header(head: bytes, size: int) -> Union[str, None, _More]:
     """What is wrong with a JPEG's header (its markers from SOI to the first scan, as
     libjpeg's jpeg_read_header reads them), None if nothing: the header is whole and names
     a frame of at least 1x1 pixels; ``_MORE`` when ``head`` ends before the first scan."""
@@ -297,7 +299,7 @@ def mindrecord_columns(key: str, value, path: Path) -> Dict[str, dict]:
     if magic != SQLITE_MAGIC:
         state = "is missing" if not index.exists() else "is not an SQLite index"
         raise ConfigError(key, value, allowed + f"has no index: {index.name} {state})")
-    schema = {}
+    schema: Dict[str, dict] = {}
     for part in header["schema"]:
         schema.update(part.get("schema", {}) if isinstance(part, dict) else {})
     return schema

@@ -8,7 +8,7 @@ No MindSpore import: the config checks read these before MindSpore starts.
 """
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
@@ -21,17 +21,17 @@ class DatasetOption:
     name: str
     target: str
     # (dataset_cfg) -> ((C, H, W) or (fields,), class count), read from the config alone
-    declared: Callable[[object], Tuple[Tuple[int, ...], int]]
+    declared: Callable[[Any], Tuple[Tuple[int, ...], int]]
     inputs: str = IMAGES
-    vocab_size: Callable[[object], int] = lambda cfg: 0
+    vocab_size: Callable[[Any], int] = lambda cfg: 0
     # (dataset_cfg, split, num_shards) -> samples one rank reads, for a target that batches
     # itself (ms_exp sees only its batches); None: counted from what the target returns
-    samples: Optional[Callable[[object, str, int], int]] = None
+    samples: Optional[Callable[[Any, str, int], int]] = None
     # The key that sets the sample shape (None: fixed by the data)
     shape_key: Optional[str] = None
     # (dataset_cfg) -> {key: samples} of the samples the target makes in memory, as float32
     # arrays of the declared shape; None: read from files as the batches are
-    in_memory: Optional[Callable[[object], Dict[str, int]]] = None
+    in_memory: Optional[Callable[[Any], Dict[str, int]]] = None
 
 
 def _imagenet(cfg):
@@ -69,7 +69,8 @@ DATASET_OPTIONS = {option.name: option for option in (
     DatasetOption("criteo", builtin_target("dataset", "criteo"), lambda cfg: ((FIELD_SIZE,), 2),
                   inputs=CRITEO_INPUTS, vocab_size=_criteo_vocab, samples=_criteo_samples),
 )}
-_BY_TARGET = {option.target: option for option in DATASET_OPTIONS.values()}
+_BY_TARGET: Dict[Optional[str], DatasetOption] = {  # None: a user's option, not here
+    option.target: option for option in DATASET_OPTIONS.values()}
 
 
 def dataset_option(dataset_cfg) -> Optional[DatasetOption]:

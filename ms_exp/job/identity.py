@@ -2,7 +2,7 @@
 of the same config that ``tracking.skip_finished`` returns instead of training again."""
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional, Sequence
 
 from omegaconf import DictConfig
 
@@ -17,7 +17,7 @@ def default_run_name(cfg: DictConfig) -> str:
     return f"{component_name(cfg.model)}-{component_name(cfg.dataset)}-{cfg.parallel.mode}"
 
 
-def run_identity(cfg: DictConfig, run_dir: Path, overrides: List[str], uri: str,
+def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: str,
                   digest: str):
     """The MLflow run's name, tags and parent: in a multirun a child of the sweep's parent
     run, named by its swept values."""
@@ -42,7 +42,7 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: List[str], uri: str,
 
 
 def finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
-                     overrides: List[str]) -> Optional[JobResult]:
+                     overrides: Sequence[str]) -> Optional[JobResult]:
     """The result of a FINISHED run with this config, if there is one (skip_finished)."""
     from mlflow import MlflowClient
 

@@ -39,7 +39,7 @@ class LaunchProcess:
     unset: Tuple[str, ...] = ()
     log: Optional[Path] = None
 
-    def shell_line(self, exported: Mapping[str, str] = None) -> str:
+    def shell_line(self, exported: Optional[Mapping[str, str]] = None) -> str:
         """The bash line that starts it (in the background when it has a log of its own)."""
         words = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()
                  if key not in (exported or {})]

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -149,7 +149,7 @@ def network_params(cfg: DictConfig, input_shape: Sequence[int]) -> Dict[str, str
     """The LoggedModel's params: the ``model`` section flattened, and the input shape."""
     from ms_exp.tracking.params import flatten, param_value
 
-    section = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
+    section = cast(dict, OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True))
     params = {f"model.{key}": param_value(value) for key, value in flatten(section).items()}
     params["input_shape"] = str(list(input_shape))
     return params
@@ -233,7 +233,7 @@ def mlmodel_spec(inputs: int) -> Dict[str, object]:
 
 # -- reading a model back ---------------------------------------------------------------
 
-def flavor_of(directory: Path) -> Dict[str, object]:
+def flavor_of(directory: Path) -> Dict[str, Any]:
     """The ``mindspore`` flavor of the model in ``directory`` (its MLmodel file)."""
     from mlflow.models import Model
 

@@ -82,12 +82,12 @@ def failing_rank_log(logs: Path, failed_pids: Union[Mapping[int, Optional[int]],
 
 
 def failure_report(logs: Path, returncode: int,
-                   failed_pids: Union[Mapping[int, Optional[int]], List[int]] = (),
+                   failed_pids: Union[Mapping[int, Optional[int]], List[int], None] = None,
                    launcher: Optional[str] = MSRUN, resume_hint: str = "") -> str:
     """``launcher``: the program whose exit status this is; None, the rank's own.
     ``failed_pids``: the ranks' pids the launcher reported dead, with their exit codes
     where known. ``resume_hint``: how to go on, said after a rank killed by a signal."""
-    codes = _as_codes(failed_pids)
+    codes = _as_codes(failed_pids or [])
     found = failing_rank_log(logs, codes)
     status = f"{launcher} exit status" if launcher else "exit status"
     if found is None:
@@ -95,7 +95,7 @@ def failure_report(logs: Path, returncode: int,
                 f"in {logs}")
     rank, log = found
     pid = next((p for p in codes if rank_of_pid(logs, p) == rank), None)
-    killed_by = signal_name(codes.get(pid))
+    killed_by = signal_name(codes.get(pid) if pid is not None else None)
     if killed_by:
         others = f", {launcher}'s and its scheduler's in {logs / LAUNCHER_LOG}" \
             if launcher == MSRUN else ""

@@ -10,7 +10,7 @@ and whatever happens the outputs are logged and the run ended with its status.
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional, Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -43,7 +43,7 @@ from ms_exp.train.result import JobResult
 
 
 def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
-            overrides: List[str] = ()) -> JobResult:
+            overrides: Sequence[str] = ()) -> JobResult:
     """Train, evaluate and checkpoint one job, recorded as one MLflow run, in this process
     or, for a distributed job, in the ranks msrun starts."""
     own_dir = Path(run_dir)
@@ -56,7 +56,7 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
 
 
 def _run_in_folder(cfg: DictConfig, own_dir: Path, key: str, hydra_dir: Optional[Path],
-                   overrides: List[str]) -> JobResult:
+                   overrides: Sequence[str]) -> JobResult:
     """The job in the folder this process holds (and, resuming, in the one it continues,
     held too until the job ends)."""
     prepare = boost_option(cfg.boost).prepare_job
@@ -83,7 +83,7 @@ def _run_in_folder(cfg: DictConfig, own_dir: Path, key: str, hydra_dir: Optional
 
 def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
                         resume: Optional[ResumePoint], hydra_dir: Optional[Path],
-                        overrides: List[str], uri: str, digest: str) -> JobResult:
+                        overrides: Sequence[str], uri: str, digest: str) -> JobResult:
     tracking = cfg.tracking
     if resume is None:
         # trainer.resume=auto found nothing to continue: a new run, which the folder must
@@ -101,7 +101,7 @@ def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
 
         deliver_earlier_journals(resume.run_dir)
     resumed_run_id = _resumed_run_id(resume, tracking)
-    if resumed_run_id:
+    if resume is not None and resumed_run_id:  # there is one only for a resumed run
         resume = replace(resume, logged=last_logged_steps(uri, resumed_run_id),
                          same_config=read_run_record(resume.run_dir).get("digest") == digest)
     run_dir = _prepare_run_dir(own_dir, resume)
@@ -130,7 +130,7 @@ def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
 
 def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
                  resume: Optional[ResumePoint], resumed_run_id: Optional[str],
-                 config_file: Path, hydra_dir: Optional[Path], overrides: List[str],
+                 config_file: Path, hydra_dir: Optional[Path], overrides: Sequence[str],
                  uri: str, digest: str) -> JobResult:
     """The job inside its MLflow run, which ends when this returns or raises."""
     tracking = cfg.tracking
@@ -143,7 +143,7 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
                         system_metrics_interval=tracking.system_metrics_interval) as tracker:
         if resume is None:
             resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-            tracker.log_params(flatten(resolved))
+            tracker.log_params(flatten(cast(dict, resolved)))  # a DictConfig's: a dict
         else:
             _announce_resume(resume, own_dir, tracker)
         tracker.log_artifact(config_file, "config")
@@ -169,17 +169,19 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
         if sliced:
             print("\n".join(sliced), flush=True)
         if result.pruned_epoch is not None:
-            _end_pruned(result, tracker)
+            _end_pruned(result.pruned_epoch, tracker)
         return result
 
 
-def _end_pruned(result: JobResult, tracker) -> None:
+def _end_pruned(epoch: int, tracker) -> None:
     """A pruned trial's run keeps everything logged so far and ends KILLED, saying when."""
     from ms_exp.search.pruned import TrialPruned
     from ms_exp.search.trial import PRUNED_EPOCH_TAG, current_trial
 
-    tracker.set_tags({PRUNED_EPOCH_TAG: str(result.pruned_epoch)})
-    raise TrialPruned(current_trial().study_name, result.pruned_epoch)
+    tracker.set_tags({PRUNED_EPOCH_TAG: str(epoch)})
+    trial = current_trial()
+    assert trial is not None  # only a trial's job is pruned
+    raise TrialPruned(trial.study_name, epoch)
 
 
 def _record_end(run_dir: Path, status: str) -> None:

@@ -45,11 +45,11 @@ def environment(process: LaunchProcess, env: Mapping[str, str]) -> Dict[str, str
 
 def with_this_interpreter(argv: Tuple[str, ...]) -> List[str]:
     """The command line with the worker's ``python`` replaced by this interpreter."""
-    argv = list(argv)
-    for index in range(len(argv) - 2):
-        if argv[index:index + 3] == ["python", "-m", WORKER_MODULE]:
-            argv[index] = sys.executable
-    return argv
+    words = list(argv)
+    for index in range(len(words) - 2):
+        if words[index:index + 3] == ["python", "-m", WORKER_MODULE]:
+            words[index] = sys.executable
+    return words
 
 
 def interpreter_path_dir(run_dir: Path) -> Path:

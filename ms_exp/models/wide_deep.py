@@ -12,7 +12,7 @@ of the second and Adam. Under ``placement=host_device`` the tables are
 ``nn.EmbeddingLookup(target="CPU")`` (sparse row gradients) and both optimizers are the
 sparse ones run by host kernels (FTRL and LazyAdam with ``target = "CPU"``).
 """
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import mindspore as ms
 import numpy as np
@@ -115,7 +115,9 @@ class WideDeepTrainStep(nn.Cell):
         self.wide_loss = _OneLoss(loss_cell, 0)
         self.deep_loss = _OneLoss(loss_cell, 1)
         self.loss_scale = loss_scale
-        self.reduce_wide = self.reduce_deep = None
+        # Both None, or both reducers (MindSpore's, untyped).
+        self.reduce_wide: Any = None
+        self.reduce_deep: Any = None
         if ms.get_auto_parallel_context("parallel_mode") == ms.ParallelMode.DATA_PARALLEL:
             from mindspore.communication import get_group_size
 

@@ -129,9 +129,9 @@ def _fmt(strategy) -> str:
 def _input_shapes(op: _Operator, batch_size: Optional[int]) -> List[Tuple[str, tuple]]:
     """(description, shape) of each input; the batch dim is None unless batch_size is known."""
     if op.kind == "MatMul":
-        return [("x", (batch_size, op.param_shape[0])), (op.param_name, op.param_shape)]
+        return [("x", (batch_size, op.param_shape[0])), (op.param_name, op.param_shape)]  # type: ignore[index, list-item]  # bound: _shardable, _check_strategy
     # Add: x is [batch, *bias shape], the bias broadcast over the batch dim.
-    return [("x", (batch_size, *op.param_shape)), (op.param_name, op.param_shape)]
+    return [("x", (batch_size, *op.param_shape)), (op.param_name, op.param_shape)]  # type: ignore[misc, list-item]  # bound: _shardable, _check_strategy
 
 
 def _as_strategy(where: str, raw) -> Strategy:
@@ -196,7 +196,7 @@ def _check_strategy(op: _Operator, raw, device_num: int, batch_size: Optional[in
 
 def _default_strategy(op: _Operator, device_num: int) -> Strategy:
     """MindSpore's default data-parallel strategy: batch dim split, parameter whole."""
-    ones = (1,) * len(op.param_shape)
+    ones = (1,) * len(op.param_shape)  # type: ignore[arg-type]  # bound: _shardable
     if op.kind == "MatMul":
         return ((device_num, 1), ones)
     return ((device_num, *ones), ones)
@@ -263,7 +263,7 @@ def _layout_of(op: _Operator, strategy: Strategy, device_num: int) -> Layout:
     if repeat > 1:      # repeated calculation: on the right, tensor map shifted up by one
         dev_matrix.append(repeat)
         tensor_map = [m + 1 if m != -1 else -1 for m in tensor_map]
-    return Layout(tuple(dev_matrix), tuple(tensor_map), op.param_shape)
+    return Layout(tuple(dev_matrix), tuple(tensor_map), op.param_shape)  # type: ignore[arg-type]  # bound: _shardable
 
 
 def operator_layouts(network, strategies: Optional[Mapping[str, Any]], device_num: int,

@@ -57,6 +57,7 @@ def forget_worker_pid(logs: Path, rank: int) -> None:
 
 
 _PR_SET_PDEATHSIG = 1
+_LIBC: Optional[ctypes.CDLL]
 try:    # loaded here, not in the forked child, where dlopen could meet a lock held at fork
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:

@@ -1,6 +1,7 @@
 """Checks of the ``checkpoint`` group: save intervals, the prefix, keys that contradict
 the chosen option, the strategy file to load, and stage one's weight snapshots."""
 from pathlib import Path
+from typing import Optional
 
 from ms_exp.config.errors import positive, require
 from ms_exp.preflight.paths import inside_run_dir
@@ -18,7 +19,7 @@ def validate_checkpoint(cfg) -> None:
             "checkpoint.prefix", cfg.prefix, "a non-empty file-name prefix without slashes")
 
 
-def validate_checkpoint_choice(cfg, option: str) -> None:
+def validate_checkpoint_choice(cfg, option: Optional[str]) -> None:
     """Keys that contradict the checkpoint option they were set on. checkpoint=integrated is
     the default and the documented sweep varies its integrated_save (README), so only the
     explicit options sliced and none are held to what their names say."""

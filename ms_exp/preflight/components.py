@@ -11,6 +11,7 @@ by their schemas and ms_exp/preflight/training.py alone.
 """
 import inspect
 import re
+from typing import Any, List, Tuple
 
 from ms_exp.boost.options import boost_option
 from ms_exp.config.amp import needs_overflow_check
@@ -62,8 +63,9 @@ def validate_components(cfg, training: bool = True) -> None:
 def validate_loss_targets(cfg) -> None:
     """``loss``, or each of ``loss.parts``, that names a ``_target_``: a loss Cell."""
     parts = typed_loss_parts(cfg.loss)
-    entries = ([(f"loss.parts.{name}", part, LossPart) for name, part in parts.items()]
-               if parts else [("loss", cfg.loss, LossConfig)])
+    entries: List[Tuple[str, Any, type]] = (
+        [(f"loss.parts.{name}", part, LossPart) for name, part in parts.items()]
+        if parts else [("loss", cfg.loss, LossConfig)])
     for key, node, schema in entries:
         if target_path(node) is None:
             continue
@@ -147,7 +149,7 @@ def validate_hydra_callbacks(hydra_cfg) -> None:
     for name, node in (hydra_cfg.get("callbacks") or {}).items():
         key = f"hydra.callbacks.{name}"
         _require_target(key, node, "my_project.callbacks.Notify")
-        path = target_path(node)
+        path = str(target_path(node))
         target = load_target(key, path)
         if not (inspect.isclass(target) and issubclass(target, Callback)):
             raise ConfigError(f"{key}.{TARGET}", path, f"a Hydra callback class, a subclass "

@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import yaml
 from hydra import compose
 from hydra.core.config_search_path import ConfigSearchPath
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -81,7 +81,8 @@ class ConfigSource:
     @classmethod
     def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
         """From Hydra's parsed command line (``hydra_internals.args_parser``)."""
-        calling_file, calling_module = None, "ms_exp.run"
+        calling_file: Optional[str] = None
+        calling_module: Optional[str] = "ms_exp.run"
         if task_function is not None:
             calling_file, calling_module = hydra_internals.calling_module(task_function)
         return cls(config_name=args.config_name or CONFIG_NAME,
@@ -180,6 +181,8 @@ def search_spaces(parsed: Sequence[Override]) -> List[Override]:
 
 def _ends(space: Override) -> Override:
     value = space.value()
+    # search_spaces' overrides are interval(a,b) sweeps, which have both ends.
+    assert isinstance(value, IntervalSweep) and value.start is not None and value.end is not None
     cast = int if "int" in value.tags else float
     (ends,) = parse_overrides([f"{space.get_key_element()}={cast(value.start)},"
                                f"{cast(value.end)}"], multirun=True)

@@ -6,6 +6,8 @@ type) would otherwise raise in the job, as a traceback, after its run folder and
 exist. OmegaConf's own error names the key and the reason; this turns it into the one-line
 refusal every other bad input gets.
 """
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -31,7 +33,7 @@ def check_interpolations(cfg: DictConfig) -> None:
 
 def _written(cfg: DictConfig, key: str):
     """The value as written, before resolution."""
-    value = OmegaConf.to_container(cfg, resolve=False)
+    value: Any = OmegaConf.to_container(cfg, resolve=False)
     try:
         for part in key.split("."):
             value = value[int(part)] if isinstance(value, list) else value[part]

@@ -3,7 +3,7 @@ the keys each style reads, the device it needs, and the Ascend rank table."""
 import json
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.parallel.launcher_config import MPIRUN, MSRUN, RANK_TABLE, is_distributed, launch_style
@@ -16,9 +16,9 @@ STYLE_TARGET_REASONS = {
     RANK_TABLE: "rank-table ranks talk over HCCL, which only Ascend has",
 }
 # Keys read by one style only: the style, and the value that means "unset".
-STYLE_ONLY_KEYS = {"rank_table_file": (RANK_TABLE, None), "start_device_id": (RANK_TABLE, 0),
-                   "mpirun_args": (MPIRUN, []), "local_worker_num": (MSRUN, None),
-                   "node_rank": (MSRUN, -1)}
+STYLE_ONLY_KEYS: Dict[str, Tuple[str, Any]] = {
+    "rank_table_file": (RANK_TABLE, None), "start_device_id": (RANK_TABLE, 0),
+    "mpirun_args": (MPIRUN, []), "local_worker_num": (MSRUN, None), "node_rank": (MSRUN, -1)}
 
 
 def validate_style_keys(parallel_cfg) -> None:
@@ -62,9 +62,9 @@ def validate_rank_table(path: Optional[str], ranks: int) -> None:
     """The file exists, is readable JSON, and lists one device per rank (MindSpore's rank
     table: ``server_list[].device[]``)."""
     key = "parallel.launcher.rank_table_file"
-    require(path is not None, key, path,
-            "the path of the Ascend rank table (hccl_<n>p_*.json) with "
-            "parallel.launcher.style=rank_table")
+    if path is None:
+        raise ConfigError(key, path, "the path of the Ascend rank table (hccl_<n>p_*.json) "
+                          "with parallel.launcher.style=rank_table")
     resolved = Path(path).expanduser().resolve()
     require(resolved.is_file(), key, path,
             f"a readable rank table file ({resolved} is not a file)")

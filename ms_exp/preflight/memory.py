@@ -63,7 +63,7 @@ def validate_memory(cfg) -> None:
             counts = option.in_memory(cfg.dataset)
             total = sum(counts.values())
             if total * sample > memory:
-                key = max(counts, key=counts.get)
+                key = max(counts, key=lambda name: counts[name])
                 raise ConfigError(key, _value(cfg, key), f"samples that fit in {have} "
                                   f"(dataset={dataset_name(cfg.dataset)} makes its {total} "
                                   f"samples ({' + '.join(counts)}) of {shown} in memory: at "

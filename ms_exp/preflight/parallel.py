@@ -3,6 +3,7 @@
 against the network the job builds (the one check here that imports MindSpore: it builds
 the network to read its operators' shapes)."""
 import socket
+from typing import Dict, Tuple
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, positive, require
 from ms_exp.data.build import declared_spec, loader_settings
@@ -132,7 +133,7 @@ def concurrent_master_ports(configs) -> None:
     n_jobs = hydra_cfg.launcher.get("n_jobs", 2)
     if launcher not in CONCURRENT_LAUNCHERS or n_jobs == 1:
         return
-    first_job = {}
+    first_job: Dict[Tuple[str, int], int] = {}  # (address, port) -> the job using it
     for number, cfg in enumerate(configs):
         if cfg.parallel.mode == "stand_alone" or launch_style(cfg.parallel) != "msrun":
             continue

@@ -18,8 +18,9 @@ MIN_FREE_BYTES = 64 * 1024 * 1024
 
 
 def existing_dir(key: str, value: Optional[str]) -> Path:
-    require(value is not None, key, value,
-            "a folder that exists (set it, or the DATA_PATH environment variable)")
+    if value is None:
+        raise ConfigError(key, value,
+                          "a folder that exists (set it, or the DATA_PATH environment variable)")
     path = Path(value).expanduser()
     require(path.is_dir(), key, value, "a folder that exists")
     return path

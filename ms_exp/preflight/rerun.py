@@ -9,7 +9,7 @@ recorded overrides no longer produce (changed defaults).
 import platform
 import shlex
 import tempfile
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, cast
 
 from omegaconf import OmegaConf
 
@@ -79,7 +79,7 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
         except (MlflowException, OSError):
             raise InvalidConfig(f"{FLAG}={run_id}: the run has no recorded config "
                                 "(hydra/overrides.yaml, config/config.yaml)") from None
-    overrides = [o for o in recorded if not str(o).startswith("tracking.rerun_of=")]
+    overrides = [str(o) for o in recorded if not str(o).startswith("tracking.rerun_of=")]
     overrides += [*searchpath, *extra, f"tracking.rerun_of={run_id}"]
     own_flags, flags = flags, [*source_flags, *flags]
     composed = compose_rerun(overrides, flags)
@@ -182,9 +182,10 @@ def list_differences(tags, recorded_config, cfg, extra: Sequence[str]) -> List[s
     if before and before != fingerprint:
         lines.append(f"dataset fingerprint {before} then, {fingerprint} now")
     changed_by_user = {o.split("=", 1)[0].lstrip("+~") for o in extra}
-    then = flatten(OmegaConf.to_container(recorded_config, resolve=False))
-    now = flatten(OmegaConf.to_container(without_hydra(cfg), resolve=False,
-                                         enum_to_str=True))
+    # Containers of DictConfigs: dicts.
+    then = flatten(cast(dict, OmegaConf.to_container(recorded_config, resolve=False)))
+    now = flatten(cast(dict, OmegaConf.to_container(without_hydra(cfg), resolve=False,
+                                                    enum_to_str=True)))
     for key in sorted(set(then) | set(now)):
         if key in changed_by_user or key == "tracking.rerun_of":
             continue

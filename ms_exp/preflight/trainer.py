@@ -65,7 +65,7 @@ def validate_resume(cfg) -> None:
     ranks = cfg.parallel.device_num
     misplaced = misplaced_checkpoint_folder(run_dir, ranks)
     where = f"{misplaced} is a file, not a folder" if misplaced else run_dir / "checkpoints"
-    require(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted), key, resume,
+    require(bool(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted)), key, resume,
             f"a run with a {cfg.checkpoint.prefix}-<epoch>_<step>.ckpt in each of its {ranks} "
             f"rank folders ({where})")
     if wanted is not None:

@@ -94,7 +94,7 @@ def typed_loss_parts(loss_cfg) -> dict:
         for declared in dataclasses.fields(LossPart):
             check_number(f"{key}.{declared.name}", declared.type, typed.get(declared.name))
         if target_path(typed) is None:
-            for unknown in (k for k in typed.keys() if k not in PART_KEYS):
+            for unknown in (str(k) for k in typed.keys() if k not in PART_KEYS):
                 raise ConfigError(f"{key}.{unknown}", typed[unknown],
                                   one_of(PART_KEYS) + TARGET_ARGUMENTS, problem="unknown key")
     return parts

@@ -27,6 +27,7 @@ def split_space(overrides: Sequence[Override]) -> Tuple[Dict[str, Any], List[str
         if override.is_sweep_override():
             space[key] = distribution(override)
         else:
+            assert override.input_line is not None  # parsed from this text
             fixed[key] = override.input_line
     return space, list(fixed.values())
 
@@ -40,18 +41,22 @@ def distribution(override: Override):
 
     value = override.value()
     if isinstance(value, IntervalSweep):
+        assert value.start is not None and value.end is not None  # interval(a,b) has both
         log = "log" in value.tags
         if "int" in value.tags:
             return IntDistribution(int(value.start), int(value.end), log=log)
         return FloatDistribution(float(value.start), float(value.end), log=log)
     if isinstance(value, RangeSweep):
         steps = list(override.sweep_iterator(transformer=Transformer.identity))
-        if all(isinstance(v, int) for v in steps) and len(steps) > 1:
-            return IntDistribution(min(steps), max(steps), step=abs(steps[1] - steps[0]))
-        return CategoricalDistribution(steps)
+        ints = [v for v in steps if isinstance(v, int)]
+        if len(ints) == len(steps) and len(steps) > 1:
+            return IntDistribution(min(ints), max(ints), step=abs(ints[1] - ints[0]))
+        return CategoricalDistribution(steps)  # type: ignore[arg-type]  # as below
     if isinstance(value, ChoiceSweep) or override.is_discrete_sweep():
-        return CategoricalDistribution(
-            list(override.sweep_iterator(transformer=Transformer.identity)))
+        # Hydra's types admit lists and dicts as choices, Optuna's do not; Optuna takes them,
+        # warning that they cannot be stored.
+        choices = list(override.sweep_iterator(transformer=Transformer.identity))
+        return CategoricalDistribution(choices)  # type: ignore[arg-type]
     raise ValueError(f"{override.input_line}: not a search space")
 
 

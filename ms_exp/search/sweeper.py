@@ -11,7 +11,7 @@ trial is launched as a job of the configured Hydra launcher, numbered by its tri
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -37,6 +37,10 @@ from ms_exp.search.trial import (
 )
 from ms_exp.tracking.store import masked
 
+if TYPE_CHECKING:
+    from hydra.plugins.launcher import Launcher
+    from hydra.types import HydraContext
+
 RESULTS_FILE = "optimization_results.yaml"  # the best trial, as Hydra's Optuna sweeper writes it
 
 
@@ -54,9 +58,10 @@ class OptunaSearch:
         self.n_trials, self.n_jobs = n_trials, n_jobs
         self.heartbeat_interval = heartbeat_interval
         self.params = dict(params or {})
+        # Set by setup(), which Hydra calls before sweep().
         self.config: Optional[DictConfig] = None
-        self.launcher = None
-        self.hydra_context = None
+        self.launcher: Optional[Launcher] = None
+        self.hydra_context: Optional[HydraContext] = None
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -69,6 +74,7 @@ class OptunaSearch:
     def sweep(self, arguments: List[str]) -> Any:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
+        assert self.config is not None and self.hydra_context is not None  # setup() ran
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         params = [f"{key}={value}" for key, value in self.params.items()]
         space, fixed = split_space(parser.parse_overrides([*params, *arguments]))
@@ -93,6 +99,7 @@ class OptunaSearch:
         import optuna
 
         name = study.study_name
+        assert self.config is not None  # setup() ran
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -129,15 +136,17 @@ class OptunaSearch:
         from hydra.utils import instantiate
 
         storage = open_storage(url, self.heartbeat_interval)
+        # A Direction's name (ms_exp.search.options): minimize or maximize.
+        direction = cast(Literal["minimize", "maximize"], self.direction)
         study = optuna.create_study(storage=storage, study_name=name,
-                                    direction=self.direction, load_if_exists=True)
+                                    direction=direction, load_if_exists=True)
         if study.direction.name.lower() != self.direction:
             raise ValueError(f"hydra.sweeper.direction={self.direction}: the study {name} in "
                              f"{masked(url)} was created to {study.direction.name.lower()}; "
                              f"expected that, or another hydra.sweeper.study_name")
         dead = fail_dead_trials(study, storage)
         earlier = len(study.get_trials(deepcopy=False))
-        sampler = OmegaConf.to_container(self.sampler, resolve=True)
+        sampler = cast(Dict[str, Any], OmegaConf.to_container(self.sampler, resolve=True))
         if earlier and sampler.get("seed") is not None:
             # A resumed study with the seed it started with would draw its first trials'
             # values again; the seed moves on by the trials it already has.
@@ -166,7 +175,9 @@ class OptunaSearch:
         from ms_exp.search.pruned import TrialPruned
         from ms_exp.search.trial import metric_label, sweep_metric
 
+        assert self.config is not None and self.launcher is not None  # setup() ran
         metric = sweep_metric(self.config)
+        launcher = self.launcher
 
         def objective(trial) -> float:
             # Who runs the trial: a later sweep on this host fails it at once if that
@@ -179,7 +190,7 @@ class OptunaSearch:
                    # (docs/design.md#optuna-rdb-storage).
                    f"+hydra.job.env_set.{TRIAL_ENV}={trial._trial_id}",
                    f"+hydra.job.env_set.{TRIAL_NUMBER_ENV}={trial.number}"]
-            (result,) = self.launcher.launch([job], initial_job_idx=trial.number)
+            (result,) = launcher.launch([job], initial_job_idx=trial.number)
             if isinstance(result._return_value, TrialPruned):
                 # Raised as it is: reading return_value would log it as a failed job.
                 raise result._return_value

@@ -47,7 +47,8 @@ class TrialLink:
 
         from ms_exp.search.study import open_storage
 
-        pruner = OmegaConf.select(HydraConfig.get(), "sweeper.pruner")
+        # HydraConfig.get() is declared a HydraConf; what it returns is its DictConfig.
+        pruner = OmegaConf.select(HydraConfig.get(), "sweeper.pruner")  # type: ignore[arg-type]
         study = optuna.load_study(study_name=self.study_name,
                                   storage=open_storage(self.storage),
                                   pruner=instantiate(pruner) if pruner else None)

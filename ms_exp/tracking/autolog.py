@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import mlflow
 from mlflow.utils.autologging_utils import (
@@ -92,7 +92,8 @@ def _record(original, method: str, model, args, kwargs):
     session = _Session.open(model, method, arguments)
     user_callbacks = _as_list(arguments.get("callbacks"))
     arguments["callbacks"] = user_callbacks + [session.callback]
-    status, error = "FAILED", None
+    status = "FAILED"
+    error: Optional[BaseException] = None
     try:
         with _signals_as_interrupt():
             result = original(*bound.args, **bound.kwargs)
@@ -115,7 +116,7 @@ class _Session:
         self.tracker, self.owned, self.callback, self.monitor = tracker, owned, callback, monitor
 
     @classmethod
-    def open(cls, model, method: str, arguments: Dict[str, object]) -> "_Session":
+    def open(cls, model, method: str, arguments: Dict[str, Any]) -> "_Session":
         active = mlflow.active_run()
         if active is not None:
             client = mlflow.MlflowClient(mlflow.get_tracking_uri())
@@ -256,7 +257,7 @@ def _raise_terminated(signum, frame):
 # -- what a call records ----------------------------------------------------------------
 
 
-def _params(model, method: str, arguments: Dict[str, object],
+def _params(model, method: str, arguments: Dict[str, Any],
             batch_size: Optional[int]) -> Dict[str, object]:
     dataset = arguments["train_dataset"]
     params: Dict[str, object] = {
@@ -276,7 +277,7 @@ def _params(model, method: str, arguments: Dict[str, object],
 
 
 def _model_params(model) -> Dict[str, object]:
-    network = getattr(model, "_network", None)
+    network: Any = getattr(model, "_network", None)  # None: its count is unknown (_safe)
     scale = getattr(model, "_loss_scale_manager", None)
     if scale is not None:
         value = _safe(scale.get_loss_scale)
@@ -316,8 +317,8 @@ def describe_lr(optimizer) -> object:
     """The constant learning rate, or what the schedule is: a LearningRateSchedule as
     ``CosineDecayLR(min_lr=0.0, max_lr=0.1, decay_steps=100)``, a per-step list by its
     length and ends, per-group rates as a list."""
-    lr = getattr(optimizer, "learning_rate", None)
-    if getattr(optimizer, "is_group_lr", False):
+    lr: Any = getattr(optimizer, "learning_rate", None)
+    if getattr(optimizer, "is_group_lr", False):  # a list
         return f"per group: {[describe_lr_value(v) for v in lr]}"
     return describe_lr_value(lr, getattr(optimizer, "init_learning_rate", None))
 

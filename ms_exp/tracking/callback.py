@@ -19,7 +19,7 @@ A resumed job leaves out the steps its run has already (``already_logged``, by t
 ms_exp/tracking/logged_steps.py), so every step is in the run once.
 """
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 from mindspore.train import Callback
@@ -75,7 +75,9 @@ class MlflowMetrics(Callback):
         self.eval_history: List[Dict[str, float]] = []
         self._epoch_start = self._step_start = time.perf_counter()
         self._epoch_step_times: List[float] = []
-        self._learning_rates = self._grad_norm = None
+        # What ms_exp's optimizer carries (on_train_begin), None for another's.
+        self._learning_rates: Any = None
+        self._grad_norm: Any = None
         # Each step's overflow flag, kept as it came until the next logged step, so that
         # counting them costs no device sync per step.
         self._overflows: list = []
@@ -150,7 +152,7 @@ class MlflowMetrics(Callback):
     def record_epoch(self, epoch: int, epoch_time: Optional[float] = None) -> None:
         """The end of ``epoch``, at the current step (its time, when it was measured)."""
         if self._new("epoch"):
-            metrics = {"train/epoch": epoch}
+            metrics: Dict[str, float] = {"train/epoch": epoch}
             if epoch_time is not None:
                 metrics["train/epoch_time_s"] = epoch_time
             self.tracker.log_metrics(metrics, step=self.global_step)

@@ -11,7 +11,7 @@ trains only those.
 import hashlib
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Dict, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,7 +21,8 @@ _NOT_PART_OF_THE_RESULT = (("tracking",), ("sweep",), ("trainer", "progress_bar"
 
 
 def config_digest(cfg: DictConfig, run_dir: Path) -> str:
-    tree = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    # A DictConfig's container is a dict.
+    tree = cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     tree.pop("hydra", None)
     for path in _NOT_PART_OF_THE_RESULT:
         node = tree

@@ -23,7 +23,7 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 OFFLINE_DIR = "mlflow-offline"
 UPLOAD_MODULE = "ms_exp.tracking.upload"
@@ -172,7 +172,7 @@ class _JournalClient:
                 dataset_input.to_proto()))
 
 
-def read(path: Path) -> List[Dict[str, object]]:
+def read(path: Path) -> List[Dict[str, Any]]:
     """The journal's calls; a last line cut off by a killed job is left out."""
     calls = []
     for line in Path(path).read_text().splitlines():
@@ -192,7 +192,7 @@ class Progress:
         self.run_id: Optional[str] = saved.get("run_id")
         self.lines: int = saved.get("lines", 0)
 
-    def save(self, run_id: str, lines: int) -> None:
+    def save(self, run_id: Optional[str], lines: int) -> None:
         self.run_id, self.lines = run_id, lines
         part = self.path.with_suffix(".part")
         part.write_text(json.dumps({"run_id": run_id, "lines": lines}))
@@ -202,8 +202,8 @@ class Progress:
         self.path.unlink(missing_ok=True)
 
 
-def pending(calls: List[Mapping[str, object]], progress: Progress
-            ) -> Iterator[Tuple[int, Mapping[str, object]]]:
+def pending(calls: Sequence[Mapping[str, Any]], progress: Progress
+            ) -> Iterator[Tuple[int, Mapping[str, Any]]]:
     """(line number, call) for the calls after the start line not delivered yet."""
     first = max(progress.lines, 1)
     for number in range(first, len(calls)):

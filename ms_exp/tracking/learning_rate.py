@@ -8,6 +8,8 @@ once and read without touching the device; a LearningRateSchedule cell is evalua
 the step; a constant rate is the optimizer's Parameter, read when logged (a callback may
 change it). With group learning rates the first group's is the one logged.
 """
+from typing import Any
+
 import numpy as np
 from mindspore import Tensor, int32
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
@@ -26,7 +28,7 @@ class LearningRates:
             rate = rate[0]
         self._table = None
         self._schedule = None
-        self._parameter = None
+        self._parameter: Any = None  # a Parameter, when neither of the two above
         if isinstance(rate, _IteratorLearningRate):
             self._table = np.asarray(rate.learning_rate.asnumpy(), dtype=np.float64).reshape(-1)
         elif isinstance(rate, LearningRateSchedule):

@@ -11,7 +11,7 @@ this file cost about 2.5 s at the end of every job (docs/design.md#mlmodel-in-th
 JSON as it travels through the sidecar's pipe and the journal.
 """
 from pathlib import Path
-from typing import List, Mapping
+from typing import Any, List, Mapping
 
 EXAMPLE_ARRAYS = "example.npz"
 _OUTPUT = "output"
@@ -25,7 +25,7 @@ def save_example(directory: Path, inputs: List, output) -> None:
     np.savez(Path(directory) / EXAMPLE_ARRAYS, **arrays, **{_OUTPUT: output})
 
 
-def write_mlmodel(directory: Path, spec: Mapping[str, object]) -> None:
+def write_mlmodel(directory: Path, spec: Mapping[str, Any]) -> None:
     """``directory/MLmodel``: the flavor ``spec`` names with its fields, ``python_function``
     with ``spec``'s loader module, the signature (inputs to output) and the input example;
     ``example.npz`` is removed once they are written."""

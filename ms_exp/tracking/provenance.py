@@ -21,7 +21,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 
 def _checkout() -> Optional[Path]:
@@ -87,7 +87,7 @@ def command_line(argv: Optional[List[str]] = None) -> str:
     return _PASSWORD.sub(r"\1***@", line)
 
 
-def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
+def dataset_fingerprint(dataset_cfg) -> Dict[str, Any]:
     """Location and content digest of the data a run reads: the files (paths and sizes) and
     a hash of their first bytes for file datasets; the arrays for digits; the generator's
     settings for synthetic data and for a user's option that reads no ``path``."""
@@ -105,7 +105,7 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
         digest.update(data.images.tobytes())
         digest.update(data.target.tobytes())
         source = f"scikit-learn {sklearn.__version__} load_digits()"
-        files: List[Dict[str, object]] = []
+        files: List[Dict[str, Any]] = []
     elif name == "synthetic":
         settings = {k: dataset_cfg[k] for k in ("num_samples", "num_eval_samples",
                                                 "num_classes", "noise", "data_seed")}
@@ -114,8 +114,8 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, object]:
         source, files = "generated in memory", []
     elif dataset_cfg.get("path") is None:
         # A user's option without a path: what it is called with is what can be traced.
-        settings = OmegaConf.to_container(dataset_cfg, resolve=True)
-        digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+        arguments = OmegaConf.to_container(dataset_cfg, resolve=True)
+        digest.update(json.dumps(arguments, sort_keys=True, default=str).encode())
         source, files = f"{target_path(dataset_cfg)}(split=...)", []
     else:
         root = Path(dataset_cfg.path).expanduser().resolve()

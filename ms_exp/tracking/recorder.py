@@ -21,9 +21,12 @@ the calls come from the sidecar's pipe or rank 0's thread.
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
 from ms_exp.tracking import journal as journals
+
+if TYPE_CHECKING:
+    from ms_exp.tracking.tracker import Tracker
 
 ENDED_WITHOUT_STATUS = "the job's process ended without ending the run (killed?)"
 _QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -40,7 +43,7 @@ def detect_outages_quickly() -> None:
         os.environ.setdefault(key, value)
 
 
-def is_unreachable(error: BaseException) -> bool:
+def is_unreachable(error: Optional[BaseException]) -> bool:
     """Whether ``error`` (or what it was raised from) says the store did not answer."""
     import requests
     import urllib3
@@ -81,21 +84,21 @@ class RunRecorder:
     ``ends_run=False`` for rank 0 of a distributed job, whose run the launching job ends.
     """
 
-    def __init__(self, spec: Mapping[str, object], journal_path: Optional[Path] = None,
+    def __init__(self, spec: Mapping[str, Any], journal_path: Union[str, Path, None] = None,
                  ends_run: bool = True, strict: bool = False,
                  system_metrics_interval: Optional[float] = None):
         self.spec = dict(spec)
         self.journal_path = Path(journal_path) if journal_path else None
         self.ends_run = ends_run
         self.strict = strict
-        self.tracker = None         # the run in the store, while it answers
-        self.journal = None         # a JournalTracker, once it does not
+        self.tracker: Optional[Tracker] = None  # the run in the store, while it answers
+        self.journal: Optional[journals.JournalTracker] = None  # once it does not
         self.errors: List[str] = []
         # MLflow's system-metrics monitor, sampling every that many seconds while this
         # recorder's run is open in the store and it ends the run (rank 0's run is the
         # launching job's, which samples it already); None: none.
         self.system_metrics_interval = system_metrics_interval
-        self.system_metrics = None
+        self.system_metrics: Optional[Any] = None
 
     @property
     def run_id(self) -> Optional[str]:
@@ -128,14 +131,14 @@ class RunRecorder:
             self._go_offline(error)
             return
         if self.ends_run:
-            self._start_system_metrics()
+            self._start_system_metrics(self.tracker.run_id)
 
-    def _start_system_metrics(self) -> None:
+    def _start_system_metrics(self, run_id: str) -> None:
         from ms_exp.tracking.system_metrics import start_system_metrics
 
         try:
             self.system_metrics = start_system_metrics(
-                self.run_id, self.spec["tracking_uri"], self.system_metrics_interval,
+                run_id, self.spec["tracking_uri"], self.system_metrics_interval,
                 resume=bool(self.spec.get("run_id")))
         except Exception as error:  # noqa: BLE001 - the run goes on without them
             print(f"ms_exp: warning: no system metrics ({type(error).__name__}: {error})",
@@ -153,7 +156,7 @@ class RunRecorder:
 
             stop_without_logging(monitor)
 
-    def record(self, call: str, arguments: Mapping[str, object]) -> None:
+    def record(self, call: str, arguments: Mapping[str, Any]) -> None:
         if self.journal is None:
             try:
                 getattr(self.tracker, call)(**arguments)
@@ -191,6 +194,7 @@ class RunRecorder:
         self.record("finish", {"status": status})
         if self.journal is None:
             return None
+        assert self.journal_path is not None  # the journal is there
         self._close_journal()
         try:
             delivered = replay(self.journal_path)
@@ -212,6 +216,7 @@ class RunRecorder:
             print(f"ms_exp: warning: {self.errors[0]}", file=sys.stderr, flush=True)
 
     def _go_offline(self, error: Optional[BaseException]) -> None:
+        assert self.journal_path is not None  # rank 0 has one; without, an outage raises
         self._stop_system_metrics(deliver=False)
         start = {**self.spec, "run_id": self.run_id}
         journal = journals.Journal(self.journal_path, start)
@@ -241,7 +246,7 @@ class Delivered:
         self.counts: Dict[str, int] = {}
         self.status: Optional[str] = None
 
-    def count(self, call: str, arguments: Mapping[str, object]) -> None:
+    def count(self, call: str, arguments: Mapping[str, Any]) -> None:
         sizes = {"log_params": ("params", "params"), "log_metric_rows": ("rows", "metric values"),
                  "set_tags": ("tags", "tags")}
         if call in sizes:
@@ -311,7 +316,7 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     return delivered
 
 
-def _status_if_ended(spec: Mapping[str, object]) -> Optional[str]:
+def _status_if_ended(spec: Mapping[str, Any]) -> Optional[str]:
     """The status of the journal's run in the store if it is no longer RUNNING; None for a
     run the journal creates, or one still RUNNING."""
     if not spec.get("run_id"):

@@ -36,9 +36,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from ms_exp.tracking.journal import new_journal_path
+
+if TYPE_CHECKING:
+    from ms_exp.tracking.recorder import RunRecorder
 
 SUBMIT_SECONDS = 0.5
 # What the sidecar may be asked to do: Tracker's recording methods, nothing else.
@@ -55,12 +58,14 @@ class SidecarTracker:
 
     enabled = True
 
-    def __init__(self, tracking_uri: str, experiment_name: str, run_name: str,
-                 tags: Mapping[str, str], parent_run_id: Optional[str] = None,
-                 run_id: Optional[str] = None, offline_dir: Optional[Path] = None,
-                 journal: Optional[Path] = None, ends_run: bool = True,
+    def __init__(self, tracking_uri: str, experiment_name: Optional[str],
+                 run_name: Optional[str], tags: Mapping[str, str],
+                 parent_run_id: Optional[str] = None, run_id: Optional[str] = None,
+                 offline_dir: Optional[Path] = None, journal: Union[str, Path, None] = None,
+                 ends_run: bool = True,
                  system_metrics_interval: Optional[float] = None):
-        """``run_id``: reopen that run instead of creating one. ``offline_dir``: where a
+        """``run_id``: reopen that run instead of creating one (no ``experiment_name``
+        nor ``run_name`` then). ``offline_dir``: where a
         journal is kept if the tracking server cannot be reached (the run directory);
         without it an unreachable server is an error like any other. Rank 0 of a
         distributed job passes the job's ``journal`` instead, and ``ends_run=False``: the
@@ -211,6 +216,7 @@ class SidecarTracker:
 
     def _write_lines(self) -> None:
         stdin = self._process.stdin
+        assert stdin is not None  # both pipes are opened with the process
         while True:
             message = self._outbox.get()
             if message is None:
@@ -221,7 +227,8 @@ class SidecarTracker:
             except (OSError, ValueError):
                 break       # the sidecar is gone; _reply reports how it ended
 
-    def _reply(self) -> Dict[str, object]:
+    def _reply(self) -> Dict[str, Any]:
+        assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if not line:
             code = self._process.wait()
@@ -240,6 +247,7 @@ class SidecarTracker:
 
     def _close(self) -> None:
         self._stop_writer()
+        assert self._process.stdin is not None
         try:
             self._process.stdin.close()
         except OSError:
@@ -247,7 +255,7 @@ class SidecarTracker:
         self._process.wait()
 
     @staticmethod
-    def _raise_errors(reply: Mapping[str, object]) -> None:
+    def _raise_errors(reply: Mapping[str, Any]) -> None:
         errors = reply.get("errors") or []
         if errors:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -284,7 +292,7 @@ def _take_environment(cwd: str, environ: Dict[str, str]) -> None:
 
 
 def _open_run(cwd: str, environ: Dict[str, str], journal: Optional[str], ends_run: bool,
-              system_metrics_interval: Optional[float] = None, **spec):
+              system_metrics_interval: Optional[float] = None, **spec) -> "RunRecorder":
     _take_environment(cwd, environ)
     from ms_exp.tracking.recorder import RunRecorder
 
@@ -316,7 +324,7 @@ def serve(requests, replies) -> int:
     ``finish``; then wait for the next ``start``, until stdin closes."""
     from ms_exp.tracking.recorder import ENDED_WITHOUT_STATUS
 
-    recorder = None
+    recorder: Optional[RunRecorder] = None
 
     def answer(message: Mapping[str, object]) -> None:
         try:
@@ -337,6 +345,8 @@ def serve(requests, replies) -> int:
                 answer({"error": start_error(error)})
                 return 1
             answer({"run_id": recorder.run_id, "experiment_id": recorder.experiment_id})
+        elif recorder is None:
+            raise ValueError(f"sidecar call {call!r} before start")
         elif call == "flush":
             answer({"errors": recorder.flush()})
         elif call == "finish":

@@ -21,7 +21,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 from urllib.parse import unquote, urlparse
 
 from hydra.core.utils import JobStatus
@@ -31,6 +31,9 @@ from omegaconf import DictConfig
 from ms_exp.search.trial import PRUNED_EPOCH_TAG
 from ms_exp.tracking.provenance import command_line
 from ms_exp.tracking.sweep_runs import child_runs, override_values
+
+if TYPE_CHECKING:
+    from ms_exp.tracking.tracker import Tracker
 
 # Read by parent_run_id() in the jobs. MLflow's own MLFLOW_RUN_ID / MLFLOW_EXPERIMENT_ID are
 # not set: MLflow reads them too, and they would attach every job to the parent run itself.
@@ -126,7 +129,7 @@ def sweep_params(config: DictConfig) -> Dict[str, str]:
 
 class SweepRun(Callback):
     def __init__(self) -> None:
-        self.tracker = None  # a Tracker on the parent run, while the sweep runs
+        self.tracker: Optional[Tracker] = None  # on the parent run, while the sweep runs
         self.swept: List[str] = []
         self.jobs = 0
         self.failed: List[str] = []

@@ -131,7 +131,7 @@ def _usable(value: Optional[float]) -> bool:
 
 
 def _rank(value: Optional[float], sign: int):
-    return (0, sign * value) if _usable(value) else (1, 0.0)
+    return (0, sign * value) if value is not None and _usable(value) else (1, 0.0)
 
 
 def _whole(value: Optional[float]) -> Optional[int]:
@@ -271,7 +271,8 @@ def metric_figure(rows, key: str, metric: str, references: Sequence["Reference"]
 def _side_by_side(xs: Sequence[float], width: float) -> List[float]:
     """Each x moved within ``width`` so that jobs with the same value are spread evenly
     around it instead of drawn on top of each other; a value only one job has stays put."""
-    total, seen, spread = Counter(xs), Counter(), []
+    total, spread = Counter(xs), []
+    seen: Counter[float] = Counter()
     for x in xs:
         n, i = total[x], seen[x]
         seen[x] += 1

@@ -22,7 +22,7 @@ import sys
 import threading
 import weakref
 from collections import defaultdict
-from typing import Dict, List, Optional, Tuple
+from typing import Any, DefaultDict, Dict, List, Optional, Tuple
 
 NPU_SMI = "npu-smi"
 # npu-smi asks the driver of every chip; a hung driver must not hold the monitor's thread.
@@ -30,16 +30,16 @@ NPU_SMI_TIMEOUT_S = 10.0
 MONITOR_LOGGER = "mlflow.system_metrics.system_metrics_monitor"
 # The threads of monitors stopped by stop_without_logging: their last try at the store
 # fails, and the warning MLflow logs for it says nothing the outage's own warning did not.
-_abandoned = weakref.WeakSet()
+_abandoned: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 
 try:  # MLflow is a dependency of the package, but only the processes that record import it
     from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 except ImportError:  # pragma: no cover - an install without MLflow records nothing
-    BaseMetricsMonitor = object  # type: ignore[assignment,misc]
+    BaseMetricsMonitor = object
 
 
 def start_system_metrics(run_id: str, tracking_uri: str, interval: Optional[float],
-                         resume: bool = False) -> Optional[object]:
+                         resume: bool = False) -> Optional[Any]:
     """Start sampling system metrics into run ``run_id`` of ``tracking_uri`` every
     ``interval`` seconds; None (and nothing started) when ``interval`` is None. ``resume``:
     the run was reopened, its samples continue after the steps it already has. The object
@@ -98,7 +98,7 @@ def _monitor_class():
     return SampledToTheEnd
 
 
-def stop_without_logging(monitor: Optional[object]) -> None:
+def stop_without_logging(monitor: Optional[Any]) -> None:
     """Stop ``monitor`` without logging its pending samples: its run's store stopped
     answering, and neither another warning per sample nor a wait on a dead server helps."""
     if monitor is None:
@@ -177,7 +177,7 @@ def parse_npu_smi_info(text: str) -> Dict[str, Tuple[Optional[float], Optional[f
             npu = first[0]      # "| 0     910B1 | OK | ..." opens an NPU
     if columns is None or not chips:
         raise NpuSmiError("no table of NPU chips in its output")
-    per_npu = defaultdict(int)
+    per_npu: DefaultDict[str, int] = defaultdict(int)
     for npu_id, _chip, _ in chips:
         per_npu[npu_id] += 1
     readings = {}

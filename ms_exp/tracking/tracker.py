@@ -215,9 +215,10 @@ class Tracker:
             operation.wait()
         self._pending.clear()
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: Optional[str]) -> None:
         self.flush()
-        self.client.set_terminated(self.run_id, status=status)
+        if status is not None:  # None: only delivered, the run left open (RunTracker.finish)
+            self.client.set_terminated(self.run_id, status=status)
 
 
 def _batches(items: List, size: int):

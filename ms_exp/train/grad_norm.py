@@ -36,12 +36,16 @@ class GradNormProbe:
 class _StoresGradNorm:
     """Mixed in before the optimizer's class; ``grad_norm_probe`` set on the instance."""
 
+    loss_scale: float  # the optimizer's
+    grad_norm_probe: GradNormProbe
+
     def construct(self, gradients):
         squares = [ops.reduce_sum(ops.square(g.astype(ms.float32))) for g in gradients]
         norm = ops.sqrt(ops.addn(squares)) / self.loss_scale
         stored = ops.assign(self.grad_norm_probe.value, norm)
         # super() without arguments recurses in graph mode: the class is named.
-        return ops.depend(super(_StoresGradNorm, self).construct(gradients), stored)
+        # The optimizer's class comes after this one (store_grad_norm).
+        return ops.depend(super(_StoresGradNorm, self).construct(gradients), stored)  # type: ignore[misc]
 
 
 def store_grad_norm(optimizer) -> GradNormProbe:

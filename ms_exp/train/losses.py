@@ -72,7 +72,7 @@ class LossParts(nn.Cell):
         self.weights = tuple(float(w) for w in weights)
 
     def construct(self, logits, labels):
-        values = ()
+        values = ()  # type: tuple
         for part in self.parts:
             values = values + (part(logits, labels),)
         total = values[0] * self.weights[0]

@@ -2,7 +2,7 @@
 its own (``own_train_step``: dim-reduce's stage two, Wide&Deep's two optimizers), else by
 ms_exp's loops (``trainer.loop``) from the configured optimizer, loss, amp and loss parts."""
 from pathlib import Path
-from typing import Tuple
+from typing import Any, Tuple
 
 from ms_exp.boost.options import boost_option
 from ms_exp.models.option import ModelBuild
@@ -19,7 +19,7 @@ from ms_exp.train.precision import optimizer_loss_scale
 
 
 def build_model(cfg, network, placement, spec, runtime, run_dir: Path, tracker,
-                steps_per_epoch: int) -> Tuple[object, Tuple[str, ...]]:
+                steps_per_epoch: int) -> Tuple[Any, Tuple[str, ...]]:
     """The model to fit and the names of the losses its train step returns (``()``: one)."""
     model_opt = model_option(cfg.model)
     own_step = boost_option(cfg.boost).own_train_step or model_opt.own_train_step

@@ -42,6 +42,8 @@ class FitTimeMonitor(TimeMonitor):
     14.6 s printed "Train epoch time: 2162 ms"). Here the train epoch's start survives the
     evaluation, moved on by the evaluation's duration."""
 
+    epoch_time: float  # TimeMonitor's: when its epoch began (time.time())
+
     def on_eval_epoch_begin(self, run_context):
         train_start = self.epoch_time
         super().on_eval_epoch_begin(run_context)
