@@ -122,6 +122,46 @@ def test_a_concurrent_sweep_against_the_team_server_is_read_back_whole(
         assert not [value for value in recorded if password in value], run.info.run_name
     assert not [path for path in artifacts.rglob("*")
                 if path.is_file() and password.encode() in path.read_bytes()]
+    # Nor the database's, and neither is in any file: the jobs' folders, all that was
+    # downloaded from the server and the server's own artifact folder, and every row of the
+    # database (params, tags and inputs of runs and models included).
+    assert db_password not in result.stdout + result.stderr
+    _nowhere_on_disk([password, db_password], tmp_path, artifacts)
+    _in_no_row([password, db_password], database, db_password)
+    job = children[0].data.tags["ms_exp.run_dir"]
+    assert f"uri: {url}\n" in Path(job, "config.yaml").read_text()  # where it would be
+
+
+# Every place a job, Hydra or the read-back writes a file (relative to the sweep's working
+# folder): each must hold a file the scan reads.
+WRITTEN = ("multirun/*/*/multirun.yaml", "multirun/*/*/*/.hydra/config.yaml",
+           "multirun/*/*/*/.hydra/hydra.yaml", "multirun/*/*/*/.hydra/overrides.yaml",
+           "multirun/*/*/*/config.yaml", "multirun/*/*/*/console.log",
+           "read_back/*/config/config.yaml", "read_back/*/hydra/hydra.yaml",
+           "read_back/*/hydra/config.yaml", "read_back/*/hydra/overrides.yaml",
+           "read_back/*/logs/console.log", "models/*/**/config.yaml")
+
+
+def _nowhere_on_disk(secrets_, folder: Path, artifacts: Path) -> None:
+    """None of ``secrets_`` is in any file under ``folder`` or ``artifacts``, and the files
+    read include one of each of WRITTEN."""
+    files = [p for root in (folder, artifacts) for p in root.rglob("*") if p.is_file()]
+    missing = [pattern for pattern in WRITTEN if not any(folder.glob(pattern))]
+    assert not missing, missing
+    leaked = [(str(path), n) for path in files for n, secret in enumerate(secrets_)
+              if secret.encode() in path.read_bytes()]
+    assert not leaked
+
+
+def _in_no_row(secrets_, database: str, password: str) -> None:
+    """None of ``secrets_`` is in any row of any table of the database."""
+    with psycopg.connect(database, password=password) as connection:
+        tables = [row[0] for row in connection.execute(
+            "select table_name from information_schema.tables where table_schema = 'public'")]
+        for table in tables:
+            rows = "\n".join(row[0] for row in connection.execute(
+                f'select t::text from "{table}" t'))
+            assert not [n for n, secret in enumerate(secrets_) if secret in rows], table
 
 
 def _metric_histories(url, auth, runs) -> dict:
