@@ -141,6 +141,9 @@ def test_the_job_returns_the_sweep_metric_or_the_first_default_it_logged():
      "would be written into the sweep's Hydra records and MLflow artifacts; expected a "
      "database URL without a password, the password in PGPASSWORD or ~/.pgpass (libpq reads "
      "them)"),
+    (["hydra.sweeper.storage=postgresql://ms_exp:s3/cret@127.0.0.1/optuna", SPACE],
+     "hydra.sweeper.storage='postgresql://ms_exp:***@127.0.0.1/optuna': a password in the URL "
+     "would be written"),
     (["+hydra.sweeper.sampler.bogus=1", SPACE],
      "hydra.sweeper.sampler='optuna.samplers.TPESampler': "),
     ([], "hydra.sweeper.params=null: nothing to search; expected a search space"),
