@@ -37,6 +37,7 @@ from ms_exp.search.checks import fail_fast_overrides
 from ms_exp.search.plugin import register_optuna_sweeper
 from ms_exp.search.trial import objective_value
 from ms_exp.tracking.run_folder import release_all
+from ms_exp.tracking.store import password_refusal, without_passwords
 from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2
@@ -199,7 +200,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if run_id:
             argv = rerun_arguments(run_id, argv)
     except InvalidConfig as error:
-        print(f"ms_exp: error: {error}", file=sys.stderr)
+        # The line repeats what was typed: a URL's password in it is shown as ***.
+        print(f"ms_exp: error: {without_passwords(str(error))}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     try:
         args = parse_args(argv)
@@ -209,15 +211,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             print_help(args.overrides, source)
             return 0
         # --cfg, --info and shell completion only print: the overrides' grammar is checked,
-        # Hydra reports the rest itself.
+        # and a password typed into one (it would be printed), Hydra reports the rest itself.
         if not (args.hydra_help or args.cfg or args.info or args.shell_completion):
             configs = preflight(args.overrides, multirun=args.multirun, source=source)
             if args.multirun:
                 argv = [*argv, *fail_fast_overrides(configs[0], args.overrides)]
         elif not args.shell_completion:
-            parse_overrides(args.overrides, multirun=False)
+            for override in parse_overrides(args.overrides, multirun=False):
+                value = override.value()
+                refused = isinstance(value, str) and password_refusal(override.key_or_group,
+                                                                      value)
+                if refused:
+                    raise InvalidConfig(refused)
     except InvalidConfig as error:
-        print(f"ms_exp: error: {error}", file=sys.stderr)
+        # The line repeats what was typed: a URL's password in it is shown as ***.
+        print(f"ms_exp: error: {without_passwords(str(error))}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     sys.argv = [sys.argv[0], *argv]
     share_import_path()

@@ -737,6 +737,46 @@ BAD_INPUTS = {
                 "tracking.uri would be written into the run's records and printed; expected a "
                 "URI without a password, the password in PGPASSWORD or ~/.pgpass (PostgreSQL; "
                 "MySQL: ~/.my.cnf), which the database client reads"),
+    # A password that holds a "/", "?" or "#", typed unencoded, ends urlsplit's host early
+    # (SQLAlchemy still reads it as the password): refused all the same, all of it masked.
+    "password with a slash in the tracking server's URI": bad(
+        "tracking.uri=http://alice:s3/cr?et@127.0.0.1:5000",
+        message="tracking.uri='http://alice:***@127.0.0.1:5000': a password in tracking.uri "
+                "would be written into the run's records and printed; expected a URI without "
+                "a password, the credentials in MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD, which MLflow sends to the server"),
+    "password with a slash in a database store's URI": bad(
+        "tracking.uri=postgresql://ms_exp:s3/cret@127.0.0.1/mlflow", store=BOTH,
+        message="tracking.uri='postgresql://ms_exp:***@127.0.0.1/mlflow': a password in "
+                "tracking.uri would be written into the run's records and printed; expected a "
+                "URI without a password, the password in PGPASSWORD or ~/.pgpass (PostgreSQL; "
+                "MySQL: ~/.my.cnf), which the database client reads"),
+    "password in an upper-case scheme's URI": bad(
+        "tracking.uri=HTTPS://alice:s3cret@127.0.0.1:5000",
+        message="tracking.uri='https://alice:***@127.0.0.1:5000': a password in tracking.uri "
+                "would be written into the run's records and printed; expected a URI without "
+                "a password, the credentials in MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD, which MLflow sends to the server"),
+    # Refused for something else, the line repeating what was typed: the password as ***.
+    "password in an override Hydra cannot read": bad(
+        "tracking.uri=http://alice:s3#cret@127.0.0.1:5000",
+        message="override 'tracking.uri=http://alice:***@127.0.0.1:5000': Hydra's parser says: "
+                "LexerNoViableAltException: tracking.uri=http://alice:***@127.0.0.1:5000; "
+                "expected key=value, +key=value (add a key), ++key=value (add or set), ~key "
+                "(remove); quote a value that holds , ( ) [ ] { } or spaces"),
+    "password in a URI that does not resolve": bad(
+        "tracking.uri=http://alice:s3cret@127.0.0.1:${tracking.uri}",
+        message="tracking.uri='http://alice:***@127.0.0.1:${tracking.uri}': Recursive "
+                "interpolation detected; expected a value that resolves (an interpolation of a "
+                "key that exists, a set environment variable or a known resolver, and no "
+                "loop)"),
+    # --cfg only prints the config: the password typed into an override would be printed.
+    "password in a URI the config printout would show": bad(
+        "--cfg", "job", "tracking.uri=http://alice:s3cret@127.0.0.1:5000",
+        message="tracking.uri='http://alice:***@127.0.0.1:5000': a password in tracking.uri "
+                "would be written into the run's records and printed; expected a URI without "
+                "a password, the credentials in MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD, which MLflow sends to the server"),
     "tracking store in memory": bad(
         "tracking.uri=sqlite:///:memory:",
         message="tracking.uri='sqlite:///:memory:': not allowed; expected a SQLite file, not "

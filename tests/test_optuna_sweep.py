@@ -141,6 +141,9 @@ def test_the_job_returns_the_sweep_metric_or_the_first_default_it_logged():
      "would be written into the sweep's Hydra records and MLflow artifacts; expected a "
      "database URL without a password, the password in PGPASSWORD or ~/.pgpass (libpq reads "
      "them)"),
+    (["hydra.sweeper.storage=postgresql://ms_exp:s3/cret@127.0.0.1/optuna", SPACE],
+     "hydra.sweeper.storage='postgresql://ms_exp:***@127.0.0.1/optuna': a password in the URL "
+     "would be written"),
     (["+hydra.sweeper.sampler.bogus=1", SPACE],
      "hydra.sweeper.sampler='optuna.samplers.TPESampler': "),
     ([], "hydra.sweeper.params=null: nothing to search; expected a search space"),
@@ -346,8 +349,21 @@ def test_workers_share_a_study_in_postgresql_and_its_password_is_recorded_nowher
     assert all("optuna_trials.md" in o for o in outputs)
     for run in client.search_runs(["1"]):
         assert password not in json.dumps([run.data.tags, run.data.params])
-    for path in (tmp_path / "mlartifacts").rglob("*"):
-        assert not path.is_file() or password.encode() not in path.read_bytes(), path
+    # Nor in any file: the workers' folders (multirun.yaml, each trial's .hydra/*.yaml,
+    # config.yaml, console.log), the runs' artifacts (hydra/*.yaml, config/, logs/) and the
+    # MLflow store; the storage's URL, without it, is where Hydra and the runs record it.
+    assert password not in "".join(outputs)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [p for p in files if password.encode() in p.read_bytes()]
+    recorded = {str(p.relative_to(tmp_path)) for p in files
+                if f"storage: {postgres}\n".encode() in p.read_bytes()}
+    hydra_records = {str(p.relative_to(tmp_path)) for p in tmp_path.glob("*/*/.hydra/hydra.yaml")}
+    assert hydra_records and {"a/multirun.yaml", "b/multirun.yaml", *hydra_records} <= recorded
+    assert [name for name in recorded if name.startswith("mlartifacts/")
+            and name.endswith("/artifacts/hydra/hydra.yaml")], recorded
+    for pattern in ("*/*/config.yaml", "*/*/console.log", "*/*/.hydra/overrides.yaml",
+                    "mlartifacts/*/*/artifacts/config/config.yaml"):
+        assert list(tmp_path.glob(pattern)), pattern
 
 
 # ---------------------------------------------------------------------------------------------

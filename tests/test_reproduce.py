@@ -171,7 +171,14 @@ def test_unknown_run_id_or_store_is_one_line(original, tmp_path):
     assert line.startswith(f"ms_exp: error: --from-run={'0' * 32}: no such run in sqlite:///")
 
 
-def test_a_dataset_registered_by_two_jobs_at_once_is_retried_not_fatal():
+@pytest.mark.parametrize("refusal", [
+    "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+    "datasets.name, datasets.digest",
+    # A team server on PostgreSQL, as its answer reads (a concurrent sweep hit it there).
+    "BAD_REQUEST: (psycopg.errors.UniqueViolation) duplicate key value violates unique "
+    'constraint "dataset_pk"',
+])
+def test_a_dataset_registered_by_two_jobs_at_once_is_retried_not_fatal(refusal):
     """The race a joblib sweep hit: MLflow's SQL store checks for the dataset, then inserts
     it, so the second of two concurrent jobs failed on the UNIQUE constraint."""
     from mlflow.exceptions import MlflowException
@@ -184,8 +191,7 @@ def test_a_dataset_registered_by_two_jobs_at_once_is_retried_not_fatal():
         def log_inputs(self, run_id, datasets):
             self.calls += 1
             if self.calls == 1:
-                raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: "
-                                      "datasets.experiment_id, datasets.name, datasets.digest")
+                raise MlflowException(refusal)
 
     client = RacingClient()
     log_dataset_input(client, "run", object())

@@ -20,7 +20,7 @@ import mlflow
 import psycopg
 import pytest
 import requests
-from conftest import FAST, mlflow_server, postgres_server, run_cli
+from conftest import FAST, free_port, main_in_process, mlflow_server, postgres_server, run_cli
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 from omegaconf import OmegaConf
@@ -122,6 +122,46 @@ def test_a_concurrent_sweep_against_the_team_server_is_read_back_whole(
         assert not [value for value in recorded if password in value], run.info.run_name
     assert not [path for path in artifacts.rglob("*")
                 if path.is_file() and password.encode() in path.read_bytes()]
+    # Nor the database's, and neither is in any file: the jobs' folders, all that was
+    # downloaded from the server and the server's own artifact folder, and every row of the
+    # database (params, tags and inputs of runs and models included).
+    assert db_password not in result.stdout + result.stderr
+    _nowhere_on_disk([password, db_password], tmp_path, artifacts)
+    _in_no_row([password, db_password], database, db_password)
+    job = children[0].data.tags["ms_exp.run_dir"]
+    assert f"uri: {url}\n" in Path(job, "config.yaml").read_text()  # where it would be
+
+
+# Every place a job, Hydra or the read-back writes a file (relative to the sweep's working
+# folder): each must hold a file the scan reads.
+WRITTEN = ("multirun/*/*/multirun.yaml", "multirun/*/*/*/.hydra/config.yaml",
+           "multirun/*/*/*/.hydra/hydra.yaml", "multirun/*/*/*/.hydra/overrides.yaml",
+           "multirun/*/*/*/config.yaml", "multirun/*/*/*/console.log",
+           "read_back/*/config/config.yaml", "read_back/*/hydra/hydra.yaml",
+           "read_back/*/hydra/config.yaml", "read_back/*/hydra/overrides.yaml",
+           "read_back/*/logs/console.log", "models/*/**/config.yaml")
+
+
+def _nowhere_on_disk(secrets_, folder: Path, artifacts: Path) -> None:
+    """None of ``secrets_`` is in any file under ``folder`` or ``artifacts``, and the files
+    read include one of each of WRITTEN."""
+    files = [p for root in (folder, artifacts) for p in root.rglob("*") if p.is_file()]
+    missing = [pattern for pattern in WRITTEN if not any(folder.glob(pattern))]
+    assert not missing, missing
+    leaked = [(str(path), n) for path in files for n, secret in enumerate(secrets_)
+              if secret.encode() in path.read_bytes()]
+    assert not leaked
+
+
+def _in_no_row(secrets_, database: str, password: str) -> None:
+    """None of ``secrets_`` is in any row of any table of the database."""
+    with psycopg.connect(database, password=password) as connection:
+        tables = [row[0] for row in connection.execute(
+            "select table_name from information_schema.tables where table_schema = 'public'")]
+        for table in tables:
+            rows = "\n".join(row[0] for row in connection.execute(
+                f'select t::text from "{table}" t'))
+            assert not [n for n, secret in enumerate(secrets_) if secret in rows], table
 
 
 def _metric_histories(url, auth, runs) -> dict:
@@ -262,3 +302,163 @@ def test_a_job_the_server_does_not_let_in_stops_before_training_in_one_line(
     assert "Traceback" not in stderr and "epoch: 1" not in stdout
     if password:
         assert password not in stdout + stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# A password written into a store's URI: refused before anything starts, in one line that
+# shows it as ***, on the live server, on a port nobody answers and on the team's PostgreSQL
+# itself; nothing reaches the server, the database or the working folder (docs/guides/
+# team-server.md). Each command is ``main()`` in this process: the refusal comes before any
+# job, so a process of its own would add nothing but its start.
+
+REFUSED_LINE = ("{key}='{shown}': a password in {key} would be written into the run's records "
+                "and printed; expected a URI without a password, {where}")
+TO_MLFLOW = ("the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, which "
+             "MLflow sends to the server")
+TO_LIBPQ = ("the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), which the "
+            "database client reads")
+# A user who wrote the password into the URI has none in MLflow's variables.
+NO_CREDENTIALS = {"MLFLOW_TRACKING_USERNAME": None, "MLFLOW_TRACKING_PASSWORD": None}
+NO_RUN = "0123456789abcdef0123456789abcdef"
+
+
+def _tree(folder: Path) -> set:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def _recorded(client) -> tuple:
+    """Every experiment and run on the server (deleted ones too), as alice reads them."""
+    from mlflow.entities import ViewType
+
+    experiments = client.search_experiments(view_type=ViewType.ALL)
+    runs = client.search_runs([e.experiment_id for e in experiments],
+                              run_view_type=ViewType.ALL)
+    return (sorted((e.experiment_id, e.name) for e in experiments),
+            sorted(r.info.run_id for r in runs))
+
+
+def _stored(database: str, password: str) -> tuple:
+    """What ``_recorded`` reads through the server, read from its database itself (each
+    request to the server checks alice's password, a slow hash), and the row count of every
+    table in the database's public schema."""
+    with psycopg.connect(database, password=password) as connection:
+        names = [row[0] for row in connection.execute(
+            "select table_name from information_schema.tables where table_schema = 'public'")]
+        counts = {name: connection.execute(f'select count(*) from "{name}"').fetchone()[0]
+                  for name in names}
+        if "runs" not in counts:
+            return None, counts
+        experiments = connection.execute("select experiment_id, name from experiments")
+        runs = connection.execute("select run_uuid from runs")
+        return (sorted((str(i), name) for i, name in experiments),
+                sorted(row[0] for row in runs)), counts
+
+
+def _with_password(url: str, user: str, password: str) -> str:
+    """``url`` with ``user:password@`` written into it, as a hurried user would."""
+    scheme, rest = url.split("://", 1)
+    rest = rest.split("@", 1)[-1]
+    return f"{scheme}://{user}:{password}@{rest}"
+
+
+def _assert_refused(result, secret: str, line: str, before: set) -> None:
+    """Exit 2, ``line`` alone on stderr, the secret printed nowhere, nothing in the folder."""
+    assert result.rc == 2, result.stdout[-3000:] + result.stderr[-3000:]
+    (printed,) = result.stderr.strip().splitlines()
+    assert printed.endswith(f": error: {line}"), printed
+    assert "***@" in printed and secret not in result.stdout + result.stderr
+    assert result.stdout == ""
+    assert _tree(result.cwd) == before
+
+
+@pytest.mark.server
+@pytest.mark.e2e
+@pytest.mark.parametrize("where", ["server up", "server down", "postgresql"])
+def test_a_password_in_tracking_uri_is_refused_before_anything_reaches_the_store(
+        tmp_path, team_server, as_team_member, where):
+    url, database, db_password, _, password = team_server
+    if where == "postgresql":   # the server's own store, which a job could open itself
+        uri, secret, hint = _with_password(database, "ms_exp", db_password), db_password, TO_LIBPQ
+    else:
+        port = url.rsplit(":", 1)[1] if where == "server up" else free_port()
+        uri, secret, hint = f"http://{TEAM_USER}:{password}@127.0.0.1:{port}", password, TO_MLFLOW
+    stored, rows = _stored(database, db_password)
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("the user's own file\n")
+    before = _tree(folder)
+    result = main_in_process("ms_exp.run", [*JOB, f"tracking.uri={uri}",
+                                            "tracking.experiment_name=refused"],
+                             folder, env=NO_CREDENTIALS)
+    _assert_refused(result, secret, REFUSED_LINE.format(
+        key="tracking.uri", shown=uri.replace(secret, "***"), where=hint), before)
+    assert _recorded(as_team_member) == stored
+    assert _stored(database, db_password) == (stored, rows)
+
+
+@pytest.fixture(scope="module")
+def optuna_database(team_server):
+    """A database of its own for Optuna's tables in the team's PostgreSQL (the server's
+    database holds MLflow's, and both keep an ``alembic_version``): its URL, no password."""
+    database, db_password = team_server[1], team_server[2]
+    with psycopg.connect(database, password=db_password, autocommit=True) as connection:
+        connection.execute("create database optuna")
+    return database.rsplit("/", 1)[0] + "/optuna"
+
+
+@pytest.mark.server
+@pytest.mark.e2e
+def test_a_password_in_the_sweeps_optuna_storage_is_refused_before_any_job(
+        tmp_path, team_server, as_team_member, optuna_database):
+    url, database, db_password, _, password = team_server
+    storage = _with_password(optuna_database, "ms_exp", db_password)
+    stored, rows = _stored(database, db_password)
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    before = _tree(folder)
+    result = main_in_process(
+        "ms_exp.run", ["-m", "hydra/sweeper=optuna", "hydra.sweeper.study_name=leak",
+                       f"hydra.sweeper.storage={storage}", "hydra.sweeper.n_trials=1",
+                       "optimizer.lr=interval(0.01,0.2)", *JOB, f"tracking.uri={url}",
+                       "tracking.experiment_name=refused"], folder,
+        env={"MLFLOW_TRACKING_USERNAME": TEAM_USER, "MLFLOW_TRACKING_PASSWORD": password})
+    _assert_refused(result, db_password, (
+        f"hydra.sweeper.storage='{storage.replace(db_password, '***')}': a password in the "
+        "URL would be written into the sweep's Hydra records and MLflow artifacts; expected a "
+        "database URL without a password, the password in PGPASSWORD or ~/.pgpass (libpq "
+        "reads them)"), before)
+    assert not (folder / "multirun").exists()
+    # No study, not even Optuna's tables: the storage was never opened.
+    assert _stored(optuna_database, db_password) == (None, {})
+    assert _recorded(as_team_member) == stored
+    assert _stored(database, db_password) == (stored, rows)
+
+
+@pytest.mark.server
+@pytest.mark.e2e
+@pytest.mark.parametrize("module, args, key", [
+    ("ms_exp.eval", ["--run-id", NO_RUN], "--tracking-uri"),
+    ("ms_exp.report", [NO_RUN], "--tracking-uri"),
+    ("ms_exp.ckpt", ["merge", NO_RUN], "--tracking-uri"),
+    ("ms_exp.tracking.upload", ["."], "--tracking-uri"),
+    ("ms_exp.report", [NO_RUN, "--tracking-uri", "<server>"], "--optuna-storage"),
+])
+def test_the_read_commands_refuse_a_password_in_a_store_uri_of_the_live_server(
+        tmp_path, team_server, as_team_member, optuna_database, module, args, key):
+    url, database, db_password, _, password = team_server
+    args = [url if arg == "<server>" else arg for arg in args]
+    if key == "--tracking-uri":
+        uri, secret, hint = _with_password(url, TEAM_USER, password), password, TO_MLFLOW
+    else:
+        uri = _with_password(optuna_database, "ms_exp", db_password)
+        secret, hint = db_password, TO_LIBPQ
+    stored, rows = _stored(database, db_password)
+    folder = tmp_path / "reader"
+    folder.mkdir()
+    before = _tree(folder)
+    result = main_in_process(module, [*args, key, uri], folder, env=NO_CREDENTIALS)
+    _assert_refused(result, secret, REFUSED_LINE.format(
+        key=key, shown=uri.replace(secret, "***"), where=hint), before)
+    assert _recorded(as_team_member) == stored
+    assert _stored(database, db_password) == (stored, rows)
+    assert _stored(optuna_database, db_password) == (None, {})

@@ -6,6 +6,7 @@ One real ``mlflow server`` serves the module; the tests reach it through a TCP r
 port of their own, and stopping the relay is the server dying for the client (its
 connections dropped, new ones refused) without paying the server's 10-20 s start again.
 """
+import secrets
 import select
 import shutil
 import socket
@@ -109,16 +110,25 @@ def warnings_in(text: str):
     return [line for line in text.splitlines() if line.startswith(WARNING)]
 
 
-def upload(run_dir: Path, cwd: Path):
-    return run_cli("ms_exp.tracking.upload", [str(run_dir)], cwd, timeout=120)
+def _files_holding(text: str, folder: Path) -> list:
+    return [p for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def upload(run_dir: Path, cwd: Path, env=None):
+    return run_cli("ms_exp.tracking.upload", [str(run_dir)], cwd, env=env, timeout=120)
 
 
 @pytest.mark.server
 @pytest.mark.e2e
 def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_path):
+    # A team member's credentials, as a server with basic auth asks for (this one ignores
+    # them): they are in neither the journal nor any other file of the run, nor printed.
+    credentials = {"MLFLOW_TRACKING_USERNAME": "alice",
+                   "MLFLOW_TRACKING_PASSWORD": secrets.token_hex(12)}
+    password = credentials["MLFLOW_TRACKING_PASSWORD"]
     job = run_cli("ms_exp.run", [*FAST, "trainer.epochs=1", "tracking.log_models=true",
                                  f"tracking.uri={relay.uri}",
-                                 "tracking.experiment_name=outage"], tmp_path)
+                                 "tracking.experiment_name=outage"], tmp_path, env=credentials)
     assert job.rc == 0, job.stderr[-3000:]
     (warning,) = warnings_in(job.stderr)
     assert f"tracking.uri={relay.uri} is unreachable" in warning
@@ -134,9 +144,13 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     # The models wait in the run directory, their MLmodel file written when they are logged.
     best = run_dir / "models" / "best"
     assert (best / "example.npz").is_file() and not (best / "MLmodel").exists()
+    assert password not in job.stdout + job.stderr
+    assert relay.uri in journal.read_text()
+    assert not _files_holding(password, tmp_path)
 
     relay.start()
-    uploaded = upload(run_dir, tmp_path)
+    uploaded = upload(run_dir, tmp_path, env=credentials)
+    assert password not in uploaded.stdout + uploaded.stderr
     assert uploaded.rc == 0, uploaded.stderr
     (delivered,) = [line for line in uploaded.stdout.splitlines()
                     if line.startswith("delivered to run ")]
@@ -146,6 +160,7 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     client = MlflowClient(relay.uri)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
+    assert password not in repr([run.data.params, run.data.tags])
     assert run.data.params["trainer.epochs"] == "1"
     assert "eval/accuracy" in run.data.metrics and "train/loss" in run.data.metrics
     assert run.data.tags["ms_exp.command"].endswith(f"tracking.uri={relay.uri} "
@@ -161,6 +176,7 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
         assert {"MLmodel", "model.mindir", "input_example.json"} <= files, files
         assert "example.npz" not in files
     assert (best / "MLmodel").is_file() and not (best / "example.npz").exists()
+    assert not _files_holding(password, tmp_path)
 
     again = upload(run_dir, tmp_path)
     assert again.rc == 2 and "nothing to upload" in again.stderr

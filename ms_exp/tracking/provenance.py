@@ -171,11 +171,16 @@ def record(tracker, dataset_cfg, run_dir: Path, command: str) -> None:
             dataset, tags=[InputTag("mlflow.data.context", "training")]))
 
 
+DUPLICATE = ("UNIQUE constraint failed", "duplicate key value violates unique constraint",
+             "Duplicate entry")
+
+
 def log_dataset_input(client, run_id: str, dataset_input, attempts: int = 3) -> None:
     """``log_inputs`` that survives jobs of a parallel sweep registering the same dataset at
     once: MLflow's SQL store checks for the dataset, then inserts it, so the slower job's
     insert fails on the UNIQUE constraint (seen in a joblib sweep: the job ended FAILED).
-    By then the dataset exists, and trying again links the run to it."""
+    By then the dataset exists, and trying again links the run to it. Each database words
+    the refusal its own way (SQLite, PostgreSQL, MySQL; through a server as its message)."""
     from mlflow.exceptions import MlflowException
 
     for attempt in range(1, attempts + 1):
@@ -183,6 +188,6 @@ def log_dataset_input(client, run_id: str, dataset_input, attempts: int = 3) -> 
             client.log_inputs(run_id, datasets=[dataset_input])
             return
         except MlflowException as error:
-            if "UNIQUE constraint failed" not in str(error) or attempt == attempts:
+            if not any(words in str(error) for words in DUPLICATE) or attempt == attempts:
                 raise
             time.sleep(0.1 * attempt)

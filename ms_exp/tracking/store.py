@@ -33,20 +33,41 @@ def resolve_tracking_uri(uri: Optional[str], workdir: Optional[Path] = None) -> 
     return f"sqlite:///{base / DEFAULT_DB_NAME}"
 
 
+# ``scheme://user:password@`` anywhere in a text, the password up to the last ``@`` of the
+# word: a password may hold ``/``, ``?``, ``#`` or ``@`` unencoded, as a hurried user types it
+# (SQLAlchemy reads it so; urlsplit then ends the host before it).
+CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s'\":/?#@]*:)[^\s'\"]*@")
+
+
+def without_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ***: for a line that
+    repeats what the user typed (an override Hydra cannot read, a value refused)."""
+    return CREDENTIALS.sub(r"\1***@", text)
+
+
 def masked(url: str) -> str:
     """The URL with its password (if any) replaced by ***: fit to print and to log."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:      # an unclosed [IPv6 host]
+        return without_passwords(url)
     if parts.password is None:
-        return url
+        return without_passwords(url) if holds_password(url) else url
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def holds_password(url: str) -> bool:
+    """Does ``url`` hold ``user:password@``? Also when the password holds a ``/``, ``?`` or
+    ``#`` that ends urlsplit's host early, so that what it reads as the port is no number."""
     try:
-        return urlsplit(url).password is not None
-    except ValueError:      # a port that is no number: not a URL this question fits
+        parts = urlsplit(url)
+        if parts.password is not None:
+            return True
+        parts.port          # raises when it is no number
         return False
+    except ValueError:      # no port number, or an unclosed [IPv6 host]
+        return bool(CREDENTIALS.match(url))
 
 
 def password_refusal(key: str, uri: Optional[str]) -> Optional[str]:
@@ -57,7 +78,8 @@ def password_refusal(key: str, uri: Optional[str]) -> Optional[str]:
     if not uri or not holds_password(uri):
         return None
     where = ("the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, "
-             "which MLflow sends to the server" if uri.startswith(("http:", "https:")) else
+             "which MLflow sends to the server" if uri.lower().startswith(("http:", "https:"))
+             else
              "the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), which "
              "the database client reads")
     return (f"{key}={masked(uri)!r}: a password in {key} would be written into the run's "
