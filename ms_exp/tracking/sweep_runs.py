@@ -21,19 +21,18 @@ class ReportError(Exception):
 
 
 def _all_pages(search, **kwargs) -> list:
-    items, token = [], None
-    while True:
-        page = search(**kwargs, page_token=token)
-        items.extend(page)
-        token = page.token
-        if not token:
-            return items
+    """Every result of a search of the client's store, page after page, as mlflow.search_runs
+    pages (which would search the process's store instead)."""
+    from mlflow.utils import get_results_from_paginated_fn
+
+    return get_results_from_paginated_fn(
+        lambda count, token: search(**kwargs, max_results=count, page_token=token), 1000)
 
 
 def child_runs(client: MlflowClient, parent: Run) -> List[Run]:
     return _all_pages(client.search_runs, experiment_ids=[parent.info.experiment_id],
                       filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-                      max_results=1000, order_by=["attributes.start_time ASC"])
+                      order_by=["attributes.start_time ASC"])
 
 
 def find_sweep(client: MlflowClient, target: str) -> str:
@@ -41,10 +40,10 @@ def find_sweep(client: MlflowClient, target: str) -> str:
     if "/" not in target and not Path(target).exists():  # run ids never hold a slash
         return _parent_by_id(client, target)
     folder = Path(target).resolve()
-    experiments = _all_pages(client.search_experiments, max_results=1000)
+    experiments = _all_pages(client.search_experiments)
     parents = _all_pages(client.search_runs,
                          experiment_ids=[e.experiment_id for e in experiments],
-                         filter_string="tags.`ms_exp.sweep` = 'true'", max_results=1000)
+                         filter_string="tags.`ms_exp.sweep` = 'true'")
     by_dir = {p.data.tags.get("ms_exp.sweep.dir"): p.info.run_id for p in parents}
     for candidate in (folder, folder.parent):
         if str(candidate) in by_dir:
