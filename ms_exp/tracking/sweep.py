@@ -59,7 +59,7 @@ def child_run_name(overrides: List[str]) -> Optional[str]:
     """A job's run name in a sweep: its swept values, ``rho=0.4,gamma=0.9,sigma=0.2``, so
     runs are told apart at a glance in the UI's run list and charts."""
     keys = json.loads(os.environ.get(SWEPT_KEYS) or "[]")
-    values = override_values(" ".join(overrides))
+    values = override_values(overrides)
     keys = [key for key in keys if key in values]
     if not keys:
         return None
@@ -153,7 +153,7 @@ class SweepRun(Callback):
             "ms_exp.sweep": "true",
             # Hydra does not change directory (version_base 1.3), so relative is to here.
             "ms_exp.sweep.dir": str(Path(config.hydra.sweep.dir).resolve()),
-            "ms_exp.sweep.overrides": " ".join(overrides),
+            "ms_exp.sweep.overrides": shlex.join(overrides),
             "ms_exp.command": command_line()[:5000],
         })
         self.tracker.log_params(sweep_params(config))

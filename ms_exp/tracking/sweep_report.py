@@ -19,7 +19,12 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from ms_exp.search.trial import OBJECTIVE_METRICS, STORAGE_TAG, STUDY_TAG
-from ms_exp.tracking.sweep_runs import ReportError, child_runs, override_values
+from ms_exp.tracking.sweep_runs import (
+    ReportError,
+    child_runs,
+    override_values,
+    read_overrides,
+)
 
 # The first of these that the jobs logged ranks them unless --metric says otherwise:
 # classifiers log accuracy, Wide&Deep logs AUC.
@@ -63,7 +68,7 @@ def swept_keys(parent: Run, children: Sequence[Run]) -> List[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
-    lines = parent.data.tags.get("ms_exp.sweep.overrides", "").split()
+    lines = read_overrides(parent.data.tags.get("ms_exp.sweep.overrides", ""))
     lines += [f"{key}={value}" for key, value in parent.data.params.items()]
     parser, keys = OverridesParser.create(), []
     for line in lines:
@@ -102,7 +107,7 @@ def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str):
                *[f"ckpt_bytes_rank_{rank}" for rank in ranks], "error", "run_id"]
     rows = []
     for child in children:
-        values = override_values(child.data.tags.get("ms_exp.overrides", ""))
+        values = override_values(read_overrides(child.data.tags.get("ms_exp.overrides", "")))
         found = child.data.metrics  # each metric's value at its last step
         info = child.info
         rows.append({

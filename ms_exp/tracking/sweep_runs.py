@@ -1,6 +1,7 @@
 """Finding a sweep and its jobs in MLflow: the parent run named by a run id, a sweep folder
-or a job folder (:func:`find_sweep`), its child runs (:func:`child_runs`), and the values a
-job's command line set (:func:`override_values`).
+or a job folder (:func:`find_sweep`), its child runs (:func:`child_runs`), the values a
+job's command line set (:func:`override_values` of the overrides :func:`read_overrides`
+reads from a tag).
 
 MLflow is imported only inside the functions that call it: a job names its run with
 ``override_values`` (ms_exp.tracking.sweep.child_run_name) in its own process, which leaves
@@ -8,8 +9,9 @@ MLflow to its sidecar (ms_exp/tracking/sidecar.py).
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Dict, List, Sequence
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -65,11 +67,31 @@ def _parent_by_id(client: MlflowClient, run_id: str) -> str:
     raise ReportError(f"run {run_id} is not the parent run of a sweep{hint}")
 
 
-def override_values(line: str) -> Dict[str, str]:
-    """``{"optimizer.lr": "0.1"}`` from a job's ``ms_exp.overrides`` tag ("k=v k=v")."""
-    values = {}
-    for token in line.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            values[key.lstrip("+~")] = value
+def read_overrides(tag: str) -> List[str]:
+    """The overrides of a ``ms_exp.overrides`` or ``ms_exp.sweep.overrides`` tag, each as the
+    command line gave it to Hydra (``model.hidden_sizes=[8, 16]`` whole): the tag is their
+    shlex.join. A tag written before that, joined by spaces, is split on whitespace."""
+    try:
+        overrides = shlex.split(tag)
+    except ValueError:  # an unclosed quote: an older tag
+        return tag.split()
+    return overrides if shlex.join(overrides) == tag else tag.split()
+
+
+def override_values(overrides: Sequence[str]) -> Dict[str, str]:
+    """``{"optimizer.lr": "0.10"}``: the key each override sets, as Hydra's parser reads it,
+    and its value as the override wrote it; deletions (``~key``) and lines Hydra would
+    refuse (a piece of an override that an older tag split) are left out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser, values = OverridesParser.create(), {}
+    for line in overrides:
+        try:
+            override = parser.parse_overrides([line])[0]
+        except OverrideParseException:
+            continue
+        if not override.is_delete():
+            values[override.key_or_group] = line.partition("=")[2].strip()
     return values
+
