@@ -1,7 +1,7 @@
 """Finding a sweep and its jobs in MLflow: the parent run named by a run id, a sweep folder
 or a job folder (:func:`find_sweep`), its child runs (:func:`child_runs`), the values a
 job's command line set (:func:`override_values` of the overrides :func:`read_overrides`
-reads from a tag).
+reads from a tag), and the Markdown both reports' tables are written in (:func:`markdown`).
 
 MLflow is imported only inside the functions that call it: a job names its run with
 ``override_values`` (ms_exp.tracking.sweep.child_run_name) in its own process, which leaves
@@ -95,3 +95,11 @@ def override_values(overrides: Sequence[str]) -> Dict[str, str]:
             values[override.key_or_group] = line.partition("=")[2].strip()
     return values
 
+
+
+def markdown(cells) -> str:
+    """A DataFrame of cells already written as text as a Markdown table, without the columns
+    empty in every row; each cell as written (tabulate neither pads it nor reads "0.9000"
+    back as a number)."""
+    shown = cells.loc[:, (cells != "").any()]
+    return shown.to_markdown(index=False, stralign=None, numalign=None, disable_numparse=True)
