@@ -202,3 +202,53 @@ def test_a_value_with_spaces_is_a_whole_cell_of_the_table(tmp_path):
     write_report(client, parent_id)
     rows = report_rows(client, parent_id, tmp_path)
     assert [row["model.hidden_sizes"] for row in rows] == ["[8, 16]", "[32]"]
+
+
+def perplexity_sweep(tmp_path, tags, params=()):
+    """Three jobs logging eval/perplexity, which is best low though its name says nothing,
+    and eval/accuracy; the parent tagged with ``tags``: the report's table and title."""
+    client = MlflowClient(store_in(tmp_path))
+    experiment = ensure_experiment(client, "report")
+    parent_id = client.create_run(experiment, run_name="sweep",
+                                  tags={"ms_exp.sweep": "true", **tags}).info.run_id
+    for key, value in params:
+        client.log_param(parent_id, key, value)
+    for lr, perplexity, accuracy in (("0.1", 20.0, 0.7), ("0.2", 5.0, 0.9), ("0.3", 9.0, 0.8)):
+        run_id = client.create_run(experiment, run_name=f"lr={lr}", tags={
+            "mlflow.parentRunId": parent_id,
+            "ms_exp.overrides": f"optimizer.lr={lr}"}).info.run_id
+        client.log_param(run_id, "optimizer.lr", lr)
+        client.log_metric(run_id, "eval/perplexity", perplexity)
+        client.log_metric(run_id, "eval/accuracy", accuracy)
+        client.set_terminated(run_id)
+
+    def report(metric=None):
+        title = write_report(client, parent_id, metric).markdown.splitlines()[0]
+        lrs = [row["optimizer.lr"] for row in report_rows(client, parent_id, tmp_path)]
+        return title[title.index(" jobs, by ") + len(" jobs, by "):], lrs
+    return report
+
+
+def test_an_optuna_sweep_ranks_its_metric_in_the_direction_it_states(tmp_path):
+    optuna = {"ms_exp.optuna.direction": "minimize", "ms_exp.sweep.metric": "eval/perplexity"}
+    report = perplexity_sweep(tmp_path, optuna)
+    # The sweep's metric by default, in its direction.
+    assert report() == ("eval/perplexity, lowest first, as the sweep minimizes it",
+                        ["0.2", "0.3", "0.1"])
+    # Another metric: the sweep states nothing about it, its name ranks it.
+    assert report("eval/accuracy") == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])
+
+
+def test_an_older_optuna_parent_names_its_metric_in_its_params(tmp_path):
+    report = perplexity_sweep(tmp_path, {"ms_exp.optuna.direction": "minimize"},
+                              [("sweep.metric", "eval/perplexity")])
+    assert report("eval/perplexity") == ("eval/perplexity, lowest first, as the sweep "
+                                         "minimizes it", ["0.2", "0.3", "0.1"])
+    assert report() == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])
+
+
+def test_a_basic_sweep_states_no_direction_so_the_name_guesses_it(tmp_path):
+    report = perplexity_sweep(tmp_path, {"ms_exp.sweep.metric": "eval/perplexity"})
+    # No word of loss, error, time or bytes in it: taken as best high.
+    assert report() == ("eval/perplexity, highest first", ["0.1", "0.3", "0.2"])
+    assert report("eval/accuracy") == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])

@@ -66,14 +66,6 @@ def register_run_model(uri: str, run_id: str, name: str):
     return register(client, model, name)
 
 
-def sweep_direction(metric: str, direction: Optional[str]) -> bool:
-    """Whether smaller is better: the Optuna sweeper's direction when there is one, else
-    by the metric's name (loss: smaller; accuracy, AUC: larger)."""
-    if direction:
-        return direction.lower() == "minimize"
-    return lower_is_better(metric)
-
-
 def best_child(children: Sequence, metric: Optional[str], direction: Optional[str] = None):
     """The FINISHED child with the best ``metric`` (None: the first of eval/accuracy,
     eval/auc any child logged), and the metric; (None, metric) when none has it."""
@@ -85,8 +77,7 @@ def best_child(children: Sequence, metric: Optional[str], direction: Optional[st
               and not math.isnan(c.data.metrics[metric])]
     if not scored:
         return None, metric
-    smaller = sweep_direction(metric, direction)
-    pick = min if smaller else max
+    pick = min if lower_is_better(metric, direction) else max
     return pick(scored, key=lambda c: c.data.metrics[metric]), metric
 
 

@@ -28,7 +28,7 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ms_exp.search.trial import PRUNED_EPOCH_TAG
+from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, PRUNED_EPOCH_TAG
 from ms_exp.tracking.provenance import command_line
 from ms_exp.tracking.sweep_runs import child_runs, override_values
 
@@ -149,17 +149,18 @@ class SweepRun(Callback):
         overrides = list(config.hydra.overrides.task)
         name = (f"{tracking.run_name}-sweep" if tracking.run_name else
                 f"sweep-{config.hydra.job.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        self.metric = OmegaConf.select(config, "sweep.metric", default=None)
         self.tracker = Tracker.start(store_client(uri), tracking.experiment_name, name, {
             "ms_exp.sweep": "true",
             # Hydra does not change directory (version_base 1.3), so relative is to here.
             "ms_exp.sweep.dir": str(Path(config.hydra.sweep.dir).resolve()),
             "ms_exp.sweep.overrides": shlex.join(overrides),
             "ms_exp.command": command_line()[:5000],
+            **({METRIC_TAG: self.metric} if self.metric else {}),  # the report ranks by it
         })
         self.tracker.log_params(sweep_params(config))
         self.swept = swept_keys(config)
         self.register_as = tracking.register_model
-        self.metric = OmegaConf.select(config, "sweep.metric", default=None)
         os.environ.update({PARENT_RUN_ID: self.tracker.run_id, PARENT_TRACKING_URI: uri,
                            PARENT_EXPERIMENT: tracking.experiment_name,
                            SWEPT_KEYS: json.dumps(self.swept)})
@@ -223,7 +224,7 @@ class SweepRun(Callback):
             report = _log_report(tracker)
             if self.register_as and status == "FINISHED":
                 _register_best(tracker, children, self.register_as, self.metric,
-                               tags.get("ms_exp.optuna.direction"))
+                               tags.get(DIRECTION_TAG))
         finally:
             tracker.finish(status)
         failed_line = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""

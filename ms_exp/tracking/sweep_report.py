@@ -18,7 +18,13 @@ import pandas
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from ms_exp.search.trial import OBJECTIVE_METRICS, STORAGE_TAG, STUDY_TAG
+from ms_exp.search.trial import (
+    DIRECTION_TAG,
+    METRIC_TAG,
+    OBJECTIVE_METRICS,
+    STORAGE_TAG,
+    STUDY_TAG,
+)
 from ms_exp.tracking.sweep_runs import (
     ReportError,
     child_runs,
@@ -27,8 +33,8 @@ from ms_exp.tracking.sweep_runs import (
     read_overrides,
 )
 
-# The first of these that the jobs logged ranks them unless --metric says otherwise:
-# classifiers log accuracy, Wide&Deep logs AUC.
+# The first of these that the jobs logged ranks them unless --metric or the sweep's
+# sweep.metric says otherwise: classifiers log accuracy, Wide&Deep logs AUC.
 DEFAULT_METRICS = OBJECTIVE_METRICS
 DEFAULT_METRIC = DEFAULT_METRICS[0]
 REPORT_DIR = "report"
@@ -36,7 +42,8 @@ FINAL_METRICS = ("eval/accuracy", "eval/auc", "eval/loss", "train/loss")
 LOSS_CURVE = "train/loss"
 SAVE_TIME = "checkpoint/save_time_s"
 _BYTES_METRIC = re.compile(r"checkpoint/bytes_rank_(\d+)$")
-# Metrics where smaller is better; anything else (accuracy, throughput) is best when larger.
+# Where a sweep states no direction: metrics where smaller is better; anything else
+# (accuracy, throughput) is best when larger.
 _LOWER_IS_BETTER = ("loss", "error", "time", "bytes")
 STAGE_ONE_PARAM = "boost.stage_one_run_id"
 _CELL_CHARS = 80  # in summary.md (a failed job's error); summary.csv keeps all of it
@@ -92,8 +99,22 @@ def _differing_params(children: Sequence[Run]) -> List[str]:
 # ---------------------------------------------------------------------------------------------
 # The table
 
-def lower_is_better(metric: str) -> bool:
+def lower_is_better(metric: str, direction: Optional[str] = None) -> bool:
+    """Whether smaller ``metric`` is better: as ``direction`` (minimize or maximize) says;
+    without one, guessed from the metric's name."""
+    if direction:
+        return direction.lower() == "minimize"
     return any(word in metric for word in _LOWER_IS_BETTER)
+
+
+def stated_direction(parent: Run, metric: str) -> Optional[str]:
+    """The direction the sweep states for ``metric``: an Optuna sweep's, for the metric it
+    optimises (sweep.metric, else the first of OBJECTIVE_METRICS); None for another metric
+    and for a basic sweep, which states none."""
+    objective = parent.data.tags.get(METRIC_TAG) or parent.data.params.get("sweep.metric")
+    if metric == objective or (not objective and metric in OBJECTIVE_METRICS):
+        return parent.data.tags.get(DIRECTION_TAG)
+    return None
 
 
 def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str,
@@ -321,16 +342,20 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
         raise ReportError(f"sweep run {parent_run_id} has no child runs")
     logged = {name for child in children for name in child.data.metrics}
     if metric is None:
-        metric = next((m for m in DEFAULT_METRICS if m in logged), DEFAULT_METRIC)
+        stated = parent.data.tags.get(METRIC_TAG)
+        metric = stated if stated in logged else next(
+            (m for m in DEFAULT_METRICS if m in logged), DEFAULT_METRIC)
     if logged and metric not in logged:
         raise ReportError(f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
                           + ", ".join(sorted(logged)))
     keys = swept_keys(parent, children)
-    lowest_first = lower_is_better(metric)
+    direction = stated_direction(parent, metric)
+    lowest_first = lower_is_better(metric, direction)
     table = summary_table(children, keys, metric, lowest_first)
     rows = table.to_dict("records")
     title = (f"Sweep {parent.info.run_name} ({parent_run_id}): {len(rows)} jobs, by {metric}, "
-             f"{'lowest' if lowest_first else 'highest'} first")
+             f"{'lowest' if lowest_first else 'highest'} first"
+             + (f", as the sweep {direction.lower()}s it" if direction else ""))
     references = stage_one_references(client, children, metric)
     for reference in references:
         title += (f"\n\nStage one (run {reference.run_id}), which the jobs started from: "
