@@ -11,10 +11,9 @@ artifacts of the parent run under ``report/``:
   ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration,
   the error of a failed job, and what saving checkpoints cost (``ckpt_save_s``,
   ``ckpt_bytes_rank_<r>``, from the ``checkpoint/*`` metrics of every run); sorted by the
-  metric, best first: as an Optuna sweep states it for the metric it optimises
-  (``hydra.sweeper.direction``); where the sweep states none (a basic sweep, another
-  ``--metric``), guessed from the name: lowest first for one holding loss, error, time or
-  bytes, else highest first;
+  metric, best first as an Optuna sweep states it for what it optimises (its direction);
+  where the sweep states none (a basic sweep, another ``--metric``), by the metric's name:
+  lowest first for one holding loss, error, time or bytes, else highest first;
 - ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
   true/false) and ``train_loss.png``, every job's loss curve overlaid;
 - for an Optuna sweep, its study (read from its storage, the parent's

@@ -242,9 +242,9 @@ def test_an_optuna_sweep_ranks_its_metric_in_the_direction_it_states(tmp_path):
 def test_an_older_optuna_parent_names_its_metric_in_its_params(tmp_path):
     report = perplexity_sweep(tmp_path, {"ms_exp.optuna.direction": "minimize"},
                               [("sweep.metric", "eval/perplexity")])
-    assert report("eval/perplexity") == ("eval/perplexity, lowest first, as the sweep "
-                                         "minimizes it", ["0.2", "0.3", "0.1"])
-    assert report() == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])
+    assert report() == ("eval/perplexity, lowest first, as the sweep minimizes it",
+                        ["0.2", "0.3", "0.1"])
+    assert report("eval/accuracy") == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])
 
 
 def test_a_basic_sweep_states_no_direction_so_the_name_guesses_it(tmp_path):

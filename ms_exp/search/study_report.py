@@ -103,7 +103,7 @@ def _history(trials, maximize: bool):
                "duration_s"]
     rows, best = [], None
     for t in sorted(trials, key=lambda t: t.number):
-        if t.state.name == "COMPLETE" and _finite(t.value):
+        if t.state.name == "COMPLETE" and math.isfinite(t.value):
             best = t.value if best is None else (max if maximize else min)(best, t.value)
         rows.append({
             "number": t.number, "state": t.state.name, "value": t.value, "best_so_far": best,
@@ -112,10 +112,6 @@ def _history(trials, maximize: bool):
             "duration_s": t.duration.total_seconds() if t.duration else None,
         })
     return params, pandas.DataFrame(rows, columns=columns, dtype=object)  # 2 stays 2, not 2.0
-
-
-def _finite(value: Optional[float]) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def _param(value):

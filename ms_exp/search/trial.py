@@ -23,10 +23,8 @@ PRUNED_EPOCH_TAG = "ms_exp.pruned_epoch"
 STUDY_TAG = "ms_exp.optuna.study"
 STORAGE_TAG = "ms_exp.optuna.storage"
 TRIAL_TAG = "ms_exp.optuna.trial"
-# On the parent: what the sweep optimises (sweep.metric, where set) and, for an Optuna sweep,
-# which way (hydra.sweeper.direction: minimize or maximize).
-METRIC_TAG = "ms_exp.sweep.metric"
-DIRECTION_TAG = "ms_exp.optuna.direction"
+METRIC_TAG = "ms_exp.sweep.metric"  # on the parent: sweep.metric, where it is set
+DIRECTION_TAG = "ms_exp.optuna.direction"  # on an Optuna sweep's parent: minimize or maximize
 # What a sweep optimises when sweep.metric is unset: the first of these a job logged
 # (classifiers log accuracy, Wide&Deep logs AUC).
 OBJECTIVE_METRICS = ("eval/accuracy", "eval/auc")

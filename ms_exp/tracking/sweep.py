@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, PRUNED_EPOCH_TAG
 from ms_exp.tracking.provenance import command_line
-from ms_exp.tracking.sweep_runs import child_runs, override_values
+from ms_exp.tracking.sweep_runs import child_runs, override_values, parsed_overrides
 
 # Read by parent_run_id() in the jobs. MLflow's own MLFLOW_RUN_ID / MLFLOW_EXPERIMENT_ID are
 # not set: MLflow reads them too, and they would attach every job to the parent run itself.
@@ -101,11 +101,10 @@ def swept_keys(config: DictConfig) -> List[str]:
     """The keys a multirun sweeps: on its command line (``a=1,2``, ``model=mlp,resnet``)
     and in the sweeper's own ``params`` (Hydra's ``hydra.sweeper.params``, Optuna's search
     space)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-    keys = [o.key_or_group.lstrip("+~") for o in parsed if o.is_sweep_override()]
+    parsed = parsed_overrides(config.hydra.overrides.task)
+    keys = [o.key_or_group for _, o in parsed if o.is_sweep_override()]
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     return keys + [str(key) for key in params if str(key) not in keys]
 
@@ -115,10 +114,7 @@ def sweep_params(config: DictConfig) -> Dict[str, str]:
     (``boost.rho`` -> ``0.4,0.55,0.7``), and the sweeper's search space."""
     from omegaconf import OmegaConf
 
-    params = {}
-    for line in config.hydra.overrides.task:
-        key, _, value = line.partition("=")
-        params[key.lstrip("+~")] = value
+    params = override_values(config.hydra.overrides.task)
     for key, value in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items():
         params.setdefault(str(key), str(value))
     return params

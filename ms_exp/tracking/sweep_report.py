@@ -18,25 +18,12 @@ import pandas
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from ms_exp.search.trial import (
-    DIRECTION_TAG,
-    METRIC_TAG,
-    OBJECTIVE_METRICS,
-    STORAGE_TAG,
-    STUDY_TAG,
-)
-from ms_exp.tracking.sweep_runs import (
-    ReportError,
-    child_runs,
-    markdown,
-    override_values,
-    read_overrides,
-)
+from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, STORAGE_TAG, STUDY_TAG, objective_metric
+from ms_exp.search.trial import OBJECTIVE_METRICS as DEFAULT_METRICS
+from ms_exp.tracking.sweep_runs import ReportError, child_runs, job_values, markdown, swept_keys
 
-# The first of these that the jobs logged ranks them unless --metric or the sweep's
+# The first of DEFAULT_METRICS that the jobs logged ranks them unless --metric or the sweep's
 # sweep.metric says otherwise: classifiers log accuracy, Wide&Deep logs AUC.
-DEFAULT_METRICS = OBJECTIVE_METRICS
-DEFAULT_METRIC = DEFAULT_METRICS[0]
 REPORT_DIR = "report"
 FINAL_METRICS = ("eval/accuracy", "eval/auc", "eval/loss", "train/loss")
 LOSS_CURVE = "train/loss"
@@ -67,54 +54,13 @@ class Reference:
 
 
 # ---------------------------------------------------------------------------------------------
-# The swept keys
-
-def swept_keys(parent: Run, children: Sequence[Run]) -> List[str]:
-    """The keys the sweep varied: its command line (the parent's ``ms_exp.sweep.overrides``
-    tag, in order) and its params (they add the sweeper's own search space); for a parent
-    ms_exp did not make, the params whose values differ between the jobs."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    lines = read_overrides(parent.data.tags.get("ms_exp.sweep.overrides", ""))
-    lines += [f"{key}={value}" for key, value in parent.data.params.items()]
-    parser, keys = OverridesParser.create(), []
-    for line in lines:
-        try:
-            override = parser.parse_overrides([line])[0]
-        except OverrideParseException:  # a param that is no override; not a swept key
-            continue
-        key = override.key_or_group.lstrip("+~")
-        if override.is_sweep_override() and key not in keys:
-            keys.append(key)
-    return keys or _differing_params(children)
-
-
-def _differing_params(children: Sequence[Run]) -> List[str]:
-    names = sorted({name for child in children for name in child.data.params})
-    return [name for name in names
-            if len({child.data.params.get(name) for child in children}) > 1]
-
-
-# ---------------------------------------------------------------------------------------------
 # The table
 
 def lower_is_better(metric: str, direction: Optional[str] = None) -> bool:
-    """Whether smaller ``metric`` is better: as ``direction`` (minimize or maximize) says;
-    without one, guessed from the metric's name."""
+    """Whether smaller ``metric`` is better: as ``direction`` says, else by the metric's name."""
     if direction:
         return direction.lower() == "minimize"
     return any(word in metric for word in _LOWER_IS_BETTER)
-
-
-def stated_direction(parent: Run, metric: str) -> Optional[str]:
-    """The direction the sweep states for ``metric``: an Optuna sweep's, for the metric it
-    optimises (sweep.metric, else the first of OBJECTIVE_METRICS); None for another metric
-    and for a basic sweep, which states none."""
-    objective = parent.data.tags.get(METRIC_TAG) or parent.data.params.get("sweep.metric")
-    if metric == objective or (not objective and metric in OBJECTIVE_METRICS):
-        return parent.data.tags.get(DIRECTION_TAG)
-    return None
 
 
 def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str,
@@ -130,7 +76,7 @@ def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str,
                *[f"ckpt_bytes_rank_{rank}" for rank in ranks], "error", "run_id"]
     rows = []
     for child in children:
-        values = override_values(read_overrides(child.data.tags.get("ms_exp.overrides", "")))
+        values = job_values(child)
         found = child.data.metrics  # each metric's value at its last step
         info = child.info
         rows.append({
@@ -174,8 +120,7 @@ def _md_cell(value) -> str:
 
 
 def _write_tables(folder: Path, title: str, table: pandas.DataFrame) -> str:
-    """summary.csv (every column, every value in full) and summary.md: without run ids and
-    the columns empty in every row, each cell on one line; its text."""
+    """summary.csv, in full, and summary.md, without run ids and empty columns: its text."""
     table.map(lambda value: "" if value is None else value).to_csv(
         folder / "summary.csv", index=False, na_rep="nan")
     text = f"{title}\n\n{markdown(table.drop(columns='run_id').map(_md_cell))}\n"
@@ -341,15 +286,16 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
     if not children:
         raise ReportError(f"sweep run {parent_run_id} has no child runs")
     logged = {name for child in children for name in child.data.metrics}
-    if metric is None:
-        stated = parent.data.tags.get(METRIC_TAG)
-        metric = stated if stated in logged else next(
-            (m for m in DEFAULT_METRICS if m in logged), DEFAULT_METRIC)
+    stated = parent.data.tags.get(METRIC_TAG) or parent.data.params.get("sweep.metric")
+    default = objective_metric(logged, stated if stated in logged else None)
+    metric = metric or default or DEFAULT_METRICS[0]
     if logged and metric not in logged:
         raise ReportError(f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
                           + ", ".join(sorted(logged)))
     keys = swept_keys(parent, children)
-    direction = stated_direction(parent, metric)
+    # An Optuna sweep states which way is best for what it optimises, a basic sweep nothing.
+    optimised = metric == objective_metric(logged, stated)
+    direction = parent.data.tags.get(DIRECTION_TAG) if optimised else None
     lowest_first = lower_is_better(metric, direction)
     table = summary_table(children, keys, metric, lowest_first)
     rows = table.to_dict("records")
