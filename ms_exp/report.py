@@ -11,7 +11,9 @@ artifacts of the parent run under ``report/``:
   ``eval/accuracy`` (``eval/auc`` for Wide&Deep), ``eval/loss`` and ``train/loss``, duration,
   the error of a failed job, and what saving checkpoints cost (``ckpt_save_s``,
   ``ckpt_bytes_rank_<r>``, from the ``checkpoint/*`` metrics of every run); sorted by the
-  metric, best first;
+  metric, best first as an Optuna sweep states it for what it optimises (its direction);
+  where the sweep states none (a basic sweep, another ``--metric``), by the metric's name:
+  lowest first for one holding loss, error, time or bytes, else highest first;
 - ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
   true/false) and ``train_loss.png``, every job's loss curve overlaid;
 - for an Optuna sweep, its study (read from its storage, the parent's
@@ -49,8 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tracking-uri",
                         help="MLflow store of the sweep (default: sqlite:///mlflow.db here)")
     parser.add_argument("--metric",
-                        help="what the jobs are ranked and plotted by (default: the first "
-                             f"of {', '.join(DEFAULT_METRICS)} the jobs logged)")
+                        help="what the jobs are ranked and plotted by (default: the sweep's "
+                             f"sweep.metric, else the first of {', '.join(DEFAULT_METRICS)} "
+                             "the jobs logged)")
     parser.add_argument("--optuna-storage", metavar="URL",
                         help="storage of an Optuna sweep's study, e.g. where it moved "
                              "(default: the parent run's ms_exp.optuna.storage tag)")

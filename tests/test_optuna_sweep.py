@@ -284,6 +284,9 @@ def test_a_killed_sweep_resumes_its_running_trial_failed_and_the_same_command_re
     parent = client.get_run(resumed.field("MLflow parent run ").split()[0])
     assert parent.data.tags["ms_exp.optuna.study"] == "s"
     assert parent.data.tags["ms_exp.optuna.storage"] == f"sqlite:///{tmp_path / 'optuna.db'}"
+    # The report ranks the jobs by what the study minimised.
+    assert parent.data.tags["ms_exp.sweep.metric"] == "eval/loss"
+    assert "by eval/loss, lowest first, as the sweep minimizes it" in resumed.stdout
 
 
 @pytest.mark.e2e

@@ -2,6 +2,8 @@
 run, made in-process from runs written straight into a store. The command on a real sweep,
 and the checkpoint costs every job records for it, are tested in test_sweep.py."""
 import csv
+import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from conftest import migrated_store
 from mlflow import MlflowClient
 
 from ms_exp.tracking.store import ensure_experiment
+from ms_exp.tracking.sweep import SWEPT_KEYS, child_run_name
 from ms_exp.tracking.sweep_report import (
     Reference,
     ReportError,
@@ -18,6 +21,7 @@ from ms_exp.tracking.sweep_report import (
     swept_keys,
     write_report,
 )
+from ms_exp.tracking.sweep_runs import override_values, read_overrides
 
 
 def report_rows(client, run_id, tmp_path):
@@ -154,3 +158,97 @@ def test_stage_two_report_states_stage_ones_score(tmp_path):
     assert f"Stage one (run {stage_one}), which the jobs started from: eval/accuracy 0.9700" \
         in report.markdown
     assert "eval_accuracy_vs_boost.gamma.png" in report.files
+
+
+# A job's overrides whose values hold spaces and quotes, as Hydra hands them over (the shell
+# has taken its own quotes off already).
+OVERRIDES = ["+tags.note='a b'", "model.hidden_sizes=[8, 16]", "optimizer.lr=0.10",
+             "~trainer.seed", '++tags.quote="it\'s"', "model=mlp"]
+
+
+def test_overrides_read_back_whole_with_each_value_as_the_command_line_gave_it(monkeypatch):
+    tag = shlex.join(OVERRIDES)     # as ms_exp.overrides and ms_exp.sweep.overrides hold them
+    assert read_overrides(tag) == OVERRIDES
+    assert override_values(read_overrides(tag)) == {
+        "tags.note": "'a b'", "model.hidden_sizes": "[8, 16]", "optimizer.lr": "0.10",
+        "tags.quote": '"it\'s"', "model": "mlp"}      # a deletion sets no value
+    monkeypatch.setenv(SWEPT_KEYS, json.dumps(["model.hidden_sizes", "tags.note"]))
+    assert child_run_name(OVERRIDES) == "hidden_sizes=[8, 16],note='a b'"
+
+
+def test_an_older_tag_joined_by_spaces_still_reads():
+    assert read_overrides("optimizer.lr=0.1 model=mlp") == ["optimizer.lr=0.1", "model=mlp"]
+    # Split on whitespace as it always was: the pieces of a value with a space are no
+    # override and are left out (the report takes such a key from the job's params).
+    old = read_overrides(" ".join(OVERRIDES))
+    assert old == " ".join(OVERRIDES).split()
+    assert override_values(old) == {"optimizer.lr": "0.10", "tags.quote": '"it\'s"',
+                                    "model": "mlp"}
+
+
+def test_a_value_with_spaces_is_a_whole_cell_of_the_table(tmp_path):
+    client = MlflowClient(store_in(tmp_path))
+    experiment = ensure_experiment(client, "report")
+    sweep = ["model.hidden_sizes=[8, 16],[32]", "+tags.note='a b'"]
+    parent_id = client.create_run(experiment, run_name="sweep", tags={
+        "ms_exp.sweep": "true", "ms_exp.sweep.overrides": shlex.join(sweep)}).info.run_id
+    for sizes, accuracy in (("[8, 16]", 0.9), ("[32]", 0.8)):
+        overrides = [f"model.hidden_sizes={sizes}", "+tags.note='a b'"]
+        run_id = client.create_run(experiment, tags={
+            "mlflow.parentRunId": parent_id,
+            "ms_exp.overrides": shlex.join(overrides)}).info.run_id
+        client.log_metric(run_id, "eval/accuracy", accuracy)
+        client.set_terminated(run_id)
+    write_report(client, parent_id)
+    rows = report_rows(client, parent_id, tmp_path)
+    assert [row["model.hidden_sizes"] for row in rows] == ["[8, 16]", "[32]"]
+
+
+def perplexity_sweep(tmp_path, tags, params=()):
+    """Three jobs logging eval/perplexity, which is best low though its name says nothing,
+    and eval/accuracy; the parent tagged with ``tags``: the report's table and title."""
+    client = MlflowClient(store_in(tmp_path))
+    experiment = ensure_experiment(client, "report")
+    parent_id = client.create_run(experiment, run_name="sweep",
+                                  tags={"ms_exp.sweep": "true", **tags}).info.run_id
+    for key, value in params:
+        client.log_param(parent_id, key, value)
+    for lr, perplexity, accuracy in (("0.1", 20.0, 0.7), ("0.2", 5.0, 0.9), ("0.3", 9.0, 0.8)):
+        run_id = client.create_run(experiment, run_name=f"lr={lr}", tags={
+            "mlflow.parentRunId": parent_id,
+            "ms_exp.overrides": f"optimizer.lr={lr}"}).info.run_id
+        client.log_param(run_id, "optimizer.lr", lr)
+        client.log_metric(run_id, "eval/perplexity", perplexity)
+        client.log_metric(run_id, "eval/accuracy", accuracy)
+        client.set_terminated(run_id)
+
+    def report(metric=None):
+        title = write_report(client, parent_id, metric).markdown.splitlines()[0]
+        lrs = [row["optimizer.lr"] for row in report_rows(client, parent_id, tmp_path)]
+        return title[title.index(" jobs, by ") + len(" jobs, by "):], lrs
+    return report
+
+
+def test_an_optuna_sweep_ranks_its_metric_in_the_direction_it_states(tmp_path):
+    optuna = {"ms_exp.optuna.direction": "minimize", "ms_exp.sweep.metric": "eval/perplexity"}
+    report = perplexity_sweep(tmp_path, optuna)
+    # The sweep's metric by default, in its direction.
+    assert report() == ("eval/perplexity, lowest first, as the sweep minimizes it",
+                        ["0.2", "0.3", "0.1"])
+    # Another metric: the sweep states nothing about it, its name ranks it.
+    assert report("eval/accuracy") == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])
+
+
+def test_an_older_optuna_parent_names_its_metric_in_its_params(tmp_path):
+    report = perplexity_sweep(tmp_path, {"ms_exp.optuna.direction": "minimize"},
+                              [("sweep.metric", "eval/perplexity")])
+    assert report() == ("eval/perplexity, lowest first, as the sweep minimizes it",
+                        ["0.2", "0.3", "0.1"])
+    assert report("eval/accuracy") == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])
+
+
+def test_a_basic_sweep_states_no_direction_so_the_name_guesses_it(tmp_path):
+    report = perplexity_sweep(tmp_path, {"ms_exp.sweep.metric": "eval/perplexity"})
+    # No word of loss, error, time or bytes in it: taken as best high.
+    assert report() == ("eval/perplexity, highest first", ["0.1", "0.3", "0.2"])
+    assert report("eval/accuracy") == ("eval/accuracy, highest first", ["0.2", "0.3", "0.1"])

@@ -1,5 +1,6 @@
 """Who a job's MLflow run is: its name, tags and sweep parent, and the earlier FINISHED run
 of the same config that ``tracking.skip_finished`` returns instead of training again."""
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -28,7 +29,7 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: 
         "ms_exp.dataset": component_name(cfg.dataset),
         "ms_exp.model": component_name(cfg.model),
         "ms_exp.run_dir": str(run_dir.resolve()),
-        "ms_exp.overrides": " ".join(overrides),
+        "ms_exp.overrides": shlex.join(overrides),
     }
     trial = current_trial()
     if trial is not None:
@@ -65,7 +66,7 @@ def finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
     parent = parent_run_id(uri, cfg.tracking.experiment_name)
     if parent:
         client.set_tag(parent, f"ms_exp.sweep.skipped.{earlier.info.run_id}",
-                       " ".join(overrides)[:5000])
+                       shlex.join(overrides)[:5000])
     final_eval = {k: v for k, v in earlier.data.metrics.items() if k.startswith("eval/")}
     return JobResult(run_dir=run_dir, run_id=earlier.info.run_id, final_eval=final_eval,
                      best_value=None, last_checkpoint=None, best_checkpoint=None)

@@ -5,7 +5,6 @@ from the study's storage with Optuna's public API.
 ms_exp.tracking.sweep_report calls it when the sweep's parent run names a study (the
 ``ms_exp.optuna.study`` and ``ms_exp.optuna.storage`` tags the Optuna sweeper sets).
 """
-import csv
 import math
 import warnings
 from collections import Counter
@@ -13,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+import pandas
+
 from ms_exp.tracking.store import masked, sqlite_path
-from ms_exp.tracking.sweep_runs import ReportError
+from ms_exp.tracking.sweep_runs import ReportError, markdown
 
 TRIALS_CSV = "optuna_trials.csv"
 TRIALS_MD = "optuna_trials.md"
@@ -46,11 +47,8 @@ def study_part(storage_url: str, study_name: str, folder: Path) -> StudyPart:
                      + ", ".join(f"{k}={_param(v)}" for k, v in sorted(best.params.items())))
     else:
         lines.append("Best trial: none, no trial completed")
-    params, columns, rows = _history(trials, maximize)
-    with open(folder / TRIALS_CSV, "w", newline="") as f:
-        writer = csv.DictWriter(f, columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    params, table = _history(trials, maximize)
+    table.to_csv(folder / TRIALS_CSV, index=False)
     files = [TRIALS_CSV, TRIALS_MD, HISTORY_PNG]
     _plot(folder / HISTORY_PNG, "plot_optimization_history", study)
     reason = _no_importances(complete)
@@ -59,11 +57,12 @@ def study_part(storage_url: str, study_name: str, folder: Path) -> StudyPart:
     else:
         lines.append(_importances(study, folder))
         files.append(IMPORTANCES_PNG)
-    shown = [{c: _param(v) if c in params else v for c, v in row.items()} for row in rows]
-    lines.append("Trials in order:\n\n" + _table(columns, shown))
-    markdown = "\n\n".join(lines) + "\n"
-    (folder / TRIALS_MD).write_text(markdown)
-    return StudyPart(markdown, sorted(files))
+    cells = table.map(_cell)
+    cells[params] = table[params].map(lambda value: _cell(_param(value)))
+    lines.append("Trials in order:\n\n" + markdown(cells))
+    text = "\n\n".join(lines) + "\n"
+    (folder / TRIALS_MD).write_text(text)
+    return StudyPart(text, sorted(files))
 
 
 def _load(storage_url: str, study_name: str):
@@ -97,14 +96,14 @@ def _load(storage_url: str, study_name: str):
 
 
 def _history(trials, maximize: bool):
-    """``(params, columns, rows)``: one row per trial by number; ``best_so_far`` over the COMPLETE
+    """``(params, table)``: one row per trial by number; ``best_so_far`` over the COMPLETE
     trials up to it (a pruned trial's value is its last intermediate one, never the best)."""
     params = sorted({name for t in trials for name in t.params})
     columns = ["number", "state", "value", "best_so_far", *params, "pruned_epoch",
                "duration_s"]
     rows, best = [], None
     for t in sorted(trials, key=lambda t: t.number):
-        if t.state.name == "COMPLETE" and _finite(t.value):
+        if t.state.name == "COMPLETE" and math.isfinite(t.value):
             best = t.value if best is None else (max if maximize else min)(best, t.value)
         rows.append({
             "number": t.number, "state": t.state.name, "value": t.value, "best_so_far": best,
@@ -112,25 +111,12 @@ def _history(trials, maximize: bool):
             "pruned_epoch": t.last_step if t.state.name == "PRUNED" else None,
             "duration_s": t.duration.total_seconds() if t.duration else None,
         })
-    return params, columns, rows
-
-
-def _finite(value: Optional[float]) -> bool:
-    return value is not None and math.isfinite(value)
+    return params, pandas.DataFrame(rows, columns=columns, dtype=object)  # 2 stays 2, not 2.0
 
 
 def _param(value):
-    # _table rounds floats to 4 places: a learning rate of 3e-5 would read 0.0000.
+    # _cell rounds floats to 4 places: a learning rate of 3e-5 would read 0.0000.
     return f"{value:.6g}" if isinstance(value, float) else value
-
-
-def _table(columns, rows) -> str:
-    """A Markdown table without the columns empty in every row (pruned_epoch when none was).
-    Not sweep_report.markdown_table: that module calls this one, and imports must not cycle."""
-    shown = [c for c in columns if any(row[c] is not None for row in rows)]
-    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in shown) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _cell(value) -> str:
@@ -157,9 +143,9 @@ def _importances(study, folder: Path) -> str:
     importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
     _plot(folder / IMPORTANCES_PNG, "plot_param_importances", study, evaluator=evaluator)
     ordered = sorted(importances.items(), key=lambda item: (-item[1], item[0]))
-    rows = [{"param": name, "importance": value} for name, value in ordered]
+    table = pandas.DataFrame(ordered, columns=["param", "importance"], dtype=object)
     return ("Parameter importances (PED-ANOVA, over the completed trials; they sum to 1):\n\n"
-            + _table(["param", "importance"], rows))
+            + markdown(table.map(_cell)))
 
 
 def _plot(path: Path, name: str, study, **kwargs) -> None:

@@ -28,6 +28,7 @@ from ms_exp.search.study import (
     worker_identity,
 )
 from ms_exp.search.trial import (
+    DIRECTION_TAG,
     STORAGE_ENV,
     STORAGE_TAG,
     STUDY_ENV,
@@ -169,7 +170,7 @@ class OptunaSearch:
         from ms_exp.tracking.sweep import tag_active_sweep
 
         tag_active_sweep({STUDY_TAG: name, STORAGE_TAG: masked(url),
-                          "ms_exp.optuna.direction": self.direction})
+                          DIRECTION_TAG: self.direction})
 
     def _objective(self, space, fixed: List[str], failures: List):
         from ms_exp.search.pruned import TrialPruned

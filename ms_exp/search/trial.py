@@ -9,7 +9,7 @@ with the epoch it was pruned at (ms_exp/search/pruned.py).
 """
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Container, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -23,6 +23,8 @@ PRUNED_EPOCH_TAG = "ms_exp.pruned_epoch"
 STUDY_TAG = "ms_exp.optuna.study"
 STORAGE_TAG = "ms_exp.optuna.storage"
 TRIAL_TAG = "ms_exp.optuna.trial"
+METRIC_TAG = "ms_exp.sweep.metric"  # on the parent: sweep.metric, where it is set
+DIRECTION_TAG = "ms_exp.optuna.direction"  # on an Optuna sweep's parent: minimize or maximize
 # What a sweep optimises when sweep.metric is unset: the first of these a job logged
 # (classifiers log accuracy, Wide&Deep logs AUC).
 OBJECTIVE_METRICS = ("eval/accuracy", "eval/auc")
@@ -74,7 +76,7 @@ def metric_label(metric: Optional[str]) -> str:
     return metric or " or ".join(OBJECTIVE_METRICS)
 
 
-def objective_metric(final_eval: dict, metric: Optional[str]) -> Optional[str]:
+def objective_metric(final_eval: Container[str], metric: Optional[str]) -> Optional[str]:
     """``metric``, or the first of OBJECTIVE_METRICS the job logged."""
     return metric or next((m for m in OBJECTIVE_METRICS if m in final_eval), None)
 

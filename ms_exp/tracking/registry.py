@@ -9,7 +9,7 @@ version of the registered model, which is created the first time.
 import math
 from typing import Optional, Sequence
 
-from ms_exp.search.trial import OBJECTIVE_METRICS
+from ms_exp.search.trial import OBJECTIVE_METRICS, objective_metric
 from ms_exp.tracking.sweep_report import lower_is_better
 
 MODEL_TAG = "ms_exp.checkpoint"         # set by ms_exp.job.model_package on each model
@@ -66,27 +66,17 @@ def register_run_model(uri: str, run_id: str, name: str):
     return register(client, model, name)
 
 
-def sweep_direction(metric: str, direction: Optional[str]) -> bool:
-    """Whether smaller is better: the Optuna sweeper's direction when there is one, else
-    by the metric's name (loss: smaller; accuracy, AUC: larger)."""
-    if direction:
-        return direction.lower() == "minimize"
-    return lower_is_better(metric)
-
-
 def best_child(children: Sequence, metric: Optional[str], direction: Optional[str] = None):
     """The FINISHED child with the best ``metric`` (None: the first of eval/accuracy,
     eval/auc any child logged), and the metric; (None, metric) when none has it."""
     finished = [c for c in children if c.info.status == "FINISHED"]
-    if metric is None:
-        logged = {key for c in finished for key in c.data.metrics}
-        metric = next((m for m in OBJECTIVE_METRICS if m in logged), OBJECTIVE_METRICS[0])
+    logged = {key for c in finished for key in c.data.metrics}
+    metric = objective_metric(logged, metric) or OBJECTIVE_METRICS[0]
     scored = [c for c in finished if metric in c.data.metrics
               and not math.isnan(c.data.metrics[metric])]
     if not scored:
         return None, metric
-    smaller = sweep_direction(metric, direction)
-    pick = min if smaller else max
+    pick = min if lower_is_better(metric, direction) else max
     return pick(scored, key=lambda c: c.data.metrics[metric]), metric
 
 

@@ -28,9 +28,9 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ms_exp.search.trial import PRUNED_EPOCH_TAG
+from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, PRUNED_EPOCH_TAG
 from ms_exp.tracking.provenance import command_line
-from ms_exp.tracking.sweep_runs import child_runs, override_values
+from ms_exp.tracking.sweep_runs import child_runs, override_values, parsed_overrides
 
 if TYPE_CHECKING:
     from ms_exp.tracking.tracker import Tracker
@@ -62,7 +62,7 @@ def child_run_name(overrides: List[str]) -> Optional[str]:
     """A job's run name in a sweep: its swept values, ``rho=0.4,gamma=0.9,sigma=0.2``, so
     runs are told apart at a glance in the UI's run list and charts."""
     keys = json.loads(os.environ.get(SWEPT_KEYS) or "[]")
-    values = override_values(" ".join(overrides))
+    values = override_values(overrides)
     keys = [key for key in keys if key in values]
     if not keys:
         return None
@@ -104,11 +104,10 @@ def swept_keys(config: DictConfig) -> List[str]:
     """The keys a multirun sweeps: on its command line (``a=1,2``, ``model=mlp,resnet``)
     and in the sweeper's own ``params`` (Hydra's ``hydra.sweeper.params``, Optuna's search
     space)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-    keys = [o.key_or_group.lstrip("+~") for o in parsed if o.is_sweep_override()]
+    parsed = parsed_overrides(config.hydra.overrides.task)
+    keys = [o.key_or_group for _, o in parsed if o.is_sweep_override()]
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     return keys + [str(key) for key in params if str(key) not in keys]
 
@@ -118,10 +117,7 @@ def sweep_params(config: DictConfig) -> Dict[str, str]:
     (``boost.rho`` -> ``0.4,0.55,0.7``), and the sweeper's search space."""
     from omegaconf import OmegaConf
 
-    params = {}
-    for line in config.hydra.overrides.task:
-        key, _, value = line.partition("=")
-        params[key.lstrip("+~")] = value
+    params = override_values(config.hydra.overrides.task)
     for key, value in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items():
         params.setdefault(str(key), str(value))
     return params
@@ -152,17 +148,18 @@ class SweepRun(Callback):
         overrides = list(config.hydra.overrides.task)
         name = (f"{tracking.run_name}-sweep" if tracking.run_name else
                 f"sweep-{config.hydra.job.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        self.metric = OmegaConf.select(config, "sweep.metric", default=None)
         self.tracker = Tracker.start(store_client(uri), tracking.experiment_name, name, {
             "ms_exp.sweep": "true",
             # Hydra does not change directory (version_base 1.3), so relative is to here.
             "ms_exp.sweep.dir": str(Path(config.hydra.sweep.dir).resolve()),
-            "ms_exp.sweep.overrides": " ".join(overrides),
+            "ms_exp.sweep.overrides": shlex.join(overrides),
             "ms_exp.command": command_line()[:5000],
+            **({METRIC_TAG: self.metric} if self.metric else {}),  # the report ranks by it
         })
         self.tracker.log_params(sweep_params(config))
         self.swept = swept_keys(config)
         self.register_as = tracking.register_model
-        self.metric = OmegaConf.select(config, "sweep.metric", default=None)
         os.environ.update({PARENT_RUN_ID: self.tracker.run_id, PARENT_TRACKING_URI: uri,
                            PARENT_EXPERIMENT: tracking.experiment_name,
                            SWEPT_KEYS: json.dumps(self.swept)})
@@ -226,7 +223,7 @@ class SweepRun(Callback):
             report = _log_report(tracker)
             if self.register_as and status == "FINISHED":
                 _register_best(tracker, children, self.register_as, self.metric,
-                               tags.get("ms_exp.optuna.direction"))
+                               tags.get(DIRECTION_TAG))
         finally:
             tracker.finish(status)
         failed_line = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""

@@ -5,7 +5,6 @@ compare its jobs, logged as artifacts of its parent run under ``report/``
 The sweep callback writes it when a sweep ends (ms_exp.tracking.sweep); ``python -m
 ms_exp.report`` writes it again. Finding the sweep and its jobs is ms_exp.tracking.sweep_runs.
 """
-import csv
 import math
 import re
 import statistics
@@ -13,24 +12,25 @@ import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
+import pandas
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from ms_exp.search.trial import OBJECTIVE_METRICS, STORAGE_TAG, STUDY_TAG
-from ms_exp.tracking.sweep_runs import ReportError, child_runs, override_values
+from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, STORAGE_TAG, STUDY_TAG, objective_metric
+from ms_exp.search.trial import OBJECTIVE_METRICS as DEFAULT_METRICS
+from ms_exp.tracking.sweep_runs import ReportError, child_runs, job_values, markdown, swept_keys
 
-# The first of these that the jobs logged ranks them unless --metric says otherwise:
-# classifiers log accuracy, Wide&Deep logs AUC.
-DEFAULT_METRICS = OBJECTIVE_METRICS
-DEFAULT_METRIC = DEFAULT_METRICS[0]
+# The first of DEFAULT_METRICS that the jobs logged ranks them unless --metric or the sweep's
+# sweep.metric says otherwise: classifiers log accuracy, Wide&Deep logs AUC.
 REPORT_DIR = "report"
 FINAL_METRICS = ("eval/accuracy", "eval/auc", "eval/loss", "train/loss")
 LOSS_CURVE = "train/loss"
 SAVE_TIME = "checkpoint/save_time_s"
 _BYTES_METRIC = re.compile(r"checkpoint/bytes_rank_(\d+)$")
-# Metrics where smaller is better; anything else (accuracy, throughput) is best when larger.
+# Where a sweep states no direction: metrics where smaller is better; anything else
+# (accuracy, throughput) is best when larger.
 _LOWER_IS_BETTER = ("loss", "error", "time", "bytes")
 STAGE_ONE_PARAM = "boost.stage_one_run_id"
 _CELL_CHARS = 80  # in summary.md (a failed job's error); summary.csv keeps all of it
@@ -54,44 +54,18 @@ class Reference:
 
 
 # ---------------------------------------------------------------------------------------------
-# The swept keys
-
-def swept_keys(parent: Run, children: Sequence[Run]) -> List[str]:
-    """The keys the sweep varied: its command line (the parent's ``ms_exp.sweep.overrides``
-    tag, in order) and its params (they add the sweeper's own search space); for a parent
-    ms_exp did not make, the params whose values differ between the jobs."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    lines = parent.data.tags.get("ms_exp.sweep.overrides", "").split()
-    lines += [f"{key}={value}" for key, value in parent.data.params.items()]
-    parser, keys = OverridesParser.create(), []
-    for line in lines:
-        try:
-            override = parser.parse_overrides([line])[0]
-        except OverrideParseException:  # a param that is no override; not a swept key
-            continue
-        key = override.key_or_group.lstrip("+~")
-        if override.is_sweep_override() and key not in keys:
-            keys.append(key)
-    return keys or _differing_params(children)
-
-
-def _differing_params(children: Sequence[Run]) -> List[str]:
-    names = sorted({name for child in children for name in child.data.params})
-    return [name for name in names
-            if len({child.data.params.get(name) for child in children}) > 1]
-
-
-# ---------------------------------------------------------------------------------------------
 # The table
 
-def lower_is_better(metric: str) -> bool:
+def lower_is_better(metric: str, direction: Optional[str] = None) -> bool:
+    """Whether smaller ``metric`` is better: as ``direction`` says, else by the metric's name."""
+    if direction:
+        return direction.lower() == "minimize"
     return any(word in metric for word in _LOWER_IS_BETTER)
 
 
-def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str):
-    """``(columns, rows)``: one row per job, best ``metric`` first."""
+def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str,
+                  lowest_first: bool) -> pandas.DataFrame:
+    """One row per job, best ``metric`` first; a job without it, or with NaN, last."""
     ranks = sorted({int(m.group(1)) for child in children for name in child.data.metrics
                     if (m := _BYTES_METRIC.match(name))})
     with_save_time = any(SAVE_TIME in child.data.metrics for child in children)
@@ -102,7 +76,7 @@ def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str):
                *[f"ckpt_bytes_rank_{rank}" for rank in ranks], "error", "run_id"]
     rows = []
     for child in children:
-        values = override_values(child.data.tags.get("ms_exp.overrides", ""))
+        values = job_values(child)
         found = child.data.metrics  # each metric's value at its last step
         info = child.info
         rows.append({
@@ -119,19 +93,16 @@ def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str):
             "error": child.data.tags.get("ms_exp.error", ""),
             "run_id": info.run_id,
         })
-    sign = 1 if lower_is_better(metric) else -1
-    rows.sort(key=lambda row: _rank(row[metric], sign))
-    return columns, [{c: row[c] for c in columns} for row in rows]
+    # Objects, not numbers: a byte count stays whole, and a diverged job's NaN stays apart
+    # from a missing value (None) in summary.csv.
+    table = pandas.DataFrame(rows, columns=columns, dtype=object)
+    return table.sort_values(metric, ascending=lowest_first, kind="stable", ignore_index=True)
 
 
 def _usable(value: Optional[float]) -> bool:
     """False for a job without the metric and for NaN (a diverged loss): NaN neither sorts
     nor plots."""
     return value is not None and not math.isnan(value)
-
-
-def _rank(value: Optional[float], sign: int):
-    return (0, sign * value) if value is not None and _usable(value) else (1, 0.0)
 
 
 def _whole(value: Optional[float]) -> Optional[int]:
@@ -148,23 +119,13 @@ def _md_cell(value) -> str:
     return text if len(text) <= _CELL_CHARS else text[:_CELL_CHARS - 3] + "..."
 
 
-def markdown_table(columns: Sequence[str], rows: Sequence[Dict]) -> str:
-    """The table without run ids (in summary.csv) and without columns empty in every row."""
-    shown = [c for c in columns
-             if c != "run_id" and any(row[c] not in (None, "") for row in rows)]
-    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(_md_cell(row[c]) for c in shown) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _write_tables(folder: Path, title: str, columns, rows) -> str:
-    with open(folder / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    markdown = f"{title}\n\n{markdown_table(columns, rows)}\n"
-    (folder / "summary.md").write_text(markdown)
-    return markdown
+def _write_tables(folder: Path, title: str, table: pandas.DataFrame) -> str:
+    """summary.csv, in full, and summary.md, without run ids and empty columns: its text."""
+    table.map(lambda value: "" if value is None else value).to_csv(
+        folder / "summary.csv", index=False, na_rep="nan")
+    text = f"{title}\n\n{markdown(table.drop(columns='run_id').map(_md_cell))}\n"
+    (folder / "summary.md").write_text(text)
+    return text
 
 
 def stage_one_references(client: MlflowClient, children: Sequence[Run],
@@ -326,30 +287,37 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
     if not children:
         raise ReportError(f"sweep run {parent_run_id} has no child runs")
     logged = {name for child in children for name in child.data.metrics}
-    if metric is None:
-        metric = next((m for m in DEFAULT_METRICS if m in logged), DEFAULT_METRIC)
+    stated = parent.data.tags.get(METRIC_TAG) or parent.data.params.get("sweep.metric")
+    default = objective_metric(logged, stated if stated in logged else None)
+    metric = metric or default or DEFAULT_METRICS[0]
     if logged and metric not in logged:
         raise ReportError(f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
                           + ", ".join(sorted(logged)))
     keys = swept_keys(parent, children)
-    columns, rows = summary_table(children, keys, metric)
+    # An Optuna sweep states which way is best for what it optimises, a basic sweep nothing.
+    optimised = metric == objective_metric(logged, stated)
+    direction = parent.data.tags.get(DIRECTION_TAG) if optimised else None
+    lowest_first = lower_is_better(metric, direction)
+    table = summary_table(children, keys, metric, lowest_first)
+    rows = table.to_dict("records")
     title = (f"Sweep {parent.info.run_name} ({parent_run_id}): {len(rows)} jobs, by {metric}, "
-             f"{'lowest' if lower_is_better(metric) else 'highest'} first")
+             f"{'lowest' if lowest_first else 'highest'} first"
+             + (f", as the sweep {direction.lower()}s it" if direction else ""))
     references = stage_one_references(client, children, metric)
     for reference in references:
         title += (f"\n\nStage one (run {reference.run_id}), which the jobs started from: "
                   f"{metric} {reference.value:.4f}")
     with tempfile.TemporaryDirectory(prefix="ms_exp_report_") as scratch:
         folder = Path(scratch)
-        markdown = _write_tables(folder, title, columns, rows)
+        text = _write_tables(folder, title, table)
         for key in keys:
             plot_metric_against(folder, rows, key, metric, references)
         plot_loss_curves(folder, client, rows, keys)
-        markdown += _study_markdown(parent, optuna_storage, folder)
+        text += _study_markdown(parent, optuna_storage, folder)
         client.log_artifacts(parent_run_id, scratch, REPORT_DIR)
         files = sorted(p.name for p in folder.iterdir())
     return SweepReport(parent_run_id, parent.info.experiment_id,
-                       f"{parent.info.artifact_uri}/{REPORT_DIR}", files, markdown)
+                       f"{parent.info.artifact_uri}/{REPORT_DIR}", files, text)
 
 
 def _study_markdown(parent: Run, storage: Optional[str], folder: Path) -> str:

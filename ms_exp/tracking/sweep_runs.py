@@ -1,6 +1,7 @@
 """Finding a sweep and its jobs in MLflow: the parent run named by a run id, a sweep folder
-or a job folder (:func:`find_sweep`), its child runs (:func:`child_runs`), and the values a
-job's command line set (:func:`override_values`).
+or a job folder (:func:`find_sweep`), its child runs (:func:`child_runs`), the values a
+job's command line set (:func:`override_values`, :func:`job_values`), the keys a sweep
+varied (:func:`swept_keys`), and the Markdown of both reports' tables (:func:`markdown`).
 
 MLflow is imported only inside the functions that call it: a job names its run with
 ``override_values`` (ms_exp.tracking.sweep.child_run_name) in its own process, which leaves
@@ -8,10 +9,12 @@ MLflow to its sidecar (ms_exp/tracking/sidecar.py).
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
     from mlflow import MlflowClient
     from mlflow.entities import Run
 
@@ -21,19 +24,17 @@ class ReportError(Exception):
 
 
 def _all_pages(search, **kwargs) -> list:
-    items, token = [], None
-    while True:
-        page = search(**kwargs, page_token=token)
-        items.extend(page)
-        token = page.token
-        if not token:
-            return items
+    """Every result of ``search``, page after page by MLflow's pager (mlflow.search_runs's)."""
+    from mlflow.utils import get_results_from_paginated_fn
+
+    return get_results_from_paginated_fn(
+        lambda count, token: search(**kwargs, max_results=count, page_token=token), 1000)
 
 
 def child_runs(client: MlflowClient, parent: Run) -> List[Run]:
     return _all_pages(client.search_runs, experiment_ids=[parent.info.experiment_id],
                       filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-                      max_results=1000, order_by=["attributes.start_time ASC"])
+                      order_by=["attributes.start_time ASC"])
 
 
 def find_sweep(client: MlflowClient, target: str) -> str:
@@ -41,10 +42,9 @@ def find_sweep(client: MlflowClient, target: str) -> str:
     if "/" not in target and not Path(target).exists():  # run ids never hold a slash
         return _parent_by_id(client, target)
     folder = Path(target).resolve()
-    experiments = _all_pages(client.search_experiments, max_results=1000)
-    parents = _all_pages(client.search_runs,
-                         experiment_ids=[e.experiment_id for e in experiments],
-                         filter_string="tags.`ms_exp.sweep` = 'true'", max_results=1000)
+    ids = [e.experiment_id for e in _all_pages(client.search_experiments)]
+    parents = _all_pages(client.search_runs, experiment_ids=ids,
+                         filter_string="tags.`ms_exp.sweep` = 'true'")
     by_dir = {p.data.tags.get("ms_exp.sweep.dir"): p.info.run_id for p in parents}
     for candidate in (folder, folder.parent):
         if str(candidate) in by_dir:
@@ -66,11 +66,61 @@ def _parent_by_id(client: MlflowClient, run_id: str) -> str:
     raise ReportError(f"run {run_id} is not the parent run of a sweep{hint}")
 
 
-def override_values(line: str) -> Dict[str, str]:
-    """``{"optimizer.lr": "0.1"}`` from a job's ``ms_exp.overrides`` tag ("k=v k=v")."""
-    values = {}
-    for token in line.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            values[key.lstrip("+~")] = value
-    return values
+def read_overrides(tag: str) -> List[str]:
+    """The overrides of a ``ms_exp.overrides`` or ``ms_exp.sweep.overrides`` tag, each whole
+    (``model.hidden_sizes=[8, 16]``): the tag is their shlex.join; an older tag, joined by
+    spaces, is split on whitespace as it was."""
+    try:
+        overrides = shlex.split(tag)
+    except ValueError:  # an unclosed quote: an older tag
+        return tag.split()
+    return overrides if shlex.join(overrides) == tag else tag.split()
+
+
+def parsed_overrides(lines: Iterable[str]) -> Iterator[Tuple[str, Override]]:
+    """Each line with its override as Hydra's parser reads it; a line Hydra would refuse (a
+    param that is no override, a piece of one that an older tag split) is left out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for line in lines:
+        try:
+            override = parser.parse_overrides([line])[0]
+        except OverrideParseException:
+            continue
+        yield line, override
+
+
+def override_values(overrides: Iterable[str]) -> Dict[str, str]:
+    """``{"optimizer.lr": "0.10"}``: the key each override sets and its value as the
+    override wrote it; a deletion (``~key``) sets none."""
+    return {override.key_or_group: line.partition("=")[2].strip()
+            for line, override in parsed_overrides(overrides) if not override.is_delete()}
+
+
+def job_values(job: Run) -> Dict[str, str]:
+    """What the job's command line set (its ``ms_exp.overrides`` tag)."""
+    return override_values(read_overrides(job.data.tags.get("ms_exp.overrides", "")))
+
+
+def swept_keys(parent: Run, children: Sequence[Run]) -> List[str]:
+    """The keys the sweep varied: its command line (the parent's ``ms_exp.sweep.overrides``
+    tag, in order) and its params (they add the sweeper's own search space); for a parent
+    ms_exp did not make, the params whose values differ between the jobs."""
+    lines = read_overrides(parent.data.tags.get("ms_exp.sweep.overrides", ""))
+    lines += [f"{key}={value}" for key, value in parent.data.params.items()]
+    keys = [o.key_or_group for _, o in parsed_overrides(lines) if o.is_sweep_override()]
+    return list(dict.fromkeys(keys)) or _differing_params(children)
+
+
+def _differing_params(children: Sequence[Run]) -> List[str]:
+    names = sorted({name for child in children for name in child.data.params})
+    return [name for name in names if len({c.data.params.get(name) for c in children}) > 1]
+
+
+def markdown(cells) -> str:
+    """A DataFrame of cells written as text as a Markdown table, without the columns empty in
+    every row; each cell as written (not padded, "0.9000" not read back as a number)."""
+    shown = cells.loc[:, (cells != "").any()]
+    return shown.to_markdown(index=False, stralign=None, numalign=None, disable_numparse=True)
