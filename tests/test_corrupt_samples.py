@@ -60,6 +60,62 @@ def test_a_jpeg_cut_off_in_its_header_is_named(tmp_path):
                            "first scan)"), size
 
 
+def jpeg_variants() -> dict:
+    """The JPEGs whose every cut is checked: baseline, progressive, greyscale, and one with
+    an EXIF block holding a thumbnail (its end-of-image marker sits inside the header, so
+    the end check alone passes a file cut off after it)."""
+    from PIL import Image
+
+    baseline = encoded("JPEG")
+    image = Image.open(io.BytesIO(baseline))
+    variants = {"baseline": baseline}
+    for name, save in (("progressive", dict(progressive=True)), ("greyscale", {})):
+        out = io.BytesIO()
+        (image.convert("L") if name == "greyscale" else image).save(out, "JPEG", **save)
+        variants[name] = out.getvalue()
+    thumbnail = io.BytesIO()
+    image.resize((8, 8)).save(thumbnail, "JPEG")
+    exif = b"Exif\x00\x00" + Image.Exif().tobytes() + thumbnail.getvalue()
+    variants["exif-thumbnail"] = (baseline[:2] + b"\xff\xe1" + (len(exif) + 2).to_bytes(2, "big")
+                                  + exif + baseline[2:])
+    return variants
+
+
+def scan_data(jpeg: bytes) -> int:
+    """Where the first scan's data starts (after its SOS segment)."""
+    return first_scan(jpeg) + 2 + int.from_bytes(jpeg[first_scan(jpeg) + 2:][:2], "big")
+
+
+def test_every_cut_before_the_scan_is_a_cut_off_header(tmp_path):
+    """Each cut of each variant, byte by byte. Cut after the frame header, MindSpore 2.10's
+    Decode died with SIGFPE; just after a marker's 0xff byte it hung; in two DHT segments it
+    died with SIGSEGV (docs/design.md#damaged-jpeg-headers). A cut at a segment boundary is
+    one Pillow's Image.open alone accepts (it stops at the end of the file)."""
+    path = tmp_path / "image.JPEG"
+    for name, jpeg in jpeg_variants().items():
+        assert problem_of(tmp_path, jpeg) is None, name
+        for size in range(len(jpeg) - 1, 2, -1):
+            os.truncate(path, size)  # cut shorter and shorter (writing each costs 100x)
+            problem = damaged_image(path)
+            if size < scan_data(jpeg):
+                assert problem == (f"has a cut-off JPEG header ({size} bytes, it ends "
+                                   "before its first scan)"), (name, size, problem)
+            elif name != "exif-thumbnail":
+                assert problem == (f"is cut off ({size} bytes, no JPEG end-of-image "
+                                   "marker)"), (name, size, problem)
+
+
+def test_a_jpeg_frame_of_no_pixels_or_none_is_refused(tmp_path):
+    """A frame of zero height or width, or none before the scan (MindSpore: SIGSEGV)."""
+    jpeg = encoded("JPEG")
+    sof = jpeg.index(b"\xff\xc0")
+    for height, width in ((0, 40), (40, 0), (0, 0)):
+        frame = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+        assert problem_of(tmp_path, jpeg[:sof + 5] + frame + jpeg[sof + 9:]) is not None
+    no_frame = jpeg[:sof] + jpeg[sof + 2 + int.from_bytes(jpeg[sof + 2:sof + 4], "big"):]
+    assert problem_of(tmp_path, no_frame) is not None
+
+
 def test_a_cut_off_or_unreadable_file_is_named(tmp_path):
     jpeg, png, bmp = encoded("JPEG"), encoded("PNG"), encoded("BMP")
     cases = {
