@@ -8,8 +8,9 @@ Each refusal is a ConfigError naming the config key, its value and what was expe
 
 Image files are all checked, not sampled: a JPEG cut off inside its header (before its
 scan) makes MindSpore's Decode divide by zero, and the job dies with SIGFPE (exit 136)
-printing nothing. ``damaged_image`` reads each file's header with Pillow (which MindSpore
-depends on) and its last bytes, never its pixels.
+printing nothing (or it hangs; docs/design.md#damaged-jpeg-headers). ``damaged_image``
+reads each file's header with Pillow (which MindSpore depends on) and its last bytes,
+never its pixels.
 """
 import json
 import math
@@ -38,15 +39,6 @@ IMAGE_SIGNATURES = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"BM":
 JPEG_END = b"\xff\xd9"
 PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and its (constant) CRC
 TAIL_BYTES = 1024
-# A JPEG's header (markers up to its first scan) is read whole within this many leading
-# bytes (EXIF and ICC blocks make it tens of KiB; each segment is < 64 KiB).
-HEAD_BYTES = 1024 * 1024
-HEAD_CHUNK = 4096  # read first; doubled while the header goes on
-_MORE = object()  # a JPEG header that goes on past the bytes read
-JPEG_LENGTH = struct.Struct(">H")
-JPEG_FRAME = struct.Struct(">HH")  # height, width, after the frame's precision byte
-JPEG_FRAMES = (0xC0, 0xCF)  # SOF0..SOF15, but for these three
-JPEG_NOT_FRAMES = (0xC4, 0xC8, 0xCC)  # DHT, JPG, DAC
 # BMP's file header holds the file's size in bytes 2..6 (little-endian; 0 in some writers).
 BMP_SIZE = struct.Struct("<I")
 
@@ -111,9 +103,9 @@ def image_signature(path: Path) -> Optional[str]:
 
 def damaged_image(path: Path) -> Optional[str]:
     """What is wrong with an image file that MindSpore's Decode cannot read (or, for a JPEG
-    cut off inside its header, crashes on), from its header and its last bytes; None when
-    nothing is. A JPEG cut off inside its scan data, or a PNG or BMP cut short, is caught by
-    its missing end; pixels are not decoded."""
+    cut off inside its header, crashes on), from its header (read by Pillow) and its last
+    bytes; None when nothing is. A JPEG cut off inside its scan data, or a PNG or BMP cut
+    short, is caught by its missing end; pixels are not decoded."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -121,46 +113,41 @@ def damaged_image(path: Path) -> Optional[str]:
         if size == 0:
             return "is empty (0 bytes)"
         with open(path, "rb") as f:
-            head = f.read(HEAD_CHUNK)
+            head = f.read(8)
             signature = next((name for magic, name in IMAGE_SIGNATURES.items()
                               if head.startswith(magic)), None)
-            if signature == "JPEG":
-                problem = _jpeg_header(head, size)
-                while problem is _MORE and len(head) < min(size, HEAD_BYTES):
-                    head += f.read(len(head))  # rarely: a long EXIF or ICC block
-                    problem = _jpeg_header(head, size)
-                if problem is _MORE:
-                    problem = (f"has a cut-off JPEG header ({size} bytes, it ends before "
-                               "its first scan)" if len(head) >= size else
-                               f"has a JPEG header longer than {HEAD_BYTES} bytes")
-                if problem is not None:
-                    return problem
-                f.seek(max(0, size - TAIL_BYTES))
-                if JPEG_END not in f.read():
-                    return f"is cut off ({size} bytes, no JPEG end-of-image marker)"
-                return None
             f.seek(0)
             try:
-                with Image.open(f) as image:
-                    kind, (width, height) = image.format, image.size
+                with Image.open(f, formats=(signature,) if signature else None) as image:
+                    kind, scanned = image.format, bool(image.tile)
+                    problem = None if scanned or kind != "JPEG" else "no scan"
+            except Image.DecompressionBombError:  # a whole header, of > 179 Mpx: not ours
+                kind, problem = signature, None
             except (OSError, SyntaxError, ValueError, struct.error) as error:
                 # UnidentifiedImageError is an OSError: no format matched, or the matching
-                # one gave up on a header cut short.
-                if signature is None:
-                    return f"is not a JPEG, PNG or BMP image ({size} bytes)"
-                problem = " ".join(str(error).split()) or type(error).__name__
+                # one gave up on a header cut short or damaged.
+                kind, problem = signature, " ".join(str(error).split()) or \
+                    type(error).__name__
                 if isinstance(error, UnidentifiedImageError):
                     problem = "unreadable"
-                return f"has a damaged or cut-off {signature} header ({size} bytes; " \
-                       f"Pillow: {problem})"
+            # Pillow stops reading a JPEG header at its first scan, or at the end of the
+            # file: without an error when the file ends between two segments (a scan
+            # never reached is a cut-off header too).
+            ended = f.tell() >= size
             f.seek(max(0, size - TAIL_BYTES))
             tail = f.read()
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
-    if kind not in ("PNG", "BMP"):
+    if kind is None:
+        return f"is not a JPEG, PNG or BMP image ({size} bytes)"
+    if problem is not None:
+        if kind == "JPEG" and ended:
+            return f"has a cut-off JPEG header ({size} bytes, it ends before its first scan)"
+        return f"has a damaged or cut-off {kind} header ({size} bytes; Pillow: {problem})"
+    if kind not in IMAGE_SIGNATURES.values():
         return f"is a {kind} image, not JPEG, PNG or BMP"
-    if width < 1 or height < 1:
-        return f"is {width}x{height} pixels"
+    if kind == "JPEG" and JPEG_END not in tail:
+        return f"is cut off ({size} bytes, no JPEG end-of-image marker)"
     if kind == "PNG" and PNG_END not in tail:
         return f"is cut off ({size} bytes, no PNG IEND chunk)"
     if kind == "BMP":
@@ -168,41 +155,6 @@ def damaged_image(path: Path) -> Optional[str]:
         if declared > size:
             return f"is cut off ({size} bytes; its header says {declared})"
     return None
-
-
-def _jpeg_header(head: bytes, size: int) -> Optional[str]:
-    """What is wrong with a JPEG's header (its markers from SOI to the first scan, as
-    libjpeg's jpeg_read_header reads them), None if nothing: the header is whole and names
-    a frame of at least 1x1 pixels; ``_MORE`` when ``head`` ends before the first scan."""
-    at, frame = 2, None
-    while True:
-        # Markers may be preceded by fill bytes (0xff).
-        while at < len(head) and head[at] == 0xFF and at + 1 < len(head) \
-                and head[at + 1] == 0xFF:
-            at += 1
-        if at + 4 > len(head):
-            return _MORE
-        if head[at] != 0xFF:  # libjpeg skips stray bytes before a marker (a warning)
-            at = head.find(b"\xff", at)
-            if at < 0:
-                return _MORE
-            continue
-        marker = head[at + 1]
-        length = JPEG_LENGTH.unpack_from(head, at + 2)[0]
-        if marker == 0xDA:  # start of scan: the header is over
-            if frame is None:
-                return f"has a damaged JPEG header (no frame before its scan; {size} bytes)"
-            if at + 2 + length > size:
-                return _MORE
-            height, width = frame
-            if height < 1 or width < 1:
-                return f"is {width}x{height} pixels"
-            return None
-        if JPEG_FRAMES[0] <= marker <= JPEG_FRAMES[1] and marker not in JPEG_NOT_FRAMES:
-            if at + 9 > len(head):
-                return _MORE
-            frame = JPEG_FRAME.unpack_from(head, at + 5)
-        at += 2 + length
 
 
 def image_files(folder: Path, extensions: Iterable[str]) -> Iterator[Path]:
