@@ -6,6 +6,7 @@ zero: the job died with SIGFPE (exit 136), printing nothing, its MLflow run KILL
 last bytes; the image folder option checks every file of a split when it is built.
 """
 import io
+import json
 import os
 from pathlib import Path
 
@@ -166,6 +167,117 @@ def test_a_truncated_jpeg_stops_the_job_before_training_naming_the_file(tmp_path
     # Refused by the preflight in one line: no run directory, no MLflow store.
     assert proc.stderr.strip() == f"ms_exp: error: {expected}", proc.stderr[-3000:]
     assert not (work / "run").exists() and not (work / "mlflow.db").exists()
+
+
+# --- Ranks trust the launching process's check of the same files ------------------------
+
+@pytest.fixture
+def fresh_process(monkeypatch):
+    """Start each call as a new process would: nothing found whole, nothing trusted; counts
+    the images read."""
+    from ms_exp.data import headers
+
+    read = []
+
+    def counted(path):
+        read.append(path)
+        return damaged_image(path)
+
+    def start():
+        monkeypatch.setattr(headers, "_WHOLE_IMAGE_FOLDERS", {})
+        monkeypatch.setattr(headers, "_CHECKED_BY_LAUNCHER", {})
+        read.clear()
+        return read
+
+    monkeypatch.setattr(headers, "damaged_image", counted)
+    return start
+
+
+def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path,
+                                                                      fresh_process):
+    from ms_exp.data.headers import (
+        CHECKED_IMAGES,
+        image_files,
+        listing_digest,
+        record_image_checks,
+        trust_image_checks,
+    )
+
+    train = write_image_folder(tmp_path / "images") / "train"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def rank():
+        read = fresh_process()
+        trust_image_checks(run_dir)
+        return check_image_folder("dataset.train_dir", "train", train, IMAGE_EXTENSIONS), \
+            len(read)
+
+    assert rank() == (24, 24)  # no record: every image read, as before
+    read = fresh_process()  # the launching process: the preflight's check, then the record
+    assert check_image_folder("dataset.train_dir", "train", train, IMAGE_EXTENSIONS) == 24
+    assert len(read) == 24
+    record_image_checks(run_dir)
+    digest = listing_digest(list(image_files(train, IMAGE_EXTENSIONS)))
+    assert json.loads((run_dir / CHECKED_IMAGES).read_text()) == {
+        str(train.resolve()): {"images": 24, "sha256": digest}}
+    assert rank() == (0, 0)  # the same files: none read again
+    cat = train / "cat" / "cat_train_0003.JPEG"
+    whole, checked = cat.read_bytes(), cat.stat()
+    cat.write_bytes(whole[:200])  # changed since: checked again, and named
+    with pytest.raises(ConfigError, match=f"{cat} has a cut-off JPEG header"):
+        rank()
+    cat.write_bytes(whole)  # the bytes and the time checked: trusted
+    os.utime(cat, ns=(checked.st_atime_ns, checked.st_mtime_ns))
+    assert rank() == (0, 0)
+    os.utime(cat, ns=(checked.st_atime_ns, checked.st_mtime_ns + 10**9))  # another time
+    assert rank() == (24, 24)
+    (train / "cat" / "cat_train_0099.JPEG").write_bytes(whole)  # one more file
+    assert rank() == (25, 25)
+    (run_dir / CHECKED_IMAGES).write_text("{")  # a damaged record is not trusted
+    assert rank() == (25, 25)
+
+
+def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_process,
+                                                               monkeypatch):
+    """The launching process of a distributed job records what it checked before it starts
+    the ranks; what each rank runs before MindSpore (ms_exp.worker's checks of the saved
+    config) then reads no image, and refuses one changed since in one line."""
+    from omegaconf import OmegaConf
+
+    from ms_exp.config.errors import InvalidConfig
+    from ms_exp.config.run_config import load_run_config
+    from ms_exp.job import distributed
+    from ms_exp.preflight.compose import compose_config, hydra_config_of
+    from ms_exp.tracking.lifecycle import DisabledTracker
+    from ms_exp.worker import read_checked_config
+
+    data = write_image_folder(tmp_path / "images")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = compose_config(["dataset=imagenet", f"dataset.path={data}", "parallel=data",
+                          *TINY_RESNET18], return_hydra_config=True)
+    with hydra_config_of(cfg, str(run_dir)):
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.save(job, run_dir / "config.yaml", resolve=True)
+    read = fresh_process()  # the launching process's checks, of the same config
+    read_checked_config(run_dir)
+    assert len(read) == 36  # train and val
+
+    def ranks(parallel_cfg, run_dir, env):  # in place of msrun: what a rank runs first
+        read = fresh_process()
+        read_checked_config(run_dir)
+        raise RuntimeError(f"a rank read {len(read)} images")
+
+    monkeypatch.setattr(distributed, "launch", ranks)
+    with pytest.raises(RuntimeError, match="^a rank read 0 images$"):
+        distributed.train_with_ranks(load_run_config(run_dir / "config.yaml"), run_dir,
+                                     DisabledTracker(), "")
+    dog = data / "val" / "dog" / "dog_val_0001.JPEG"
+    dog.write_bytes(b"")
+    fresh_process()
+    with pytest.raises(InvalidConfig, match=f"{dog} is empty"):
+        read_checked_config(run_dir)
 
 
 # --- MNIST: the idx checks run again when the dataset is built ----------------------------

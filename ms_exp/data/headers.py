@@ -12,6 +12,7 @@ printing nothing (or it hangs; docs/design.md#damaged-jpeg-headers). ``damaged_i
 reads each file's header with Pillow (which MindSpore depends on) and its last bytes,
 never its pixels.
 """
+import hashlib
 import json
 import math
 import os
@@ -168,32 +169,70 @@ def image_files(folder: Path, extensions: Iterable[str]) -> Iterator[Path]:
         yield from (classdir / name for name in names)
 
 
-# Folders found whole in this process (preflight, then the job, check the same folders).
-_WHOLE_IMAGE_FOLDERS = set()
+# Folders found whole in this process (preflight, then the job, check the same folders):
+# resolved path -> {"images": count, "sha256": listing_digest}. The launching process
+# writes them into the run folder (CHECKED_IMAGES) for its ranks, which trust them where
+# they find the same files (_CHECKED_BY_LAUNCHER), instead of reading every image again.
+_WHOLE_IMAGE_FOLDERS: Dict[str, dict] = {}
+_CHECKED_BY_LAUNCHER: Dict[str, dict] = {}
+CHECKED_IMAGES = "checked_images.json"
 
 
 def check_image_folder(key: str, value, folder: Path, extensions: Iterable[str]) -> int:
     """Refuse ``folder`` (a split of class folders) if any of its images is damaged
     (``damaged_image``), naming the first such file and how many more there are. Returns
-    the images checked. A folder found whole is not read again in the same process."""
+    the images checked: none for a folder found whole in this process, or by the launching
+    process with the same files (same paths, sizes and modification times)."""
     folder = Path(folder).expanduser()
-    whole = folder.resolve()
+    whole = str(folder.resolve())
     if whole in _WHOLE_IMAGE_FOLDERS:
         return 0
-    checked, damaged = 0, []
-    for path in image_files(folder, extensions):
-        checked += 1
-        problem = damaged_image(path)
-        if problem is not None:
-            damaged.append((path, problem))
+    paths = list(image_files(folder, extensions))
+    checked = {"images": len(paths), "sha256": listing_digest(paths)}
+    if _CHECKED_BY_LAUNCHER.get(whole) == checked:
+        _WHOLE_IMAGE_FOLDERS[whole] = checked
+        return 0
+    damaged = [(path, problem) for path in paths if (problem := damaged_image(path))]
     if damaged:
         (path, problem), more = damaged[0], len(damaged) - 1
         others = f"; {more} more damaged file{'s' if more > 1 else ''} in {folder}" \
             if more else ""
         raise ConfigError(key, value, "class folders of whole JPEG, PNG or BMP images; "
                           "remove or replace the file", problem=f"{path} {problem}{others}")
-    _WHOLE_IMAGE_FOLDERS.add(whole)
-    return checked
+    _WHOLE_IMAGE_FOLDERS[whole] = checked
+    return len(paths)
+
+
+def listing_digest(paths: Sequence[Path]) -> str:
+    """sha256 of the files' names (class folder and file), sizes and modification times."""
+    digest = hashlib.sha256()
+    for path in paths:
+        name = "/".join(path.parts[-2:])
+        try:
+            stat = os.stat(path)
+            line = f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+        except OSError:  # gone since it was listed: damaged_image names it
+            line = f"{name}\0unreadable\n"
+        digest.update(line.encode(errors="surrogateescape"))
+    return digest.hexdigest()
+
+
+def record_image_checks(run_dir: Path) -> None:
+    """Write the folders this process found whole into ``run_dir`` for its ranks."""
+    if _WHOLE_IMAGE_FOLDERS:
+        (Path(run_dir) / CHECKED_IMAGES).write_text(json.dumps(_WHOLE_IMAGE_FOLDERS,
+                                                               indent=1))
+
+
+def trust_image_checks(run_dir: Path) -> None:
+    """Trust the folders the launching process recorded in ``run_dir`` as whole, where
+    ``check_image_folder`` finds the same files."""
+    try:
+        record = json.loads((Path(run_dir) / CHECKED_IMAGES).read_text())
+    except (OSError, ValueError):  # none (no image folder) or damaged: check them all
+        return
+    if isinstance(record, dict):
+        _CHECKED_BY_LAUNCHER.update(record)
 
 
 def first_file(folder: Path, extensions: Iterable[str]) -> Optional[Path]:
