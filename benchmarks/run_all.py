@@ -38,6 +38,7 @@ BENCHMARKS = {
     "loops": "loops.py",
     "system_metrics": "system_metrics_overhead.py",
     "grad_norm": "grad_norm_cost.py",
+    "image_check": "image_check.py",
 }
 DOCS = ROOT / "docs" / "benchmarks"
 GUIDES = ROOT / "docs" / "guides"

@@ -16,6 +16,7 @@ from typing import List, Optional
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.run_config import RESOLVED_CONFIG, load_run_config
+from ms_exp.data.headers import trust_image_checks
 from ms_exp.parallel.launcher_config import log_dir
 from ms_exp.parallel.ranks import (
     die_with_parent,
@@ -52,12 +53,14 @@ def read_checked_config(run_dir: Path):
     made of it before it launched this rank (validate_config: all but the machine's free
     master port, which msrun holds now, and its device, which init_env takes). A file
     edited, damaged or written by another version since is refused in one line before
-    MindSpore starts, instead of failing inside it."""
+    MindSpore starts, instead of failing inside it. Image folders the launching process
+    found whole are not read again where their files are the same (ms_exp/data/headers.py)."""
     from ms_exp.config.run_config import choices_from_config
     from ms_exp.preflight.validate import validate_config
 
     path = run_dir / RESOLVED_CONFIG
     cfg = load_run_config(path)
+    trust_image_checks(run_dir)
     try:
         validate_config(cfg, choices_from_config(cfg))
     except InvalidConfig as error:

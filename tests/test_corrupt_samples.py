@@ -6,6 +6,7 @@ zero: the job died with SIGFPE (exit 136), printing nothing, its MLflow run KILL
 last bytes; the image folder option checks every file of a split when it is built.
 """
 import io
+import json
 import os
 from pathlib import Path
 
@@ -60,6 +61,62 @@ def test_a_jpeg_cut_off_in_its_header_is_named(tmp_path):
                            "first scan)"), size
 
 
+def jpeg_variants() -> dict:
+    """The JPEGs whose every cut is checked: baseline, progressive, greyscale, and one with
+    an EXIF block holding a thumbnail (its end-of-image marker sits inside the header, so
+    the end check alone passes a file cut off after it)."""
+    from PIL import Image
+
+    baseline = encoded("JPEG")
+    image = Image.open(io.BytesIO(baseline))
+    variants = {"baseline": baseline}
+    for name, save in (("progressive", dict(progressive=True)), ("greyscale", {})):
+        out = io.BytesIO()
+        (image.convert("L") if name == "greyscale" else image).save(out, "JPEG", **save)
+        variants[name] = out.getvalue()
+    thumbnail = io.BytesIO()
+    image.resize((8, 8)).save(thumbnail, "JPEG")
+    exif = b"Exif\x00\x00" + Image.Exif().tobytes() + thumbnail.getvalue()
+    variants["exif-thumbnail"] = (baseline[:2] + b"\xff\xe1" + (len(exif) + 2).to_bytes(2, "big")
+                                  + exif + baseline[2:])
+    return variants
+
+
+def scan_data(jpeg: bytes) -> int:
+    """Where the first scan's data starts (after its SOS segment)."""
+    return first_scan(jpeg) + 2 + int.from_bytes(jpeg[first_scan(jpeg) + 2:][:2], "big")
+
+
+def test_every_cut_before_the_scan_is_a_cut_off_header(tmp_path):
+    """Each cut of each variant, byte by byte. Cut after the frame header, MindSpore 2.10's
+    Decode died with SIGFPE; just after a marker's 0xff byte it hung; in two DHT segments it
+    died with SIGSEGV (docs/design.md#damaged-jpeg-headers). A cut at a segment boundary is
+    one Pillow's Image.open alone accepts (it stops at the end of the file)."""
+    path = tmp_path / "image.JPEG"
+    for name, jpeg in jpeg_variants().items():
+        assert problem_of(tmp_path, jpeg) is None, name
+        for size in range(len(jpeg) - 1, 2, -1):
+            os.truncate(path, size)  # cut shorter and shorter (writing each costs 100x)
+            problem = damaged_image(path)
+            if size < scan_data(jpeg):
+                assert problem == (f"has a cut-off JPEG header ({size} bytes, it ends "
+                                   "before its first scan)"), (name, size, problem)
+            elif name != "exif-thumbnail":
+                assert problem == (f"is cut off ({size} bytes, no JPEG end-of-image "
+                                   "marker)"), (name, size, problem)
+
+
+def test_a_jpeg_frame_of_no_pixels_or_none_is_refused(tmp_path):
+    """A frame of zero height or width, or none before the scan (MindSpore: SIGSEGV)."""
+    jpeg = encoded("JPEG")
+    sof = jpeg.index(b"\xff\xc0")
+    for height, width in ((0, 40), (40, 0), (0, 0)):
+        frame = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+        assert problem_of(tmp_path, jpeg[:sof + 5] + frame + jpeg[sof + 9:]) is not None
+    no_frame = jpeg[:sof] + jpeg[sof + 2 + int.from_bytes(jpeg[sof + 2:sof + 4], "big"):]
+    assert problem_of(tmp_path, no_frame) is not None
+
+
 def test_a_cut_off_or_unreadable_file_is_named(tmp_path):
     jpeg, png, bmp = encoded("JPEG"), encoded("PNG"), encoded("BMP")
     cases = {
@@ -110,6 +167,117 @@ def test_a_truncated_jpeg_stops_the_job_before_training_naming_the_file(tmp_path
     # Refused by the preflight in one line: no run directory, no MLflow store.
     assert proc.stderr.strip() == f"ms_exp: error: {expected}", proc.stderr[-3000:]
     assert not (work / "run").exists() and not (work / "mlflow.db").exists()
+
+
+# --- Ranks trust the launching process's check of the same files ------------------------
+
+@pytest.fixture
+def fresh_process(monkeypatch):
+    """Start each call as a new process would: nothing found whole, nothing trusted; counts
+    the images read."""
+    from ms_exp.data import headers
+
+    read = []
+
+    def counted(path):
+        read.append(path)
+        return damaged_image(path)
+
+    def start():
+        monkeypatch.setattr(headers, "_WHOLE_IMAGE_FOLDERS", {})
+        monkeypatch.setattr(headers, "_CHECKED_BY_LAUNCHER", {})
+        read.clear()
+        return read
+
+    monkeypatch.setattr(headers, "damaged_image", counted)
+    return start
+
+
+def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path,
+                                                                      fresh_process):
+    from ms_exp.data.headers import (
+        CHECKED_IMAGES,
+        image_files,
+        listing_digest,
+        record_image_checks,
+        trust_image_checks,
+    )
+
+    train = write_image_folder(tmp_path / "images") / "train"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def rank():
+        read = fresh_process()
+        trust_image_checks(run_dir)
+        return check_image_folder("dataset.train_dir", "train", train, IMAGE_EXTENSIONS), \
+            len(read)
+
+    assert rank() == (24, 24)  # no record: every image read, as before
+    read = fresh_process()  # the launching process: the preflight's check, then the record
+    assert check_image_folder("dataset.train_dir", "train", train, IMAGE_EXTENSIONS) == 24
+    assert len(read) == 24
+    record_image_checks(run_dir)
+    digest = listing_digest(list(image_files(train, IMAGE_EXTENSIONS)))
+    assert json.loads((run_dir / CHECKED_IMAGES).read_text()) == {
+        str(train.resolve()): {"images": 24, "sha256": digest}}
+    assert rank() == (0, 0)  # the same files: none read again
+    cat = train / "cat" / "cat_train_0003.JPEG"
+    whole, checked = cat.read_bytes(), cat.stat()
+    cat.write_bytes(whole[:200])  # changed since: checked again, and named
+    with pytest.raises(ConfigError, match=f"{cat} has a cut-off JPEG header"):
+        rank()
+    cat.write_bytes(whole)  # the bytes and the time checked: trusted
+    os.utime(cat, ns=(checked.st_atime_ns, checked.st_mtime_ns))
+    assert rank() == (0, 0)
+    os.utime(cat, ns=(checked.st_atime_ns, checked.st_mtime_ns + 10**9))  # another time
+    assert rank() == (24, 24)
+    (train / "cat" / "cat_train_0099.JPEG").write_bytes(whole)  # one more file
+    assert rank() == (25, 25)
+    (run_dir / CHECKED_IMAGES).write_text("{")  # a damaged record is not trusted
+    assert rank() == (25, 25)
+
+
+def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_process,
+                                                               monkeypatch):
+    """The launching process of a distributed job records what it checked before it starts
+    the ranks; what each rank runs before MindSpore (ms_exp.worker's checks of the saved
+    config) then reads no image, and refuses one changed since in one line."""
+    from omegaconf import OmegaConf
+
+    from ms_exp.config.errors import InvalidConfig
+    from ms_exp.config.run_config import load_run_config
+    from ms_exp.job import distributed
+    from ms_exp.preflight.compose import compose_config, hydra_config_of
+    from ms_exp.tracking.lifecycle import DisabledTracker
+    from ms_exp.worker import read_checked_config
+
+    data = write_image_folder(tmp_path / "images")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = compose_config(["dataset=imagenet", f"dataset.path={data}", "parallel=data",
+                          *TINY_RESNET18], return_hydra_config=True)
+    with hydra_config_of(cfg, str(run_dir)):
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.save(job, run_dir / "config.yaml", resolve=True)
+    read = fresh_process()  # the launching process's checks, of the same config
+    read_checked_config(run_dir)
+    assert len(read) == 36  # train and val
+
+    def ranks(parallel_cfg, run_dir, env):  # in place of msrun: what a rank runs first
+        read = fresh_process()
+        read_checked_config(run_dir)
+        raise RuntimeError(f"a rank read {len(read)} images")
+
+    monkeypatch.setattr(distributed, "launch", ranks)
+    with pytest.raises(RuntimeError, match="^a rank read 0 images$"):
+        distributed.train_with_ranks(load_run_config(run_dir / "config.yaml"), run_dir,
+                                     DisabledTracker(), "")
+    dog = data / "val" / "dog" / "dog_val_0001.JPEG"
+    dog.write_bytes(b"")
+    fresh_process()
+    with pytest.raises(InvalidConfig, match=f"{dog} is empty"):
+        read_checked_config(run_dir)
 
 
 # --- MNIST: the idx checks run again when the dataset is built ----------------------------

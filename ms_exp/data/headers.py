@@ -8,16 +8,17 @@ Each refusal is a ConfigError naming the config key, its value and what was expe
 
 Image files are all checked, not sampled: a JPEG cut off inside its header (before its
 scan) makes MindSpore's Decode divide by zero, and the job dies with SIGFPE (exit 136)
-printing nothing. ``damaged_image`` reads each file's header with Pillow (which MindSpore
-depends on) and its last bytes, never its pixels.
+printing nothing (or it hangs; docs/design.md#damaged-jpeg-headers). ``damaged_image``
+reads each file's header with Pillow (which MindSpore depends on) and its last bytes,
+never its pixels.
 """
+import hashlib
 import json
 import math
 import os
 import struct
-from enum import Enum
 from pathlib import Path
-from typing import Dict, Final, Iterable, Iterator, Optional, Sequence, Union
+from typing import Dict, Iterable, Iterator, Optional, Sequence
 
 from ms_exp.config.errors import ConfigError
 
@@ -39,16 +40,6 @@ IMAGE_SIGNATURES = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"BM":
 JPEG_END = b"\xff\xd9"
 PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and its (constant) CRC
 TAIL_BYTES = 1024
-# A JPEG's header (markers up to its first scan) is read whole within this many leading
-# bytes (EXIF and ICC blocks make it tens of KiB; each segment is < 64 KiB).
-HEAD_BYTES = 1024 * 1024
-HEAD_CHUNK = 4096  # read first; doubled while the header goes on
-_More = Enum("_More", "MORE")  # a JPEG header that goes on past the bytes read
-_MORE: Final = _More.MORE
-JPEG_LENGTH = struct.Struct(">H")
-JPEG_FRAME = struct.Struct(">HH")  # height, width, after the frame's precision byte
-JPEG_FRAMES = (0xC0, 0xCF)  # SOF0..SOF15, but for these three
-JPEG_NOT_FRAMES = (0xC4, 0xC8, 0xCC)  # DHT, JPG, DAC
 # BMP's file header holds the file's size in bytes 2..6 (little-endian; 0 in some writers).
 BMP_SIZE = struct.Struct("<I")
 
@@ -113,9 +104,9 @@ def image_signature(path: Path) -> Optional[str]:
 
 def damaged_image(path: Path) -> Optional[str]:
     """What is wrong with an image file that MindSpore's Decode cannot read (or, for a JPEG
-    cut off inside its header, crashes on), from its header and its last bytes; None when
-    nothing is. A JPEG cut off inside its scan data, or a PNG or BMP cut short, is caught by
-    its missing end; pixels are not decoded."""
+    cut off inside its header, crashes on), from its header (read by Pillow) and its last
+    bytes; None when nothing is. A JPEG cut off inside its scan data, or a PNG or BMP cut
+    short, is caught by its missing end; pixels are not decoded."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -123,46 +114,41 @@ def damaged_image(path: Path) -> Optional[str]:
         if size == 0:
             return "is empty (0 bytes)"
         with open(path, "rb") as f:
-            head = f.read(HEAD_CHUNK)
+            head = f.read(8)
             signature = next((name for magic, name in IMAGE_SIGNATURES.items()
                               if head.startswith(magic)), None)
-            if signature == "JPEG":
-                problem = _jpeg_header(head, size)
-                while problem is _MORE and len(head) < min(size, HEAD_BYTES):
-                    head += f.read(len(head))  # rarely: a long EXIF or ICC block
-                    problem = _jpeg_header(head, size)
-                if problem is _MORE:
-                    problem = (f"has a cut-off JPEG header ({size} bytes, it ends before "
-                               "its first scan)" if len(head) >= size else
-                               f"has a JPEG header longer than {HEAD_BYTES} bytes")
-                if problem is not None:
-                    return problem
-                f.seek(max(0, size - TAIL_BYTES))
-                if JPEG_END not in f.read():
-                    return f"is cut off ({size} bytes, no JPEG end-of-image marker)"
-                return None
             f.seek(0)
             try:
-                with Image.open(f) as image:
-                    kind, (width, height) = image.format, image.size
+                with Image.open(f, formats=(signature,) if signature else None) as image:
+                    kind, scanned = image.format, bool(image.tile)
+                    problem = None if scanned or kind != "JPEG" else "no scan"
+            except Image.DecompressionBombError:  # a whole header, of > 179 Mpx: not ours
+                kind, problem = signature, None
             except (OSError, SyntaxError, ValueError, struct.error) as error:
                 # UnidentifiedImageError is an OSError: no format matched, or the matching
-                # one gave up on a header cut short.
-                if signature is None:
-                    return f"is not a JPEG, PNG or BMP image ({size} bytes)"
-                problem = " ".join(str(error).split()) or type(error).__name__
+                # one gave up on a header cut short or damaged.
+                kind, problem = signature, " ".join(str(error).split()) or \
+                    type(error).__name__
                 if isinstance(error, UnidentifiedImageError):
                     problem = "unreadable"
-                return f"has a damaged or cut-off {signature} header ({size} bytes; " \
-                       f"Pillow: {problem})"
+            # Pillow stops reading a JPEG header at its first scan, or at the end of the
+            # file: without an error when the file ends between two segments (a scan
+            # never reached is a cut-off header too).
+            ended = f.tell() >= size
             f.seek(max(0, size - TAIL_BYTES))
             tail = f.read()
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
-    if kind not in ("PNG", "BMP"):
+    if kind is None:
+        return f"is not a JPEG, PNG or BMP image ({size} bytes)"
+    if problem is not None:
+        if kind == "JPEG" and ended:
+            return f"has a cut-off JPEG header ({size} bytes, it ends before its first scan)"
+        return f"has a damaged or cut-off {kind} header ({size} bytes; Pillow: {problem})"
+    if kind not in IMAGE_SIGNATURES.values():
         return f"is a {kind} image, not JPEG, PNG or BMP"
-    if width < 1 or height < 1:
-        return f"is {width}x{height} pixels"
+    if kind == "JPEG" and JPEG_END not in tail:
+        return f"is cut off ({size} bytes, no JPEG end-of-image marker)"
     if kind == "PNG" and PNG_END not in tail:
         return f"is cut off ({size} bytes, no PNG IEND chunk)"
     if kind == "BMP":
@@ -170,41 +156,6 @@ def damaged_image(path: Path) -> Optional[str]:
         if declared > size:
             return f"is cut off ({size} bytes; its header says {declared})"
     return None
-
-
-def _jpeg_header(head: bytes, size: int) -> Union[str, None, _More]:
-    """What is wrong with a JPEG's header (its markers from SOI to the first scan, as
-    libjpeg's jpeg_read_header reads them), None if nothing: the header is whole and names
-    a frame of at least 1x1 pixels; ``_MORE`` when ``head`` ends before the first scan."""
-    at, frame = 2, None
-    while True:
-        # Markers may be preceded by fill bytes (0xff).
-        while at < len(head) and head[at] == 0xFF and at + 1 < len(head) \
-                and head[at + 1] == 0xFF:
-            at += 1
-        if at + 4 > len(head):
-            return _MORE
-        if head[at] != 0xFF:  # libjpeg skips stray bytes before a marker (a warning)
-            at = head.find(b"\xff", at)
-            if at < 0:
-                return _MORE
-            continue
-        marker = head[at + 1]
-        length = JPEG_LENGTH.unpack_from(head, at + 2)[0]
-        if marker == 0xDA:  # start of scan: the header is over
-            if frame is None:
-                return f"has a damaged JPEG header (no frame before its scan; {size} bytes)"
-            if at + 2 + length > size:
-                return _MORE
-            height, width = frame
-            if height < 1 or width < 1:
-                return f"is {width}x{height} pixels"
-            return None
-        if JPEG_FRAMES[0] <= marker <= JPEG_FRAMES[1] and marker not in JPEG_NOT_FRAMES:
-            if at + 9 > len(head):
-                return _MORE
-            frame = JPEG_FRAME.unpack_from(head, at + 5)
-        at += 2 + length
 
 
 def image_files(folder: Path, extensions: Iterable[str]) -> Iterator[Path]:
@@ -218,32 +169,70 @@ def image_files(folder: Path, extensions: Iterable[str]) -> Iterator[Path]:
         yield from (classdir / name for name in names)
 
 
-# Folders found whole in this process (preflight, then the job, check the same folders).
-_WHOLE_IMAGE_FOLDERS = set()
+# Folders found whole in this process (preflight, then the job, check the same folders):
+# resolved path -> {"images": count, "sha256": listing_digest}. The launching process
+# writes them into the run folder (CHECKED_IMAGES) for its ranks, which trust them where
+# they find the same files (_CHECKED_BY_LAUNCHER), instead of reading every image again.
+_WHOLE_IMAGE_FOLDERS: Dict[str, dict] = {}
+_CHECKED_BY_LAUNCHER: Dict[str, dict] = {}
+CHECKED_IMAGES = "checked_images.json"
 
 
 def check_image_folder(key: str, value, folder: Path, extensions: Iterable[str]) -> int:
     """Refuse ``folder`` (a split of class folders) if any of its images is damaged
     (``damaged_image``), naming the first such file and how many more there are. Returns
-    the images checked. A folder found whole is not read again in the same process."""
+    the images checked: none for a folder found whole in this process, or by the launching
+    process with the same files (same paths, sizes and modification times)."""
     folder = Path(folder).expanduser()
-    whole = folder.resolve()
+    whole = str(folder.resolve())
     if whole in _WHOLE_IMAGE_FOLDERS:
         return 0
-    checked, damaged = 0, []
-    for path in image_files(folder, extensions):
-        checked += 1
-        problem = damaged_image(path)
-        if problem is not None:
-            damaged.append((path, problem))
+    paths = list(image_files(folder, extensions))
+    checked = {"images": len(paths), "sha256": listing_digest(paths)}
+    if _CHECKED_BY_LAUNCHER.get(whole) == checked:
+        _WHOLE_IMAGE_FOLDERS[whole] = checked
+        return 0
+    damaged = [(path, problem) for path in paths if (problem := damaged_image(path))]
     if damaged:
         (path, problem), more = damaged[0], len(damaged) - 1
         others = f"; {more} more damaged file{'s' if more > 1 else ''} in {folder}" \
             if more else ""
         raise ConfigError(key, value, "class folders of whole JPEG, PNG or BMP images; "
                           "remove or replace the file", problem=f"{path} {problem}{others}")
-    _WHOLE_IMAGE_FOLDERS.add(whole)
-    return checked
+    _WHOLE_IMAGE_FOLDERS[whole] = checked
+    return len(paths)
+
+
+def listing_digest(paths: Sequence[Path]) -> str:
+    """sha256 of the files' names (class folder and file), sizes and modification times."""
+    digest = hashlib.sha256()
+    for path in paths:
+        name = "/".join(path.parts[-2:])
+        try:
+            stat = os.stat(path)
+            line = f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+        except OSError:  # gone since it was listed: damaged_image names it
+            line = f"{name}\0unreadable\n"
+        digest.update(line.encode(errors="surrogateescape"))
+    return digest.hexdigest()
+
+
+def record_image_checks(run_dir: Path) -> None:
+    """Write the folders this process found whole into ``run_dir`` for its ranks."""
+    if _WHOLE_IMAGE_FOLDERS:
+        (Path(run_dir) / CHECKED_IMAGES).write_text(json.dumps(_WHOLE_IMAGE_FOLDERS,
+                                                               indent=1))
+
+
+def trust_image_checks(run_dir: Path) -> None:
+    """Trust the folders the launching process recorded in ``run_dir`` as whole, where
+    ``check_image_folder`` finds the same files."""
+    try:
+        record = json.loads((Path(run_dir) / CHECKED_IMAGES).read_text())
+    except (OSError, ValueError):  # none (no image folder) or damaged: check them all
+        return
+    if isinstance(record, dict):
+        _CHECKED_BY_LAUNCHER.update(record)
 
 
 def first_file(folder: Path, extensions: Iterable[str]) -> Optional[Path]:

@@ -5,6 +5,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ms_exp.boost.options import boost_option
+from ms_exp.data.headers import record_image_checks
 from ms_exp.job.launch_plan import COMMAND_FILE, save_command
 from ms_exp.job.supervise import launch
 from ms_exp.parallel.launcher_config import launch_style
@@ -33,6 +34,7 @@ def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobRe
             "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
             JOURNAL_VARIABLE: str(tracker.journal or "")}.items() if value}
     clear_stop_step(run_dir)     # an earlier attempt's, in a resumed run directory
+    record_image_checks(run_dir)  # the ranks trust what this process checked
     launch(cfg.parallel, run_dir, env, lambda: resume_hint(cfg, run_dir))
     return JobResult.load(run_dir)
 
