@@ -264,7 +264,7 @@ def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_pr
     read_checked_config(run_dir)
     assert len(read) == 36  # train and val
 
-    def ranks(parallel_cfg, run_dir, env, *resume_hint):  # in place of msrun: what a rank runs first
+    def ranks(parallel_cfg, run_dir, env, *hint):  # in place of msrun: what a rank runs first
         read = fresh_process()
         read_checked_config(run_dir)
         raise RuntimeError(f"a rank read {len(read)} images")
