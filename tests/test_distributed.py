@@ -343,15 +343,20 @@ def _finish(process, timeout) -> str:
     return _output(process)
 
 
-def _wait_for_training(process, run_dir: Path, timeout=120):
+def _wait_until(process, done, timeout: float, what: str) -> None:
+    """Until ``done()`` (a file the job writes says so), failing as soon as the job ends
+    or ``timeout`` passes: the files are the event, looked at every 0.2 s."""
     deadline = time.time() + timeout
-    log = run_dir / "log_output" / "worker_1.log"
-    while time.time() < deadline:
-        if log.is_file() and "epoch: 1 step:" in log.read_text(errors="replace"):
-            return
+    while not done():
         assert process.poll() is None, _output(process)[-3000:]
-        time.sleep(0.5)
-    raise AssertionError("training did not start")
+        assert time.time() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.2)
+
+
+def _wait_for_training(process, run_dir: Path, timeout=120):
+    log = run_dir / "log_output" / "worker_1.log"
+    _wait_until(process, lambda: log.is_file() and "epoch: 1 step:" in
+                log.read_text(errors="replace"), timeout, "training did not start")
 
 
 LONG = ("trainer.epochs=300", "trainer.loss_print_interval=1")
@@ -359,11 +364,9 @@ LONG = ("trainer.epochs=300", "trainer.loss_print_interval=1")
 
 def _wait_for_checkpoints(process, run_dir: Path, timeout=60):
     """Until each rank's folder holds a checkpoint: a rank killed after it can be resumed."""
-    deadline = time.time() + timeout
     folders = [run_dir / "checkpoints" / f"rank_{rank}" for rank in (0, 1)]
-    while not all(any(folder.glob("checkpoint-*.ckpt")) for folder in folders):
-        assert time.time() < deadline and process.poll() is None, _output(process)[-3000:]
-        time.sleep(0.2)
+    _wait_until(process, lambda: all(any(f.glob("checkpoint-*.ckpt")) for f in folders),
+                timeout, "no checkpoint in every rank's folder")
 
 
 @pytest.mark.distributed

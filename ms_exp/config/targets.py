@@ -258,11 +258,11 @@ def build(key: str, node, own_keys: Iterable[str] = (),
     target = load_target(key, path)
     assert path is not None  # load_target refused a section without a target
     check_kind(key, path, target, expected, expected_text, factories)
-    for nested_key, nested in targets_in(config_arguments(node, own_keys), key):
+    arguments = config_arguments(node, own_keys)
+    for nested_key, nested in targets_in(arguments, key):
         if isinstance(nested, str):  # instantiate builds these too, before the target
             refuse_standard_library(nested_key, nested)
-    kwargs = fit_arguments(key, path, target, config_arguments(node, own_keys), provided,
-                           required)
+    kwargs = fit_arguments(key, path, target, arguments, provided, required)
     config_keys = {k: v for k, v in kwargs.items() if _plain(v)}
     objects = {k: v for k, v in kwargs.items() if k not in config_keys}
     try:

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.preflight.interpolations import without_hydra
-from ms_exp.preflight.trust import check_read_back, config_dirs_of
+from ms_exp.preflight.trust import check_read_back
 
 FLAG = "--from-run"
 
@@ -86,7 +86,7 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     # The recorded overrides and config folder come from the store: the config they make
     # builds only what this user trusts (ms_exp/preflight/trust.py).
     check_read_back(composed, f"MLflow run {run_id} ({FLAG})", extra,
-                    config_dirs_of(own_flags))
+                    _config_dirs(own_flags))
     differences = list_differences(run.data.tags, config, composed, extra)
     print(f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
           + (shlex.join([*flags, *overrides]) or "(no overrides)"), flush=True)
@@ -138,6 +138,15 @@ def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[s
         flags += ["--config-name", hydra.job.config_name]
     searchpath = [o for o in hydra.overrides.hydra if str(o).startswith("hydra.searchpath=")]
     return flags, searchpath
+
+
+def _config_dirs(flags: Sequence[str]) -> List[str]:
+    """The folders the user's own ``--config-dir`` and ``--config-path`` name, read by
+    Hydra's parser."""
+    from ms_exp.config.hydra_internals import args_parser
+
+    args = args_parser().parse_args(list(flags))
+    return [folder for folder in (args.config_dir, args.config_path) if folder]
 
 
 def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()):

@@ -16,7 +16,7 @@ import fnmatch
 import functools
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, Sequence, Tuple, Union
 
 import yaml
 from omegaconf import DictConfig
@@ -40,7 +40,7 @@ class TrustedTargets:
 
     @classmethod
     def of_command(cls, source: str, overrides: Sequence[str] = (),
-                   config_dirs: Iterable[Path] = ()) -> "TrustedTargets":
+                   config_dirs: Iterable[Union[str, Path]] = ()) -> "TrustedTargets":
         """What a command's own user trusts: the targets its overrides and the YAML files
         of its config folders name."""
         targets = set(override_targets(overrides))
@@ -123,21 +123,8 @@ def folder_targets(folder: Path) -> frozenset:
     return frozenset(found)
 
 
-def config_dirs_of(flags: Sequence[str]) -> Iterator[Path]:
-    """The folders ``--config-dir``/``-cd`` and ``--config-path``/``-cp`` name in a
-    command's flags."""
-    rest = list(flags)
-    while rest:
-        flag = rest.pop(0)
-        name, sep, value = flag.partition("=")
-        if name in ("--config-dir", "-cd", "--config-path", "-cp"):
-            value = value if sep else (rest.pop(0) if rest else "")
-            if value:
-                yield Path(value).expanduser()
-
-
 def check_read_back(cfg, source: str, overrides: Sequence[str] = (),
-                    config_dirs: Iterable[Optional[Path]] = ()) -> None:
+                    config_dirs: Iterable[Union[str, Path, None]] = ()) -> None:
     """``TrustedTargets.of_command(...).check(cfg)``: the one call of a command that
     builds a config read back from ``source``."""
     TrustedTargets.of_command(source, overrides,
