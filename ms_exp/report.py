@@ -31,14 +31,10 @@ from typing import List, Optional
 
 from mlflow import MlflowClient
 
-from ms_exp.tracking.store import (
-    missing_store,
-    password_refusal,
-    resolve_tracking_uri,
-    ui_lines,
-)
+from ms_exp.tracking.store import missing_store, password_refusal, resolve_tracking_uri
 from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
 from ms_exp.tracking.sweep_runs import find_sweep
+from ms_exp.tracking.ui_links import sweep_lines
 
 PROG = "ms_exp.report"
 
@@ -87,7 +83,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     uri = client.tracking_uri
     print(report.markdown)
     print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")
-    print("\n".join(ui_lines(uri, report.experiment_id, report.parent_run_id)))
+    print("\n".join(sweep_lines(uri, report.experiment_id, report.parent_run_id, report.ranked,
+                                 report.metric, report.share_key)))
     return 0
 
 

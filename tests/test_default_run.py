@@ -64,6 +64,12 @@ def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(defa
     assert params["trainer.mode"] == "graph"
     assert params["model.hidden_size"] == "512"
     assert params["checkpoint.strategy.only_trainable_params"] == "True"
+    # A param differs between two runs only where their experiments do: no folder of its
+    # own (the strategy file is recorded inside the run's folder), no path of this machine.
+    absolute = {k: v for k, v in params.items()
+                if v.startswith("/") or str(default_run.cwd) in v}
+    assert absolute == {}, absolute
+    assert params["checkpoint.strategy.save_file"] == "strategy.ckpt"
     assert run.data.tags["ms_exp.parallel_mode"] == "stand_alone"
     assert run.data.tags["ms_exp.dataset"] == "digits"
     assert run.data.tags["ms_exp.model"] == "mlp"

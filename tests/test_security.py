@@ -24,8 +24,9 @@ from ms_exp.config.errors import InvalidConfig
 from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments, save_command
 from ms_exp.job.supervise import launch
 from ms_exp.preflight.compose import compose_config, preflight
-from ms_exp.tracking import store
-from ms_exp.tracking.store import resolve_tracking_uri, ui_command
+from ms_exp.tracking import ui_links
+from ms_exp.tracking.store import resolve_tracking_uri
+from ms_exp.tracking.ui_links import ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
 # The project's code: what users run (ms_exp) and what maintainers run (benchmarks).
@@ -96,7 +97,7 @@ def test_printed_mlflow_ui_command_is_safe_to_paste_into_a_shell(tmp_path, monke
     """A tracking.uri full of shell metacharacters reaches ``mlflow`` as one argument."""
     # The printed command names the environment's mlflow by path when the shell would not
     # find it; here it must reach the recorder on PATH instead of starting a server.
-    monkeypatch.setattr(store, "mlflow_executable", lambda: "mlflow")
+    monkeypatch.setattr(ui_links, "mlflow_executable", lambda: "mlflow")
     marker = tmp_path / MARKER
     fake_bin = tmp_path / "bin"
     argv_recorder(fake_bin, "mlflow")

@@ -10,12 +10,14 @@ store) serves every test that reads a finished sweep; the test that re-runs it w
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from conftest import FAST, main_in_process, migrated_store, run_cli
@@ -104,7 +106,7 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
     # The sweep ends saying where its jobs, its report and its parent run are.
     run_id, experiment = parent.info.run_id, parent.info.experiment_id
     report_dir = Path(client.get_run(run_id).info.artifact_uri[len("file://"):]) / "report"
-    end = result.stdout.splitlines()[-7:]
+    end = result.stdout.splitlines()[-9:]
     assert end[:4] == [
         f"sweep folder: {tags['ms_exp.sweep.dir']} (a folder per job, by number)",
         "sweep report: eval_accuracy_vs_optimizer.lr.png, summary.csv, summary.md, "
@@ -115,7 +117,24 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
     assert (report_dir / "summary.md").is_file()
     assert end[4].startswith("report again: ") and end[4].endswith(f" -m ms_exp.report {run_id}")
     assert end[5].startswith("open it with: ") and "ui --backend-store-uri" in end[5]
-    assert end[6] == f"  then browse to http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}"
+    ui = "http://127.0.0.1:5000/#"
+    view = "workflowType=machine_learning"  # MLflow 3's training view, not its GenAI one
+    assert end[6] == f"  then browse to {ui}/experiments/{experiment}/runs/{run_id}?{view}"
+    # The jobs best first on one compare page, and the runs table of the jobs alone.
+    compare = re.fullmatch(rf"  compare its jobs: {re.escape(ui)}/compare-runs\?runs=(\S+)"
+                           rf"&experiments=(\S+)&{view}", end[7])
+    assert compare, end[7]
+    ranked = json.loads(unquote(compare.group(1)))
+    assert json.loads(unquote(compare.group(2))) == [experiment]
+    accuracy = {c.info.run_id: c.data.metrics["eval/accuracy"] for c in children}
+    assert sorted(ranked) == sorted(accuracy)
+    assert [accuracy[r] for r in ranked] == sorted(accuracy.values(), reverse=True)
+    assert end[8] == (f"  its jobs in a table, swept keys and eval/accuracy as columns: "
+                      f"{ui}/experiments/{experiment}/runs?viewStateShareKey={run_id}&{view}")
+    shared = json.loads(client.get_experiment(experiment).tags[
+        f"mlflow.sharedViewState.{run_id}"])
+    assert shared["searchFilter"] == f"tags.`mlflow.parentRunId` = '{run_id}'"
+    assert shared["selectedColumns"][:2] == ["params.`optimizer.lr`", "metrics.`eval/accuracy`"]
     # As printed, in a shell whose PATH has no virtual environment.
     again = subprocess.run(end[4][len("report again: "):], shell=True, cwd=cwd,
                            env={**os.environ, "PATH": "/usr/bin:/bin"},

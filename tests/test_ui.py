@@ -1,12 +1,14 @@
 """A sweep as a user sees it: the real MLflow UI (``mlflow server``) in a real browser.
 
 A two-job ``-m`` sweep runs as a real subprocess; ``mlflow server`` serves its store; headless
-Chromium, driven by Playwright, opens the experiment's runs table and each child's run page.
+Chromium, driven by Playwright, opens the addresses the sweep printed: its jobs' runs table
+and their compare page, then a job's own page.
 The browser is Debian's ``chromium`` package at an explicit path, because browser downloads
 (``playwright install``) fail on these machines (docs/design.md#browser-from-apt); .ci/run
 installs it. A missing browser fails this test rather than skipping it, so CI cannot go green
 without it. The screenshot is kept in test-artifacts/mlflow_ui_sweep.png.
 """
+import re
 from pathlib import Path
 
 import pytest
@@ -23,8 +25,8 @@ SERVER_START_S = 120
 
 @pytest.fixture
 def sweep(tmp_path):
-    """A finished two-job sweep in sqlite:///<tmp_path>/mlflow.db: (store, experiment id,
-    parent run, child runs)."""
+    """A finished two-job sweep in sqlite:///<tmp_path>/mlflow.db: (what it printed,
+    experiment id, parent run, child runs)."""
     result = run_cli("ms_exp.run", ["-m", *FAST, "trainer.epochs=1", "optimizer.lr=0.01,0.1"],
                      tmp_path)
     assert result.rc == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
@@ -35,7 +37,7 @@ def sweep(tmp_path):
     assert len(parents) == 1, [r.info.run_name for r in runs]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(children) == 2 == len(runs) - 1, [r.info.run_name for r in runs]
-    return client, experiment_id, parents[0], children
+    return result.stdout, experiment_id, parents[0], children
 
 
 @pytest.fixture
@@ -79,68 +81,99 @@ def _save_screenshot(page, tmp_path: Path, name: str) -> None:
 
 @pytest.mark.browser
 @pytest.mark.e2e
-def test_sweep_shows_in_the_mlflow_ui_as_a_parent_run_with_two_children(request, tmp_path):
+def test_a_sweeps_printed_addresses_open_its_jobs_compared_in_the_mlflow_ui(request, tmp_path):
     # Checked before the fixtures start anything, so a missing browser fails the test (not a
     # fixture error) in a second rather than after the sweep.
     require_chromium()
     page = request.getfixturevalue("page")
-    _, experiment_id, parent, children = request.getfixturevalue("sweep")
+    printed, experiment_id, parent, children = request.getfixturevalue("sweep")
     mlflow_ui = request.getfixturevalue("mlflow_ui")
     expect.set_options(timeout=UI_TIMEOUT_MS)
     parent_id, parent_name = parent.info.run_id, parent.info.run_name
+    lrs = sorted(c.data.params["optimizer.lr"] for c in children)
+    assert lrs == ["0.01", "0.1"]
     try:
-        # The runs table. (`#/experiments/<id>` alone opens MLflow 3's GenAI overview.)
-        page.goto(f"{mlflow_ui}/#/experiments/{experiment_id}/runs")
-        expect(page.get_by_text("3 matching runs")).to_be_visible()
+        # The runs table the sweep printed: its jobs alone, the swept key and the objective
+        # as columns without choosing them, in MLflow's training view (not the GenAI one).
+        page.goto(_address(printed, "its jobs in a table", mlflow_ui))
         _close_assistant_panel(page)
-
-        parent_link = page.get_by_role("link", name=parent_name, exact=True)
-        expect(parent_link).to_be_visible()
-        expect(parent_link).to_have_attribute(
-            "href", f"#/experiments/{experiment_id}/runs/{parent_id}")
-
-        # Children are nested under the parent, collapsed: its row's only button expands it.
-        child_links = [page.locator(f'a[href="#/experiments/{experiment_id}/runs/'
-                                    f'{child.info.run_id}"]') for child in children]
-        if not child_links[0].is_visible():
-            page.get_by_role("row").filter(has=parent_link).get_by_role("button").click()
-        for child, link in zip(children, child_links):
-            expect(link).to_be_visible()
-            expect(link).to_have_text(child.info.run_name)
-
-        # What the sweep varied and what it measured, as table columns.
-        page.get_by_role("button", name="Columns").click()
-        chooser = page.get_by_role("dialog")
-        for column in ("optimizer.lr", "eval/accuracy"):
-            chooser.get_by_placeholder("Search columns").fill(column)
-            # The search highlights its match: "optimizer.lr" also in "optimizer.lr_init",
-            # listed after it.
-            chooser.get_by_text(column, exact=True).first.click()
-        page.keyboard.press("Escape")
-        expect(chooser).to_be_hidden()
+        expect(page.get_by_text("Model training", exact=True)).to_be_visible()
         for column in ("optimizer.lr", "eval/accuracy"):
             expect(page.get_by_role("columnheader", name=column, exact=True).first) \
                 .to_be_visible()
-        for lr in ("0.01", "0.1"):
+        for child in children:
+            link = page.locator(f'a[href^="#/experiments/{experiment_id}/runs/'
+                                f'{child.info.run_id}"]')
+            expect(link).to_have_text(child.info.run_name)
+        for lr in lrs:
             expect(page.get_by_role("gridcell", name=lr, exact=True)).to_be_visible()
+        expect(page.get_by_role("link", name=parent_name, exact=True)).to_have_count(0)
+
+        # The compare page the sweep printed: both jobs side by side, what each was given
+        # and what each measured.
+        page.goto(_address(printed, "compare its jobs", mlflow_ui))
+        expect(page.get_by_text("Comparing 2 Runs from 1 Experiment")).to_be_visible()
+        _close_assistant_panel(page)
+        for child in children:
+            expect(page.get_by_text(child.info.run_name, exact=True).first).to_be_visible()
+        ordered = _page_order(page, children)
+        expect(_compare_row(page, "optimizer.lr").get_by_role("cell")).to_have_text(
+            [c.data.params["optimizer.lr"] for c in ordered])
+        expect(page.get_by_title("Plot chart").filter(has_text="eval/accuracy")).to_be_visible()
+        shown = [float(v) for v in page.evaluate(METRIC_VALUES, "eval/accuracy")]
+        assert shown == pytest.approx([c.data.metrics["eval/accuracy"] for c in ordered],
+                                      abs=1e-3)
+        # The swept key against the metric, drawn (MLflow's plots are Plotly's).
+        expect(page.locator(".js-plotly-plot").first).to_be_visible()
         _save_screenshot(page, tmp_path, SCREENSHOT)
 
-        # Each child's own page: its learning rate, its accuracy, its parent.
-        assert sorted(c.data.params["optimizer.lr"] for c in children) == ["0.01", "0.1"]
-        for child in children:
-            page.goto(f"{mlflow_ui}/#/experiments/{experiment_id}/runs/{child.info.run_id}")
-            heading = page.get_by_role("heading", name=child.info.run_name, exact=True)
-            expect(heading).to_be_visible()
-            assert _table_value(page, "Search parameters", "optimizer.lr") == \
-                child.data.params["optimizer.lr"]
-            assert float(_table_value(page, "Search metrics", "eval/accuracy")) == pytest.approx(
-                child.data.metrics["eval/accuracy"], abs=1e-3)
-            expect(page.get_by_role("link", name=parent_name, exact=True)).to_have_attribute(
-                "href", f"#/experiments/{experiment_id}/runs/{parent_id}")
-            expect(page.get_by_text("Finished", exact=True)).to_be_visible()
+        # A job's own page, from the address printed for a run: its value, its parent.
+        child = children[0]
+        page.goto(f"{mlflow_ui}/#/experiments/{experiment_id}/runs/{child.info.run_id}"
+                  "?workflowType=machine_learning")
+        expect(page.get_by_role("heading", name=child.info.run_name, exact=True)).to_be_visible()
+        assert _table_value(page, "Search parameters", "optimizer.lr") == \
+            child.data.params["optimizer.lr"]
+        expect(page.get_by_role("link", name=parent_name, exact=True)).to_have_attribute(
+            "href", re.compile(f"^#/experiments/{experiment_id}/runs/{parent_id}"))
+        expect(page.get_by_text("Finished", exact=True)).to_be_visible()
     except BaseException:
         _save_screenshot(page, tmp_path, "mlflow_ui_failure.png")
         raise
+
+
+def _address(printed: str, label: str, mlflow_ui: str) -> str:
+    """The address the sweep printed after ``label``, on the test's server: ms_exp prints
+    the one of the ``mlflow ui`` command it prints, on port 5000."""
+    found = re.search(rf"^  {re.escape(label)}[^:]*: (http://127\.0\.0\.1:5000)(/\S+)$",
+                      printed, re.M)
+    assert found, printed[-3000:]
+    return mlflow_ui + found.group(2)
+
+
+def _compare_row(page, name: str):
+    """The compare page's table row of a param, found by its heading cell."""
+    return page.get_by_role("row").filter(
+        has=page.get_by_role("rowheader", name=name, exact=True)).first
+
+
+# The compare page's metrics are two virtualised grids, names and values, whose cells of one
+# metric sit at the same height: the values of the metric named, one per run.
+METRIC_VALUES = """(name) => {
+  const link = [...document.querySelectorAll('a[title="Plot chart"]')]
+      .find(e => e.textContent.trim() === name);
+  const cell = link.parentElement;
+  const grids = [...document.querySelectorAll('[role=grid]')];
+  const values = grids[grids.indexOf(cell.closest('[role=grid]')) + 1];
+  return [...values.querySelectorAll('[role=rowgroup] > div')]
+      .filter(d => d.style.top === cell.style.top).map(d => d.textContent.trim());
+}"""
+
+
+def _page_order(page, children):
+    """``children`` in the compare page's column order (its Run ID row)."""
+    ids = _compare_row(page, "Run ID:").inner_text().split()
+    return sorted(children, key=lambda c: ids.index(c.info.run_id))
 
 
 def _close_assistant_panel(page) -> None:

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from ms_exp.config.targets import component_name
 from ms_exp.search.trial import current_trial
 from ms_exp.tracking.finished import DIGEST_TAG, find_finished, skip_note
-from ms_exp.tracking.sweep import child_run_name, parent_run_id
+from ms_exp.tracking.sweep import child_run_name, parent_run_id, swept_tags
 from ms_exp.train.result import JobResult
 
 
@@ -38,6 +38,7 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: 
     run_name = cfg.tracking.run_name or default_run_name(cfg)
     if parent:
         tags["ms_exp.sweep.id"] = parent
+        tags.update(swept_tags(list(overrides)))
         run_name = child_run_name(list(overrides)) or run_name
     return run_name, tags, parent
 

@@ -28,7 +28,7 @@ from ms_exp.tracking import provenance
 from ms_exp.tracking.finished import config_digest
 from ms_exp.tracking.lifecycle import EndedEarly, tracked_run
 from ms_exp.tracking.logged_steps import last_logged_steps
-from ms_exp.tracking.params import flatten
+from ms_exp.tracking.params import flatten, relative_to_run
 from ms_exp.tracking.run_folder import (
     RUN_RECORD,
     check_owner,
@@ -143,7 +143,7 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
                         system_metrics_interval=tracking.system_metrics_interval) as tracker:
         if resume is None:
             resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-            tracker.log_params(flatten(cast(dict, resolved)))  # a DictConfig's: a dict
+            tracker.log_params(relative_to_run(flatten(cast(dict, resolved)), run_dir))
         else:
             _announce_resume(resume, own_dir, tracker)
         tracker.log_artifact(config_file, "config")

@@ -4,7 +4,7 @@ best checkpoints also become tags of the run (``ms_exp.eval --checkpoint last|be
 from pathlib import Path
 from typing import Optional
 
-from ms_exp.tracking.store import ui_lines
+from ms_exp.tracking.ui_links import ui_lines
 from ms_exp.train.result import JobResult
 
 

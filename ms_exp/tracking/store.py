@@ -15,7 +15,7 @@ import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 from urllib.parse import urlparse, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
@@ -24,6 +24,10 @@ if TYPE_CHECKING:  # MLflow is imported where a store is opened, not by every jo
     from mlflow.entities import Run
 
 DEFAULT_DB_NAME = "mlflow.db"
+# What an experiment holds, for MLflow versions that choose the UI's view from it (3.17 reads
+# the address instead: ms_exp.tracking.ui_links).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
 
 
 def resolve_tracking_uri(uri: Optional[str], workdir: Optional[Path] = None) -> str:
@@ -246,40 +250,12 @@ def quiet_artifact_downloads() -> None:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
-def ui_command(uri: str) -> str:
-    """The command that opens this store in the MLflow UI, bound to the loopback address
-    (the URI shell-quoted: it is printed for the user to paste into a shell)."""
-    if not is_local_store(uri):
-        return f"open {uri} in a browser"
-    return (f"{mlflow_executable()} ui --backend-store-uri {shlex.quote(uri)} "
-            "--host 127.0.0.1 --port 5000")
-
-
-def ui_lines(uri: str, experiment_id: str, run_id: str) -> List[str]:
-    """The lines that say how to see a run in the MLflow UI: the command that opens the
-    store and, for a local store (served on the loopback address), the run's address."""
-    lines = [f"open it with: {ui_command(uri)}"]
-    if is_local_store(uri):
-        lines.append("  then browse to http://127.0.0.1:5000/#/experiments/"
-                     f"{experiment_id}/runs/{run_id}")
-    return lines
-
-
 def python_command() -> str:
     """``python`` when the shell finds this interpreter by that name, else its full path: a
     virtual environment that is not activated is found only by its path."""
     if shutil.which("python") == sys.executable:
         return "python"
     return shlex.quote(sys.executable)
-
-
-def mlflow_executable() -> str:
-    """``mlflow`` when the shell finds this environment's own, else its full path: a
-    virtual environment that is not activated has its ``mlflow`` only beside its Python."""
-    beside = Path(sys.executable).parent / "mlflow"
-    if not beside.is_file() or shutil.which("mlflow") == str(beside):
-        return "mlflow"
-    return shlex.quote(str(beside))
 
 
 @contextmanager
@@ -322,10 +298,14 @@ def ensure_experiment(client: "MlflowClient", name: str) -> str:
 def _ensure_experiment(client: "MlflowClient", name: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
+        if EXPERIMENT_KIND_TAG not in experiment.tags:   # a kind the user chose stays
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
+                                      TRAINING_KIND)
         return experiment.experiment_id
     artifact_location = None
     db = sqlite_path(client.tracking_uri)
     if db is not None:
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
         artifact_location = (db.parent / "mlartifacts" / safe).as_uri()
-    return client.create_experiment(name, artifact_location=artifact_location)
+    return client.create_experiment(name, artifact_location=artifact_location,
+                                    tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})

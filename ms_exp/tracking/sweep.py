@@ -41,6 +41,7 @@ PARENT_RUN_ID = "MS_EXP_PARENT_RUN_ID"
 PARENT_TRACKING_URI = "MS_EXP_PARENT_TRACKING_URI"
 PARENT_EXPERIMENT = "MS_EXP_PARENT_EXPERIMENT_NAME"
 SWEPT_KEYS = "MS_EXP_SWEPT_KEYS"  # JSON list: the keys a job's run name is made of
+SWEPT_TAG = "ms_exp.swept."  # + key: a job's value of each swept key
 _ENVIRONMENT = (PARENT_RUN_ID, PARENT_TRACKING_URI, PARENT_EXPERIMENT, SWEPT_KEYS)
 
 _active: Optional["SweepRun"] = None
@@ -58,14 +59,25 @@ def parent_run_id(tracking_uri: str, experiment_name: str) -> Optional[str]:
     return os.environ.get(PARENT_RUN_ID)
 
 
+def swept_values(overrides: List[str]) -> Dict[str, str]:
+    """The values a sweep's job was given for the keys the sweep varies, as typed."""
+    keys = json.loads(os.environ.get(SWEPT_KEYS) or "[]")
+    values = override_values(overrides)
+    return {key: values[key] for key in keys if key in values}
+
+
+def swept_tags(overrides: List[str]) -> Dict[str, str]:
+    """``ms_exp.swept.<key>`` for each swept key: what the UI groups a sweep's runs by."""
+    return {f"{SWEPT_TAG}{key}": value[:5000] for key, value in swept_values(overrides).items()}
+
+
 def child_run_name(overrides: List[str]) -> Optional[str]:
     """A job's run name in a sweep: its swept values, ``rho=0.4,gamma=0.9,sigma=0.2``, so
     runs are told apart at a glance in the UI's run list and charts."""
-    keys = json.loads(os.environ.get(SWEPT_KEYS) or "[]")
-    values = override_values(overrides)
-    keys = [key for key in keys if key in values]
-    if not keys:
+    values = swept_values(overrides)
+    if not values:
         return None
+    keys = list(values)
     last = [key.rsplit(".", 1)[-1] for key in keys]
     # The last part of the key is enough unless two swept keys share it.
     labels = last if len(set(last)) == len(last) else keys
@@ -279,7 +291,8 @@ def _log_report(tracker):
 def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
     """The lines a sweep prints last: where its jobs' folders, its report and its parent run
     are, the command that writes the report again and the one that opens the MLflow UI."""
-    from ms_exp.tracking.store import python_command, resolve_tracking_uri, ui_lines
+    from ms_exp.tracking.store import python_command, resolve_tracking_uri
+    from ms_exp.tracking.ui_links import sweep_lines, ui_lines
 
     uri = tracker.tracking_uri
     lines = [f"sweep folder: {sweep_dir} (a folder per job, by number)"] if sweep_dir else []
@@ -290,7 +303,11 @@ def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
                  f"{outcome}) in {uri}")
     store = "" if uri == resolve_tracking_uri(None) else f" --tracking-uri {shlex.quote(uri)}"
     lines.append(f"report again: {python_command()} -m ms_exp.report {tracker.run_id}{store}")
-    lines += ui_lines(uri, tracker.experiment_id, tracker.run_id)
+    if report is None:
+        lines += ui_lines(uri, tracker.experiment_id, tracker.run_id)
+    else:
+        lines += sweep_lines(uri, tracker.experiment_id, tracker.run_id, report.ranked,
+                             report.metric, report.share_key)
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from mlflow.entities import Run
 from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, STORAGE_TAG, STUDY_TAG, objective_metric
 from ms_exp.search.trial import OBJECTIVE_METRICS as DEFAULT_METRICS
 from ms_exp.tracking.sweep_runs import ReportError, child_runs, job_values, markdown, swept_keys
+from ms_exp.tracking.ui_links import share_sweep_view
 
 # The first of DEFAULT_METRICS that the jobs logged ranks them unless --metric or the sweep's
 # sweep.metric says otherwise: classifiers log accuracy, Wide&Deep logs AUC.
@@ -43,6 +44,9 @@ class SweepReport:
     artifact_uri: str  # where summary.csv, summary.md and the plots were logged
     files: List[str]
     markdown: str  # summary.md (a title line and the table), then an Optuna study's part
+    metric: str  # what ranks the jobs
+    ranked: List[str]  # the jobs' run ids, best first
+    share_key: str  # of the runs-table view of the jobs (ms_exp.tracking.ui_links)
 
 
 @dataclass
@@ -316,8 +320,11 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
         text += _study_markdown(parent, optuna_storage, folder)
         client.log_artifacts(parent_run_id, scratch, REPORT_DIR)
         files = sorted(p.name for p in folder.iterdir())
+    share_key = share_sweep_view(client, parent.info.experiment_id, parent_run_id, keys,
+                                 metric, lowest_first)
     return SweepReport(parent_run_id, parent.info.experiment_id,
-                       f"{parent.info.artifact_uri}/{REPORT_DIR}", files, text)
+                       f"{parent.info.artifact_uri}/{REPORT_DIR}", files, text, metric,
+                       list(table["run_id"]), share_key)
 
 
 def _study_markdown(parent: Run, storage: Optional[str], folder: Path) -> str:
