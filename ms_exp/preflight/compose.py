@@ -81,10 +81,8 @@ class ConfigSource:
     @classmethod
     def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
         """From Hydra's parsed command line (``hydra_internals.args_parser``)."""
-        calling_file: Optional[str] = None
-        calling_module: Optional[str] = "ms_exp.run"
-        if task_function is not None:
-            calling_file, calling_module = hydra_internals.calling_module(task_function)
+        calling_file, calling_module = (hydra_internals.calling_module(task_function)
+                                        if task_function is not None else (None, "ms_exp.run"))
         return cls(config_name=args.config_name or CONFIG_NAME,
                    config_path=args.config_path, config_dir=args.config_dir,
                    calling_file=calling_file, calling_module=calling_module)
@@ -232,7 +230,3 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
     if multirun:
         concurrent_master_ports(configs)
     return configs
-
-
-__all__ = ["CompositionError", "ConfigError", "ConfigSource", "compose_config", "group_options",
-           "preflight"]
