@@ -30,16 +30,12 @@ def _quiet() -> Iterator[None]:
                 os.close(copy)
 
 
-def is_available(target: str) -> bool:
+def available_targets() -> Tuple[str, ...]:
+    """The device targets MindSpore loaded a backend for here."""
     import mindspore.device_context as devices
 
     with _quiet():
-        return getattr(devices, target.lower()).is_available()
-
-
-def available_targets() -> Tuple[str, ...]:
-    """The device targets MindSpore loaded a backend for here."""
-    return tuple(target for target in TARGETS if is_available(target))
+        return tuple(t for t in TARGETS if getattr(devices, t.lower()).is_available())
 
 
 def validate_device_present(trainer_cfg) -> None:
