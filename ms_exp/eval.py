@@ -149,10 +149,7 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
     except StoreError as error:
         raise ConfigError("--model", model_uri, error.allowed, error.problem) from None
     name, _, version = model_uri[len("models:/"):].strip("/").partition("/")
-    if version:
-        model_id = _registered_model_id(client, name, version, model_uri)
-    else:
-        model_id = name
+    model_id = _registered_model_id(client, name, version, model_uri) if version else name
     try:
         logged = client.get_logged_model(model_id)
     except MlflowException:
