@@ -113,7 +113,7 @@ def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
         raise ConfigError("--run-id", run_id, "the id of an ms_exp.run job's run",
                           "the run has no config/config.yaml artifact")
     config = Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir)))
-    if which not in ("last", "best"):
+    if which not in CHECKPOINT_NAMES:
         return config, Path(which)
     artifact = run.data.tags.get(f"ms_exp.checkpoint.{which}", "")
     if not artifact:
@@ -149,10 +149,7 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
     except StoreError as error:
         raise ConfigError("--model", model_uri, error.allowed, error.problem) from None
     name, _, version = model_uri[len("models:/"):].strip("/").partition("/")
-    if version:
-        model_id = _registered_model_id(client, name, version, model_uri)
-    else:
-        model_id = name
+    model_id = _registered_model_id(client, name, version, model_uri) if version else name
     try:
         logged = client.get_logged_model(model_id)
     except MlflowException:
@@ -295,15 +292,6 @@ def check_shapes(network, weights: dict, checkpoint: Path) -> None:
                 "network: is an override such as model.* other than the run's?)")
 
 
-def evaluate(model, eval_set, shown: str) -> dict:
-    """Evaluate the prepared ``model``; the printed line names the checkpoint as ``shown``
-    (a merged checkpoint lives in a temporary folder: ``shown`` says what it was merged
-    from)."""
-    result = model.eval(eval_set, dataset_sink_mode=False)
-    print("result:", result, "ckpt=", shown, flush=True)
-    return result
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m ms_exp.eval``; SIGTERM ends it as Ctrl-C does: the checkpoint copies in
     its temporary folder removed, its MLflow run KILLED, exit status 130."""
@@ -398,7 +386,9 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                          parent_run_id=parent_run_id,
                          system_metrics_interval=cfg.tracking.system_metrics_interval
                          ) as tracker:
-            result = evaluate(model, eval_set, shown)
+            result = model.eval(eval_set, dataset_sink_mode=False)
+            # ``shown``: a merged checkpoint's temporary file named by what it was merged from.
+            print("result:", result, "ckpt=", shown, flush=True)
             tracker.log_metrics({f"eval/{k}": float(v) for k, v in result.items()}, step=0)
             if tracker.enabled:
                 print(f"MLflow run {tracker.run_id} (child of {parent_run_id or 'no run'}) "

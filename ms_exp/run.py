@@ -12,7 +12,7 @@ import shlex
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import ContextManager, List, Optional
+from typing import Any, ContextManager, List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -83,18 +83,11 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
         discard_if_unused(run_dir, hydra_cfg.output_subdir)
         print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_CONFIG)
-    except WorkersFailed as error:
+    except (WorkersFailed, TrackingFailed) as error:
         if hydra_cfg.mode != RunMode.RUN:
             raise
-        # A rank failed or was killed: the job ended its run FAILED; the line names the
-        # rank, why and where its log is (a traceback here would only show the launcher).
-        print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    except TrackingFailed as error:
-        if hydra_cfg.mode != RunMode.RUN:
-            raise
-        # The store turned the run away (or refused what was sent): the traceback would only
-        # show where ms_exp noticed it.
+        # A rank failed or was killed, or the store turned the run away: the job ended its
+        # run FAILED; the line names why (a traceback would only show where ms_exp noticed).
         print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
     return objective_value(result.final_eval, cfg.sweep.metric)
@@ -108,7 +101,7 @@ COMMANDS = {"run": "--run", "multirun": "-m/--multirun", "cfg": "--cfg", "info":
 def parse_args(argv: List[str]):
     """Hydra's own command line, its mistakes refused in one line (argparse would print its
     usage block, and Hydra a traceback for two commands at once)."""
-    parser = args_parser()
+    parser: Any = args_parser()
     # argparse documents error() as the method to override; Hydra made the parser.
     parser.error = lambda message: _refuse_flag(parser, argv, message)
     args = parser.parse_args(argv)
@@ -199,11 +192,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         run_id, argv = split_from_run(argv)
         if run_id:
             argv = rerun_arguments(run_id, argv)
-    except InvalidConfig as error:
-        # The line repeats what was typed: a URL's password in it is shown as ***.
-        print(f"ms_exp: error: {without_passwords(str(error))}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
-    try:
         args = parse_args(argv)
         # Where Hydra will look for the config: --config-path/--config-name/--config-dir.
         source = ConfigSource.from_args(args, hydra_job)

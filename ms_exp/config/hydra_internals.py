@@ -22,7 +22,7 @@ Hydra 1.4 (in development) moves several of these; this module is what to port.
 """
 import os
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence
 
 from hydra import version
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
@@ -43,21 +43,12 @@ BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
 BASIC_LAUNCHER = f"{BasicLauncher.__module__}.{BasicLauncher.__qualname__}"
 
 
-def args_parser():
-    """Hydra's own argparse parser of ``@hydra.main``'s command line."""
-    return get_args_parser()
-
-
-def calling_module(task_function: Callable) -> Tuple[Optional[str], Optional[str]]:
-    """``(calling file, calling module)`` of a ``@hydra.main`` function, against which Hydra
-    reads a relative ``config_path``."""
-    return detect_calling_file_or_module_from_task_function(task_function)
-
-
-def primary_folder(calling_file: Optional[str], calling_module_name: Optional[str],
-                   config_path: str) -> Optional[str]:
-    """The folder (or ``pkg://`` path) of the primary config, as Hydra computes it."""
-    return compute_search_path_dir(calling_file, calling_module_name, config_path)
+# Hydra's parser of ``@hydra.main``'s command line; the ``(calling file, calling module)`` of
+# a ``@hydra.main`` function, against which Hydra reads a relative ``config_path``; the
+# folder (or ``pkg://`` path) of the primary config, as Hydra computes it.
+args_parser = get_args_parser
+calling_module = detect_calling_file_or_module_from_task_function
+primary_folder = compute_search_path_dir
 
 
 def search_path(primary: Optional[str], config_dir: Optional[str] = None) -> ConfigSearchPath:

@@ -594,20 +594,11 @@ class Config:
 GROUP_SCHEMAS: Dict[str, Dict[str, type]] = {
     "parallel": {"stand_alone": StandAloneParallel, "data": DataParallel,
                  "semi_auto": SemiAutoParallel, "auto": AutoParallel},
-    "checkpoint": {
-        "integrated": CheckpointSchema,
-        "sliced": CheckpointSchema,
-        "none": CheckpointSchema,
-    },
+    "checkpoint": dict.fromkeys(("integrated", "sliced", "none"), CheckpointSchema),
     "boost": {"off": BoostOff, "dim_reduce": BoostDimReduce},
     "placement": {"device": DevicePlacement, "host_device": HostDevicePlacement},
-    "dataset": {
-        "digits": DigitsDataset,
-        "mnist": MnistDataset,
-        "imagenet": ImageNetDataset,
-        "synthetic": SyntheticDataset,
-        "criteo": CriteoDataset,
-    },
+    "dataset": {"digits": DigitsDataset, "mnist": MnistDataset, "imagenet": ImageNetDataset,
+                "synthetic": SyntheticDataset, "criteo": CriteoDataset},
     "model": {"mlp": MlpModel, "resnet": ResNetModel, "wide_deep": WideDeepModel},
 }
 

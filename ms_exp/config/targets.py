@@ -29,12 +29,8 @@ TARGET_ARGUMENTS = f" (other keys only beside a {TARGET}: its own arguments)"
 
 
 def target_path(node) -> Optional[str]:
-    """The ``_target_`` of a config section, or None when it has none."""
-    if isinstance(node, DictConfig):
-        return node.get(TARGET)
-    if isinstance(node, Mapping):
-        return node.get(TARGET)
-    return None
+    """The ``_target_`` of a config section (a DictConfig is a Mapping), or None."""
+    return node.get(TARGET) if isinstance(node, Mapping) else None
 
 
 def targets_in(node, prefix: str = "") -> Iterator[Tuple[str, object]]:

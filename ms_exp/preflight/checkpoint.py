@@ -13,8 +13,7 @@ def validate_checkpoint(cfg) -> None:
         require(cfg.save_checkpoint_epochs == 1, "checkpoint.save_checkpoint_epochs",
                 cfg.save_checkpoint_epochs,
                 "1 when checkpoint.save_checkpoint_steps is set, which it would override")
-    positive("checkpoint", cfg, "save_checkpoint_epochs")
-    positive("checkpoint", cfg, "keep_checkpoint_max")
+    positive("checkpoint", cfg, "save_checkpoint_epochs", "keep_checkpoint_max")
     require(bool(cfg.prefix) and "/" not in cfg.prefix and "\\" not in cfg.prefix,
             "checkpoint.prefix", cfg.prefix, "a non-empty file-name prefix without slashes")
 
@@ -54,5 +53,4 @@ def validate_snapshots(cfg) -> None:
     require(1 <= snapshots.start_epoch <= cfg.trainer.epochs,
             "checkpoint.snapshots.start_epoch", snapshots.start_epoch,
             f"an epoch from 1 to trainer.epochs ({cfg.trainer.epochs})")
-    require(snapshots.keep_max >= 1, "checkpoint.snapshots.keep_max", snapshots.keep_max,
-            "an integer >= 1")
+    positive("checkpoint.snapshots", snapshots, "keep_max")

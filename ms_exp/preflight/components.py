@@ -10,7 +10,6 @@ Only a config naming a target imports it (and so MindSpore); the built-in names 
 by their schemas and ms_exp/preflight/training.py alone.
 """
 import inspect
-import re
 from typing import Any, List, Tuple
 
 from ms_exp.boost.options import boost_option
@@ -38,9 +37,8 @@ from ms_exp.config.targets import (
     target_path,
 )
 from ms_exp.models.options import model_option
-from ms_exp.preflight.training import typed_loss_parts
+from ms_exp.preflight.training import NAME, typed_loss_parts
 
-METRIC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # An optimizer's arguments that ms_exp computes: set beside a target they would win over it.
 PASSED_BY_MS_EXP = {
     "params": "the trainable parameters (groups: optimizer.group_params=true)",
@@ -171,7 +169,7 @@ def validate_metrics(cfg) -> None:
     require(option.evaluation is None, "trainer.metrics", ", ".join(metrics),
             f"none with model={option.name}, which is evaluated with metrics of its own")
     for name, node in metrics.items():
-        require(bool(METRIC_NAME.fullmatch(name)) and not name.startswith("eval_"),
+        require(bool(NAME.fullmatch(name)) and not name.startswith("eval_"),
                 "trainer.metrics", name, "metric names of letters, digits and _, starting "
                 "with a letter, not with eval_ (MindSpore's own results)")
         key = f"trainer.metrics.{name}"

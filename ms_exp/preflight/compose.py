@@ -12,7 +12,7 @@ primary config and the overrides. The search path is built with Hydra's own func
 import copy
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -48,14 +48,8 @@ class CompositionError(InvalidConfig):
     """Hydra refused the config; the message is one line."""
 
 
-def _find_conf_dir() -> Path:
-    for folder in CONF_CANDIDATES:
-        if (folder / f"{CONFIG_NAME}.yaml").is_file():
-            return folder
-    return CONF_CANDIDATES[0]
-
-
-CONF_DIR = _find_conf_dir()
+CONF_DIR = next((folder for folder in CONF_CANDIDATES
+                 if (folder / f"{CONFIG_NAME}.yaml").is_file()), CONF_CANDIDATES[0])
 
 
 def conf_dir() -> Path:
@@ -81,10 +75,8 @@ class ConfigSource:
     @classmethod
     def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
         """From Hydra's parsed command line (``hydra_internals.args_parser``)."""
-        calling_file: Optional[str] = None
-        calling_module: Optional[str] = "ms_exp.run"
-        if task_function is not None:
-            calling_file, calling_module = hydra_internals.calling_module(task_function)
+        calling_file, calling_module = (hydra_internals.calling_module(task_function)
+                                        if task_function is not None else (None, "ms_exp.run"))
         return cls(config_name=args.config_name or CONFIG_NAME,
                    config_path=args.config_path, config_dir=args.config_dir,
                    calling_file=calling_file, calling_module=calling_module)
@@ -113,11 +105,10 @@ def hydra_for(source: ConfigSource) -> Iterator:
         yield hydra
 
 
-def compose_config(overrides: Sequence[str] = (), config_name: Optional[str] = None,
-                   return_hydra_config: bool = False,
+def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False,
                    source: Optional[ConfigSource] = None) -> DictConfig:
     """Compose like the entrypoint does; raise CompositionError with a one-line message."""
-    source = _source(source, config_name)
+    source = source or ConfigSource()
     with hydra_for(source):
         try:
             return compose(source.config_name, overrides=list(overrides),
@@ -147,7 +138,7 @@ def group_options(groups: Sequence[str], overrides: Sequence[str] = (),
     with no option are left out."""
     from hydra.core.object_type import ObjectType
 
-    source = _source(source, None)
+    source = source or ConfigSource()
     with hydra_for(source) as hydra:
         def options(group: str, kind=ObjectType.CONFIG) -> List[str]:
             return hydra.config_loader.get_group_options(
@@ -157,11 +148,6 @@ def group_options(groups: Sequence[str], overrides: Sequence[str] = (),
         others = [g for g in options("", ObjectType.GROUP) if g not in ("hydra", "schema")]
         found = {group: options(group) for group in dict.fromkeys([*groups, *others])}
     return {group: names for group, names in found.items() if names}
-
-
-def _source(source: Optional[ConfigSource], config_name: Optional[str]) -> ConfigSource:
-    source = source or ConfigSource()
-    return replace(source, config_name=config_name) if config_name else source
 
 
 def expand_jobs(overrides: Sequence[str], multirun: bool) -> List[List[str]]:
@@ -210,10 +196,8 @@ def hydra_config_of(cfg: DictConfig, output_dir: str) -> Iterator[None]:
 
 
 def preflight(overrides: Sequence[str], multirun: bool = False,
-              config_name: Optional[str] = None,
               source: Optional[ConfigSource] = None) -> List[DictConfig]:
     """Compose and validate every job; return their configs or raise a one-line error."""
-    source = _source(source, config_name)
     configs = []
     parsed = parse_overrides(overrides, multirun)
     spaces = search_spaces(parsed)
@@ -232,7 +216,3 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
     if multirun:
         concurrent_master_ports(configs)
     return configs
-
-
-__all__ = ["CompositionError", "ConfigError", "ConfigSource", "compose_config", "group_options",
-           "preflight"]

@@ -18,29 +18,24 @@ TARGETS = ("CPU", "GPU", "Ascend")
 def _quiet() -> Iterator[None]:
     """An absent backend is reported as MindSpore warnings with its plugin loader's errors,
     written to the process's own file descriptors; the refusal says it in one line instead."""
-    saved = os.dup(1), os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
+        for fd in saved:
+            os.dup2(null.fileno(), fd)
         try:
             yield
         finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-
-
-def is_available(target: str) -> bool:
-    import mindspore.device_context as devices
-
-    with _quiet():
-        return getattr(devices, target.lower()).is_available()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def available_targets() -> Tuple[str, ...]:
     """The device targets MindSpore loaded a backend for here."""
-    return tuple(target for target in TARGETS if is_available(target))
+    import mindspore.device_context as devices
+
+    with _quiet():
+        return tuple(t for t in TARGETS if getattr(devices, t.lower()).is_available())
 
 
 def validate_device_present(trainer_cfg) -> None:

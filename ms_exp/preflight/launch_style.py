@@ -8,13 +8,11 @@ from typing import Any, Dict, Optional, Tuple
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.parallel.launcher_config import MPIRUN, MSRUN, RANK_TABLE, is_distributed, launch_style
 
-# What each style needs of the device, with MindSpore 2.10 (see LaunchStyle;
+# What each style needs of the device, and why, with MindSpore 2.10 (see LaunchStyle;
 # docs/design.md#mpirun-on-cpu).
-STYLE_TARGETS = {MPIRUN: ("GPU", "Ascend"), RANK_TABLE: ("Ascend",)}
-STYLE_TARGET_REASONS = {
-    MPIRUN: "MindSpore 2.10 initialises no CPU communication under mpirun",
-    RANK_TABLE: "rank-table ranks talk over HCCL, which only Ascend has",
-}
+STYLE_TARGETS = {
+    MPIRUN: (("GPU", "Ascend"), "MindSpore 2.10 initialises no CPU communication under mpirun"),
+    RANK_TABLE: (("Ascend",), "rank-table ranks talk over HCCL, which only Ascend has")}
 # Keys read by one style only: the style, and the value that means "unset".
 STYLE_ONLY_KEYS: Dict[str, Tuple[str, Any]] = {
     "rank_table_file": (RANK_TABLE, None), "start_device_id": (RANK_TABLE, 0),
@@ -43,10 +41,10 @@ def validate_launch_style(cfg) -> None:
     if style == MSRUN:
         return
     target = cfg.trainer.device_target or "None"
-    allowed = STYLE_TARGETS[style]
+    allowed, reason = STYLE_TARGETS[style]
     require(target in allowed, "parallel.launcher.style", style,
             f"trainer.device_target={' or '.join(allowed)} with it "
-            f"({STYLE_TARGET_REASONS[style]}; trainer.device_target is {target}), or "
+            f"({reason}; trainer.device_target is {target}), or "
             "parallel.launcher.style=msrun")
     if style == MPIRUN:
         require(shutil.which("mpirun") is not None, "parallel.launcher.style", style,

@@ -35,18 +35,17 @@ def validate_parallel(cfg) -> None:
     require(1 <= local <= workers, "parallel.launcher.local_worker_num",
             launcher.local_worker_num, f"null or an integer from 1 to {workers}")
     nodes = -(-workers // local)
-    if nodes == 1:
+    if nodes > 1:
+        require(0 <= launcher.node_rank < nodes, "parallel.launcher.node_rank",
+                launcher.node_rank, f"this node's rank, 0 to {nodes - 1} ({workers} workers, "
+                f"{local} on each node)")
+    else:
         # msrun starts its scheduler where master_addr points; with every worker here an
         # address of another machine makes them wait cluster_time_out for nobody.
         require(is_address_of_this_machine(launcher.master_addr),
                 "parallel.launcher.master_addr", launcher.master_addr,
                 f"an address of this machine, e.g. 127.0.0.1, when all {workers} workers run "
                 "here (set parallel.launcher.local_worker_num to spread them over nodes)")
-    if nodes > 1:
-        require(0 <= launcher.node_rank < nodes, "parallel.launcher.node_rank",
-                launcher.node_rank, f"this node's rank, 0 to {nodes - 1} ({workers} workers, "
-                f"{local} on each node)")
-    else:
         require(launcher.node_rank in (-1, 0), "parallel.launcher.node_rank",
                 launcher.node_rank, "-1 or 0 when every worker is on this node")
     if launcher.master_port is None:
@@ -83,15 +82,9 @@ def is_local_address(address: str) -> bool:
 
 
 def is_address_of_this_machine(address: str) -> bool:
-    """Whether a socket can be bound to ``address`` here (a name is resolved first)."""
-    if is_local_address(address):
-        return True
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((address, 0))
-    except OSError:  # not an address of this machine, or a name that does not resolve
-        return False
-    return True
+    """Whether a socket can be bound to ``address`` here (a name is resolved first; one that
+    does not resolve, or an address of another machine, cannot)."""
+    return is_local_address(address) or port_is_free(address, 0)
 
 
 def port_is_free(address: str, port: int) -> bool:

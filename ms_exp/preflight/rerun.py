@@ -36,13 +36,6 @@ def split_from_run(argv: Sequence[str]) -> Tuple[str, List[str]]:
     return run_id, rest
 
 
-def _tracking_uri(overrides: Sequence[str]):
-    for override in overrides:
-        if override.startswith("tracking.uri="):
-            return override.split("=", 1)[1]
-    return None
-
-
 def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     """The command-line overrides that re-run ``run_id``; prints what may differ."""
     from mlflow import MlflowClient
@@ -56,7 +49,8 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
 
     quiet_artifact_downloads()
     flags, extra = _split_flags(extra)
-    uri = resolve_tracking_uri(_tracking_uri(extra))
+    uri = resolve_tracking_uri(next((o.split("=", 1)[1] for o in extra
+                                     if o.startswith("tracking.uri=")), None))
     database = missing_store(uri)  # MlflowClient would create it, empty
     if database is not None:
         raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database}; expected the "

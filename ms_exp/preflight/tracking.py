@@ -17,7 +17,6 @@ from ms_exp.tracking.store import not_a_database, password_refusal
 # mlflow/store/tracking/dbmodels/models.py: PostgreSQL and MySQL refuse a longer one).
 MAX_EXPERIMENT_NAME_LENGTH = 500
 MAX_RUN_NAME_LENGTH = 250
-SERVER_SCHEMES = ("http", "https")
 
 
 def validate_tracking(cfg) -> None:
@@ -66,7 +65,7 @@ def validate_tracking(cfg) -> None:
                     os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true",
                     "tracking.uri", uri, "sqlite:///... or a server: MLflow 3 refuses its file "
                     "store (maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true")
-            if scheme in SERVER_SCHEMES:
+            if scheme in ("http", "https"):
                 require(bool(urlparse(uri).hostname), "tracking.uri", uri,
                         f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
                         ", e.g. http://127.0.0.1:5000")

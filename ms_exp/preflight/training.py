@@ -14,7 +14,8 @@ from ms_exp.config.schema import LossPart, loss_part, own_keys
 from ms_exp.config.targets import TARGET, TARGET_ARGUMENTS, target_path
 from ms_exp.models.options import model_option
 
-PART_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# Names of loss parts and metrics, logged as train/<name> and eval/<name>.
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 PART_KEYS = (*own_keys(LossPart), TARGET)
 
 
@@ -109,7 +110,7 @@ def validate_loss_parts(loss_cfg) -> None:
     require(target_path(loss_cfg) is None, f"loss.{TARGET}", target_path(loss_cfg),
             f"null with loss.parts (give each part its {TARGET})")
     for name, part in parts.items():
-        require(bool(PART_NAME.fullmatch(str(name))) and name != "loss", "loss.parts",
+        require(bool(NAME.fullmatch(str(name))) and name != "loss", "loss.parts",
                 str(name), "part names of letters, digits and _, starting with a letter, "
                 "other than 'loss' (the total is train/loss)")
         require(part.weight >= 0, f"loss.parts.{name}.weight", part.weight, "a number >= 0")

@@ -29,43 +29,6 @@ from ms_exp.preflight.interpolations import without_hydra
 TRUSTED_VARIABLE = "MS_EXP_TRUSTED_TARGETS"
 
 
-class TrustedTargets:
-    """The targets a config read back from ``source`` may build."""
-
-    def __init__(self, source: str, targets: Iterable[str] = (),
-                 patterns: Iterable[str] = ()):
-        self.source = source
-        self.targets = frozenset(targets) | shipped_targets()
-        self.patterns = tuple(patterns) + environment_patterns()
-
-    @classmethod
-    def of_command(cls, source: str, overrides: Sequence[str] = (),
-                   config_dirs: Iterable[Union[str, Path]] = ()) -> "TrustedTargets":
-        """What a command's own user trusts: the targets its overrides and the YAML files
-        of its config folders name."""
-        targets = set(override_targets(overrides))
-        for folder in config_dirs:
-            targets |= folder_targets(Path(folder))
-        return cls(source, targets)
-
-    def allows(self, path: str) -> bool:
-        return path in self.targets or any(fnmatch.fnmatchcase(path, p)
-                                           for p in self.patterns)
-
-    def check(self, cfg) -> None:
-        """Refuse the first ``_target_`` of ``cfg`` (at any depth, lists included) that is
-        not trusted, in one line naming its key."""
-        for key, path in _built_targets(cfg):
-            if path is not None and not (isinstance(path, str) and self.allows(path)):
-                raise ConfigError(
-                    key, path,
-                    f"a target of ms_exp's own options, of a config folder you name "
-                    f"(--config-dir), of your own overrides, or one {TRUSTED_VARIABLE} "
-                    f"allows (fnmatch patterns, comma-separated, e.g. "
-                    f"{TRUSTED_VARIABLE}='my_project.*'); docs/guides/security.md",
-                    problem=f"is not trusted in a config read back from {self.source}")
-
-
 def _built_targets(cfg):
     """The targets of the job's config, and of Hydra's callbacks when ``cfg`` holds
     Hydra's node (its launcher and sweeper are chosen by group, never by a target)."""
@@ -125,7 +88,22 @@ def folder_targets(folder: Path) -> frozenset:
 
 def check_read_back(cfg, source: str, overrides: Sequence[str] = (),
                     config_dirs: Iterable[Union[str, Path, None]] = ()) -> None:
-    """``TrustedTargets.of_command(...).check(cfg)``: the one call of a command that
-    builds a config read back from ``source``."""
-    TrustedTargets.of_command(source, overrides,
-                              [d for d in config_dirs if d is not None]).check(cfg)
+    """The one call of a command that builds a config read back from ``source``: refuse the
+    first ``_target_`` of ``cfg`` (at any depth, lists included) that is not trusted, in one
+    line naming its key. Its own user trusts ms_exp's targets, those its overrides and the
+    YAML files of its config folders name, and those TRUSTED_VARIABLE's patterns match."""
+    trusted = set(override_targets(overrides)) | shipped_targets()
+    for folder in config_dirs:
+        if folder is not None:
+            trusted |= folder_targets(Path(folder))
+    patterns = environment_patterns()
+    for key, path in _built_targets(cfg):
+        if path is not None and not (isinstance(path, str) and (
+                path in trusted or any(fnmatch.fnmatchcase(path, p) for p in patterns))):
+            raise ConfigError(
+                key, path,
+                f"a target of ms_exp's own options, of a config folder you name "
+                f"(--config-dir), of your own overrides, or one {TRUSTED_VARIABLE} "
+                f"allows (fnmatch patterns, comma-separated, e.g. "
+                f"{TRUSTED_VARIABLE}='my_project.*'); docs/guides/security.md",
+                problem=f"is not trusted in a config read back from {source}")
