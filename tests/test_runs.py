@@ -167,8 +167,8 @@ def test_best_picks_the_best_run_by_the_metrics_direction(store, args, metric, l
     fields = best_of(store, *args)
     assert fields["run_id"] == best.info.run_id
     value = best.data.metrics[metric]
-    assert fields[metric].startswith(f"{value:.6g} (the {'lowest' if lowest else 'highest'} "
-                                     "of 5 finished runs")
+    assert fields[metric].startswith(f"{value:.6g}, the {'lowest' if lowest else 'highest'} "
+                                     "of 5 finished runs (")
     assert fields["overrides"].split() == best.data.tags["ms_exp.overrides"].split()
     checkpoint = Path(fields["best checkpoint"])
     assert checkpoint == Path(best.data.tags["ms_exp.run_dir"]) / "checkpoints/rank_0/best.ckpt"
@@ -227,10 +227,11 @@ UNKNOWN = "0123456789abcdef0123456789abcdef"
                                    "expected the parent run id or the folder of a sweep"),
     (("best", "--sweep", "{fast}"), "--sweep: {fast}: run {fast} is not the parent run of a "
                                     "sweep; expected the parent run id or the folder of a sweep"),
-    (("list", "--metric", "eval/acc"), "--metric: eval/acc: no run logged it; expected one "
-                                       "the runs logged: checkpoint/bytes_rank_0, "),
-    (("best", "--metric", "accuracy"), "--metric: accuracy: no run logged it; expected one "
-                                       "the runs logged: checkpoint/bytes_rank_0, "),
+    (("list", "--metric", "eval/acc"), "--metric: eval/acc: no run logged it (did you mean "
+                                       "eval/accuracy?); expected one the runs logged: "
+                                       "checkpoint/bytes_rank_0, "),
+    (("best", "--metric", "f1"), "--metric: f1: no run logged it; expected one the runs "
+                                 "logged: checkpoint/bytes_rank_0, "),
     (("list", "--filter", "params.lr == '1'"), "--filter: params.lr == '1': "),
     (("diff", UNKNOWN, "{fast}"), f"RUN_A: {UNKNOWN}: no such run in {{uri}}; expected "),
     (("diff", "{fast}", "ms_exp"), "RUN_B: ms_exp: not a run id; expected the id of a job's "

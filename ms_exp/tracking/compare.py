@@ -12,6 +12,7 @@ line naming what exists.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import shlex
@@ -168,8 +169,10 @@ def final_metrics(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None) 
 
 def check_metric(metric: str, logged: Sequence[str]) -> None:
     if metric not in logged:
-        raise CompareError(f"--metric: {metric}: no run logged it; expected one the runs "
-                           f"logged: {', '.join(logged) or 'none'}")
+        close = difflib.get_close_matches(metric, logged, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise CompareError(f"--metric: {metric}: no run logged it{hint}; expected one the "
+                           f"runs logged: {', '.join(logged) or 'none'}")
 
 
 def duration_s(run: Run) -> float:
@@ -287,7 +290,7 @@ def best_run(client: MlflowClient, selection: Selection, metric: Optional[str] =
         direction = selection.sweep.data.tags[DIRECTION_TAG]
         why = f"as the sweep {direction.lower()}s it"
     else:
-        why = "by its name (--min or --max to choose)"
+        why = "by the metric's name; --min or --max to choose"
     # best_child keeps the first of equal values: the earliest run.
     run, _ = best_child(list(reversed(finished)), metric, direction)
     if run is None:
@@ -335,7 +338,7 @@ def best_lines(best: Best) -> List[str]:
     order = "lowest" if best.lowest else "highest"
     count = f"{best.candidates} finished run{'s' if best.candidates != 1 else ''}"
     lines = [f"best run: {run.info.run_id} ({run.info.run_name})",
-             f"{best.metric}: {best.value:.6g} (the {order} of {count}, {best.why})",
+             f"{best.metric}: {best.value:.6g}, the {order} of {count} ({best.why})",
              f"overrides: {shlex.join(best.overrides) or '(none)'}"]
     for which in CHECKPOINTS:
         lines.append(f"{which} checkpoint: {best.checkpoints[which] or '(none saved)'}")
