@@ -268,3 +268,28 @@ def test_a_password_in_the_store_uri_is_refused(tmp_path):
 def test_the_notebook_entry_raises_what_the_command_refuses(store):
     with pytest.raises(CompareError, match="^--experiment: nope: no such experiment"):
         ms_exp.runs.table(experiment="nope", tracking_uri=store.uri)
+
+
+def test_best_of_an_optuna_sweep_goes_the_way_the_sweep_optimised(tmp_path):
+    """A sweep that maximised eval/loss (as an Optuna sweep's parent states it): best is its
+    highest, and its objective is the default metric; --min still turns it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("study")
+    parent = client.create_run(experiment, run_name="sweep", tags={
+        "ms_exp.sweep": "true", "ms_exp.sweep.metric": "eval/loss",
+        "ms_exp.optuna.direction": "maximize"}).info.run_id
+    ids = []
+    for number, loss in enumerate((1.0, 2.0, 0.5)):
+        run = client.create_run(experiment, run_name=f"trial-{number}",
+                                tags={"mlflow.parentRunId": parent})
+        client.log_metric(run.info.run_id, "eval/loss", loss)
+        client.log_metric(run.info.run_id, "eval/accuracy", loss / 10)
+        client.set_terminated(run.info.run_id)
+        ids.append(run.info.run_id)
+    fields = best_of(SimpleNamespace(cwd=tmp_path), "--sweep", parent)
+    assert fields["run_id"] == ids[1]
+    assert fields["eval/loss"] == "2, the highest of 3 finished runs (as the sweep maximizes it)"
+    assert fields["overrides"] == "(none)" and fields["best checkpoint"] == "(none saved)"
+    assert best_of(SimpleNamespace(cwd=tmp_path), "--sweep", parent, "--min")["run_id"] == ids[2]
