@@ -224,18 +224,23 @@ UNKNOWN = "0123456789abcdef0123456789abcdef"
     (("list", "--experiment", "nope"), "--experiment: nope: no such experiment in {uri}; "
                                        "expected one of: Default, ms_exp"),
     (("list", "--sweep", UNKNOWN), f"--sweep: {UNKNOWN}: no run '{UNKNOWN}' in {{uri}}; "
-                                   "expected the parent run id or the folder of a sweep"),
+                                   "expected the parent run id or the folder of a sweep: "
+                                   "{parent} (sweep-run-"),
     (("best", "--sweep", "{fast}"), "--sweep: {fast}: run {fast} is not the parent run of a "
-                                    "sweep; expected the parent run id or the folder of a sweep"),
+                                    "sweep; expected the parent run id or the folder of a "
+                                    "sweep: {parent} (sweep-run-"),
     (("list", "--metric", "eval/acc"), "--metric: eval/acc: no run logged it (did you mean "
                                        "eval/accuracy?); expected one the runs logged: "
                                        "checkpoint/bytes_rank_0, "),
     (("best", "--metric", "f1"), "--metric: f1: no run logged it; expected one the runs "
                                  "logged: checkpoint/bytes_rank_0, "),
     (("list", "--filter", "params.lr == '1'"), "--filter: params.lr == '1': "),
-    (("diff", UNKNOWN, "{fast}"), f"RUN_A: {UNKNOWN}: no such run in {{uri}}; expected "),
+    (("diff", UNKNOWN, "{fast}"), f"RUN_A: {UNKNOWN}: no such run in {{uri}}; expected the "
+                                  "id of a job's run (32 hex digits, printed as 'MLflow run "
+                                  "<id>' by the job) in that store (the newest: {resumed} ("),
     (("diff", "{fast}", "ms_exp"), "RUN_B: ms_exp: not a run id; expected the id of a job's "
-                                   "run"),
+                                   "run (32 hex digits, printed as 'MLflow run <id>' by the "
+                                   "job) (the newest: {resumed} ("),
     (("diff", "{fast}", "{parent}"), "RUN_B: {parent}: this is the parent run of a sweep (2 "
                                      "jobs), not a job's run; expected the run of one of its "
                                      "jobs: "),
@@ -243,7 +248,8 @@ UNKNOWN = "0123456789abcdef0123456789abcdef"
      "no finished run in the store ({uri}); expected runs that finished (statuses: no runs)"),
 ])
 def test_what_is_unknown_is_refused_in_one_line_naming_what_exists(store, args, said):
-    names = {"uri": store.uri, "fast": store.fast, "parent": store.parent}
+    names = {"uri": store.uri, "fast": store.fast, "parent": store.parent,
+             "resumed": store.resumed}
     line = one_line(ran(store, *(a.format(**names) for a in args)))
     assert line.startswith(said.format(**names)), line
 

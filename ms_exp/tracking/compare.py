@@ -96,7 +96,8 @@ def select_runs(client: MlflowClient, experiment: Optional[str] = None,
             parent = client.get_run(find_sweep(client, sweep))
         except ReportError as error:
             raise CompareError(f"--sweep: {sweep}: {error}; expected the parent run id or "
-                               "the folder of a sweep") from None
+                               "the folder of a sweep: "
+                               + newest(client, "tags.`ms_exp.sweep` = 'true'")) from None
         ids = [parent.info.experiment_id]
         filters.insert(0, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     experiments = all_pages(client.search_experiments)
@@ -356,9 +357,21 @@ def job_runs(client: MlflowClient, ids: Sequence[Tuple[str, str]]) -> List[Run]:
         try:
             runs.append(job_run(client, run_id))
         except StoreError as error:
+            unknown = error.problem.startswith(("no such run", "not a run id"))
+            known = f" (the newest: {newest(client)})" if unknown else ""
             raise CompareError(f"{label}: {run_id}: {error.problem}; expected "
-                               f"{error.allowed}") from None
+                               f"{error.allowed}{known}") from None
     return runs
+
+
+def newest(client: MlflowClient, filter_string: str = "", count: int = 3) -> str:
+    """The newest few runs matching ``filter_string`` (job runs when it is empty), as
+    ``id (name)``: what a refusal names as existing."""
+    experiments = [e.experiment_id for e in all_pages(client.search_experiments)]
+    runs = client.search_runs(experiments, filter_string, max_results=100,
+                              order_by=["attributes.start_time DESC"])
+    chosen = [r for r in runs if filter_string or is_job_run(r)][:count]
+    return ", ".join(f"{r.info.run_id} ({r.info.run_name})" for r in chosen) or "none recorded"
 
 
 def run_diff(client: MlflowClient, a: Run, b: Run,
