@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ms_exp"
 # The commands people and msrun type: python -m ms_exp.<name>.
-COMMANDS = {"run", "worker", "eval", "ckpt", "report"}
+COMMANDS = {"run", "worker", "eval", "ckpt", "report", "runs"}
 MAX_LINES = 450
 
 

@@ -18,7 +18,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PROJECT = ROOT / "examples" / "my_project"
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
-INLINE = re.compile(r"`(python -m ms_exp\.run[^`]*)`")
+INLINE = re.compile(r"`(python -m ms_exp\.run\b[^`]*)`")
 # A command starts its line (after environment assignments) or follows `&&` or `;`: a
 # mention inside prose or a tree, "(python -m ms_exp.run)", is not one.
 COMMAND = re.compile(r"(?:^\s*|&&\s*|;\s*)(?:[A-Z_]+=\S+\s+)*"

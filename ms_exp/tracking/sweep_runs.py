@@ -23,7 +23,7 @@ class ReportError(Exception):
     """A one-line reason why there is no report (unknown sweep, metric no job has)."""
 
 
-def _all_pages(search, **kwargs) -> list:
+def all_pages(search, **kwargs) -> list:
     """Every result of ``search``, page after page by MLflow's pager (mlflow.search_runs's)."""
     from mlflow.utils import get_results_from_paginated_fn
 
@@ -32,7 +32,7 @@ def _all_pages(search, **kwargs) -> list:
 
 
 def child_runs(client: MlflowClient, parent: Run) -> List[Run]:
-    return _all_pages(client.search_runs, experiment_ids=[parent.info.experiment_id],
+    return all_pages(client.search_runs, experiment_ids=[parent.info.experiment_id],
                       filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
                       order_by=["attributes.start_time ASC"])
 
@@ -42,8 +42,8 @@ def find_sweep(client: MlflowClient, target: str) -> str:
     if "/" not in target and not Path(target).exists():  # run ids never hold a slash
         return _parent_by_id(client, target)
     folder = Path(target).resolve()
-    ids = [e.experiment_id for e in _all_pages(client.search_experiments)]
-    parents = _all_pages(client.search_runs, experiment_ids=ids,
+    ids = [e.experiment_id for e in all_pages(client.search_experiments)]
+    parents = all_pages(client.search_runs, experiment_ids=ids,
                          filter_string="tags.`ms_exp.sweep` = 'true'")
     by_dir = {p.data.tags.get("ms_exp.sweep.dir"): p.info.run_id for p in parents}
     for candidate in (folder, folder.parent):

@@ -1,0 +1,116 @@
+"""``python -m ms_exp.runs``: compare runs in the terminal, without the MLflow UI.
+
+    python -m ms_exp.runs list [--experiment NAME] [--sweep ID|FOLDER] [--filter "..."]
+                               [--format table|csv|json|markdown]
+    python -m ms_exp.runs best [--metric eval/accuracy] [--sweep ID|FOLDER] [--min|--max]
+    python -m ms_exp.runs diff RUN_A RUN_B
+
+list: the job runs, newest first: id, name, status, start (local time), duration, the config
+keys (params) whose values differ among the listed runs, and the final metrics (every eval/
+metric and train/loss, or those --metric names). A path inside a run's own folder compares
+relative to it. Sweep parents and evaluations (ms_exp.eval) are not jobs and are left out.
+
+best: the finished run with the best --metric (default: the sweep's objective, else the
+first of eval/accuracy, eval/auc the runs logged), its value, the overrides of its command
+line and its checkpoints. Lowest is best with --min, highest with --max; else as an Optuna
+sweep states it for its objective, else by the metric's name: lowest for one holding loss,
+error, time or bytes (as ms_exp.report ranks). A tie goes to the run that started first.
+
+diff: only the config keys that differ between two runs, their final metrics side by side
+with B - A, and their checkpoints.
+
+Every command reads the store ms_exp.run records in from this folder (sqlite:///mlflow.db
+here) unless --tracking-uri names another; a store that does not exist is refused, not
+created. In a notebook, ``ms_exp.runs.table(experiment=, sweep=, filter=, tracking_uri=,
+metrics=)`` returns list's table as a pandas DataFrame.
+"""
+import argparse
+import sys
+from typing import List, Optional
+
+from ms_exp.tracking.compare import (
+    CompareError,
+    best_lines,
+    best_run,
+    job_runs,
+    open_store,
+    render,
+    run_diff,
+    runs_table,
+    select_runs,
+    table,
+)
+
+PROG = "ms_exp.runs"
+FORMATS = ("table", "csv", "json", "markdown")
+__all__ = ["main", "table"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument("--tracking-uri",
+                       help="MLflow store of the runs (default: sqlite:///mlflow.db here)")
+    which = argparse.ArgumentParser(add_help=False)
+    which.add_argument("--experiment", metavar="NAME",
+                       help="only this experiment's runs (default: every experiment's)")
+    which.add_argument("--sweep", metavar="ID|FOLDER",
+                       help="only the jobs of this sweep: its parent run id, its folder "
+                            "(multirun/<date>/<time>) or one of its job folders")
+    which.add_argument("--filter", metavar="SEARCH",
+                       help="MLflow's search syntax, e.g. \"params.optimizer.lr = '0.1'\"")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    listing = commands.add_parser("list", parents=[which, store], help="a table of runs",
+                                  description="A table of runs, newest first.")
+    listing.add_argument("--format", choices=FORMATS, default="table",
+                         help="table (the default), csv, json or markdown")
+    listing.add_argument("--metric", action="append", metavar="NAME",
+                         help="a metric to show (repeat for more; default: every eval/ "
+                              "metric and train/loss)")
+    best = commands.add_parser("best", parents=[which, store], help="the best run by a metric",
+                               description="The finished run with the best metric.")
+    best.add_argument("--metric", metavar="NAME",
+                      help="default: the sweep's objective, else eval/accuracy or eval/auc")
+    direction = best.add_mutually_exclusive_group()
+    direction.add_argument("--min", dest="lowest", action="store_const", const=True,
+                           help="lowest is best")
+    direction.add_argument("--max", dest="lowest", action="store_const", const=False,
+                           help="highest is best")
+    diff = commands.add_parser("diff", parents=[store], help="what differs between two runs",
+                               description="The config keys that differ between two runs, "
+                                           "their final metrics and checkpoints.")
+    diff.add_argument("run_a", metavar="RUN_A", help="a job's run id")
+    diff.add_argument("run_b", metavar="RUN_B", help="another job's run id")
+    diff.add_argument("--metric", action="append", metavar="NAME",
+                      help="a metric to compare (repeat for more; default: every eval/ "
+                           "metric and train/loss)")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        client = open_store(args.tracking_uri)
+        if args.command == "diff":
+            a, b = job_runs(client, [("RUN_A", args.run_a), ("RUN_B", args.run_b)])
+            print(run_diff(client, a, b, args.metric))
+            return 0
+        selection = select_runs(client, args.experiment, args.sweep, args.filter)
+        if args.command == "best":
+            print("\n".join(best_lines(best_run(client, selection, args.metric,
+                                                args.lowest))))
+            return 0
+        frame = runs_table(selection.runs, args.metric)
+    except CompareError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    if frame.empty and args.format in ("table", "markdown"):
+        print(f"no runs in {selection.where}")
+    else:
+        print(render(frame, args.format).rstrip("\n"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
