@@ -20,6 +20,8 @@ TINY = (*FAST, "trainer.epochs=2", "dataset=synthetic", "dataset.num_samples=64"
         "dataset.num_eval_samples=32", "model.hidden_size=8")
 METRICS = ["eval/accuracy", "eval/loss", "eval/top_5_accuracy", "train/loss"]
 PROG = "ms_exp.runs"
+# In-process, but five training jobs (about 40 s) are more than the fast lane's budget holds.
+pytestmark = pytest.mark.e2e
 
 
 def trained(cwd: Path, *args: str, flags=()) -> str:

@@ -5,8 +5,8 @@ ms_exp.runs`` prints them, and ``ms_exp.runs.table`` returns the table to a note
 
 The runs come from MLflow's own search, page after page by MLflow's pager (ms_exp/tracking/
 sweep_runs.py), newest first. A run's params are its config (ms_exp/tracking/params.py); a
-path inside the run's own folder (``<run dir>/strategy.ckpt``) compares relative to that
-folder, so that it differs between two runs only when their experiments differ. What is
+path inside the run's own folder compares relative to that folder, as runs record it, so
+that it differs between two runs only when their experiments differ. What is
 unknown (an experiment, a sweep, a run id, a metric no run logged) raises CompareError, one
 line naming what exists.
 """
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import pandas
 
 from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, OBJECTIVE_METRICS, objective_metric
+from ms_exp.tracking.params import relative_to_run
 from ms_exp.tracking.registry import best_child
 from ms_exp.tracking.store import (
     StoreError,
@@ -139,11 +140,12 @@ def is_job_run(run: Run) -> bool:
 # What a run holds, comparably
 
 def config(run: Run) -> Dict[str, str]:
-    """The run's params, a path inside its own folder written relative to that folder."""
-    folder = run.data.tags.get("ms_exp.run_dir", "")
-    prefix = folder.rstrip("/") + "/" if folder else None
-    return {key: value[len(prefix):] if prefix and value.startswith(prefix) else value
-            for key, value in run.data.params.items()}
+    """The run's params, a path inside its own folder relative to that folder (as a job
+    records it; a run recorded before it did so holds the path whole)."""
+    folder = run.data.tags.get("ms_exp.run_dir")
+    params = run.data.params
+    return {k: str(v) for k, v in relative_to_run(params, Path(folder)).items()} if folder \
+        else dict(params)
 
 
 def differing_keys(configs: Sequence[Dict[str, str]]) -> List[str]:
