@@ -59,12 +59,12 @@ class RecordPacker:
         if self.pending_count >= self.size:
             self._write_whole_records()
 
-    def _joined(self) -> Tuple[np.ndarray, ...]:
-        return tuple(np.concatenate([part[i] for part in self.pending])
-                     for i in range(len(COLUMNS)))
+    @staticmethod
+    def _joined(parts: List[Tuple[np.ndarray, ...]]) -> Tuple[np.ndarray, ...]:
+        return tuple(np.concatenate([part[i] for part in parts]) for i in range(len(COLUMNS)))
 
     def _write_whole_records(self) -> None:
-        joined = self._joined()
+        joined = self._joined(self.pending)
         whole = self.pending_count // self.size * self.size
         records = [{name: column[start:start + self.size]
                     for name, column in zip(COLUMNS, joined)}
@@ -78,11 +78,9 @@ class RecordPacker:
         """Write the last, partial record (padded), if any, and commit the file."""
         if self.pending_count:
             self.padded = self.size - self.pending_count
-            head = tuple(np.concatenate([part[i] for part in self.head])
-                         for i in range(len(COLUMNS)))
             # Cyclic: a split of fewer samples than a record repeats all of them.
             repeat = np.arange(self.padded) % self.head_count
-            self.pending.append(tuple(column[repeat] for column in head))
+            self.pending.append(tuple(column[repeat] for column in self._joined(self.head)))
             self.pending_count += self.padded
             self._write_whole_records()
         self.writer.commit()
