@@ -105,10 +105,8 @@ def create_optimizer(cfg, network: nn.Cell, steps_per_epoch: int, epochs: int,
         # An array, not a list: it is handed to the target as it is, never through a
         # config node per step (MindSpore makes the same float32 tensor of either).
         lr = np.asarray(learning_rates(cfg, steps_per_epoch, epochs), dtype=np.float32)
-    if cfg.group_params:
-        params = parameter_groups(network, cfg.weight_decay)
-    else:
-        params = network.trainable_params()
+    params = parameter_groups(network, cfg.weight_decay) if cfg.group_params \
+        else network.trainable_params()
     return build("optimizer", optimizer_node(cfg), own_keys=optimizer_own_keys(cfg),
                  provided=optimizer_arguments(cfg, params, lr, loss_scale),
                  required=OPTIMIZER_REQUIRED, expected=(nn.Optimizer,),
