@@ -1,11 +1,8 @@
 """Encoding valid Criteo lines as the model zoo does: the dense fields' divisors, the two
 categorical vocabularies (``ThresholdVocabulary`` counts, ``HashVocabulary`` hashes),
 ``encode`` (one line's 40 fields to ``(feat_ids, feat_vals, label)``) and the seeded
-train/eval split.
-
-Its one job is deciding which id and weight each value gets, apart from reading
-(``criteo_text``) and writing (``criteo_records``): the same file and options must always
-give the same ids and the same split. Nothing here imports MindSpore.
+train/eval split. The same file and options must always give the same ids and the same
+split. Nothing here imports MindSpore.
 """
 import zlib
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple

@@ -1,10 +1,8 @@
 """Writing a converted Criteo folder: the second pass (``write_records``) encodes RAW's
 valid lines and packs them into the train and eval MindRecord files, ``write_meta`` writes
-``criteo_meta.json``, and ``publish`` moves the complete folder into place.
-
-Its one job is the output files: it is the only part of the converter that imports
-MindSpore (the MindRecord writer, at call time) or writes a file, kept apart from reading
-(``criteo_text``), encoding (``criteo_encoding``) and the command (``criteo_convert``).
+``criteo_meta.json``, and ``publish`` moves the complete folder into place. It is the only
+part of the converter that imports MindSpore (the MindRecord writer, at call time) or
+writes a file.
 """
 import json
 import os
