@@ -218,12 +218,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out_file = Path(args.out_file)
         check_out_file(out_file, args.overwrite)
         write_criteo_text(out_file, lines, seed, malformed)
-    except UsageError as error:
+    except (UsageError, OSError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, UsageError) else 1
     size = out_file.stat().st_size
     bad = f" and {malformed} malformed" if malformed else ""
     print(f"wrote {lines} valid{bad} lines (seed {seed}, {size:,} bytes) to {out_file}; "
