@@ -277,10 +277,8 @@ class _PyfuncModel:
         import mindspore as ms
         import numpy as np
 
-        if isinstance(model_input, dict):
-            arrays = [model_input[f"input_{i}"] for i in range(self.inputs)]
-        else:
-            arrays = [model_input]
+        arrays = [model_input[f"input_{i}"] for i in range(self.inputs)] \
+            if isinstance(model_input, dict) else [model_input]
         return _as_numpy(self.network(*[ms.Tensor(np.asarray(a)) for a in arrays]))
 
 
