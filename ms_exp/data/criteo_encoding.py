@@ -28,11 +28,6 @@ def dense_divisors(dense_max: Sequence[Optional[float]]) -> List[float]:
 # --- vocabulary ------------------------------------------------------------------------
 
 
-def oov_id(field_index: int) -> int:
-    """The out-of-vocabulary id of categorical field ``field_index`` (0-based: C1 is 0)."""
-    return DENSE_FIELDS + field_index
-
-
 class ThresholdVocabulary:
     """The model zoo's cat2id: a value seen more than ``threshold`` times in its field gets
     an id; ids from 39 on in field order, then by first appearance."""
@@ -79,7 +74,8 @@ class HashVocabulary:
         return {"vocab_mode": self.mode, "hash_buckets": self.buckets}
 
 
-_OOV_IDS = [oov_id(j) for j in range(CATEGORICAL_FIELDS)]
+# The out-of-vocabulary id of each categorical field (C1 first).
+_OOV_IDS = [DENSE_FIELDS + j for j in range(CATEGORICAL_FIELDS)]
 _DENSE_IDS = list(range(DENSE_FIELDS))
 _CATEGORY_WEIGHTS = [1.0] * CATEGORICAL_FIELDS
 
