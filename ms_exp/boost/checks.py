@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ms_exp.boost.stage_one import resolve_stage_one
 from ms_exp.checkpoint.snapshots import snapshot_files
 from ms_exp.config.errors import ConfigError, one_of, require
 from ms_exp.data.build import declared_spec
@@ -28,8 +29,6 @@ def validate_dim_reduce(cfg) -> None:
             f"a multiple of parallel.device_num ({ranks}): each rank takes an equal share "
             "of the components")
     _check_optimizer(cfg.optimizer)
-    from ms_exp.boost.stage_one import resolve_stage_one
-
     stage_one = resolve_stage_one(boost, cfg.tracking)
     shapes = _network_parameters(cfg)
     _check_weights(stage_one.weights, shapes)

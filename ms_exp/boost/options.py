@@ -2,29 +2,18 @@
 called, never when this module is imported (the checks read the options first)."""
 from ms_exp.boost.checks import validate_dim_reduce
 from ms_exp.boost.option import BoostOption
+from ms_exp.boost.pca import remove_work_dir
+from ms_exp.boost.stage_one import fill_stage_one
 
 
 def _no_checks(cfg) -> None:
     """``boost=off`` has no keys of its own."""
 
 
-def _fill_stage_one(cfg) -> None:
-    from ms_exp.boost.stage_one import fill_stage_one
-
-    # Recorded as found (run id, paths), so ranks and re-runs need no MLflow lookup.
-    fill_stage_one(cfg)
-
-
 def _stage_two_model(build):
     from ms_exp.boost.dim_reduce import build_stage_two
 
     return build_stage_two(build)
-
-
-def _remove_pca_work_dir(run_dir) -> None:
-    from ms_exp.boost.pca import remove_work_dir
-
-    remove_work_dir(run_dir)
 
 
 BOOST_OPTIONS = {
@@ -34,8 +23,9 @@ BOOST_OPTIONS = {
     "dim_reduce": BoostOption(
         "dim_reduce", validate_dim_reduce,
         not_resumable="its state is not in the checkpoints",
-        prepare_job=_fill_stage_one, own_train_step=_stage_two_model,
-        after_fit=_remove_pca_work_dir),
+        # Recorded as found (run id, paths), so ranks and re-runs need no MLflow lookup.
+        prepare_job=fill_stage_one, own_train_step=_stage_two_model,
+        after_fit=remove_work_dir),
 }
 
 

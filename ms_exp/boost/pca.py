@@ -67,11 +67,6 @@ def cache_dir(snapshots: Path) -> Path:
     return Path.home() / ".cache" / "ms_exp" / "pca" / digest
 
 
-def snapshot_listing(snapshots: Path) -> list:
-    """What the cached matrix depends on: every snapshot's name, size and mtime."""
-    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in snapshot_files(snapshots)]
-
-
 @contextmanager
 def pca_for_rank(boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int,
                  group_size: int) -> Iterator[PcaPlan]:
@@ -94,7 +89,8 @@ def pca_for_rank(boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int,
     cache.mkdir(parents=True, exist_ok=True)
     matrix = cache / f"pca_mat_n{boost_cfg.n_components}.npy"
     listing_file = matrix.with_suffix(".json")
-    listing = snapshot_listing(snapshots)
+    # What the cached matrix depends on: every snapshot's name, size and mtime.
+    listing = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in snapshot_files(snapshots)]
     with open(matrix.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if matrix.is_file() and listing_file.is_file() and \

@@ -42,13 +42,12 @@ def resolve_stage_one(boost_cfg, tracking_cfg) -> StageOne:
                     Path(snapshots).expanduser() if snapshots else None)
 
 
-def fill_stage_one(cfg) -> StageOne:
+def fill_stage_one(cfg) -> None:
     """Write what ``resolve_stage_one`` found into ``cfg.boost``."""
     stage = resolve_stage_one(cfg.boost, cfg.tracking)
     cfg.boost.stage_one_run_id = stage.run_id
     cfg.boost.pretrained_weight_path = str(stage.weights)
     cfg.boost.weight_load_dir = str(stage.snapshots) if stage.snapshots else None
-    return stage
 
 
 def _from_run(run_id: str, tracking_cfg):

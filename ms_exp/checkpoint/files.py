@@ -5,6 +5,7 @@ Every checkpoint is written with MindSpore's CRC32 (``crc_check=True``) and read
 :func:`load_verified`, so a truncated or corrupt file is refused by name instead of loading
 wrong weights (without the CRC, a flipped byte in the tensor data loads silently).
 """
+from itertools import count
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -32,15 +33,8 @@ def load_verified(path: Path, **kwargs) -> dict:
 def verify_checkpoint(path: Path) -> None:
     """Raise DamagedCheckpoint unless ``path`` reads back whole. The CRC covers the whole
     file; only one entry is kept, so the weights are not held in memory for nothing."""
-    kept: List[str] = []
-
-    def first_entry_only(name: str) -> bool:
-        if kept:
-            return False
-        kept.append(name)
-        return True
-
-    load_verified(path, choice_func=first_entry_only)
+    entries = count()
+    load_verified(path, choice_func=lambda name: next(entries) == 0)
 
 
 def checkpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:

@@ -43,13 +43,6 @@ class ResumeError(ValueError):
     """The named run or checkpoint cannot be continued; the message is one line."""
 
 
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 # -- where to continue from -----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -80,7 +73,10 @@ class ResumePoint:
 
     @classmethod
     def load(cls, run_dir: Path) -> Optional["ResumePoint"]:
-        fields = _read_json(Path(run_dir) / RESUME_FILE)
+        try:
+            fields = json.loads((Path(run_dir) / RESUME_FILE).read_text())
+        except (OSError, ValueError):
+            return None
         return cls(**{**fields, "run_dir": Path(fields["run_dir"])}) if fields else None
 
 

@@ -86,15 +86,9 @@ def _read_strategy(option: str, path) -> Dict[str, Tuple[tuple, tuple]]:
     return layouts
 
 
-def _device_num(layouts) -> int:
-    return prod(next(iter(layouts.values()))[0])
-
-
 def _newest_file(rank_dir: Path, prefix: str) -> Optional[Path]:
     """The rank's most recently written ``<prefix>*.ckpt``."""
-    files = [Path(p) for p in glob.glob(os.path.join(glob.escape(str(rank_dir)),
-                                                     glob.escape(prefix) + "*.ckpt"))]
-    files = [p for p in files if p.is_file()]
+    files = [p for p in rank_dir.glob(glob.escape(prefix) + "*.ckpt") if p.is_file()]
     return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
 
 
@@ -166,10 +160,10 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
         absent = [name for name in src_layouts if name not in dst_layouts]
         if absent:
             raise CkptError(f"the destination strategy {dst_strategy} has no layout for "
-                            f"{absent[0]} "
-                            f"(in the source strategy); transform_checkpoints would copy it still "
-                            f"sliced")
-    files = _rank_files(src_dir, ranks, _device_num(src_layouts), prefix)
+                            f"{absent[0]} (in the source strategy); transform_checkpoints would "
+                            f"copy it still sliced")
+    # _read_strategy checked that every layout spans the same devices.
+    files = _rank_files(src_dir, ranks, prod(next(iter(src_layouts.values()))[0]), prefix)
     _warn_unlisted_states(files[0], src_layouts)
 
     from mindspore.parallel import transform_checkpoints

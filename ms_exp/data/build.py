@@ -100,11 +100,6 @@ def _sampled(dataset_cfg):
     return _SAMPLED[key]
 
 
-def _applied(params) -> set:
-    """ms_exp's keys the target's signature names: it applies them itself."""
-    return {key for key in (*LOADER_KEYS, *SHARD_KEYS) if key in params}
-
-
 def _pipeline(dataset_cfg, split: str, shard: Shard):
     """(batched dataset, samples before batching, the labels when they came as an array)."""
     import mindspore.dataset as ds
@@ -112,7 +107,8 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
     settings = loader_settings(dataset_cfg)
     is_train = split == "train"
     params = parameters(load_target("dataset", target_path(dataset_cfg))) or {}
-    applied = _applied(params)
+    # ms_exp's keys the target's signature names: it applies them itself.
+    applied = {key for key in (*LOADER_KEYS, *SHARD_KEYS) if key in params}
     sharded = shard.num_shards > 1
     passed = {"batch_size": settings["batch_size"],
               "shuffle": settings["shuffle"] and is_train,
@@ -125,7 +121,8 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
     data = build("dataset", dataset_cfg, own_keys=own, provided=provided,
                  required=("split",), factories=True)
     labels = None
-    if _is_array_pair(data):
+    if isinstance(data, (tuple, list)) and len(data) == 2 \
+            and all(isinstance(part, np.ndarray) for part in data):
         x, y = (np.asarray(part) for part in data)
         if len(x) != len(y):
             raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg), RETURNS,
@@ -153,11 +150,6 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
     size = data.get_dataset_size()
     return (data.batch(settings["batch_size"], drop_remainder=passed["drop_remainder"]),
             size, labels)
-
-
-def _is_array_pair(data) -> bool:
-    return (isinstance(data, (tuple, list)) and len(data) == 2
-            and all(isinstance(part, np.ndarray) for part in data))
 
 
 def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):

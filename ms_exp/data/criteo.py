@@ -104,11 +104,6 @@ def check_record_file(path: str, records_file: Path, meta: dict) -> None:
     _WHOLE_FILES.add(key)
 
 
-def vocab_size(path: str) -> int:
-    """Rows of the id space of the converted folder (``criteo_meta.json``)."""
-    return int(read_meta(Path(path).expanduser())["vocab_size"])
-
-
 def _flatten(ids, vals, labels):
     """[records, N, ...] -> [records * N, ...]."""
     return (ids.reshape(-1, FIELD_SIZE), vals.reshape(-1, FIELD_SIZE), labels.reshape(-1, 1))

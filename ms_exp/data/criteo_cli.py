@@ -1,11 +1,8 @@
 """Command-line checks shared by the two Criteo commands, ``criteo_convert`` and
 ``criteo_sample``: one-line usage errors, argparse without its usage block, integer
-options and paths that can be created.
-
-Its one job is refusing bad command-line input before anything is written. It is kept
-apart so that the sample writer need not import the converter, and so that the
-converter's writing (``criteo_records``, whose ``publish`` refuses an OUT_DIR filled during
-the conversion) raises the same error without importing the command.
+options and paths that can be created. Kept apart so that the sample writer need not
+import the converter, and ``criteo_records.publish`` raises the same error without
+importing the command.
 """
 import argparse
 import os

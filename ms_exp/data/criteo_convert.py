@@ -257,12 +257,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         options = parse_options(argv)
         convert(options)
-    except UsageError as error:
+    # Bad input exits 2; RAW or OUT_DIR failing midway (OSError, EOFError, zlib.error) 1.
+    except (UsageError, OSError, EOFError, zlib.error) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
-    except (OSError, EOFError, zlib.error) as error:  # RAW or OUT_DIR failed midway
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, UsageError) else 1
     return 0
 
 

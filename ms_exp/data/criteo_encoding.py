@@ -1,11 +1,8 @@
 """Encoding valid Criteo lines as the model zoo does: the dense fields' divisors, the two
 categorical vocabularies (``ThresholdVocabulary`` counts, ``HashVocabulary`` hashes),
 ``encode`` (one line's 40 fields to ``(feat_ids, feat_vals, label)``) and the seeded
-train/eval split.
-
-Its one job is deciding which id and weight each value gets, apart from reading
-(``criteo_text``) and writing (``criteo_records``): the same file and options must always
-give the same ids and the same split. Nothing here imports MindSpore.
+train/eval split. The same file and options must always give the same ids and the same
+split. Nothing here imports MindSpore.
 """
 import zlib
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -29,11 +26,6 @@ def dense_divisors(dense_max: Sequence[Optional[float]]) -> List[float]:
 
 
 # --- vocabulary ------------------------------------------------------------------------
-
-
-def oov_id(field_index: int) -> int:
-    """The out-of-vocabulary id of categorical field ``field_index`` (0-based: C1 is 0)."""
-    return DENSE_FIELDS + field_index
 
 
 class ThresholdVocabulary:
@@ -82,7 +74,8 @@ class HashVocabulary:
         return {"vocab_mode": self.mode, "hash_buckets": self.buckets}
 
 
-_OOV_IDS = [oov_id(j) for j in range(CATEGORICAL_FIELDS)]
+# The out-of-vocabulary id of each categorical field (C1 first).
+_OOV_IDS = [DENSE_FIELDS + j for j in range(CATEGORICAL_FIELDS)]
 _DENSE_IDS = list(range(DENSE_FIELDS))
 _CATEGORY_WEIGHTS = [1.0] * CATEGORICAL_FIELDS
 

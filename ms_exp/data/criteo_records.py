@@ -1,10 +1,8 @@
 """Writing a converted Criteo folder: the second pass (``write_records``) encodes RAW's
 valid lines and packs them into the train and eval MindRecord files, ``write_meta`` writes
-``criteo_meta.json``, and ``publish`` moves the complete folder into place.
-
-Its one job is the output files: it is the only part of the converter that imports
-MindSpore (the MindRecord writer, at call time) or writes a file, kept apart from reading
-(``criteo_text``), encoding (``criteo_encoding``) and the command (``criteo_convert``).
+``criteo_meta.json``, and ``publish`` moves the complete folder into place. It is the only
+part of the converter that imports MindSpore (the MindRecord writer, at call time) or
+writes a file.
 """
 import json
 import os
@@ -59,12 +57,12 @@ class RecordPacker:
         if self.pending_count >= self.size:
             self._write_whole_records()
 
-    def _joined(self) -> Tuple[np.ndarray, ...]:
-        return tuple(np.concatenate([part[i] for part in self.pending])
-                     for i in range(len(COLUMNS)))
+    @staticmethod
+    def _joined(parts: List[Tuple[np.ndarray, ...]]) -> Tuple[np.ndarray, ...]:
+        return tuple(np.concatenate([part[i] for part in parts]) for i in range(len(COLUMNS)))
 
     def _write_whole_records(self) -> None:
-        joined = self._joined()
+        joined = self._joined(self.pending)
         whole = self.pending_count // self.size * self.size
         records = [{name: column[start:start + self.size]
                     for name, column in zip(COLUMNS, joined)}
@@ -78,11 +76,9 @@ class RecordPacker:
         """Write the last, partial record (padded), if any, and commit the file."""
         if self.pending_count:
             self.padded = self.size - self.pending_count
-            head = tuple(np.concatenate([part[i] for part in self.head])
-                         for i in range(len(COLUMNS)))
             # Cyclic: a split of fewer samples than a record repeats all of them.
             repeat = np.arange(self.padded) % self.head_count
-            self.pending.append(tuple(column[repeat] for column in head))
+            self.pending.append(tuple(column[repeat] for column in self._joined(self.head)))
             self.pending_count += self.padded
             self._write_whole_records()
         self.writer.commit()

@@ -19,7 +19,9 @@ import gzip
 import os
 import shlex
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence
 
@@ -161,14 +163,9 @@ def write_criteo_text(path: Path, lines: int, seed: int = 0, malformed: int = 0)
     try:
         with open(partial, "wb") as raw:
             with _text_sink(raw, path) as sink:
-                buffer: List[str] = []
-                for line in sample_lines(lines, seed, malformed):
-                    buffer.append(line)
-                    if len(buffer) == CHUNK_LINES:
-                        sink.write(("\n".join(buffer) + "\n").encode("ascii"))
-                        buffer.clear()
-                if buffer:
-                    sink.write(("\n".join(buffer) + "\n").encode("ascii"))
+                text = sample_lines(lines, seed, malformed)
+                while chunk := list(islice(text, CHUNK_LINES)):
+                    sink.write(("\n".join(chunk) + "\n").encode("ascii"))
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -178,23 +175,10 @@ def write_criteo_text(path: Path, lines: int, seed: int = 0, malformed: int = 0)
 
 def _text_sink(raw: BinaryIO, path: Path):
     if path.suffix != ".gz":
-        return _Unclosed(raw)
+        return nullcontext(raw)  # closing is left to its owner
     # mtime 0 and the final name in the header: the same arguments give the same bytes.
     return gzip.GzipFile(filename=path.name, mode="wb", fileobj=raw, compresslevel=6,
                          mtime=0)
-
-
-class _Unclosed:
-    """``raw`` as a context manager that leaves closing to its owner."""
-
-    def __init__(self, raw: BinaryIO):
-        self.raw = raw
-
-    def __enter__(self):
-        return self.raw
-
-    def __exit__(self, *exc):
-        return False
 
 
 # --- command line ----------------------------------------------------------------------
@@ -234,12 +218,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out_file = Path(args.out_file)
         check_out_file(out_file, args.overwrite)
         write_criteo_text(out_file, lines, seed, malformed)
-    except UsageError as error:
+    except (UsageError, OSError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, UsageError) else 1
     size = out_file.stat().st_size
     bad = f" and {malformed} malformed" if malformed else ""
     print(f"wrote {lines} valid{bad} lines (seed {seed}, {size:,} bytes) to {out_file}; "

@@ -1,11 +1,7 @@
 """Reading Criteo display-advertising text, the converter's input: opening RAW (plain or
 gzip), checking each line and counting malformed ones by reason, progress lines on stderr,
 and the first pass (``scan``) that learns what the encoding needs (dense maxima,
-categorical counts, valid lines).
-
-Its one job is the raw line format and its checks, kept in one place apart from the
-encoding (``criteo_encoding``), the writing (``criteo_records``) and the command
-(``criteo_convert``). Nothing here imports MindSpore.
+categorical counts, valid lines). Nothing here imports MindSpore.
 """
 import gzip
 import io

@@ -39,13 +39,12 @@ def imagenet(split: str, path: str, train_dir: str = "train", eval_dir: str = "v
     size = image_size
     key, name = ("dataset.train_dir", train_dir) if split == "train" else \
         ("dataset.eval_dir", eval_dir)
-    check_image_folder(key, name, root / name, IMAGE_EXTENSIONS)
+    folder = root / name
+    check_image_folder(key, name, folder, IMAGE_EXTENSIONS)
     if split == "train":
-        folder = root / train_dir
         ops = [ds.vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333)),
                ds.vision.RandomHorizontalFlip(prob=0.5)]
     else:
-        folder = root / eval_dir
         ops = [ds.vision.Decode(), ds.vision.Resize(int(size / EVAL_CROP_FRACTION)),
                ds.vision.CenterCrop(size)]
     reader = ds.ImageFolderDataset(str(folder), shuffle=shuffle, class_indexing=indexing,

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
-from ms_exp.data.criteo_format import FIELD_SIZE
+from ms_exp.data.criteo_format import FIELD_SIZE, read_meta
 from ms_exp.data.spec import CRITEO_INPUTS, IMAGES
 
 
@@ -43,17 +43,13 @@ def _imagenet(cfg):
 
 def _criteo_samples(cfg, split: str, num_shards: int) -> int:
     """Whole records: MindDataset gives every shard ceil(records / shards) of them."""
-    from ms_exp.data.criteo_format import read_meta
-
-    meta = read_meta(Path(cfg.path).expanduser())
-    records = meta[f"{split}_records"]
-    return -(-records // num_shards) * meta["samples_per_record"]
+    meta = read_meta(cfg.path)
+    return -(-meta[f"{split}_records"] // num_shards) * meta["samples_per_record"]
 
 
 def _criteo_vocab(cfg) -> int:
-    from ms_exp.data.criteo import vocab_size
-
-    return vocab_size(cfg.path)
+    """Rows of the id space of the converted folder (``criteo_meta.json``)."""
+    return int(read_meta(cfg.path)["vocab_size"])
 
 
 DATASET_OPTIONS = {option.name: option for option in (

@@ -10,9 +10,7 @@ def normalize(dataset, mean, std, rescale: float, workers: int, image_ops=()):
     image_transforms = list(image_ops)
     if rescale != 1.0:
         image_transforms.append(ds.vision.Rescale(rescale, 0.0))
-    image_transforms += [
-        ds.vision.Normalize(mean=tuple(mean), std=tuple(std)),
-        ds.vision.HWC2CHW(),
-    ]
+    image_transforms += [ds.vision.Normalize(mean=tuple(mean), std=tuple(std)),
+                         ds.vision.HWC2CHW()]
     dataset = dataset.map(image_transforms, "image", num_parallel_workers=workers)
     return dataset.map(ds.transforms.TypeCast(ms.int32), "label", num_parallel_workers=workers)

@@ -14,10 +14,6 @@ from ms_exp.tracking.sweep import child_run_name, parent_run_id, swept_tags
 from ms_exp.train.result import JobResult
 
 
-def default_run_name(cfg: DictConfig) -> str:
-    return f"{component_name(cfg.model)}-{component_name(cfg.dataset)}-{cfg.parallel.mode}"
-
-
 def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: str,
                   digest: str):
     """The MLflow run's name, tags and parent: in a multirun a child of the sweep's parent
@@ -35,7 +31,8 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: 
     if trial is not None:
         tags.update(trial.tags())
     parent = parent_run_id(uri, cfg.tracking.experiment_name)
-    run_name = cfg.tracking.run_name or default_run_name(cfg)
+    run_name = cfg.tracking.run_name or \
+        f"{component_name(cfg.model)}-{component_name(cfg.dataset)}-{cfg.parallel.mode}"
     if parent:
         tags["ms_exp.sweep.id"] = parent
         tags.update(swept_tags(list(overrides)))

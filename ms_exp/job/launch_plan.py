@@ -146,14 +146,11 @@ def msrun_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
                       "run it on each node (set --node_rank per node)")
 
 
-def mpirun_arguments(parallel_cfg, run_dir: Path,
-                     as_root: Optional[bool] = None) -> List[str]:
+def mpirun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
     """mpirun's arguments and the worker command line, as MindSpore's mpirun guide gives
     them: one rank per device, each rank's output in ``<log_dir>/1/rank.<r>/stdout``."""
-    if as_root is None:
-        as_root = os.geteuid() == 0
     return ["-n", str(parallel_cfg.device_num),
-            *(["--allow-run-as-root"] if as_root else []),
+            *(["--allow-run-as-root"] if os.geteuid() == 0 else []),
             "--output-filename", str(log_dir(parallel_cfg, run_dir).resolve()),
             "--merge-stderr-to-stdout",
             *parallel_cfg.launcher.mpirun_args,

@@ -85,15 +85,12 @@ def log_run_models(cfg: DictConfig, run_dir: Path, result, tracker, uri: str) ->
         made = ", ".join(f"{p.name} ({p.export_s:.1f} s)" for p in packages)
         print(f"MLflow models of the run: {made} in {Path(run_dir).resolve() / MODELS_DIR}",
               flush=True)
-    if packages and tracking.register_model and not _in_sweep(cfg, uri):
-        _register(tracker, uri, tracking.register_model)
-
-
-def _in_sweep(cfg: DictConfig, uri: str) -> bool:
-    """Whether the job's run is a sweep's child (ms_exp/job/identity.py)."""
+    if not (packages and tracking.register_model):
+        return
     from ms_exp.tracking.sweep import parent_run_id
 
-    return parent_run_id(uri, cfg.tracking.experiment_name) is not None
+    if parent_run_id(uri, tracking.experiment_name) is None:  # not a sweep's child
+        _register(tracker, uri, tracking.register_model)
 
 
 def _register(tracker, uri: str, name: str) -> None:
@@ -277,10 +274,8 @@ class _PyfuncModel:
         import mindspore as ms
         import numpy as np
 
-        if isinstance(model_input, dict):
-            arrays = [model_input[f"input_{i}"] for i in range(self.inputs)]
-        else:
-            arrays = [model_input]
+        arrays = [model_input[f"input_{i}"] for i in range(self.inputs)] \
+            if isinstance(model_input, dict) else [model_input]
         return _as_numpy(self.network(*[ms.Tensor(np.asarray(a)) for a in arrays]))
 
 

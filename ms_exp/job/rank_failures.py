@@ -8,7 +8,7 @@ followed it stay in those logs.
 """
 import signal
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, Mapping, Optional, Tuple
 
 from ms_exp.job.console import LAUNCHER_LOG
 from ms_exp.parallel.launcher_config import MSRUN
@@ -56,17 +56,12 @@ def signal_name(exit_code: Optional[int]) -> Optional[str]:
         return f"signal {-exit_code}"
 
 
-def _as_codes(failed: Union[Mapping[int, Optional[int]], List[int]]) -> Dict[int, Optional[int]]:
-    return dict(failed) if isinstance(failed, Mapping) else {pid: None for pid in failed}
-
-
-def failing_rank_log(logs: Path, failed_pids: Union[Mapping[int, Optional[int]], List[int]]
+def failing_rank_log(logs: Path, codes: Mapping[int, Optional[int]]
                      ) -> Optional[Tuple[int, Path]]:
     """The rank that failed and its log: the first the launcher reported killed by a signal
     (the tracebacks of the others came after, from losing it), else one with a Python
     traceback, else the one whose worker the launcher reported dead."""
     ranks = rank_logs(logs)
-    codes = _as_codes(failed_pids)
     for pid, code in codes.items():
         rank = rank_of_pid(logs, pid)
         if signal_name(code) and rank in ranks:
@@ -82,12 +77,12 @@ def failing_rank_log(logs: Path, failed_pids: Union[Mapping[int, Optional[int]],
 
 
 def failure_report(logs: Path, returncode: int,
-                   failed_pids: Union[Mapping[int, Optional[int]], List[int], None] = None,
+                   failed_pids: Optional[Mapping[int, Optional[int]]] = None,
                    launcher: Optional[str] = MSRUN, resume_hint: str = "") -> str:
     """``launcher``: the program whose exit status this is; None, the rank's own.
     ``failed_pids``: the ranks' pids the launcher reported dead, with their exit codes
     where known. ``resume_hint``: how to go on, said after a rank killed by a signal."""
-    codes = _as_codes(failed_pids or [])
+    codes = dict(failed_pids or {})
     found = failing_rank_log(logs, codes)
     status = f"{launcher} exit status" if launcher else "exit status"
     if found is None:

@@ -11,13 +11,19 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ms_exp.job.console import LAUNCHER_LOG, LauncherFilter
 from ms_exp.job.launch_plan import LaunchPlan, LaunchProcess, launch_plan
 from ms_exp.job.rank_failures import death_notice, failure_report
 from ms_exp.parallel.launcher_config import MSRUN, RANK_TABLE
 from ms_exp.parallel.ranks import WORKER_MODULE, die_with_parent
+
+# How msrun, mpirun and each rank are started: a session of their own, so that every rank
+# can be stopped with one signal, and their output read line by line.
+_PIPED: Dict[str, Any] = dict(start_new_session=True, preexec_fn=die_with_parent,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", bufsize=1)
 
 
 class WorkersFailed(RuntimeError):
@@ -93,11 +99,7 @@ def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
     if plan.style == MSRUN:
         print(f"each rank's output is in {plan.logs}/worker_<rank>.log; rank 0's is shown "
               "here", flush=True)
-    # A session of its own, so that every rank can be stopped with one signal.
-    process = subprocess.Popen(command, env=full_env, start_new_session=True,
-                               preexec_fn=die_with_parent,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors="replace", bufsize=1)
+    process = subprocess.Popen(command, env=full_env, **_PIPED)
     failed_pids: Dict[int, Optional[int]] = {}
     pump = threading.Thread(target=_copy_output,
                             args=(process.stdout, failed_pids, plan.logs, plan.style),
@@ -127,10 +129,7 @@ def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int,
     try:
         for rank, spec in enumerate(plan.processes):
             process = subprocess.Popen(with_this_interpreter(spec.argv),
-                                       env=environment(spec, env), start_new_session=True,
-                                       preexec_fn=die_with_parent, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, errors="replace",
-                                       bufsize=1)
+                                       env=environment(spec, env), **_PIPED)
             ranks.append(process)
             pump = threading.Thread(target=_write_log, args=(process.stdout, spec.log,
                                                              rank == 0), daemon=True)

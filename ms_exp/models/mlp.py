@@ -4,6 +4,8 @@ Each Dense is written with ``ops.MatMul`` and ``ops.Add`` (not ``nn.Dense``) exa
 the model-saving tutorial, so that ``layer1.matmul`` and friends are operators a shard
 strategy can name. Input and output sizes come from the dataset.
 """
+import math
+
 import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import initializer
@@ -48,7 +50,5 @@ class Network(nn.Cell):
 def mlp(input_shape, num_classes: int, hidden_size: int = 512,
         weight_init: str = "normal") -> Network:
     """The ``model=mlp`` option's target: a ``Network`` for samples of ``input_shape``."""
-    in_features = 1
-    for size in input_shape:
-        in_features *= int(size)
-    return Network(in_features, num_classes, hidden_size, weight_init)
+    return Network(math.prod(int(size) for size in input_shape), num_classes, hidden_size,
+                   weight_init)

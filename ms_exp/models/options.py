@@ -16,10 +16,10 @@ def _wide_deep_model(build: ModelBuild):
     """``Model`` over the model zoo's two-optimizer train step, evaluated by AUC."""
     import mindspore as ms
 
-    from ms_exp.models.wide_deep import create_train_step, evaluation
+    from ms_exp.models.wide_deep import create_train_step
 
     return ms.Model(create_train_step(build.cfg.model, build.network, build.placement),
-                    **evaluation(build.network))
+                    **_wide_deep_evaluation(build.network))
 
 
 def _wide_deep_evaluation(network) -> dict:

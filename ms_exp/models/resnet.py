@@ -15,7 +15,7 @@ import mindspore.nn as nn
 import mindspore.ops as ops
 from mindspore.common.initializer import HeNormal, HeUniform
 
-_ALLOWED_DEPTHS = (18, 50)
+from ms_exp.models.sizes import RESNET_LAYERS, resnet_channels
 
 
 # Kaiming normal with fan_out, as the zoo's kaiming_normal(mode="fan_out",
@@ -25,18 +25,6 @@ def _conv(in_channel, out_channel, kernel_size, stride=1):
     return nn.Conv2d(in_channel, out_channel, kernel_size=kernel_size, stride=stride,
                      pad_mode="same", has_bias=False,
                      weight_init=HeNormal(mode="fan_out", nonlinearity="relu"))
-
-
-def conv3x3(in_channel, out_channel, stride=1):
-    return _conv(in_channel, out_channel, 3, stride)
-
-
-def conv1x1(in_channel, out_channel, stride=1):
-    return _conv(in_channel, out_channel, 1, stride)
-
-
-def conv7x7(in_channel, out_channel, stride=1):
-    return _conv(in_channel, out_channel, 7, stride)
 
 
 def _bn(channel):
@@ -55,24 +43,14 @@ def _fc(in_channel, out_channel):
 def _shortcut(in_channel, out_channel, stride):
     if stride == 1 and in_channel == out_channel:
         return None
-    return nn.SequentialCell([conv1x1(in_channel, out_channel, stride), _bn(out_channel)])
+    return nn.SequentialCell([_conv(in_channel, out_channel, 1, stride), _bn(out_channel)])
 
 
-class ResidualBlock(nn.Cell):
-    """Bottleneck block (1x1 -> 3x3 -> 1x1), used by ResNet-50."""
+class _Block(nn.Cell):
+    """What both blocks end with: ReLU of the residual plus the (projected) input."""
 
-    expansion = 4
-
-    def __init__(self, in_channel, out_channel, stride=1):
-        super().__init__()
-        channel = out_channel // self.expansion
-        self.conv1 = conv1x1(in_channel, channel)
-        self.bn1 = _bn(channel)
-        # Stride sits on the 3x3 conv (ResNet v1.5), as in the zoo.
-        self.conv2 = conv3x3(channel, channel, stride)
-        self.bn2 = _bn(channel)
-        self.conv3 = conv1x1(channel, out_channel)
-        self.bn3 = _bn(out_channel)
+    def _add_shortcut(self, in_channel, out_channel, stride):
+        # Set after the block's own cells, so parameter order and names are the zoo's.
         self.relu = nn.ReLU()
         self.down_sample_layer = _shortcut(in_channel, out_channel, stride)
         # A plain bool keeps the branch static for GRAPH_MODE compilation.
@@ -80,36 +58,45 @@ class ResidualBlock(nn.Cell):
 
     def construct(self, x):
         identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
         if self.down_sample:
             identity = self.down_sample_layer(identity)
-        return self.relu(out + identity)
+        return self.relu(self.residual(x) + identity)
 
 
-class ResidualBlockBase(nn.Cell):
-    """Basic block (two 3x3 convs), used by ResNet-18."""
-
-    expansion = 1
+class ResidualBlock(_Block):
+    """Bottleneck block (1x1 -> 3x3 -> 1x1), used by ResNet-50."""
 
     def __init__(self, in_channel, out_channel, stride=1):
         super().__init__()
-        self.conv1 = conv3x3(in_channel, out_channel, stride)
-        self.bn1d = _bn(out_channel)
-        self.conv2 = conv3x3(out_channel, out_channel)
-        self.bn2d = _bn(out_channel)
-        self.relu = nn.ReLU()
-        self.down_sample_layer = _shortcut(in_channel, out_channel, stride)
-        self.down_sample = self.down_sample_layer is not None
+        channel = out_channel // 4
+        self.conv1 = _conv(in_channel, channel, 1)
+        self.bn1 = _bn(channel)
+        # Stride sits on the 3x3 conv (ResNet v1.5), as in the zoo.
+        self.conv2 = _conv(channel, channel, 3, stride)
+        self.bn2 = _bn(channel)
+        self.conv3 = _conv(channel, out_channel, 1)
+        self.bn3 = _bn(out_channel)
+        self._add_shortcut(in_channel, out_channel, stride)
 
-    def construct(self, x):
-        identity = x
-        out = self.relu(self.bn1d(self.conv1(x)))
-        out = self.bn2d(self.conv2(out))
-        if self.down_sample:
-            identity = self.down_sample_layer(identity)
-        return self.relu(out + identity)
+    def residual(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.bn3(self.conv3(out))
+
+
+class ResidualBlockBase(_Block):
+    """Basic block (two 3x3 convs), used by ResNet-18."""
+
+    def __init__(self, in_channel, out_channel, stride=1):
+        super().__init__()
+        self.conv1 = _conv(in_channel, out_channel, 3, stride)
+        self.bn1d = _bn(out_channel)
+        self.conv2 = _conv(out_channel, out_channel, 3)
+        self.bn2d = _bn(out_channel)
+        self._add_shortcut(in_channel, out_channel, stride)
+
+    def residual(self, x):
+        return self.bn2d(self.conv2(self.relu(self.bn1d(self.conv1(x)))))
 
 
 class ResNet(nn.Cell):
@@ -118,18 +105,13 @@ class ResNet(nn.Cell):
     def __init__(self, block, layer_nums, in_channels, out_channels, strides, num_classes,
                  image_channels=3):
         super().__init__()
-        self.conv1 = conv7x7(image_channels, in_channels[0], stride=2)
+        self.conv1 = _conv(image_channels, in_channels[0], 7, stride=2)
         self.bn1 = _bn(in_channels[0])
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
-        self.layer1 = self._make_layer(block, layer_nums[0], in_channels[0], out_channels[0],
-                                       strides[0])
-        self.layer2 = self._make_layer(block, layer_nums[1], in_channels[1], out_channels[1],
-                                       strides[1])
-        self.layer3 = self._make_layer(block, layer_nums[2], in_channels[2], out_channels[2],
-                                       strides[2])
-        self.layer4 = self._make_layer(block, layer_nums[3], in_channels[3], out_channels[3],
-                                       strides[3])
+        self.layer1, self.layer2, self.layer3, self.layer4 = (
+            self._make_layer(block, *stage)
+            for stage in zip(layer_nums, in_channels, out_channels, strides))
         # ReduceMean instead of a fixed-size AvgPool so any input size >= 32 works.
         self.mean = ops.ReduceMean(keep_dims=True)
         self.flatten = nn.Flatten()
@@ -160,20 +142,11 @@ def create_resnet(depth: int, num_classes: int, width: float = 1.0,
     ``in_channels`` is the number of image channels. width=1.0 reproduces the
     zoo's resnet18/resnet50 parameter counts exactly.
     """
-    if depth not in _ALLOWED_DEPTHS:
+    if depth not in RESNET_LAYERS:
         raise ValueError(f"model.depth={depth}: allowed values are 18, 50")
     if not width > 0:
         raise ValueError(f"model.width={width}: must be > 0")
-
-    if depth == 18:
-        block, layer_nums = ResidualBlockBase, [2, 2, 2, 2]
-    else:
-        block, layer_nums = ResidualBlock, [3, 4, 6, 3]
-
-    # Scale the bottleneck width and derive the block output from it, so the
-    # bottleneck's out_channel // expansion never rounds to 0 or loses channels.
-    stem = max(1, round(64 * width))
-    out_channels = [max(1, round(base * width)) * block.expansion for base in (64, 128, 256, 512)]
-    stage_in = [stem] + out_channels[:3]
-    return ResNet(block, layer_nums, stage_in, out_channels, [1, 2, 2, 2], num_classes,
+    stem, out_channels = resnet_channels(depth, width)
+    return ResNet(ResidualBlockBase if depth == 18 else ResidualBlock, RESNET_LAYERS[depth],
+                  [stem, *out_channels[:3]], out_channels, [1, 2, 2, 2], num_classes,
                   image_channels=in_channels)

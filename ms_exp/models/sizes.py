@@ -6,6 +6,7 @@ Each count follows its network's constructor exactly (tests/test_model_sizes.py 
 with the networks MindSpore builds), batch norm's moving mean and variance included: they are
 parameters too, held in memory as the others are.
 """
+import math
 from typing import Sequence, Tuple
 
 RESNET_LAYERS = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3)}
@@ -15,9 +16,7 @@ RESNET_BASE_CHANNELS = (64, 128, 256, 512)
 
 def mlp_parameters(input_shape: Sequence[int], num_classes: int, hidden_size: int) -> int:
     """ms_exp.models.mlp: Dense(in, h), Dense(h, h), Dense(h, classes), each with a bias."""
-    features = 1
-    for size in input_shape:
-        features *= int(size)
+    features = math.prod(int(size) for size in input_shape)
     return ((features + 1) * hidden_size + (hidden_size + 1) * hidden_size
             + (hidden_size + 1) * num_classes)
 
@@ -49,7 +48,10 @@ def _block(depth: int, in_channels: int, out_channels: int, stride: int) -> int:
 
 
 def resnet_channels(depth: int, width: float) -> Tuple[int, Tuple[int, ...]]:
-    """The stem's channels and each stage's output channels, as create_resnet scales them."""
+    """The stem's channels and each stage's output channels, as create_resnet scales them.
+
+    The bottleneck's width is scaled and the block output derived from it, so the
+    bottleneck's out_channel // expansion never rounds to 0 or loses channels."""
     stem = max(1, round(64 * width))
     stages = tuple(max(1, round(base * width)) * RESNET_EXPANSION[depth]
                    for base in RESNET_BASE_CHANNELS)

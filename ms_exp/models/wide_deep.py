@@ -122,10 +122,8 @@ class WideDeepTrainStep(nn.Cell):
             from mindspore.communication import get_group_size
 
             mean = ms.get_auto_parallel_context("gradients_mean")
-            self.reduce_wide = nn.DistributedGradReducer(self.wide_params, mean,
-                                                         get_group_size())
-            self.reduce_deep = nn.DistributedGradReducer(self.deep_params, mean,
-                                                         get_group_size())
+            self.reduce_wide = nn.DistributedGradReducer(self.wide_params, mean, get_group_size())
+            self.reduce_deep = nn.DistributedGradReducer(self.deep_params, mean, get_group_size())
 
     def construct(self, ids, weights, label):
         wide_loss, deep_loss = self.loss_cell(ids, weights, label)

@@ -9,6 +9,7 @@ and MindSpore's ``transform_checkpoints`` merges it back
 (docs/design.md#semi-auto-refused-on-cpu, docs/design.md#offline-checkpoint-tools).
 """
 import os
+from functools import reduce
 from pathlib import Path
 from typing import Dict, Set
 
@@ -30,11 +31,9 @@ from ms_exp.parallel.layout import (
 def apply_strategies(network, strategies) -> None:
     """``Primitive.shard`` for every configured operator: MindSpore's real semi-auto path."""
     for path, strategy in flatten_strategies(strategies).items():
-        cell = network
         *cells, op_name = str(path).split(".")
-        for name in cells:
-            cell = getattr(cell, name)
-        getattr(cell, op_name).shard(tuple(tuple(int(f) for f in dim) for dim in strategy))
+        getattr(reduce(getattr, cells, network), op_name).shard(
+            tuple(tuple(int(f) for f in dim) for dim in strategy))
 
 
 class SemiAutoLayouts(Callback):

@@ -55,9 +55,8 @@ class Layout:
     tensor_shape: tuple
 
     def __post_init__(self):
-        object.__setattr__(self, "dev_matrix", tuple(int(d) for d in self.dev_matrix))
-        object.__setattr__(self, "tensor_map", tuple(int(m) for m in self.tensor_map))
-        object.__setattr__(self, "tensor_shape", tuple(int(s) for s in self.tensor_shape))
+        for name in ("dev_matrix", "tensor_map", "tensor_shape"):
+            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         if len(self.tensor_map) != len(self.tensor_shape):
             raise ValueError(f"tensor_map {list(self.tensor_map)} does not match tensor shape "
                              f"{list(self.tensor_shape)}")

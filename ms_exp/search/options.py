@@ -119,7 +119,6 @@ def register_sweeper_configs() -> None:
     store = ConfigStore.instance()
     store.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf,
                 provider="ms_exp")
-    for name, node in SAMPLERS.items():
-        store.store(group="hydra/sweeper/sampler", name=name, node=node, provider="ms_exp")
-    for name, node in PRUNERS.items():
-        store.store(group="hydra/sweeper/pruner", name=name, node=node, provider="ms_exp")
+    for group, nodes in (("sampler", SAMPLERS), ("pruner", PRUNERS)):
+        for name, node in nodes.items():
+            store.store(group=f"hydra/sweeper/{group}", name=name, node=node, provider="ms_exp")

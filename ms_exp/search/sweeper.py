@@ -136,6 +136,8 @@ class OptunaSearch:
         import optuna
         from hydra.utils import instantiate
 
+        from ms_exp.tracking.sweep import tag_active_sweep
+
         storage = open_storage(url, self.heartbeat_interval)
         # A Direction's name (ms_exp.search.options): minimize or maximize.
         direction = cast(Literal["minimize", "maximize"], self.direction)
@@ -163,14 +165,9 @@ class OptunaSearch:
             print(f"trials {', '.join(map(str, dead))} were RUNNING when their worker stopped "
                   f"(its process is gone, or it stopped sending heartbeats): marked FAIL",
                   flush=True)
-        self._tag_parent(url, name)
-        return study
-
-    def _tag_parent(self, url: str, name: str) -> None:
-        from ms_exp.tracking.sweep import tag_active_sweep
-
         tag_active_sweep({STUDY_TAG: name, STORAGE_TAG: masked(url),
                           DIRECTION_TAG: self.direction})
+        return study
 
     def _objective(self, space, fixed: List[str], failures: List):
         from ms_exp.search.pruned import TrialPruned

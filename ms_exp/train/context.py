@@ -75,8 +75,7 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
     target = ms.get_context("device_target")
     # On CPU there is one device and no device id to choose, as init_env does. Elsewhere a
     # launcher's DEVICE_ID (msrun: the local rank; rank table: START_ID + rank) comes first.
-    device_id = 0 if target == "CPU" else \
-        environment_device_id(trainer_cfg.device_id)
+    device_id = 0 if target == "CPU" else environment_device_id(trainer_cfg.device_id)
     try:
         ms.set_device(device_target=target, device_id=device_id)
     except RuntimeError as error:

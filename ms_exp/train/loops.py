@@ -1,7 +1,6 @@
 """The training loop of ``trainer.loop``: MindSpore's ``Model`` or the tutorial's functional
 Trainer (ms_exp/train/functional.py), both built from the same network, loss, optimizer and
 ``amp`` section and driven through the same ``fit`` call."""
-import contextlib
 import os
 from pathlib import Path
 from typing import Tuple
@@ -24,20 +23,13 @@ def create_loop(cfg, network, optimizer, metrics, num_classes: int, rewrite_dir:
     # amp level O1 rewrites the network's source into ./rewritten_network (MindSpore's
     # rewrite package writes to the working directory): into this rank's folder of the run,
     # not the user's working directory (docs/design.md#amp-o1-rewritten-network).
-    with _working_directory(rewrite_dir if cfg.amp.level.value == "O1" else None):
+    if cfg.amp.level.value != "O1":
         return _create_loop(cfg, network, optimizer, metrics, num_classes)
-
-
-@contextlib.contextmanager
-def _working_directory(path):
-    if path is None:
-        yield
-        return
     before = os.getcwd()
-    Path(path).mkdir(parents=True, exist_ok=True)
-    os.chdir(path)
+    Path(rewrite_dir).mkdir(parents=True, exist_ok=True)
+    os.chdir(rewrite_dir)
     try:
-        yield
+        return _create_loop(cfg, network, optimizer, metrics, num_classes)
     finally:
         os.chdir(before)
 

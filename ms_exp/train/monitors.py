@@ -1,5 +1,6 @@
 """Console monitors: the loss lines of networks with several losses, and epoch times that
 an evaluation inside ``Model.fit`` does not corrupt."""
+import time
 from typing import Sequence
 
 import numpy as np
@@ -53,7 +54,5 @@ class FitTimeMonitor(TimeMonitor):
         eval_start = self.epoch_time
         super().on_eval_epoch_end(run_context)
         if hasattr(self, "_paused_train_start"):
-            import time
-
             self.epoch_time = self._paused_train_start + (time.time() - eval_start)
             del self._paused_train_start

@@ -36,11 +36,6 @@ NAMED_OPTIMIZERS = {
 NO_DECAY_NAMES = ("beta", "gamma", "bias")
 
 
-def schedule_epochs(cfg, epochs: int) -> int:
-    """The epochs the schedule spans: ``optimizer.decay_epochs``, else ``trainer.epochs``."""
-    return cfg.decay_epochs or epochs
-
-
 def learning_rates(cfg, steps_per_epoch: int, epochs: int) -> List[float]:
     """One learning rate per step of the schedule, as the model zoo's
     ``get_lr(lr_init, lr_end=min_lr, lr_max=lr, warmup_epochs,
@@ -58,7 +53,7 @@ def learning_rates(cfg, steps_per_epoch: int, epochs: int) -> List[float]:
       + 1e-5)``, which ends near 0 whatever min_lr (validation refuses a min_lr it ignores);
     - constant: the cosine's warmup, then ``lr`` (no model zoo counterpart).
     """
-    total = steps_per_epoch * schedule_epochs(cfg, epochs)
+    total = steps_per_epoch * (cfg.decay_epochs or epochs)
     warmup = steps_per_epoch * cfg.warmup_epochs
     lr_max, lr_end = cfg.lr, cfg.min_lr
     lr_init = cfg.min_lr if cfg.lr_init is None else cfg.lr_init
@@ -105,23 +100,15 @@ def create_optimizer(cfg, network: nn.Cell, steps_per_epoch: int, epochs: int,
         # An array, not a list: it is handed to the target as it is, never through a
         # config node per step (MindSpore makes the same float32 tensor of either).
         lr = np.asarray(learning_rates(cfg, steps_per_epoch, epochs), dtype=np.float32)
-    if cfg.group_params:
-        params = parameter_groups(network, cfg.weight_decay)
-    else:
-        params = network.trainable_params()
-    return build("optimizer", optimizer_node(cfg), own_keys=optimizer_own_keys(cfg),
+    params = parameter_groups(network, cfg.weight_decay) if cfg.group_params \
+        else network.trainable_params()
+    # The user's ``_target_`` config with its own keys, else the built-in's.
+    user = target_path(cfg) is not None
+    return build("optimizer", cfg if user else NAMED_OPTIMIZERS[cfg.name.value],
+                 own_keys=own_keys(OptimizerConfig) if user else (),
                  provided=optimizer_arguments(cfg, params, lr, loss_scale),
                  required=OPTIMIZER_REQUIRED, expected=(nn.Optimizer,),
                  expected_text=OPTIMIZER_TARGET)
-
-
-def optimizer_node(cfg):
-    """The ``_target_`` config of the optimizer: the user's, else the built-in's."""
-    return cfg if target_path(cfg) is not None else NAMED_OPTIMIZERS[cfg.name.value]
-
-
-def optimizer_own_keys(cfg) -> tuple:
-    return own_keys(OptimizerConfig) if target_path(cfg) is not None else ()
 
 
 def optimizer_arguments(cfg, params, lr, loss_scale: float) -> dict:
