@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 from omegaconf import OmegaConf
 
-from ms_exp.tracking.params import flatten, param_value
+from ms_exp.tracking.params import flatten, param_value, relative_to_run
 
 SWEPT = ("optimizer.lr=0.01,0.1",)
 # Twelve training steps a job, on a small network; models logged (FAST turns them off).
@@ -47,7 +47,10 @@ def team_server(tmp_path_factory):
             "[mlflow]\ndefault_permission = READ\n"
             f"database_uri = sqlite:///{root / 'basic_auth.db'}\n"
             f"admin_username = admin\nadmin_password = {admin_password}\n"
-            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+            # As a busy team server runs: a user's password is checked against its slow
+            # hash once per five minutes, not on every one of a job's requests.
+            "auth_cache_ttl_seconds = 300\n")
         artifacts = root / "artifacts"
         # The database password reaches the server as it reaches any libpq client.
         with mlflow_server(root, "--app-name", "basic-auth", "--backend-store-uri", database,
@@ -186,7 +189,9 @@ def _read_back_job(client, run, histories, local, artifacts) -> None:
     equal to the job's own files."""
     run_dir = Path(run.data.tags["ms_exp.run_dir"])
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
-    assert run.data.params == {key: param_value(value) for key, value in flatten(config).items()}
+    # The config's paths inside the run's folder are recorded relative to it.
+    assert run.data.params == {key: param_value(value) for key, value in
+                               relative_to_run(flatten(config), run_dir).items()}
     assert set(histories) == set(run.data.metrics)   # none without its history
     steps = sorted(m["step"] for m in histories["train/loss"])
     assert steps == list(range(1, len(steps) + 1)) and len(steps) > 10
