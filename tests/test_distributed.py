@@ -14,7 +14,16 @@ from types import SimpleNamespace
 import numpy as np
 import psutil
 import pytest
-from conftest import FAST, CliResult, free_port, main_in_process, migrated_store, run_cli, train
+from conftest import (
+    FAST,
+    CliResult,
+    assert_same_training_state,
+    free_port,
+    main_in_process,
+    migrated_store,
+    run_cli,
+    train,
+)
 from mlflow import MlflowClient
 
 from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments
@@ -139,6 +148,22 @@ def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
         log = (run_dir / "log_output" / f"worker_{rank}.log").read_text()
         assert re.search(r"epoch: 1 step: 20, loss is [0-9.]+", log)
         assert "run distribute!" not in log  # the tutorial's init_env print: noise
+
+
+@pytest.mark.distributed
+@pytest.mark.e2e
+def test_from_run_of_a_data_parallel_run_is_bit_for_bit(data_parallel_run, tmp_path):
+    # A copy of the run's store: the re-run's run joins the copy, and the tests of this
+    # module still find one run in the original.
+    shutil.copyfile(data_parallel_run.cwd / "mlflow.db", tmp_path / "mlflow.db")
+    assert "ms_exp.launch_command" in \
+        data_parallel_run.store.get_run(data_parallel_run.run_id).data.tags
+    again = train(tmp_path, "--from-run", data_parallel_run.run_id,
+                  f"parallel.launcher.master_port={free_port()}")
+    for rank in (0, 1):
+        first = f"checkpoints/rank_{rank}/checkpoint-1_22.ckpt"
+        assert_same_training_state(weights(data_parallel_run.run_dir / first),
+                                   weights(again.run_dir / first))
 
 
 @pytest.mark.distributed

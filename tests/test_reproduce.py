@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import FAST, assert_same_training_state, free_port, main_in_process, train
+from conftest import FAST, assert_same_training_state, main_in_process, train
 from datafiles import write_mnist
 
 # Momentum 0.5, not the default 0.9: within 4 epochs (176 steps) the momentum of weights
@@ -141,19 +141,6 @@ def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
     dataset = json.loads((run_dir / "provenance" / "dataset.json").read_text())
     assert dataset["files"] == 4 and dataset["source"] == str(data.resolve())
     assert dataset["digest"] != before
-
-
-@pytest.mark.distributed
-@pytest.mark.e2e
-def test_from_run_of_a_data_parallel_run_is_bit_for_bit(tmp_path):
-    first = train(tmp_path, "parallel=data", "trainer.epochs=1",
-                  f"parallel.launcher.master_port={free_port()}")
-    assert "ms_exp.launch_command" in first.store.get_run(first.run_id).data.tags
-    again = train(tmp_path, "--from-run", first.run_id,
-                  f"parallel.launcher.master_port={free_port()}")
-    for rank in (0, 1):
-        assert_same_training_state(weights(first, "checkpoint-1_22.ckpt", rank),
-                            weights(again, "checkpoint-1_22.ckpt", rank))
 
 
 @pytest.mark.e2e
