@@ -108,6 +108,28 @@ class InProcessResult:
         self.rc, self.stdout, self.stderr, self.cwd = rc, stdout, stderr, cwd
 
 
+def point_mindspore_logs_at(stream) -> None:
+    """MindSpore's logger keeps the ``sys.stderr`` of the moment it was made (a test's
+    capture, closed when that test ends); its warnings go to ``stream`` instead, as they
+    would to a process's own stderr. Without this a later test in the same worker gets
+    "--- Logging error ---" blocks among its output."""
+    import logging
+
+    import mindspore.log
+
+    logger = mindspore.log.GLOBAL_LOGGER
+    for handler in getattr(logger, "handlers", []) if logger is not None else []:
+        if type(handler) is logging.StreamHandler:
+            handler.stream = stream   # setStream would flush the old stream, maybe closed
+
+
+@pytest.fixture(autouse=True)
+def _mindspore_logs_to_this_tests_stderr():
+    if "mindspore.log" in sys.modules:
+        point_mindspore_logs_at(sys.stderr)
+    yield
+
+
 def main_in_process(module: str, args: Sequence[str], cwd: Path,
                     env: Optional[Dict[str, str]] = None) -> InProcessResult:
     """``python -m module args...`` as its ``main(args)`` called in this process, in ``cwd``
@@ -130,6 +152,10 @@ def main_in_process(module: str, args: Sequence[str], cwd: Path,
             rc = main(list(args))
         except SystemExit as exit_:
             rc = exit_.code if isinstance(exit_.code, int) else 1
+        finally:
+            # A logger MindSpore made during the call holds ``err``, which is read now.
+            if "mindspore.log" in sys.modules:
+                point_mindspore_logs_at(sys.__stderr__)
     return InProcessResult(rc, out.getvalue(), err.getvalue(), Path(cwd))
 
 
