@@ -62,6 +62,16 @@ class SparseFocal(nn.Cell):
 
     def construct(self, logits, labels):
         return self.focal(logits, labels.reshape(-1, 1))
+
+
+def named_mlp(input_shape, num_classes, hidden_size, weight_init="normal", version=1):
+    """A network factory that names itself by its version, as networks in the wild do."""
+    name = "mlp-v%d" % version
+    features = 1
+    for size in input_shape:
+        features *= size
+    return nn.SequentialCell([nn.Flatten(), nn.Dense(features, hidden_size),
+                              nn.Dense(hidden_size, num_classes)])
 '''
 
 TINY = ("dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
@@ -171,6 +181,13 @@ BAD = {
         ["+loss.parts.focal._target_=my_components.SparseFocal", "+loss.parts.focal.alpha=1"],
         "loss.parts.focal.alpha=1: is not an argument of the target; expected a parameter "
         "of my_components.SparseFocal: gamma"),
+    # An error inside the user's own code names what the config passed it, then the error.
+    "user network that fails on a value of its own key": (
+        ["model._target_=my_components.named_mlp", "+model.version=abc"],
+        "model._target_='my_components.named_mlp': failed to build with model.hidden_size=512, "
+        "model.weight_init='normal', model.version='abc': TypeError: %d format: a real number "
+        "is required, not str; expected values of these keys that my_components.named_mlp "
+        "accepts"),
     "loss target that does not import": (
         ["loss._target_=my_components.NoSuchLoss"],
         "loss._target_='my_components.NoSuchLoss': does not import"),

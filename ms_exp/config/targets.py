@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, T
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ms_exp.config.errors import ConfigError, InvalidConfig
+from ms_exp.config.errors import ConfigError, InvalidConfig, show
 
 TARGET = "_target_"
 # Said after the keys a section declares, where other keys are a target's arguments.
@@ -272,9 +272,14 @@ def build(key: str, node, own_keys: Iterable[str] = (),
         if isinstance(cause, InvalidConfig):  # the component checked its own config
             raise cause from None
         text = " ".join(str(cause).split()) or type(cause).__name__
-        raise ConfigError(f"{key}.{TARGET}", path, f"arguments {path} accepts",
-                          problem=f"failed to build: {type(cause).__name__}: {text[:300]}"
-                          ) from error
+        # The user's own keys first: the error is most often one of their values.
+        given = ", ".join(f"{key}.{name}={show(value)}" for name, value in arguments.items()
+                          if name in config_keys)[:300]
+        raise ConfigError(f"{key}.{TARGET}", path,
+                          f"values of {'these keys' if given else 'arguments'} that {path} "
+                          "accepts",
+                          problem=f"failed to build{f' with {given}' if given else ''}: "
+                                  f"{type(cause).__name__}: {text[:300]}") from error
     if expected and not isinstance(built, expected):
         raise ConfigError(f"{key}.{TARGET}", path, expected_text or
                           " or ".join(t.__name__ for t in expected),
