@@ -875,6 +875,16 @@ BAD_INPUTS = {
                 "weight_decay, schedule, warmup_epochs, min_lr, lr_init, decay_epochs, "
                 "group_params, _target_ (other keys only beside a _target_: its own "
                 "arguments)"),
+    "an argument of a user's target typed without +": bad(
+        "optimizer._target_=mindspore.nn.AdamWeightDecay", "optimizer.beta1=0.8",
+        message="optimizer.beta1=0.8: unknown key; expected one of _target_, decay_epochs, "
+                "group_params, lr, lr_init, min_lr, momentum, name, schedule, warmup_epochs, "
+                "weight_decay; an argument of mindspore.nn.AdamWeightDecay is added with +: "
+                "+optimizer.beta1=0.8"),
+    "a key the config has, added with +": bad(
+        "+trainer.epochs=3",
+        message="+trainer.epochs=3: trainer.epochs is already in the config; expected "
+                "trainer.epochs=3 (+ adds a key the config does not have; ++ adds or sets)"),
     "the dimension-reduction tutorial's n_component": bad(
         "boost=dim_reduce", "boost.n_component=4",
         message="boost.n_component=4: unknown key; expected one of alpha, gamma, level, mode, "
@@ -1113,8 +1123,10 @@ BAD_INPUTS = {
                 "expected a .ckpt file that exists (stage one's final checkpoint)"),
     "stage-one run without a store": bad(
         *DIM_REDUCE, "boost.stage_one_run_id=latest", store=False,
-        message="boost.stage_one_run_id='latest': not allowed; expected a run in an "
-                "existing store (<cwd>/mlflow.db does not exist)"),
+        message="boost.stage_one_run_id='latest': there is no store (<cwd>/mlflow.db does "
+                "not exist); expected a stage-one run: run stage one first, here (python -m "
+                "ms_exp.run +experiment=dim_reduce_stage_one), or name its store with "
+                "tracking.uri=..."),
     "stage-one run not in the store": bad(
         *DIM_REDUCE, f"boost.stage_one_run_id={UNKNOWN_RUN}", store=True,
         message=f"boost.stage_one_run_id='{UNKNOWN_RUN}': no such run; expected the id of a "

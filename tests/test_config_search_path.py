@@ -92,6 +92,16 @@ def test_unknown_option_lists_every_folder(project):
     assert not (project / "outputs").exists() and not (project / "mlflow.db").exists()
 
 
+def test_a_users_option_named_without_its_config_dir_says_to_add_it(project):
+    line = refusal(main_in_process("ms_exp.run", ["model=my_mlp"], project))
+    assert line == ("ms_exp: error: model='my_mlp': unknown option; expected one of mlp, "
+                    "resnet, wide_deep; conf/model/my_mlp.yaml is there: add --config-dir conf")
+    # An option no folder here holds gets no such hint.
+    line = refusal(main_in_process("ms_exp.run", ["model=nosuch"], project))
+    assert line.endswith("expected one of mlp, resnet, wide_deep")
+    assert sorted(p.name for p in project.iterdir()) == ["conf"]
+
+
 def test_bad_config_folders_are_one_line(project):
     line = refusal(main_in_process("ms_exp.run", ["--config-dir", "no_such_dir"], project))
     assert line.startswith("ms_exp: error: --config-dir='no_such_dir': no such folder")

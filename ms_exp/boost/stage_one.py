@@ -60,7 +60,9 @@ def _from_run(run_id: str, tracking_cfg):
     db = missing_store(uri)
     if db is not None:
         raise ConfigError("boost.stage_one_run_id", run_id,
-                          f"a run in an existing store ({db} does not exist)")
+                          "a stage-one run: run stage one first, here (python -m ms_exp.run "
+                          "+experiment=dim_reduce_stage_one), or name its store with "
+                          "tracking.uri=...", problem=f"there is no store ({db} does not exist)")
     client = MlflowClient(uri)
     if run_id == LATEST:
         run = _latest_stage_one(client, tracking_cfg.experiment_name, uri)

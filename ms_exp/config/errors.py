@@ -6,7 +6,8 @@ checks that ms_exp adds on top of the schema.
 """
 import re
 from enum import Enum
-from typing import Iterable, Optional
+from pathlib import Path
+from typing import Collection, Iterable, Optional
 
 from hydra.errors import MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -43,10 +44,20 @@ def require(condition: bool, key: str, value, allowed: str) -> None:
         raise ConfigError(key, value, allowed)
 
 
-def from_composition_error(error: Exception, overrides: Iterable[str]) -> Optional[str]:
-    """Turn an exception raised by Hydra's compose into one line, or None if unknown."""
+def from_composition_error(error: Exception, overrides: Iterable[str],
+                           builtin_targets: Collection[str] = ()) -> Optional[str]:
+    """Turn an exception raised by Hydra's compose into one line, or None if unknown.
+    ``builtin_targets``: the targets whose every argument is a key of their schema (an
+    unknown key beside another target may be one of its arguments, added with +)."""
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
+    appended = re.match(r"Could not append to config\. An item is already at '(.+)'",
+                        str(error))
+    if appended:
+        key = appended.group(1)
+        value = _override_value(key, overrides)
+        return (f"+{key}={value}: {key} is already in the config; expected {key}={value} "
+                "(+ adds a key the config does not have; ++ adds or sets)")
     # Hydra's exception carries OmegaConf's as its cause; OmegaConf's own (a run's saved
     # config merged with overrides) may carry the conversion's ValueError as its context.
     cause = next((e for e in (error.__cause__, error.__context__, error)
@@ -59,7 +70,11 @@ def from_composition_error(error: Exception, overrides: Iterable[str]) -> Option
         parent = cause.parent_node
         keys = sorted(k for k in parent.keys() if k != "hydra") if parent is not None else []
         value = _override_value(key, overrides)
-        return f"{key}={value}: unknown key; expected {one_of(keys)}"
+        line = f"{key}={value}: unknown key; expected {one_of(keys)}"
+        target = parent.get("_target_") if parent is not None else None
+        if isinstance(target, str) and target not in builtin_targets:
+            line += f"; an argument of {target} is added with +: +{key}={value}"
+        return line
     shown = None
     if cause.value is None:  # OmegaConf names no value when merging a node of another kind
         given = _override_value(key, overrides)
@@ -127,8 +142,20 @@ def _missing_option(error: MissingConfigException) -> str:
     group, _, option = missing.rpartition("/")
     options = ", ".join(error.options or [])
     if group:
-        return f"{group}={option!r}: unknown option; expected one of {options}"
+        return f"{group}={option!r}: unknown option; expected one of {options}" + \
+            _config_dir_hint(group, option)
     return str(error).splitlines()[0]
+
+
+def _config_dir_hint(group: str, option: str) -> str:
+    """Where a folder here holds the option (``conf/model/lenet.yaml``): the flag that adds
+    it to Hydra's search path."""
+    found = sorted(path for pattern in (f"*/{group}/{option}.yaml", f"*/{group}/{option}.yml")
+                   for path in Path().glob(pattern))
+    if not found:
+        return ""
+    folder = found[0].parts[0]
+    return f"; {found[0]} is there: add --config-dir {folder}"
 
 
 def _override_value(full_key: str, overrides: Iterable[str]) -> str:

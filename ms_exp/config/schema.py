@@ -619,6 +619,13 @@ def builtin_target(group: str, option: str) -> str:
     return str(getattr(GROUP_SCHEMAS[group][option], TARGET))
 
 
+def builtin_targets() -> frozenset:
+    """The ``_target_`` of every built-in option: all its arguments are its schema's keys."""
+    targets = {getattr(schema, TARGET, None) for options in GROUP_SCHEMAS.values()
+               for schema in options.values()}
+    return frozenset(t for t in targets if t)
+
+
 def group_schema(group: str, node, choice: Optional[str]):
     """The schema of a group's option: a built-in option's, or the built-in one whose
     ``_target_`` (or ``mode``) a user's option re-uses; None for a user's own target."""

@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config import hydra_internals
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
-from ms_exp.config.schema import register_schemas
+from ms_exp.config.schema import builtin_targets, register_schemas
 from ms_exp.preflight.components import validate_hydra_callbacks
 from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
@@ -114,7 +114,7 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
             return compose(source.config_name, overrides=list(overrides),
                            return_hydra_config=return_hydra_config)
         except (HydraException, OmegaConfBaseException) as error:
-            line = from_composition_error(error, overrides)
+            line = from_composition_error(error, overrides, builtin_targets())
             raise CompositionError(line or str(error).splitlines()[0]) from error
         except yaml.YAMLError as error:     # a config file of the user's that is not YAML
             raise CompositionError(_yaml_problem(error)) from None

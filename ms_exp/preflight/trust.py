@@ -65,12 +65,10 @@ def override_targets(overrides: Sequence[str]) -> Iterator[str]:
 def shipped_targets() -> frozenset:
     """The targets ms_exp's own options name: in their schemas, and in its config files
     (Hydra's callbacks)."""
-    from ms_exp.config.schema import GROUP_SCHEMAS
+    from ms_exp.config.schema import builtin_targets
     from ms_exp.preflight.compose import conf_dir
 
-    schemas = {getattr(schema, TARGET, None) for options in GROUP_SCHEMAS.values()
-               for schema in options.values()}
-    return frozenset(folder_targets(conf_dir()) | {t for t in schemas if t})
+    return folder_targets(conf_dir()) | builtin_targets()
 
 
 def folder_targets(folder: Path) -> frozenset:
