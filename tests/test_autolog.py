@@ -171,6 +171,12 @@ def test_the_example_records_one_complete_run(tmp_path):
     logged = sorted(Path(a.path).name
                     for a in client.list_artifacts(run.info.run_id, "checkpoints"))
     assert logged == written
+    # It says where the run went and how to open it, as ms_exp.run does.
+    experiment = run.info.experiment_id
+    assert f"ms_exp.autolog: MLflow run {run.info.run_id} (experiment {experiment}, FINISHED) " \
+           f"in sqlite:///{tmp_path / 'mlflow.db'}\n" in done.stdout
+    assert f"  then browse to http://127.0.0.1:5000/#/experiments/{experiment}/runs/" \
+           f"{run.info.run_id}?workflowType=machine_learning" in done.stdout
 
 
 @pytest.mark.e2e

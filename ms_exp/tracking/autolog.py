@@ -153,6 +153,19 @@ class _Session:
                 step()
             except Exception as failure:  # noqa: BLE001 - logged, training's outcome stands
                 _logger.warning("ms_exp.autolog: could not complete the MLflow run: %s", failure)
+        # Where the run went, as ms_exp.run says it (MLflow's autolog says so only for a
+        # tracking server).
+        if self.owned:
+            self._say_where(status)
+
+    def _say_where(self, status: str) -> None:
+        from ms_exp.tracking.ui_links import ui_lines
+
+        tracker = self.tracker
+        uri = tracker.client.tracking_uri
+        print("\n".join([f"ms_exp.autolog: MLflow run {tracker.run_id} (experiment "
+                         f"{tracker.experiment_id}, {status}) in {uri}",
+                         *ui_lines(uri, tracker.experiment_id, tracker.run_id)]), flush=True)
 
 
 def _new_run(model, method: str) -> Tracker:
