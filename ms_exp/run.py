@@ -172,6 +172,9 @@ usage: python -m ms_exp.run [group=option ...] [key=value ...]
   hydra/launcher {', '.join(launchers)}   (with -m: jobs at the same time, or on SLURM)
 
 == Config (override any key=value) ==
+What each key means, its type and the values allowed: docs/reference/config.md of ms_exp's
+source (each group's section); --cfg job prints a job's config with your overrides.
+
 {OmegaConf.to_yaml(cfg)}
 Hydra's own flags: --hydra-help""")
 

@@ -1,5 +1,7 @@
 """Composition of every group option, --help and --cfg (bad input: test_bad_inputs.py)."""
 
+from pathlib import Path
+
 import pytest
 from conftest import main_in_process
 
@@ -71,6 +73,10 @@ def test_help_lists_every_group_and_option(tmp_path):
            "model_saving, model_saving_integrated, model_saving_sliced" in \
         result.stdout
     assert "schema/" not in result.stdout
+    # Where each key is explained, beside the config it prints.
+    assert "What each key means, its type and the values allowed: docs/reference/config.md" \
+        in result.stdout
+    assert (Path(__file__).parents[1] / "docs" / "reference" / "config.md").is_file()
     assert not (tmp_path / "outputs").exists()
 
 
