@@ -2,6 +2,7 @@
 cache, sweeps, data parallel and the refusals (issue: boost=dim_reduce)."""
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from conftest import (
     train,
 )
 
+from ms_exp.boost.stage_one import stage_two_command
 from ms_exp.config.errors import InvalidConfig
-from ms_exp.preflight.compose import preflight
+from ms_exp.preflight.compose import compose_config, preflight
 
 # digits: 44 steps per epoch at batch 32. Snapshots from epoch 2, 6 per epoch: 12.
 STAGE_ONE = ("+experiment=dim_reduce_stage_one", "trainer.epochs=3",
@@ -35,9 +37,30 @@ def stage_one(tmp_path_factory):
     return train(tmp_path_factory.mktemp("dim_reduce"), *STAGE_ONE)
 
 
+def test_the_stage_two_command_follows_how_stage_one_was_given():
+    own = ["model=resnet", "dataset=synthetic", "checkpoint.snapshots.per_epoch=2",
+           "tracking.uri=sqlite:///elsewhere.db"]
+    command = stage_two_command(compose_config(own), own, "abc")
+    assert command.endswith(" -m ms_exp.run model=resnet dataset=synthetic "
+                            "checkpoint.snapshots.per_epoch=2 tracking.uri=sqlite:///elsewhere.db "
+                            "boost=dim_reduce boost.stage_one_run_id=abc")
+    preset = ["+experiment=dim_reduce_stage_one", "trainer.epochs=3",
+              "tracking.uri=sqlite:///elsewhere.db"]
+    assert stage_two_command(compose_config(preset), preset, "abc").endswith(
+        " -m ms_exp.run +experiment=dim_reduce_stage_two tracking.uri=sqlite:///elsewhere.db "
+        "boost.stage_one_run_id=abc")
+    # A run that kept no snapshots, and stage two itself, have no stage two.
+    assert stage_two_command(compose_config([]), [], "abc") is None
+
+
 @pytest.mark.e2e
 def test_stage_one_keeps_weight_snapshots_from_its_start_epoch_and_records_them(stage_one):
     import mindspore as ms
+
+    # It ends with the command of stage two, from its own snapshots.
+    assert re.search(rf"^stage two, from its snapshots: \S+ -m ms_exp.run "
+                     rf"\+experiment=dim_reduce_stage_two boost.stage_one_run_id="
+                     rf"{stage_one.run_id}$", stage_one.stdout, re.M), stage_one.stdout[-1500:]
 
     snapshots = sorted((stage_one.run_dir / "snapshots").glob("*.ckpt"))
     names = sorted(p.name for p in snapshots)

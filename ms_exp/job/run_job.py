@@ -15,6 +15,7 @@ from typing import Optional, Sequence, cast
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
+from ms_exp.boost.stage_one import stage_two_command
 from ms_exp.checkpoint.resume import ResumePoint, clear_resume_point, find_resume_point
 from ms_exp.config.run_config import RESOLVED_CONFIG
 from ms_exp.job.console import tee_output
@@ -165,6 +166,10 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
         if result.pruned_epoch is None:
             log_run_models(cfg, run_dir, result, tracker, uri)
         report_result(result, tracker, uri)
+        stage_two = stage_two_command(cfg, overrides, tracker.run_id) if tracker.run_id \
+            else None
+        if stage_two:
+            print(f"stage two, from its snapshots: {stage_two}", flush=True)
         sliced = sliced_checkpoint_lines(run_dir, cfg)
         if sliced:
             print("\n".join(sliced), flush=True)
