@@ -297,8 +297,8 @@ class DigitsDataset(DatasetCommon):
 class MnistDataset(DatasetCommon):
     _target_: str = "ms_exp.data.mnist.mnist"  # the function that reads the dataset
     name: str = "mnist"  # the dataset's name in run names and tags
-    # The folder of the MNIST idx files; None: the DATA_PATH environment variable, as the
-    # model-saving tutorial.
+    # The folder of the MNIST idx files (a relative one: in the folder the command runs in);
+    # None: the DATA_PATH environment variable, as the model-saving tutorial.
     path: Optional[str] = None
     mean: List[float] = field(default_factory=lambda: [0.1307])  # per channel, of pixels in [0, 1]
     std: List[float] = field(default_factory=lambda: [0.3081])  # per channel, > 0
@@ -308,7 +308,9 @@ class MnistDataset(DatasetCommon):
 class ImageNetDataset(DatasetCommon):
     _target_: str = "ms_exp.data.imagenet.imagenet"  # the function that reads the dataset
     name: str = "imagenet"  # the dataset's name in run names and tags
-    path: Optional[str] = None  # the folder holding train_dir and eval_dir; None: DATA_PATH
+    # The folder holding train_dir and eval_dir (a relative one: in the folder the command
+    # runs in); None: DATA_PATH.
+    path: Optional[str] = None
     train_dir: str = "train"  # the training split's class folders, under path
     eval_dir: str = "val"  # the eval split's class folders, under path
     image_size: int = 224  # the side of the square images the network reads
@@ -340,7 +342,9 @@ class CriteoDataset(DatasetCommon):
 
     _target_: str = "ms_exp.data.criteo.criteo"  # the function that reads the dataset
     name: str = "criteo"  # the dataset's name in run names and tags
-    path: Optional[str] = None  # the converter's output folder; None: DATA_PATH
+    # The converter's output folder (a relative one: in the folder the command runs in);
+    # None: DATA_PATH.
+    path: Optional[str] = None
     batch_size: int = 1000  # a multiple of the data's samples per record (1000 by default)
 
 
