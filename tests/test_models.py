@@ -1,5 +1,6 @@
 """A run's checkpoints as MLflow models, the Model Registry, and evaluating a model."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,6 +88,31 @@ print('same', graph.shape)
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "same (2, 10)" in done.stdout
+
+
+@pytest.mark.e2e
+def test_mlflows_own_predict_command_serves_a_logged_model(registered, tmp_path):
+    """``mlflow models predict`` on a model of the run, by its models:/ URI, in the
+    environment ms_exp is installed in: the same outputs as the model's MindIR."""
+    import mindspore as ms
+    import numpy as np
+
+    model = logged_models(registered.store, registered.run_id)["best"]
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
+                                                     dst_path=str(tmp_path)))
+    given, answer = local / "serving_input_example.json", tmp_path / "predictions.json"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "mlflow"), "models", "predict",
+         "-m", f"models:/{model.model_id}", "-i", str(given), "-t", "json", "-o", str(answer),
+         "--env-manager", "local"],
+        cwd=registered.cwd, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{registered.cwd / 'mlflow.db'}"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    predicted = np.array(json.loads(answer.read_text())["predictions"], dtype=np.float32)
+    x = ms.Tensor(np.array(json.loads(given.read_text())["inputs"], dtype=np.float32))
+    graph = ms.nn.GraphCell(ms.load(str(local / "model.mindir")))(x).asnumpy()
+    assert predicted.shape == graph.shape == (2, 10)
+    np.testing.assert_allclose(predicted, graph, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.e2e
