@@ -57,6 +57,7 @@ def test_the_stage_two_command_follows_how_stage_one_was_given():
 def test_stage_one_keeps_weight_snapshots_from_its_start_epoch_and_records_them(stage_one):
     import mindspore as ms
 
+    assert "deprecated" not in stage_one.stdout + stage_one.stderr
     # It ends with the command of stage two, from its own snapshots.
     assert re.search(rf"^stage two, from its snapshots: \S+ -m ms_exp.run "
                      rf"\+experiment=dim_reduce_stage_two boost.stage_one_run_id="

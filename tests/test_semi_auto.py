@@ -64,6 +64,8 @@ def test_output_tree_is_the_tutorials_strategy_file_rank_folders_logs_and_loss_l
         assert {"checkpoint-1_5.ckpt", LAST, "checkpoint-graph.meta"} <= files
         log = (run_dir / "log_output" / f"worker_{rank}.log").read_text()
         assert re.search(r"^epoch: 1 step: 5, loss is [0-9.]+$", log, re.M)
+        # No API ms_exp calls is one MindSpore says it will remove.
+        assert "deprecated" not in log, re.findall(r".*deprecated.*", log)
     run = sliced.store.get_run(sliced.run_id)
     assert run.data.tags["ms_exp.parallel_emulated"] == "true"
     assert run.data.tags["ms_exp.parallel_mode"] == "semi_auto"

@@ -72,7 +72,8 @@ def from_composition_error(error: Exception, overrides: Iterable[str],
         value = _override_value(key, overrides)
         line = f"{key}={value}: unknown key; expected {one_of(keys)}"
         target = parent.get("_target_") if parent is not None else None
-        if isinstance(target, str) and target not in builtin_targets:
+        # Only for a key typed as an override: a file's key is fixed in the file.
+        if isinstance(target, str) and target not in builtin_targets and value != "?":
             line += f"; an argument of {target} is added with +: +{key}={value}"
         return line
     shown = None

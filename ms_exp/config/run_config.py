@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import InvalidConfig, from_composition_error, show
-from ms_exp.config.schema import GROUP_SCHEMAS, Config, group_schema
+from ms_exp.config.schema import GROUP_SCHEMAS, Config, builtin_targets, group_schema
 from ms_exp.config.targets import component_name
 
 RESOLVED_CONFIG = "config.yaml"
@@ -81,7 +81,7 @@ def _refusal(path: Path, error: OmegaConfBaseException, overrides: Iterable[str]
                   }.values())
     for refused in chain if prefix else ():
         refused.full_key = f"{prefix}{refused.full_key}"
-    line = from_composition_error(error, overrides)
+    line = from_composition_error(error, overrides, builtin_targets())
     if line is None:
         return f"{path}: {str(error).splitlines()[0]}"
     key = chain[0].full_key

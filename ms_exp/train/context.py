@@ -68,11 +68,10 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
     target = trainer_cfg.device_target or "None"
     if target not in DEVICE_TARGETS:  # validate() already refused it; kept as init_env does
         raise ValueError(f"Invalid device_target: {target}, should be in {list(DEVICE_TARGETS)}")
-    if target != "None":
-        ms.set_context(device_target=target)
+    if target == "None":  # MindSpore's own choice: the device its package was built for
+        target = ms.get_context("device_target")
     mode = trainer_cfg.mode.value
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
-    target = ms.get_context("device_target")
     # On CPU there is one device and no device id to choose, as init_env does. Elsewhere a
     # launcher's DEVICE_ID (msrun: the local rank; rank table: START_ID + rank) comes first.
     device_id = 0 if target == "CPU" else environment_device_id(trainer_cfg.device_id)
