@@ -2,17 +2,20 @@
 
     python -m ms_exp.eval --run-id <id> [--checkpoint last|best|PATH] [key=value ...]
     python -m ms_exp.eval --checkpoint <run dir>/checkpoints/rank_0/best.ckpt [key=value ...]
+    python -m ms_exp.eval --checkpoint <run dir>/checkpoints/merged/rank_0/checkpoint0.ckpt
     python -m ms_exp.eval --model models:/NAME/VERSION | models:/<model id> [key=value ...]
 
 Builds the run's network and eval dataset from the config the run recorded (a model's own
 config.yaml with ``--model``: ms_exp/job/model_package.py), loads the checkpoint
-(``load_checkpoint``), runs ``Model.eval`` with top-1 (and top-5 when there are more than
+(``load_checkpoint``; a file given with ``--checkpoint`` is evaluated as it is, a sliced
+run's ``last`` is merged first), runs ``Model.eval`` with top-1 (and top-5 when there are more than
 five classes) accuracy, or AUC and log loss for Wide&Deep, prints the tutorial's
 ``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of the
 evaluated run (with ``--model``, of the run that logged the model).
 """
 import argparse
 import difflib
+import shlex
 import sys
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
@@ -38,6 +41,7 @@ from ms_exp.tracking.store import (
     missing_store,
     not_a_database,
     password_refusal,
+    python_command,
     quiet_artifact_downloads,
     resolve_tracking_uri,
     sqlite_path,
@@ -206,18 +210,59 @@ def read_back_source(args: argparse.Namespace) -> str:
     return f"the run directory of {args.checkpoint}"
 
 
-def run_dir_of(checkpoint: Path) -> Path:
-    # <run dir>/checkpoints/rank_<r>/<file>.ckpt -> <run dir>
-    return checkpoint.resolve().parents[2]
+def run_dir_of(checkpoint: Path) -> Optional[Path]:
+    """The run directory holding ``checkpoint``: ``<run dir>/checkpoints/rank_<r>/<file>``,
+    or ``<run dir>/checkpoints/merged/rank_<r>/<file>`` (what ``ms_exp.ckpt merge <run dir>``
+    writes); None elsewhere."""
+    folder = checkpoint.resolve().parent
+    if not folder.name.startswith("rank_"):
+        return None
+    above = folder.parent.parent if folder.parent.name == "merged" else folder.parent
+    return above.parent if above.name == "checkpoints" else None
 
 
 def config_beside(checkpoint: Path) -> Optional[Path]:
     """The config.yaml of the run directory holding ``checkpoint``, None when the file is
-    not in ``<run dir>/checkpoints/rank_<r>/``."""
+    not in one (run_dir_of)."""
+    run_dir = run_dir_of(checkpoint)
+    return None if run_dir is None else run_dir / "config.yaml"
+
+
+NOT_IN_A_RUN = ("not in a run directory (<run dir>/checkpoints/rank_<r>/ or <run dir>/"
+                "checkpoints/merged/rank_<r>/), so no config.yaml says which network it holds")
+
+
+def no_config_refusal(checkpoint: str) -> ConfigError:
+    """``--checkpoint FILE`` alone where no run directory holds FILE: which flag names its
+    network (the run id, when FILE is ``merged/<run id>/rank_<r>/``, as ``ms_exp.ckpt merge
+    <run id>`` writes it)."""
+    from ms_exp.tracking.store import is_run_id
+
+    merged_from = Path(checkpoint).resolve().parent.parent
+    if merged_from.parent.name == "merged" and is_run_id(merged_from.name):
+        return ConfigError("--checkpoint", checkpoint, f"--run-id {merged_from.name} with "
+                           "it (the run it was merged from), or --config <the run's "
+                           "config.yaml>", NOT_IN_A_RUN)
+    return ConfigError("--checkpoint", checkpoint, "--run-id <run id> or --config <the run's "
+                       "config.yaml> with it", NOT_IN_A_RUN)
+
+
+def refuse_a_slice(checkpoint: Path, cfg: DictConfig, best_name: str) -> None:
+    """A file of a sliced run's ``checkpoints/rank_<r>/`` (not its whole ``best.ckpt``)
+    holds one rank's slice: refused in one line with the merge command and the file it
+    writes, rather than evaluated (wrong shapes) or replaced by another file."""
     folder = checkpoint.resolve().parent
-    if not (folder.name.startswith("rank_") and folder.parent.name == "checkpoints"):
-        return None
-    return run_dir_of(checkpoint) / "config.yaml"
+    if not (is_sliced_run(cfg) and folder.name.startswith("rank_")
+            and folder.parent.name == "checkpoints" and checkpoint.name != best_name):
+        return
+    run_dir = folder.parent.parent
+    merged = run_dir / "checkpoints" / "merged" / "rank_0" / f"{cfg.checkpoint.prefix}0.ckpt"
+    raise ConfigError("--checkpoint", str(checkpoint),
+                      f"a whole checkpoint: merge the slices with {python_command()} -m "
+                      f"ms_exp.ckpt merge {shlex.quote(str(run_dir))}, then pass --checkpoint "
+                      f"{shlex.quote(str(merged))} (or "
+                      "--run-id <run id> without --checkpoint: its last step, merged)",
+                      "one rank's slice of a sliced run (checkpoint=sliced)")
 
 
 def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
@@ -329,13 +374,12 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                 config_file = None if args.config else config_beside(checkpoint)
             if args.config:
                 config_file = args.config
-            elif config_file is None or not Path(config_file).is_file():
-                problem = (f"its run directory {Path(config_file).parent} has no config.yaml"
-                           if config_file is not None else
-                           "not in a run directory (<run dir>/checkpoints/rank_<r>/), so no "
-                           "config.yaml says which network it holds")
-                raise ConfigError("--checkpoint", which, "--config <the run's config.yaml> "
-                                  "with it, or --run-id <run id> instead", problem)
+            elif config_file is None:
+                raise no_config_refusal(which)
+            elif not Path(config_file).is_file():
+                raise ConfigError("--checkpoint", which, "--run-id <run id> or --config <the "
+                                  "run's config.yaml> with it", f"its run directory "
+                                  f"{Path(config_file).parent} has no config.yaml")
             if not Path(config_file).is_file():
                 raise ConfigError("--config", str(config_file), "the run's config.yaml")
             cfg = load_run_config(Path(config_file), args.overrides)
@@ -357,9 +401,11 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                 shown = f"{artifact} of MLflow run {args.run_id}"
             # MindSpore is imported once the command line is known to be right.
             from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, verify_checkpoint
-            if is_sliced_run(cfg) and Path(checkpoint).name != BEST_NAME and not args.model:
-                checkpoint, shown = merge_run(args.run_id or str(run_dir_of(Path(checkpoint))),
-                                              Path(workdir), uri)
+            if which not in CHECKPOINT_NAMES and not args.model:
+                # A file given is evaluated as it is: a merged checkpoint is whole.
+                refuse_a_slice(Path(checkpoint), cfg, BEST_NAME)
+            elif which == "last" and args.run_id and is_sliced_run(cfg):
+                checkpoint, shown = merge_run(args.run_id, Path(workdir), uri)
             try:    # before an MLflow run is opened for the evaluation
                 verify_checkpoint(Path(checkpoint))
             except DamagedCheckpoint as error:

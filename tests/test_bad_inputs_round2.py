@@ -197,8 +197,9 @@ def test_eval_of_a_checkpoint_outside_a_run_says_what_to_pass(tmp_path, run_with
     result = main_in_process("ms_exp.eval", ["--checkpoint", str(loose)], tmp_path)
     assert (result.rc, result.stderr.strip().splitlines()) == (2, [
         f"ms_exp.eval: error: --checkpoint='{loose}': not in a run directory (<run "
-        "dir>/checkpoints/rank_<r>/), so no config.yaml says which network it holds; "
-        "expected --config <the run's config.yaml> with it, or --run-id <run id> instead"])
+        "dir>/checkpoints/rank_<r>/ or <run dir>/checkpoints/merged/rank_<r>/), so no "
+        "config.yaml says which network it holds; expected --run-id <run id> or --config "
+        "<the run's config.yaml> with it"])
     assert "/config.yaml'" not in result.stderr  # no path the user never typed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["weights.ckpt"]
 

@@ -1,19 +1,24 @@
 """Commands that read a run (eval, report, ckpt merge, ``run --from-run``): a wrong id or a
 missing store is one line naming what was wrong, the store searched and what is allowed,
 exit 2, and nothing is created where they ran; merge says what it merged and writes a CRC;
-eval names the checkpoint it evaluated as the user can find it."""
+eval names the checkpoint it evaluated as the user can find it, and evaluates a merged
+checkpoint it is given as it is."""
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import List
 
 import numpy as np
 import pytest
-from conftest import main_in_process, run_cli, train
+from conftest import main_in_process, migrated_store, run_cli, train
 from mlflow import MlflowClient
+from omegaconf import DictConfig
 
-from ms_exp.tracking.store import ensure_experiment
+from ms_exp.tracking.store import ensure_experiment, python_command
 
 
 def one_line(result, prog: str) -> str:
@@ -219,3 +224,141 @@ def test_eval_of_a_run_names_its_checkpoint_not_a_deleted_download(tmp_path):
     last = job.store.get_run(job.run_id).data.tags["ms_exp.checkpoint.last"]
     assert shown == f"{last} of MLflow run {job.run_id}"
     assert list(elsewhere.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A sliced run's merged checkpoint, evaluated as it is
+
+
+def sliced_run_directory(run_dir: Path) -> DictConfig:
+    """A run directory as ``parallel=semi_auto checkpoint=sliced`` leaves it, as far as
+    merge and eval read it: its config.yaml, every rank's slice of the default MLP (untrained)
+    and the strategy file, written directly (no training). Returns its config."""
+    import mindspore as ms
+    from omegaconf import OmegaConf
+
+    from ms_exp.data.build import declared_spec
+    from ms_exp.models import create_network
+    from ms_exp.parallel.layout import (
+        operator_layouts,
+        operator_strategies,
+        write_sliced_checkpoints,
+        write_strategy_file,
+    )
+    from ms_exp.preflight.compose import compose_config, hydra_config_of
+
+    run_dir.mkdir(parents=True)
+    cfg = compose_config(["parallel=semi_auto", "checkpoint=sliced"], return_hydra_config=True)
+    with hydra_config_of(cfg, str(run_dir)):
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.save(job, run_dir / "config.yaml", resolve=True)
+    strategies = OmegaConf.to_container(job.parallel.strategies)
+    ms.set_seed(1)
+    network = create_network(job.model, declared_spec(job.dataset))
+    state = {p.name: p.asnumpy() for p in network.trainable_params()}
+    written = write_sliced_checkpoints(state, operator_layouts(network, strategies, 8), 8,
+                                       run_dir / "checkpoints", "checkpoint",
+                                       "checkpoint-1_10.ckpt")
+    write_strategy_file(run_dir / "strategy.ckpt", written,
+                        op_strategies=operator_strategies(network, strategies, 8))
+    return OmegaConf.load(run_dir / "config.yaml")
+
+
+def evaluated_files(monkeypatch) -> List[Path]:
+    """The checkpoint files ms_exp.eval loads into the network, as they are loaded."""
+    from ms_exp import eval as evaluation
+
+    loaded: List[Path] = []
+    real = evaluation.prepare
+    monkeypatch.setattr(evaluation, "prepare",
+                        lambda cfg, checkpoint: loaded.append(Path(checkpoint)) or
+                        real(cfg, checkpoint))
+    return loaded
+
+
+def command_of(line: str, module: str) -> List[str]:
+    """The arguments of the ``python -m module ...`` command a printed hint line ends with."""
+    words = shlex.split(line.split(": ", 1)[1])
+    assert words[1:3] == ["-m", module], line
+    return words[3:]
+
+
+def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
+        tmp_path, monkeypatch):
+    """As a sliced run's last lines say: merge (its default output), then eval that file;
+    the file is evaluated as it is, found in its run directory, and named by ``ckpt=``."""
+    from ms_exp.job.outputs import sliced_checkpoint_lines
+
+    run_dir = tmp_path / "outputs" / "run"
+    cfg = sliced_run_directory(run_dir)
+    lines = sliced_checkpoint_lines(run_dir, cfg)
+    merged_file = run_dir / "checkpoints" / "merged" / "rank_0" / "checkpoint0.ckpt"
+    assert lines[2:] == [
+        f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge {run_dir}",
+        f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint {merged_file}"]
+    work = tmp_path / "work"
+    merged = main_in_process("ms_exp.ckpt", command_of(lines[2], "ms_exp.ckpt"), work)
+    assert merged.rc == 0, merged.stderr[-3000:]
+    assert merged.stdout.strip().splitlines()[-1] == str(merged_file)
+    loaded = evaluated_files(monkeypatch)
+    result = main_in_process("ms_exp.eval", command_of(lines[3], "ms_exp.eval"), work)
+    assert result.rc == 0, result.stderr[-3000:]
+    assert loaded == [merged_file]
+    assert "for this evaluation" not in result.stdout     # not merged again
+    assert re.search(r"^result: \{.*'accuracy'.*\} ckpt= (.*)$", result.stdout,
+                     re.M).group(1) == str(merged_file)
+
+
+def test_a_merge_by_run_id_is_evaluated_as_it_is_with_that_run_id(tmp_path, monkeypatch):
+    """``ms_exp.ckpt merge <run id>`` writes ./merged/<run id>/rank_0/: with ``--run-id``
+    eval evaluates that file, not a fresh merge of the run's slices; alone, it names the
+    flag that says the file's network."""
+    run_dir = tmp_path / "outputs" / "run"
+    sliced_run_directory(run_dir)
+    shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")    # spares MLflow's migrations
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(ensure_experiment(client, "ms_exp"),
+                            tags={"ms_exp.run_dir": str(run_dir)}).info.run_id
+    client.log_artifact(run, str(run_dir / "config.yaml"), "config")
+    client.set_terminated(run)
+    work = tmp_path / "work"
+    merged = main_in_process("ms_exp.ckpt", ["merge", run, "--tracking-uri", uri], work)
+    assert merged.rc == 0, merged.stderr[-3000:]
+    merged_file = work / "merged" / run / "rank_0" / "checkpoint0.ckpt"
+    assert merged.stdout.strip().splitlines()[-1] == str(merged_file)
+    relative = f"merged/{run}/rank_0/checkpoint0.ckpt"     # as the user types it, in work/
+
+    loaded = evaluated_files(monkeypatch)
+    result = main_in_process("ms_exp.eval", ["--run-id", run, "--checkpoint", relative,
+                                             "--tracking-uri", uri], work)
+    assert result.rc == 0, result.stderr[-3000:]
+    assert loaded == [Path(relative)]
+    assert "for this evaluation" not in result.stdout
+    assert re.search(r"^result: .* ckpt= (.*)$", result.stdout, re.M).group(1) == \
+        str(merged_file)
+    assert f"(child of {run})" in result.stdout
+
+    alone = main_in_process("ms_exp.eval", ["--checkpoint", relative], work)
+    assert one_line(alone, "ms_exp.eval") == (
+        f"--checkpoint='{relative}': not in a run directory (<run dir>/checkpoints/rank_<r>/ "
+        "or <run dir>/checkpoints/merged/rank_<r>/), so no config.yaml says which network it "
+        f"holds; expected --run-id {run} with it (the run it was merged from), or --config "
+        "<the run's config.yaml>")
+
+
+def test_eval_of_one_ranks_slice_says_how_to_merge_it_and_evaluates_nothing(tmp_path):
+    run_dir = tmp_path / "outputs" / "run"
+    sliced_run_directory(run_dir)
+    work = tmp_path / "work"
+    work.mkdir()
+    piece = run_dir / "checkpoints" / "rank_3" / "checkpoint-1_10.ckpt"
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(piece)], work)
+    merged = run_dir / "checkpoints" / "merged" / "rank_0" / "checkpoint0.ckpt"
+    assert one_line(result, "ms_exp.eval") == (
+        f"--checkpoint='{piece}': one rank's slice of a sliced run (checkpoint=sliced); "
+        f"expected a whole checkpoint: merge the slices with {python_command()} -m "
+        f"ms_exp.ckpt merge {run_dir}, then pass --checkpoint {merged} (or --run-id <run id> "
+        "without --checkpoint: its last step, merged)")
+    nothing_created(work)
+    assert not (run_dir / "checkpoints" / "merged").exists()

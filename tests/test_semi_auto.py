@@ -129,11 +129,11 @@ def test_each_rank_holds_its_slice_about_1_over_k_of_the_parameter(sliced, integ
 @pytest.mark.e2e
 def test_the_printed_merge_command_merges_the_slices_into_the_integrated_weights_bit_for_bit(
         sliced, integrated):
-    """The summary ends with the slices, the strategy file and a merge command; that
-    command, run as printed, merges with MindSpore's tool into exactly the weights the
-    same run saves integrated."""
+    """The summary ends with the slices, the strategy file, a merge command and the eval
+    command of its output; the merge, run as printed, merges with MindSpore's tool into
+    exactly the weights the same run saves integrated, in the file the eval command names."""
     run_dir = sliced.run_dir
-    last = sliced.stdout.splitlines()[-3:]
+    last = sliced.stdout.splitlines()[-4:]
     assert last[0] == (f"sliced checkpoints (one slice per rank): "
                        f"{run_dir}/checkpoints/{{rank_0 ... rank_7}}")
     assert last[1] == f"strategy file: {run_dir / 'strategy.ckpt'}"
@@ -146,6 +146,8 @@ def test_the_printed_merge_command_merges_the_slices_into_the_integrated_weights
     assert list((run_dir / "checkpoints" / "merged").rglob("*.ckpt"))
     merged_file = Path(merged.stdout.strip().splitlines()[-1])
     assert merged_file.parents[1] == run_dir / "checkpoints" / "merged"
+    assert last[3].startswith("then evaluate it: ")
+    assert last[3].endswith(f"-m ms_exp.eval --checkpoint {merged_file}")
     merged_weights = load(merged_file)
     full = load(integrated.run_dir / "checkpoints/rank_3" / LAST)
     assert merged_weights.keys() == full.keys()

@@ -46,7 +46,8 @@ def log_outputs(tracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
 
 def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
     """The last lines of a run that saved sliced checkpoints: where the slices and the
-    strategy file are, and the command that merges them (``ms_exp.ckpt merge``)."""
+    strategy file are, the command that merges them (``ms_exp.ckpt merge``) and the one
+    that evaluates the merged file (``ms_exp.eval --checkpoint``)."""
     strategy = Path(cfg.checkpoint.strategy.save_file or "")
     ckpt_root = Path(run_dir).resolve() / "checkpoints"
     if not (is_distributed(cfg.parallel) and cfg.checkpoint.save
@@ -56,10 +57,14 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
     ranks = sorted((p.name for p in ckpt_root.glob("rank_*") if p.is_dir()),
                    key=lambda name: int(name.rsplit("_", 1)[-1]))
     shown = f"{ranks[0]} ... {ranks[-1]}" if len(ranks) > 1 else ", ".join(ranks)
+    # The merge's default output (ms_exp/checkpoint/transform.py), which eval evaluates as it is.
+    merged = ckpt_root / "merged" / "rank_0" / f"{cfg.checkpoint.prefix}0.ckpt"
     return [f"sliced checkpoints (one slice per rank): {ckpt_root}/{{{shown}}}",
             f"strategy file: {strategy.resolve()}",
             f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge "
-            f"{shlex.quote(str(Path(run_dir).resolve()))}"]
+            f"{shlex.quote(str(Path(run_dir).resolve()))}",
+            f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint "
+            f"{shlex.quote(str(merged))}"]
 
 
 def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
