@@ -2,6 +2,8 @@
 callback and metric named in the config with its own arguments beside it, checked before
 anything runs, trained by both loops and recorded in MLflow; the built-in names go through
 the same path."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import train
@@ -188,6 +190,12 @@ BAD = {
         "model.weight_init='normal', model.version='abc': TypeError: %d format: a real number "
         "is required, not str; expected values of these keys that my_components.named_mlp "
         "accepts"),
+    "rank_zero_only of a callback that is not a bool": (
+        ["+trainer.callbacks.epochs._target_=my_components.EpochFile",
+         "+trainer.callbacks.epochs.path=epochs.txt",
+         "+trainer.callbacks.epochs.rank_zero_only=maybe"],
+        "trainer.callbacks.epochs.rank_zero_only='maybe': not allowed; expected true or "
+        "false"),
     "loss target that does not import": (
         ["loss._target_=my_components.NoSuchLoss"],
         "loss._target_='my_components.NoSuchLoss': does not import"),
@@ -223,3 +231,54 @@ def test_built_in_names_are_target_configs_built_the_same_way():
                                          "loss.label_smoothing=0.1"]).loss, 5)
     assert type(smooth) is CrossEntropySmooth  # given num_classes: 0.1 / 4 off the label
     assert np.isclose(float(smooth.off_value.asnumpy()), 0.025)
+
+
+def test_user_callbacks_run_on_every_rank_but_those_rank_zero_only(components, tmp_path,
+                                                                   monkeypatch):
+    """What each rank of a distributed job builds of ``trainer.callbacks`` (rank 0 and
+    rank 1 of 2): every callback but those ``rank_zero_only``, a key of ms_exp's that the
+    target is not given (EpochFile takes only path and tag)."""
+    monkeypatch.syspath_prepend(str(components))
+    from ms_exp.preflight.components import validate_callbacks
+    from ms_exp.preflight.compose import compose_config
+    from ms_exp.train.callbacks import user_callbacks
+
+    def entry(tag: str, rank_zero_only: str = "") -> str:
+        only = f",rank_zero_only:{rank_zero_only}" if rank_zero_only else ""
+        return f"{tag}:{{_target_:my_components.EpochFile,path:{tmp_path}/{tag}.txt{only}}}"
+
+    cfg = compose_config([f"+trainer.callbacks={{{entry('every')},{entry('once', 'true')},"
+                          f"{entry('each', 'false')}}}"])
+    validate_callbacks(cfg.trainer)
+    for rank, built in (0, ["every", "once", "each"]), (1, ["every", "each"]):
+        callbacks = user_callbacks(cfg.trainer, rank)
+        assert [callback.path.stem for callback in callbacks] == built, rank
+
+
+def test_ranks_other_than_0_write_no_file_all_ranks_share(tmp_path):
+    """The built-in callbacks of rank 1 of a 2-rank job: no weight snapshots (one folder
+    for the run), no progress bar, a best.ckpt it does not keep, MLflow's metrics on a
+    disabled tracker; its checkpoints go into its own folder."""
+    from mindspore import nn
+
+    from ms_exp.checkpoint.callbacks import BestCheckpoint, TimedModelCheckpoint, WeightSnapshots
+    from ms_exp.checkpoint.files import rank_dir
+    from ms_exp.preflight.compose import compose_config
+    from ms_exp.tracking.lifecycle import DisabledTracker
+    from ms_exp.train.callbacks import create_callbacks
+    from ms_exp.train.context import Runtime
+    from ms_exp.train.progress import ProgressBar
+
+    cfg = compose_config(["trainer.progress_bar=always", "checkpoint.snapshots.per_epoch=1"])
+    kinds = {}
+    for rank in (0, 1):
+        runtime = Runtime("CPU", "graph", 0, rank, 2, "data")
+        fit = create_callbacks(cfg, nn.Dense(4, 2), runtime, tmp_path,
+                               rank_dir(tmp_path, rank), DisabledTracker(), 4, 0, [],
+                               "accuracy", {})
+        kinds[rank] = {type(callback) for callback in fit.callbacks}
+        assert fit.best is not None and fit.best.keep == (rank == 0)
+        assert fit.saver is not None and \
+            Path(fit.saver._directory) == rank_dir(tmp_path, rank).resolve()
+    assert {WeightSnapshots, ProgressBar, BestCheckpoint, TimedModelCheckpoint} <= kinds[0]
+    assert kinds[0] - kinds[1] == {WeightSnapshots, ProgressBar}

@@ -254,17 +254,30 @@ def test_ranks_import_the_users_modules_read_half_the_data_each_and_their_slices
         trained, tmp_path):
     """Semi-auto parallel of the user's network on 2 ranks (on CPU ms_exp trains it data
     parallel and writes each rank's slice): the ranks import the project's modules and each
-    reads half the data; the slices of the user's layer merge back to its weights."""
+    reads half the data; the slices of the user's layer merge back to its weights. The
+    project's callback runs on both ranks, or on rank 0 alone with rank_zero_only."""
     import mindspore as ms
+
+    def epoch_log(name: str, rank_zero_only: str) -> str:
+        return (f"{name}:{{_target_:my_project.callbacks.EpochLog,path:{tmp_path}/{name}.log,"
+                f"rank_zero_only:{rank_zero_only}}}")
 
     # 2 ranks: the option's strategy for 4 (2 x 2) is checked in-process above; the 2 x 2
     # layouts' slices and their merge, on ms_exp's network in tests/test_semi_auto.py.
     result = train(trained.cwd, *OWN, *TINY, "trainer.epochs=1", "parallel=semi_auto_tiny",
                    "parallel.device_num=2", "parallel.strategies.hidden.matmul=[[1,1],[1,2]]",
-                   "checkpoint=sliced", f"parallel.launcher.master_port={free_port()}")
+                   "checkpoint=sliced", f"parallel.launcher.master_port={free_port()}",
+                   f"+trainer.callbacks={{{epoch_log('every', 'false')},"
+                   f"{epoch_log('once', 'true')}}}")
     for rank in range(2):
         log = (result.run_dir / "log_output" / f"worker_{rank}.log").read_text()
         assert "dataset=blobs: 256 training and 128 held-out samples" in log
+    # One line per rank and epoch in the file both ranks append to; one per epoch with
+    # rank_zero_only.
+    assert [line.split()[:2] for line in (tmp_path / "every.log").read_text().splitlines()] \
+        == [["epoch", "1"]] * 2
+    assert [line.split()[:2] for line in (tmp_path / "once.log").read_text().splitlines()] \
+        == [["epoch", "1"]]
     assert result.store.get_run(result.run_id).info.status == "FINISHED"
     part = ms.load_checkpoint(str(result.run_dir / "checkpoints/rank_0/checkpoint-1_8.ckpt"))
     assert tuple(part["hidden.weight"].shape) == (16, 16)  # [16, 32] split on its columns

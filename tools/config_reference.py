@@ -41,7 +41,14 @@ from omegaconf import OmegaConf
 
 from ms_exp.boost.checks import LEVELS as BOOST_LEVELS
 from ms_exp.config import schema
-from ms_exp.config.schema import GROUP_SCHEMAS, Config, LossConfig, LossPart
+from ms_exp.config.schema import (
+    GROUP_SCHEMAS,
+    CallbackEntry,
+    Config,
+    LossConfig,
+    LossPart,
+    TrainerConfig,
+)
 from ms_exp.models.checks import MLP_WEIGHT_INITS, RESNET_DEPTHS
 from ms_exp.preflight.compose import CONF_DIR, ConfigSource, hydra_for
 
@@ -59,7 +66,8 @@ CLOSED_SETS: Dict[Tuple[type, str], Sequence] = {
     (schema.ResNetModel, "depth"): RESNET_DEPTHS,
 }
 # Dict-valued keys whose every value is read typed by a schema of its own.
-TYPED_VALUES: Dict[Tuple[type, str], type] = {(LossConfig, "parts"): LossPart}
+TYPED_VALUES: Dict[Tuple[type, str], type] = {(LossConfig, "parts"): LossPart,
+                                              (TrainerConfig, "callbacks"): CallbackEntry}
 # Hydra plugins that the launcher presets in conf/hydra/launcher extend.
 PLUGIN_DOCS = {
     "joblib": "https://hydra.cc/docs/plugins/joblib_launcher/",

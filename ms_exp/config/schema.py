@@ -417,8 +417,9 @@ class TrainerConfig:
     dataset_sink_mode: bool = False
     sink_size: int = -1  # steps per sink; -1: the whole dataset
     # Callbacks added to both loops: name -> a ``_target_`` config of a
-    # mindspore.train.Callback, its own arguments beside it. An experiment adds one by name
-    # and removes one with `~trainer.callbacks.<name>` (or `<name>: null`).
+    # mindspore.train.Callback, its own arguments beside it. Each runs on every rank of a
+    # distributed job unless its rank_zero_only is true. An experiment adds one by name and
+    # removes one with `~trainer.callbacks.<name>` (or `<name>: null`).
     callbacks: Dict[str, Any] = field(default_factory=dict)
     # Eval metrics beside the classification ones: name -> a ``_target_`` config of a
     # mindspore.train.Metric (num_classes passed when its signature names it), logged as
@@ -452,6 +453,30 @@ class OptimizerConfig(Dict[str, Any]):
     group_params: bool = False
     # Any mindspore.nn.Optimizer subclass, e.g. mindspore.nn.AdamWeightDecay; wins over name.
     _target_: Optional[str] = None
+
+
+@dataclass
+class CallbackEntry:
+    """One of ``trainer.callbacks``: a mindspore.train.Callback by ``_target_``. Beside the
+    keys below it takes the target's own arguments; the keys below are ms_exp's, never
+    passed to the target."""
+
+    # Build and run it on rank 0 only. False: on every rank, as MindSpore runs the
+    # callbacks each rank's Model.fit is given, because a callback may have to act in each
+    # rank (write that rank's own file, or join a collective operation that every rank must
+    # call). A callback writing one file that all ranks share wants true.
+    rank_zero_only: bool = False
+    # Required: the Callback class, or a function declared to return one (`-> Callback`).
+    _target_: Optional[str] = None
+
+
+def callback_rank_zero_only(node) -> bool:
+    """``rank_zero_only`` of a ``trainer.callbacks`` entry (False when unset), typed by
+    CallbackEntry: raises OmegaConf's ValidationError for a value that is not a bool. The
+    value is read from ``node`` first, so that an interpolation resolves where it stands."""
+    typed = OmegaConf.structured(CallbackEntry)
+    typed.rank_zero_only = node.get("rank_zero_only", False)
+    return bool(typed.rank_zero_only)
 
 
 @dataclass

@@ -12,18 +12,22 @@ by their schemas and ms_exp/preflight/training.py alone.
 import inspect
 from typing import Any, List, Tuple
 
+from omegaconf.errors import OmegaConfBaseException
+
 from ms_exp.boost.options import boost_option
 from ms_exp.config.amp import needs_overflow_check
-from ms_exp.config.errors import ConfigError, require
+from ms_exp.config.errors import ConfigError, InvalidConfig, require, value_error
 from ms_exp.config.schema import (
     CALLBACK_TARGET,
     LOSS_TARGET,
     METRIC_TARGET,
     OPTIMIZER_REQUIRED,
     OPTIMIZER_TARGET,
+    CallbackEntry,
     LossConfig,
     LossPart,
     OptimizerConfig,
+    callback_rank_zero_only,
     loss_own_keys,
     own_keys,
 )
@@ -124,15 +128,21 @@ def _optimizer_divides_loss_scale(cfg) -> bool:
 
 
 def validate_callbacks(trainer_cfg) -> None:
-    """``trainer.callbacks``: each builds a mindspore.train.Callback."""
+    """``trainer.callbacks``: each builds a mindspore.train.Callback (every one, whichever
+    ranks will run it), its ``rank_zero_only`` a bool."""
     for name, node in (trainer_cfg.callbacks or {}).items():
         if node is None:  # removed by an experiment or a command line
             continue
         key = f"trainer.callbacks.{name}"
         _require_target(key, node, "my_project.callbacks.EpochLog")
+        try:
+            callback_rank_zero_only(node)
+        except OmegaConfBaseException as error:
+            raise InvalidConfig(value_error(f"{key}.rank_zero_only", error)) from None
         from mindspore.train import Callback
 
-        build(key, node, expected=(Callback,), expected_text=CALLBACK_TARGET)
+        build(key, node, own_keys=own_keys(CallbackEntry), expected=(Callback,),
+              expected_text=CALLBACK_TARGET)
 
 
 HYDRA_CALLBACK = "hydra.experimental.callback.Callback"

@@ -2,7 +2,14 @@
 they must run: the console monitors, MLflow's metrics, checkpoints (and stage one's
 snapshots, and on CPU the emulated semi-auto layouts), the progress bar, the user's
 (``trainer.callbacks``), then resuming at a step, reporting to an Optuna trial, and stopping
-at a step boundary on a signal."""
+at a step boundary on a signal.
+
+Each rank of a distributed job runs its own. What writes a file that all ranks share is
+rank 0's alone: the weight snapshots, the strategy file of the emulated layouts, the kept
+``best.ckpt`` (where the weights are sharded the other ranks take part in saving it, then
+delete their copy), the progress bar, and MLflow's metrics (the other ranks' trackers are
+disabled, ms_exp/worker.py); checkpoints go into each rank's own folder. The user's
+callbacks run on every rank but those set ``rank_zero_only``."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -18,7 +25,12 @@ from ms_exp.checkpoint.callbacks import (
 )
 from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR
 from ms_exp.config.errors import require
-from ms_exp.config.schema import CALLBACK_TARGET
+from ms_exp.config.schema import (
+    CALLBACK_TARGET,
+    CallbackEntry,
+    callback_rank_zero_only,
+    own_keys,
+)
 from ms_exp.config.targets import build
 from ms_exp.data.build import loader_settings
 from ms_exp.search.trial import current_trial, sweep_metric
@@ -76,7 +88,7 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
             save_steps=save_interval_steps(ckpt_cfg, steps_per_epoch)))
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, cfg.trainer.epochs))
-    callbacks += user_callbacks(cfg.trainer)
+    callbacks += user_callbacks(cfg.trainer, runtime.rank_id)
 
     saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
@@ -100,11 +112,14 @@ def _report_to_trial(cfg, runtime) -> Optional[ReportToTrial]:
     return ReportToTrial(link, sweep_metric(cfg), cfg.trainer.epochs)
 
 
-def user_callbacks(trainer_cfg) -> List[Callback]:
-    """``trainer.callbacks``, built in their order; an entry set to null is left out."""
-    return [build(f"trainer.callbacks.{name}", node, expected=(Callback,),
-                  expected_text=CALLBACK_TARGET)
-            for name, node in (trainer_cfg.callbacks or {}).items() if node is not None]
+def user_callbacks(trainer_cfg, rank_id: int = 0) -> List[Callback]:
+    """``trainer.callbacks`` of rank ``rank_id``, built in their order: every entry on
+    every rank, as MindSpore runs each rank's callbacks, but those set ``rank_zero_only``
+    (built on rank 0 alone); an entry set to null is left out."""
+    return [build(f"trainer.callbacks.{name}", node, own_keys=own_keys(CallbackEntry),
+                  expected=(Callback,), expected_text=CALLBACK_TARGET)
+            for name, node in (trainer_cfg.callbacks or {}).items()
+            if node is not None and (rank_id == 0 or not callback_rank_zero_only(node))]
 
 
 def _snapshots(cfg, network, run_dir: Path, steps_per_epoch: int, tracker) -> WeightSnapshots:
