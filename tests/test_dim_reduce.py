@@ -21,8 +21,8 @@ from conftest import (
     train,
 )
 
-from ms_exp.boost.stage_one import stage_two_command
 from ms_exp.config.errors import InvalidConfig
+from ms_exp.job.summary import stage_two_command
 from ms_exp.preflight.compose import compose_config, preflight
 
 # digits: 44 steps per epoch at batch 32. Snapshots from epoch 2, 6 per epoch: 12.

@@ -6,10 +6,9 @@ newest finished run in the experiment that kept snapshots). A run's files are re
 its run directory when it is on this machine, otherwise downloaded from its artifacts.
 Explicit paths win over what the run provides.
 """
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from ms_exp.config.errors import ConfigError
 
@@ -120,24 +119,3 @@ def _download(client, run_id: str, last: str):
                           problem=f"its files are gone ({type(error).__name__})") from None
     return (Path(weights) if weights else None), Path(snapshots)
 
-
-STAGE_ONE_PRESET = "+experiment=dim_reduce_stage_one"
-# Where stage two must look for stage one: the same store and experiment.
-_SAME_STORE = ("tracking.uri=", "tracking.experiment_name=")
-
-
-def stage_two_command(cfg, overrides: Sequence[str], run_id: str) -> Optional[str]:
-    """The command that trains stage two from a stage-one run's snapshots (None for any
-    other run): the preset's stage two after the preset's stage one, else this run's own
-    overrides with ``boost=dim_reduce`` (AutoBoost trains with SGD whatever the optimizer)."""
-    from ms_exp.tracking.store import python_command
-
-    if not cfg.checkpoint.snapshots.per_epoch or cfg.boost.mode == "dim_reduce":
-        return None
-    if STAGE_ONE_PRESET in overrides:
-        args = ["+experiment=dim_reduce_stage_two",
-                *(o for o in overrides if o.startswith(_SAME_STORE))]
-    else:
-        args = [*overrides, "boost=dim_reduce"]
-    return shlex.join([*shlex.split(python_command()), "-m", "ms_exp.run", *args,
-                       f"boost.stage_one_run_id={run_id}"])

@@ -15,7 +15,6 @@ from typing import Optional, Sequence, cast
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
-from ms_exp.boost.stage_one import stage_two_command
 from ms_exp.checkpoint.resume import ResumePoint, clear_resume_point, find_resume_point
 from ms_exp.config.run_config import RESOLVED_CONFIG
 from ms_exp.job.console import tee_output
@@ -23,7 +22,7 @@ from ms_exp.job.distributed import train_with_ranks
 from ms_exp.job.identity import finished_before, run_identity
 from ms_exp.job.model_package import log_run_models
 from ms_exp.job.outputs import log_outputs, sliced_checkpoint_lines
-from ms_exp.job.summary import report_result
+from ms_exp.job.summary import report_result, stage_two_command
 from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
 from ms_exp.tracking.finished import config_digest

@@ -1,9 +1,13 @@
 """The lines a finished job prints last: where its outputs, final evaluation, checkpoints
-and MLflow run are, and the command that opens the run in the MLflow UI; the last and
-best checkpoints also become tags of the run (``ms_exp.eval --checkpoint last|best``)."""
+and MLflow run are, the command that opens the run in the MLflow UI, and a stage one's
+stage two; the last and best checkpoints also become tags of the run (``ms_exp.eval
+--checkpoint last|best``)."""
+import shlex
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
+from ms_exp.boost.options import boost_option
+from ms_exp.tracking.store import python_command
 from ms_exp.tracking.ui_links import ui_lines
 from ms_exp.train.result import JobResult
 
@@ -37,3 +41,24 @@ def _artifact_name(path: Optional[Path]) -> str:
     if path is None:
         return ""
     return f"checkpoints/{path.parent.name}/{path.name}"
+
+
+STAGE_ONE_PRESET = "+experiment=dim_reduce_stage_one"
+# Where stage two must look for stage one: the same store and experiment.
+_SAME_STORE = ("tracking.uri=", "tracking.experiment_name=")
+
+
+def stage_two_command(cfg, overrides: Sequence[str], run_id: str) -> Optional[str]:
+    """The command that trains stage two from a stage-one run's snapshots (None for any
+    other run): the preset's stage two after the preset's stage one, else this run's own
+    overrides with ``boost=dim_reduce`` (AutoBoost trains with SGD whatever the optimizer)."""
+    # A run boosted by its own train step (dim_reduce) is a stage two already.
+    if not cfg.checkpoint.snapshots.per_epoch or boost_option(cfg.boost).own_train_step:
+        return None
+    if STAGE_ONE_PRESET in overrides:
+        args = ["+experiment=dim_reduce_stage_two",
+                *(o for o in overrides if o.startswith(_SAME_STORE))]
+    else:
+        args = [*overrides, "boost=dim_reduce"]
+    return shlex.join([*shlex.split(python_command()), "-m", "ms_exp.run", *args,
+                       f"boost.stage_one_run_id={run_id}"])
