@@ -185,3 +185,32 @@ def test_the_code_names_only_the_tutorials_the_design_page_lists():
                 if "-" in name and name.lower() not in listed:
                     unknown.append(f"{path.relative_to(ROOT)}:{number}: {name} tutorial")
     assert not unknown, "\n".join(unknown)
+
+
+# `$ ls [-A] outputs/<date>/<time>[/sub]` in a guide's text block, and the names it lists on
+# the lines below (until the next prompt or the block's end).
+LISTING = re.compile(r"^\$ ls (?:-A )?outputs/[^/\s]+/[^/\s]+(?:/(\S+))?\n((?:(?!\$ )[^`\n].*\n)+)",
+                     re.M)
+# One file of many: the epoch and step of a checkpoint differ with the run's length.
+NUMBERED = re.compile(r"checkpoint-\d+_\d+")
+
+
+def shown_listings(page: str) -> dict:
+    """Each run-folder listing ``docs/guides/<page>`` shows: {sub-folder ('' for the run
+    folder): the names it lists}; "..." stands for names left out."""
+    text = (ROOT / "docs" / "guides" / page).read_text()
+    return {(match.group(1) or ""): match.group(2).split() for match in LISTING.finditer(text)}
+
+
+def assert_listed_as_shown(run_dir: Path, page: str, subfolders) -> None:
+    """The run folder holds what the guide shows of it: the same names (checkpoints of
+    any epoch and step alike), or at least those shown where it elides some with "..."."""
+    shown = shown_listings(page)
+    assert set(subfolders) <= set(shown), sorted(shown)
+    for sub in subfolders:
+        names = {NUMBERED.sub("checkpoint-E_S", n) for n in shown[sub] if n != "..."}
+        here = {NUMBERED.sub("checkpoint-E_S", p.name) for p in (run_dir / sub).iterdir()}
+        if "..." in shown[sub]:
+            assert names <= here, (page, sub, sorted(names - here))
+        else:
+            assert names == here, (page, sub, sorted(names ^ here))

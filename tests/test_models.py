@@ -91,6 +91,14 @@ print('same', graph.shape)
 
 
 @pytest.mark.e2e
+def test_the_run_folder_holds_what_the_tracking_guide_shows(registered):
+    from tests.test_docs import assert_listed_as_shown
+
+    assert_listed_as_shown(registered.run_dir, "tracking.md",
+                           ["", "checkpoints/rank_0", "models/best"])
+
+
+@pytest.mark.e2e
 def test_mlflows_own_predict_command_serves_a_logged_model(registered, tmp_path):
     """``mlflow models predict`` on a model of the run, by its models:/ URI, in the
     environment ms_exp is installed in: the same outputs as the model's MindIR."""

@@ -77,6 +77,16 @@ def test_output_tree_is_the_tutorials_strategy_file_rank_folders_logs_and_loss_l
 
 @pytest.mark.distributed
 @pytest.mark.e2e
+def test_the_run_folder_holds_what_the_distributed_guide_shows(sliced):
+    from test_docs import assert_listed_as_shown
+
+    assert_listed_as_shown(sliced.run_dir, "distributed.md",
+                           ["", "checkpoints", "checkpoints/rank_0", "checkpoints/rank_1",
+                            "log_output"])
+
+
+@pytest.mark.distributed
+@pytest.mark.e2e
 def test_a_sliced_run_models_its_integrated_best_and_says_why_not_its_last(sliced):
     last = sliced.run_dir / "checkpoints" / "rank_0" / LAST
     assert (f"no MLflow model of the last checkpoint: {last} is one rank's slice (merge the "
