@@ -118,10 +118,12 @@ def test_a_dataset_that_returns_something_else_is_refused(project, refusal):
     assert line == ("ms_exp: error: dataset._target_='my_project.wrong.data': returned a "
                     "dict for split='train'; expected a pair of numpy arrays (x, y), or a "
                     "mindspore.dataset dataset of unbatched (data, label) samples")
-    line = refusal("+dataset.spread=-1")  # the target's own error, in one line
+    # The target's own error, in one line, after the keys and values it was given.
+    line = refusal("+dataset.spread=-1")
     assert line == ("ms_exp: error: dataset._target_='my_project.data.blobs': failed to "
-                    "build: ValueError: scale < 0; expected arguments my_project.data.blobs "
-                    "accepts")
+                    "build with dataset.samples=512, dataset.features=16, dataset.classes=4, "
+                    "dataset.spread=-1: ValueError: scale < 0; expected values of these keys "
+                    "that my_project.data.blobs accepts")
 
 
 def test_a_dataset_without_split_is_refused(project, refusal):
