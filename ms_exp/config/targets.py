@@ -12,10 +12,7 @@ Nothing here imports MindSpore; importing a target may.
 import functools
 import inspect
 import logging
-import os
-import pkgutil
 import sys
-import sysconfig
 import typing
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
@@ -220,23 +217,13 @@ def refuse_standard_library(key: str, path: str, module: Optional[str] = None,
 @functools.lru_cache(maxsize=None)
 def _standard_library() -> typing.FrozenSet[str]:
     """The top-level names of Python's standard library."""
-    if sys.version_info >= (3, 10):
-        return frozenset(sys.stdlib_module_names)
-    # Python 3.9 lists none: the modules of its library folders and those built in.
-    folders = [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]
-    folders += [os.path.join(folder, "lib-dynload") for folder in folders]
-    found = {module.name for module in pkgutil.iter_modules(folders)}
-    return frozenset(found | set(sys.builtin_module_names))
+    return frozenset(sys.stdlib_module_names)
 
 
 def _declared_return(target: Callable):
     """The return annotation of a function, None when it has none or it cannot be read."""
     try:
-        if sys.version_info >= (3, 10):
-            annotation = inspect.signature(target, eval_str=True).return_annotation
-        else:  # Python 3.9 has no eval_str: the evaluated annotations of the function
-            annotation = typing.get_type_hints(inspect.unwrap(target)).get(
-                "return", inspect.Signature.empty)
+        annotation = inspect.signature(target, eval_str=True).return_annotation
     except (TypeError, ValueError, NameError, SyntaxError):
         return None
     return None if annotation is inspect.Signature.empty else annotation
