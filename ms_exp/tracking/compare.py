@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import pandas
 
-from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, OBJECTIVE_METRICS, objective_metric
+from ms_exp.search.trial import OBJECTIVE_METRICS, objective_metric
 from ms_exp.tracking.params import relative_to_run
 from ms_exp.tracking.registry import best_child
 from ms_exp.tracking.store import (
@@ -34,7 +34,15 @@ from ms_exp.tracking.store import (
     resolve_tracking_uri,
 )
 from ms_exp.tracking.sweep_report import lower_is_better
-from ms_exp.tracking.sweep_runs import ReportError, all_pages, find_sweep, read_overrides
+from ms_exp.tracking.sweep_runs import (
+    ReportError,
+    all_pages,
+    differing_keys,
+    find_sweep,
+    read_overrides,
+    stated_direction,
+    stated_metric,
+)
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -146,12 +154,6 @@ def config(run: Run) -> Dict[str, str]:
     params = run.data.params
     return {k: str(v) for k, v in relative_to_run(params, Path(folder)).items()} if folder \
         else dict(params)
-
-
-def differing_keys(configs: Sequence[Dict[str, str]]) -> List[str]:
-    """The keys whose value is not the same in every config (a key some lack differs)."""
-    keys = sorted({key for c in configs for key in c})
-    return [key for key in keys if len({c.get(key) for c in configs}) > 1]
 
 
 def logged_metrics(runs: Sequence[Run]) -> List[str]:
@@ -281,16 +283,15 @@ def best_run(client: MlflowClient, selection: Selection, metric: Optional[str] =
         raise CompareError(f"no finished run in {selection.where}; expected runs that "
                            f"finished (statuses: {_statuses(selection.runs) or 'no runs'})")
     logged = logged_metrics(finished)
-    stated = _stated_metric(selection.sweep)
-    objective = objective_metric(logged, stated if stated in logged else None)
-    metric = metric or objective or OBJECTIVE_METRICS[0]
+    stated = stated_metric(selection.sweep) if selection.sweep is not None else None
+    metric = metric or objective_metric(logged, stated if stated in logged else None) or \
+        OBJECTIVE_METRICS[0]
     check_metric(metric, logged)
-    direction = None
+    direction = stated_direction(selection.sweep, metric, logged) \
+        if selection.sweep is not None else None
     if lowest is not None:
         direction, why = ("minimize" if lowest else "maximize"), ("--min" if lowest else "--max")
-    elif selection.sweep is not None and metric == objective and \
-            selection.sweep.data.tags.get(DIRECTION_TAG):
-        direction = selection.sweep.data.tags[DIRECTION_TAG]
+    elif direction:
         why = f"as the sweep {direction.lower()}s it"
     else:
         why = "by the metric's name; --min or --max to choose"
@@ -301,12 +302,6 @@ def best_run(client: MlflowClient, selection: Selection, metric: Optional[str] =
     scored = sum(1 for r in finished if metric in r.data.metrics)
     return Best(run, metric, lower_is_better(metric, direction), why, scored,
                 checkpoints(client, run))
-
-
-def _stated_metric(parent: Optional[Run]) -> Optional[str]:
-    if parent is None:
-        return None
-    return parent.data.tags.get(METRIC_TAG) or parent.data.params.get("sweep.metric")
 
 
 def _statuses(runs: Sequence[Run]) -> str:

@@ -18,9 +18,17 @@ import pandas
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, STORAGE_TAG, STUDY_TAG, objective_metric
 from ms_exp.search.trial import OBJECTIVE_METRICS as DEFAULT_METRICS
-from ms_exp.tracking.sweep_runs import ReportError, child_runs, job_values, markdown, swept_keys
+from ms_exp.search.trial import STORAGE_TAG, STUDY_TAG, objective_metric
+from ms_exp.tracking.sweep_runs import (
+    ReportError,
+    child_runs,
+    job_values,
+    markdown,
+    stated_direction,
+    stated_metric,
+    swept_keys,
+)
 from ms_exp.tracking.ui_links import share_sweep_view
 
 # The first of DEFAULT_METRICS that the jobs logged ranks them unless --metric or the sweep's
@@ -291,7 +299,7 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
     if not children:
         raise ReportError(f"sweep run {parent_run_id} has no child runs")
     logged = {name for child in children for name in child.data.metrics}
-    stated = parent.data.tags.get(METRIC_TAG) or parent.data.params.get("sweep.metric")
+    stated = stated_metric(parent)
     default = objective_metric(logged, stated if stated in logged else None)
     metric = metric or default or DEFAULT_METRICS[0]
     if logged and metric not in logged:
@@ -299,8 +307,7 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
                           + ", ".join(sorted(logged)))
     keys = swept_keys(parent, children)
     # An Optuna sweep states which way is best for what it optimises, a basic sweep nothing.
-    optimised = metric == objective_metric(logged, stated)
-    direction = parent.data.tags.get(DIRECTION_TAG) if optimised else None
+    direction = stated_direction(parent, metric, logged)
     lowest_first = lower_is_better(metric, direction)
     table = summary_table(children, keys, metric, lowest_first)
     rows = table.to_dict("records")

@@ -11,7 +11,20 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Container,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
+
+from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, objective_metric
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
@@ -111,12 +124,26 @@ def swept_keys(parent: Run, children: Sequence[Run]) -> List[str]:
     lines = read_overrides(parent.data.tags.get("ms_exp.sweep.overrides", ""))
     lines += [f"{key}={value}" for key, value in parent.data.params.items()]
     keys = [o.key_or_group for _, o in parsed_overrides(lines) if o.is_sweep_override()]
-    return list(dict.fromkeys(keys)) or _differing_params(children)
+    return list(dict.fromkeys(keys)) or differing_keys([c.data.params for c in children])
 
 
-def _differing_params(children: Sequence[Run]) -> List[str]:
-    names = sorted({name for child in children for name in child.data.params})
-    return [name for name in names if len({c.data.params.get(name) for c in children}) > 1]
+def differing_keys(configs: Sequence[Mapping[str, str]]) -> List[str]:
+    """The keys whose value is not the same in every config (a key some lack differs)."""
+    keys = sorted({key for c in configs for key in c})
+    return [key for key in keys if len({c.get(key) for c in configs}) > 1]
+
+
+def stated_metric(parent: Run) -> Optional[str]:
+    """The metric a sweep states it ranks by: its ``sweep.metric``, which an Optuna sweep
+    optimises; None where it states none."""
+    return parent.data.tags.get(METRIC_TAG) or parent.data.params.get("sweep.metric")
+
+
+def stated_direction(parent: Run, metric: str, logged: Container[str]) -> Optional[str]:
+    """Which way a sweep states ``metric`` is best: an Optuna sweep's direction for the
+    metric it optimises; None for another metric, or a sweep that states none."""
+    optimised = metric == objective_metric(logged, stated_metric(parent))
+    return parent.data.tags.get(DIRECTION_TAG) if optimised else None
 
 
 def markdown(cells) -> str:
