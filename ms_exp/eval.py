@@ -26,6 +26,7 @@ from ms_exp.checkpoint.transform import (
     CkptError,
     is_sliced_run,
     merge_checkpoints,
+    merged_file,
     run_sources,
 )
 from ms_exp.config.errors import ConfigError, InvalidConfig
@@ -256,7 +257,7 @@ def refuse_a_slice(checkpoint: Path, cfg: DictConfig, best_name: str) -> None:
             and folder.parent.name == "checkpoints" and checkpoint.name != best_name):
         return
     run_dir = folder.parent.parent
-    merged = run_dir / "checkpoints" / "merged" / "rank_0" / f"{cfg.checkpoint.prefix}0.ckpt"
+    merged = merged_file(run_dir / "checkpoints", cfg.checkpoint.prefix)
     raise ConfigError("--checkpoint", str(checkpoint),
                       f"a whole checkpoint: merge the slices with {python_command()} -m "
                       f"ms_exp.ckpt merge {shlex.quote(str(run_dir))}, then pass --checkpoint "

@@ -227,6 +227,12 @@ def describe_merge(files: Dict[int, Path], strategy_file) -> str:
             f"with the strategy file {Path(strategy_file).resolve()}")
 
 
+def merged_file(src_dir, prefix: str = "checkpoint") -> Path:
+    """Where :func:`merge_checkpoints` writes by default:
+    ``<src_dir>/merged/rank_0/<prefix>0.ckpt``."""
+    return Path(src_dir) / "merged" / "rank_0" / f"{prefix}0.ckpt"
+
+
 def merge_checkpoints(src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint",
                       report=None) -> Path:
     """Merge every rank's slices into one full checkpoint (``output_dir/rank_0/<prefix>0.ckpt``;

@@ -12,6 +12,7 @@ from typing import List
 from omegaconf import DictConfig
 
 from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR, snapshot_files
+from ms_exp.checkpoint.transform import merged_file
 from ms_exp.parallel.launcher_config import is_distributed, log_dir
 from ms_exp.tracking.store import python_command
 
@@ -57,8 +58,7 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
     ranks = sorted((p.name for p in ckpt_root.glob("rank_*") if p.is_dir()),
                    key=lambda name: int(name.rsplit("_", 1)[-1]))
     shown = f"{ranks[0]} ... {ranks[-1]}" if len(ranks) > 1 else ", ".join(ranks)
-    # The merge's default output (ms_exp/checkpoint/transform.py), which eval evaluates as it is.
-    merged = ckpt_root / "merged" / "rank_0" / f"{cfg.checkpoint.prefix}0.ckpt"
+    merged = merged_file(ckpt_root, cfg.checkpoint.prefix)  # which eval evaluates as it is
     return [f"sliced checkpoints (one slice per rank): {ckpt_root}/{{{shown}}}",
             f"strategy file: {strategy.resolve()}",
             f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge "
