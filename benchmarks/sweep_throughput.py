@@ -1,6 +1,8 @@
 """Sweep throughput: the wall time of an 8-job sweep run by Hydra's basic launcher (one job
 after another, all in one process), by the concurrent launcher (conf/hydra/launcher/
-concurrent.yaml: joblib with 2 loky worker processes), and by hand (8 separate commands).
+concurrent.yaml: joblib with 2 loky worker processes), by the pool launcher (conf/hydra/
+launcher/pool.yaml: a worker process per core, each job pinned to its core), and by hand
+(8 separate commands).
 
 The sweep is the default digits job over 8 learning rates, ``--epochs`` epochs per job:
 
@@ -8,6 +10,7 @@ The sweep is the default digits job over 8 learning rates, ``--epochs`` epochs p
                     optimizer.lr=0.01,0.02,0.03,0.04,0.05,0.06,0.07,0.08
   concurrent    python -m ms_exp.run -m hydra/launcher=concurrent <the same overrides>
   concurrent_4  python -m ms_exp.run -m hydra/launcher=concurrent hydra.launcher.n_jobs=4 ...
+  pool          python -m ms_exp.run -m hydra/launcher=pool <the same overrides>
   loop          for lr in 0.01 ... 0.08: python -m ms_exp.run trainer.epochs=2 ... optimizer.lr=$lr
 
 All but concurrent_4 run by default; choose with --arms.
@@ -63,10 +66,11 @@ SWEEPS = {
     "sequential": [],
     "concurrent": ["hydra/launcher=concurrent"],
     "concurrent_4": ["hydra/launcher=concurrent", "hydra.launcher.n_jobs=4"],
+    "pool": ["hydra/launcher=pool"],
 }
 ARMS = (*SWEEPS, "loop")
 # n_jobs=4 on 2 cores only oversubscribes them further (0.76x sequential in a trial round).
-DEFAULT_ARMS = ("sequential", "concurrent", "loop")
+DEFAULT_ARMS = ("sequential", "concurrent", "pool", "loop")
 
 
 def job_overrides(epochs: int) -> List[str]:
@@ -192,8 +196,8 @@ def table(results, args) -> str:
               "run open (interpreters starting and importing, composing, each job until its "
               "run exists, the sweep's parent run and report). Jobs at once: the jobs' run "
               "time summed over the time any was open."]
-    lines += [where_time_goes(results, arm) for arm in results if arm.startswith("concurrent")
-              and "sequential" in results]
+    lines += [where_time_goes(results, arm) for arm in results
+              if arm.startswith(("concurrent", "pool")) and "sequential" in results]
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.hydra_internals import args_parser
+from ms_exp.config.plugins import register_plugins
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
+from ms_exp.pool.dispatch import close_pools
 from ms_exp.preflight.compose import (
     CONF_DIR,
     CONFIG_NAME,
@@ -34,7 +36,6 @@ from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.rerun import rerun_arguments, split_from_run
 from ms_exp.preflight.validate import validate_once
 from ms_exp.search.checks import fail_fast_overrides
-from ms_exp.search.plugin import register_optuna_sweeper
 from ms_exp.search.trial import objective_value
 from ms_exp.tracking.run_folder import release_all
 from ms_exp.tracking.store import password_refusal, without_passwords
@@ -45,7 +46,7 @@ FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 EXIT_INTERRUPTED = 130
 
 register_schemas()
-register_optuna_sweeper()
+register_plugins()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)
@@ -241,6 +242,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise
     finally:
         release_all()
+        close_pools()
     return 0
 
 

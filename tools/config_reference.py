@@ -546,8 +546,9 @@ def render() -> str:
         node = presets[preset]
         out += [f"### hydra/launcher={preset}", ""]
         docs = PLUGIN_DOCS.get(plugin)
-        extends = f"[{plugin}]({docs})" if docs else code(plugin)
-        out += [f"File `conf/hydra/launcher/{preset}.yaml`; extends Hydra's {extends} "
+        extends = (f"Hydra's [{plugin}]({docs})" if docs else
+                   f"ms_exp's own {code(plugin)} (`ms_exp/pool/`)")
+        out += [f"File `conf/hydra/launcher/{preset}.yaml`; extends {extends} "
                 f"launcher (`_target_`: {code(node['_target_'])}).", ""]
         out += _blocks(option_header(path))
         body = path.read_text().splitlines()

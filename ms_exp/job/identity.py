@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 from omegaconf import DictConfig
 
 from ms_exp.config.targets import component_name
+from ms_exp.pool.devices import DEVICES_TAG, job_devices
 from ms_exp.search.trial import current_trial
 from ms_exp.tracking.finished import DIGEST_TAG, find_finished, skip_note
 from ms_exp.tracking.sweep import child_run_name, parent_run_id, swept_tags
@@ -27,6 +28,9 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: 
         "ms_exp.run_dir": str(run_dir.resolve()),
         "ms_exp.overrides": shlex.join(overrides),
     }
+    devices = job_devices()
+    if devices:
+        tags[DEVICES_TAG] = devices   # the pool's share: which devices (or cores) it ran on
     trial = current_trial()
     if trial is not None:
         tags.update(trial.tags())

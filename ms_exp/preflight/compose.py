@@ -26,14 +26,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config import hydra_internals
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
+from ms_exp.config.plugins import register_plugins
 from ms_exp.config.schema import builtin_targets, register_schemas
+from ms_exp.pool.checks import check_pool
 from ms_exp.preflight.components import validate_hydra_callbacks
 from ms_exp.preflight.overrides import parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import existing_run_folder, output_folder
 from ms_exp.preflight.validate import validate
 from ms_exp.search.checks import check_sweep
-from ms_exp.search.plugin import register_optuna_sweeper
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Installed from a wheel, the config folder is the package ms_exp.conf (pyproject.toml);
@@ -100,7 +101,7 @@ class ConfigSource:
 def hydra_for(source: ConfigSource) -> Iterator:
     """Hydra initialised on ``source``'s search path for the duration of the block."""
     register_schemas()
-    register_optuna_sweeper()
+    register_plugins()
     with hydra_internals.hydra_on(source.search_path(), task_name="run") as hydra:
         yield hydra
 
@@ -215,4 +216,5 @@ def preflight(overrides: Sequence[str], multirun: bool = False,
         configs.append(cfg)
     if multirun:
         concurrent_master_ports(configs)
+        check_pool(configs)
     return configs

@@ -12,7 +12,7 @@ from ms_exp.preflight.launch_style import validate_style_keys
 from ms_exp.preflight.paths import inside_run_dir
 
 # Launchers that run several jobs of a sweep at the same time on this machine.
-CONCURRENT_LAUNCHERS = ("concurrent", "joblib", "submitit_local")
+CONCURRENT_LAUNCHERS = ("concurrent", "joblib", "submitit_local", "pool")
 
 
 def validate_parallel(cfg) -> None:

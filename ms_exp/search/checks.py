@@ -8,6 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.config.hydra_internals import BASIC_LAUNCHER, BASIC_SWEEPER
+from ms_exp.pool import POOL_LAUNCHER
 from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError
 from ms_exp.search.options import NO_PRUNER, SWEEPER_TARGET
 from ms_exp.search.study import default_storage
@@ -39,7 +40,7 @@ def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
     if sweeper.n_jobs > 1 and cfg.hydra.launcher._target_ == BASIC_LAUNCHER:
         raise ConfigError("hydra.sweeper.n_jobs", sweeper.n_jobs,
                           "1 with Hydra's basic launcher, which runs jobs one at a time in "
-                          "this process; or hydra/launcher=concurrent (or slurm)")
+                          "this process; or hydra/launcher=pool (or concurrent, or slurm)")
     pruner = sweeper.pruner._target_
     if pruner != NO_PRUNER and cfg.parallel.device_num > 1:
         raise ConfigError("hydra/sweeper/pruner", pruner.rsplit(".", 1)[-1],
@@ -115,9 +116,11 @@ def _check_builds(key: str, node: DictConfig) -> None:
 def fail_fast_overrides(cfg: DictConfig, overrides: Sequence[str]) -> List[str]:
     """With ``sweep.fail_fast``, Hydra's basic sweeper launches its jobs in batches of what
     the launcher runs at once (``hydra.sweeper.max_batch_size``): it stops after a batch
-    with a failed job, so no job starts after one failed. Hydra's default is one batch."""
+    with a failed job, so no job starts after one failed. Hydra's default is one batch.
+    The pool launcher needs no batches: it starts no job after one failed."""
     if not OmegaConf.select(cfg, "sweep.fail_fast", default=False) \
             or cfg.hydra.sweeper.get("_target_") != BASIC_SWEEPER \
+            or cfg.hydra.launcher.get("_target_") == POOL_LAUNCHER \
             or any(o.startswith("hydra.sweeper.max_batch_size=") for o in overrides):
         return []
     return [f"hydra.sweeper.max_batch_size={jobs_at_once(cfg.hydra.launcher)}"]

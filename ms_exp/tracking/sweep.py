@@ -30,7 +30,12 @@ from omegaconf import DictConfig
 
 from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, PRUNED_EPOCH_TAG
 from ms_exp.tracking.provenance import command_line
-from ms_exp.tracking.sweep_runs import child_runs, override_values, parsed_overrides
+from ms_exp.tracking.sweep_runs import (
+    child_runs,
+    jobs_per_device,
+    override_values,
+    parsed_overrides,
+)
 
 if TYPE_CHECKING:
     from ms_exp.tracking.tracker import Tracker
@@ -223,6 +228,11 @@ class SweepRun(Callback):
             jobs = max(self.jobs, len(children) + skipped)
             counts = f"{finished} of {jobs} jobs finished" + (f", {pruned} pruned"
                                                               if pruned else "")
+            shares = jobs_per_device(children)
+            per_device = "; ".join(f"{share}: {len(names)} ({', '.join(names)})"
+                                   for share, names in shares.items())
+            if per_device:
+                tracker.set_tags({"ms_exp.sweep.jobs_per_device": per_device[:5000]})
             tracker.log_metrics({"sweep/jobs": jobs,
                                  "sweep/finished_jobs": finished,
                                  "sweep/failed_jobs": failures,
@@ -238,9 +248,11 @@ class SweepRun(Callback):
                                tags.get(DIRECTION_TAG))
         finally:
             tracker.finish(status)
-        failed_line = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""
+        last_lines = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""
+        if per_device:
+            last_lines += f"\njobs per device: {per_device[:2000]}"
         print(where_lines(tracker, tags.get("ms_exp.sweep.dir"), report,
-                          f"{status}, {counts}") + failed_line, flush=True)
+                          f"{status}, {counts}") + last_lines, flush=True)
 
 
 def _register_best(tracker, children, name: str, metric: Optional[str],

@@ -146,6 +146,19 @@ def stated_direction(parent: Run, metric: str, logged: Container[str]) -> Option
     return parent.data.tags.get(DIRECTION_TAG) if optimised else None
 
 
+def jobs_per_device(children: Sequence[Run]) -> Dict[str, List[str]]:
+    """Device (or core set) -> the names of the jobs that ran on it, for a sweep of
+    ``hydra/launcher=pool`` (each job's tag ``ms_exp.devices``); empty for other launchers."""
+    from ms_exp.pool.devices import DEVICES_TAG
+
+    shares: Dict[str, List[str]] = {}
+    for child in sorted(children, key=lambda run: run.info.start_time or 0):
+        share = child.data.tags.get(DEVICES_TAG)
+        if share:
+            shares.setdefault(share, []).append(child.info.run_name or child.info.run_id)
+    return dict(sorted(shares.items()))
+
+
 def markdown(cells) -> str:
     """A DataFrame of cells written as text as a Markdown table, without the columns empty in
     every row; each cell as written (not padded, "0.9000" not read back as a number)."""

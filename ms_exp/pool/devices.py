@@ -1,0 +1,111 @@
+"""What a device pool holds, and how a job is told which of it is its own.
+
+On Ascend and GPU the pool is device ids: those of ``hydra.launcher.devices``, else all that
+``npu-smi`` / ``nvidia-smi`` list. A job sees only its own through the runtime's visibility
+variable (``ASCEND_RT_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``), so inside the job they
+are numbered from 0: ``trainer.device_id`` stays 0 and msrun's ranks take 0..k-1. On the CPU
+the pool is the cores this process may run on, in sets of ``hydra.launcher.cores_per_job``:
+a job's process is pinned to its set (``os.sched_setaffinity``) and MindSpore's CPU kernels
+get as many threads as the set has cores. Either way the job's share, as the machine names
+it, is in ``MS_EXP_DEVICES`` and in its MLflow run's tag ``ms_exp.devices``.
+"""
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+DEVICES_ENV = "MS_EXP_DEVICES"   # the job's share: device ids, or CPU cores, comma-separated
+DEVICES_TAG = "ms_exp.devices"
+ACCELERATORS = ("auto", "Ascend", "GPU", "CPU")
+# The runtime's variable that hides every device but the job's own.
+VISIBLE_ENV = {"Ascend": "ASCEND_RT_VISIBLE_DEVICES", "GPU": "CUDA_VISIBLE_DEVICES"}
+# The command that lists the devices, and how each line names one.
+_LISTING = {
+    "Ascend": (["npu-smi", "info", "-l"], r"NPU ID\s*:\s*(\d+)"),
+    "GPU": (["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], r"^\s*(\d+)\s*$"),
+}
+
+
+class NoDevices(RuntimeError):
+    """The pool would be empty; the message says what was looked for."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one job holds: device ids (Ascend, GPU) or CPU cores."""
+    accelerator: str
+    units: Tuple[int, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cores(self) -> Optional[Tuple[int, ...]]:
+        return self.units if self.accelerator == "CPU" else None
+
+    @property
+    def label(self) -> str:
+        return ",".join(map(str, self.units))
+
+
+def accelerator_of(launcher_accelerator: str, device_target: Optional[str]) -> str:
+    """The kind of devices the pool holds: ``hydra.launcher.accelerator``, else the jobs'
+    ``trainer.device_target``, else what this machine has (MindSpore's one package holds
+    every backend, so its files do not say): Ascend cards when ``npu-smi`` is on the PATH,
+    GPUs when ``nvidia-smi`` is, else the CPU."""
+    if launcher_accelerator != "auto":
+        return launcher_accelerator
+    if device_target and device_target != "None":
+        return device_target
+    for accelerator, (command, _) in _LISTING.items():
+        if shutil.which(command[0]):
+            return accelerator
+    return "CPU"
+
+
+def listed_devices(accelerator: str) -> List[int]:
+    """The device ids the vendor's tool lists; refused when it is missing or lists none."""
+    command, pattern = _LISTING[accelerator]
+    if shutil.which(command[0]) is None:
+        raise NoDevices(f"{command[0]} is not on the PATH to list the {accelerator} devices; "
+                        f"expected hydra.launcher.devices=[0,1,...]")
+    listing = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    found = sorted({int(m) for m in re.findall(pattern, listing.stdout, re.MULTILINE)})
+    if listing.returncode != 0 or not found:
+        raise NoDevices(f"{' '.join(command)} listed no {accelerator} device "
+                        f"(exit {listing.returncode}); expected hydra.launcher.devices=[0,1,...]")
+    return found
+
+
+def pool_units(accelerator: str, devices: Optional[Sequence[int]]) -> List[int]:
+    """Everything the pool shares out: device ids, or on the CPU the cores this process may
+    run on (``devices`` then picks some of them)."""
+    if devices is not None:
+        return [int(unit) for unit in devices]
+    if accelerator == "CPU":
+        return sorted(os.sched_getaffinity(0))
+    return listed_devices(accelerator)
+
+
+def units_per_job(accelerator: str, device_num: int, cores_per_job: int) -> int:
+    """A job of ``device_num`` ranks holds that many devices; on the CPU each rank holds
+    ``cores_per_job`` cores."""
+    return device_num * (cores_per_job if accelerator == "CPU" else 1)
+
+
+def share_environment(accelerator: str, units: Sequence[int]) -> Dict[str, str]:
+    """The variables a job's process starts with, so that it sees only its share."""
+    label = ",".join(map(str, units))
+    env = {DEVICES_ENV: label}
+    if accelerator in VISIBLE_ENV:
+        env[VISIBLE_ENV[accelerator]] = label
+    else:
+        # OpenMP and MKL size their thread pools by this; MindSpore's own is set in the
+        # worker (ms_exp/pool/worker.py).
+        env["OMP_NUM_THREADS"] = str(len(units))
+    return env
+
+
+def job_devices(environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The share a pool gave this job (None outside a pool): recorded as ``ms_exp.devices``."""
+    return environ.get(DEVICES_ENV) or None

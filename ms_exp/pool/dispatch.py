@@ -1,0 +1,248 @@
+"""Hand a pool's devices to a sweep's jobs and get them back, however a job ends.
+
+Each job waits for its share (``parallel.device_num`` devices, or core sets on the CPU),
+runs in a worker process started for exactly that share (ms_exp/pool/worker.py), and gives
+the share back when it ends: finished, failed, or its process gone. A worker is kept for the
+next job that gets the same share, so MindSpore is imported once per share, not once per
+job. Several threads may launch at once (the Optuna sweeper runs ``n_jobs`` trials, each
+launched alone): a trial starts as soon as a share is free.
+"""
+import atexit
+import multiprocessing
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ms_exp.pool.devices import Share, share_environment
+from ms_exp.pool.worker import JobOrder, serve
+from ms_exp.tracking.sweep import child_run_name
+
+
+class Worker:
+    """One worker process and the pipe to it."""
+
+    def __init__(self, share: Share) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.share = share
+        self.connection, theirs = context.Pipe()
+        self.process = context.Process(target=serve, name=f"ms_exp-pool-{share.label}",
+                                       args=(theirs, dict(share.env), share.cores))
+        self.process.start()
+        theirs.close()
+        self.stopping = False  # told to stop its job (once: twice stops it without a checkpoint)
+
+    def run(self, order: JobOrder):
+        """The job's JobReturn; raises EOFError when the process died before answering."""
+        import cloudpickle
+
+        self.connection.send_bytes(cloudpickle.dumps(order))
+        return cloudpickle.loads(self.connection.recv_bytes())
+
+    def stop_job(self) -> None:
+        if not self.stopping and self.process.is_alive():
+            self.stopping = True
+            self.process.terminate()   # SIGTERM: the job stops after its step, KILLED
+
+    def close(self, timeout: float) -> None:
+        """Let the process end (its pipe closed), killed after ``timeout`` seconds."""
+        self.connection.close()
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+class DevicePool:
+    """The shares of one sweep: free units, idle workers by share, and busy workers."""
+
+    def __init__(self, accelerator: str, units: Sequence[int], stop_timeout: float) -> None:
+        self.accelerator = accelerator
+        self.units = list(units)
+        self.stop_timeout = stop_timeout
+        self._free = list(units)
+        self._idle: Dict[Tuple[int, ...], Worker] = {}
+        self._busy: List[Worker] = []
+        self._changed = threading.Condition()
+        self._closed = False
+        self.restore: Dict[int, Any] = {}  # signal -> its handler before the pool's
+
+    def describe(self, worker: Worker) -> str:
+        units = "cores" if self.accelerator == "CPU" else f"{self.accelerator} devices"
+        return f"{units} {worker.share.label} (process {worker.process.pid})"
+
+    def capacity(self, per_job: int) -> int:
+        return len(self.units) // per_job
+
+    def run(self, per_job: int, order: JobOrder, stop_others: Callable[[], bool]):
+        """Run one job on ``per_job`` units once they are free; its JobReturn. The units are
+        back in the pool when this returns or raises."""
+        from hydra.core.utils import JobReturn, JobStatus
+
+        worker = self._take(per_job, stop_others)
+        if worker is None:
+            skipped = JobReturn(overrides=list(order.overrides))
+            skipped.status = JobStatus.FAILED
+            skipped._return_value = NotStarted(
+                f"job #{order.number} was not started: another job of the sweep failed "
+                "(sweep.fail_fast)")
+            return skipped
+        # Named as its MLflow run will be: by its swept values.
+        name = child_run_name(list(order.overrides))
+        print(f"job #{order.number}{f' ({name})' if name else ''} on {self.describe(worker)}",
+              flush=True)
+        alive = False
+        try:
+            outcome = worker.run(order)
+            alive = not isinstance(outcome._return_value, (KeyboardInterrupt, SystemExit))
+            return outcome
+        except (EOFError, OSError):
+            worker.process.join()
+            lost = JobReturn(overrides=list(order.overrides))
+            lost.status = JobStatus.FAILED
+            lost._return_value = WorkerDied(
+                f"job #{order.number} ({' '.join(order.overrides)}): its process on "
+                f"{self.accelerator} {worker.share.label} ended with exit code "
+                f"{worker.process.exitcode} before the job did")
+            return lost
+        finally:
+            self._give_back(worker, keep=alive and not worker.stopping)
+
+    def stop_all(self) -> None:
+        """Every running job stopped once (SIGTERM); no new job starts."""
+        with self._changed:
+            self._closed = True
+            busy = list(self._busy)
+            self._changed.notify_all()
+        for worker in busy:
+            worker.stop_job()
+
+    def close(self) -> None:
+        """Every worker ended: idle ones at once, running jobs stopped and given
+        ``stop_timeout`` seconds to save and end their runs."""
+        self.stop_all()
+        with self._changed:
+            workers = [*self._idle.values(), *self._busy]
+            self._idle.clear()
+        for worker in workers:
+            worker.close(self.stop_timeout)
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self.restore.items():
+                signal.signal(signum, handler)
+            self.restore.clear()
+
+    def _take(self, per_job: int, stop_others: Callable[[], bool]) -> Optional[Worker]:
+        with self._changed:
+            while len(self._free) < per_job and not self._closed and not stop_others():
+                self._changed.wait()
+            if self._closed or stop_others():
+                return None
+            share = self._choose(per_job)
+            for unit in share:
+                self._free.remove(unit)
+            worker = self._idle.pop(share, None)
+            # An idle worker on any of these units may still hold device memory there.
+            retired = [self._idle.pop(key) for key in list(self._idle) if set(key) & set(share)]
+        for old in retired:
+            old.close(self.stop_timeout)
+        if worker is None:
+            worker = Worker(Share(self.accelerator, share,
+                                  share_environment(self.accelerator, share)))
+        with self._changed:
+            self._busy.append(worker)
+        return worker
+
+    def _choose(self, per_job: int) -> Tuple[int, ...]:
+        """A free share with an idle worker (MindSpore already imported there), else the
+        first free units in the pool's order."""
+        for share in self._idle:
+            if len(share) == per_job and all(unit in self._free for unit in share):
+                return share
+        return tuple(sorted(self._free, key=self.units.index)[:per_job])
+
+    def _give_back(self, worker: Worker, keep: bool) -> None:
+        with self._changed:
+            self._busy.remove(worker)
+            self._free.extend(worker.share.units)
+            if keep and not self._closed:
+                self._idle[worker.share.units] = worker
+            self._changed.notify_all()
+        if not keep or self._closed:
+            worker.close(self.stop_timeout)
+
+
+class NotStarted(RuntimeError):
+    """A job of a fail-fast sweep that was not started after another one failed."""
+
+
+class WorkerDied(RuntimeError):
+    """The job's process ended without answering (killed, out of memory, a crash)."""
+
+
+def launch_jobs(pool: DevicePool, orders: Sequence[JobOrder], shares: Sequence[int],
+                fail_fast: bool) -> List[Any]:
+    """Every job of ``orders`` on the pool, as many at once as it has shares for; each
+    job's JobReturn in order. Ctrl-C or SIGTERM here stops every running job once, waits
+    for them, then goes on up."""
+    from hydra.core.utils import JobStatus
+
+    failed = threading.Event()
+
+    def one(index: int):
+        outcome = pool.run(shares[index], orders[index],
+                           stop_others=lambda: fail_fast and failed.is_set())
+        if outcome.status == JobStatus.FAILED:
+            failed.set()
+        return outcome
+
+    most = max(1, min(len(orders), pool.capacity(max(shares, default=1))))
+    executor = ThreadPoolExecutor(max_workers=most, thread_name_prefix="ms_exp-pool")
+    futures = [executor.submit(one, index) for index in range(len(orders))]
+    try:
+        return [future.result() for future in futures]
+    except BaseException:
+        pool.stop_all()
+        raise
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+# The pools of this process, closed when the command ends (ms_exp.run) or, at the latest,
+# when the interpreter exits.
+_open: List[DevicePool] = []
+
+
+def open_pool(pool: DevicePool) -> DevicePool:
+    _open.append(pool)
+    return pool
+
+
+def close_pools() -> None:
+    while _open:
+        _open.pop().close()
+
+
+atexit.register(close_pools)
+
+
+def forward_stops(pool: DevicePool) -> None:
+    """SIGINT and SIGTERM to this process first stop the pool's running jobs, then do what
+    they did before (ms_exp.run turns them into KeyboardInterrupt). Without it a signal
+    raised in the main thread while the Optuna sweeper's threads wait for their trials
+    would wait forever. Only the main thread can set handlers (Hydra sets the launcher up
+    there); close() puts the earlier ones back."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+        pool.restore[signum] = previous
+
+        def handler(number, frame, previous=previous):
+            pool.stop_all()
+            if callable(previous):
+                previous(number, frame)
+            else:
+                signal.signal(number, signal.SIG_DFL)
+                signal.raise_signal(number)
+
+        signal.signal(signum, handler)

@@ -1,0 +1,93 @@
+"""``hydra/launcher=pool`` as Hydra sees it: the launcher's settings, the pool opened at the
+first job, and each job's share worked out from its own config."""
+import threading
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.pool import POOL_LAUNCHER
+from ms_exp.pool.devices import accelerator_of, pool_units, units_per_job
+from ms_exp.pool.dispatch import DevicePool, forward_stops, launch_jobs, open_pool
+from ms_exp.pool.worker import JobOrder
+
+
+@dataclass
+class PoolLauncherConf:
+    """The launcher's keys, typed (conf/hydra/launcher/pool.yaml extends it and says what
+    each means); the preflight checks their values (ms_exp/pool/checks.py)."""
+    _target_: str = POOL_LAUNCHER
+    devices: Optional[List[int]] = None
+    accelerator: str = "auto"
+    cores_per_job: int = 1
+    stop_timeout: float = 60.0
+
+
+def register_launcher_config() -> None:
+    ConfigStore.instance().store(group="hydra/launcher", name="ms_exp_pool",
+                                 node=PoolLauncherConf, provider="ms_exp")
+
+
+class PoolLaunch:
+    def __init__(self, devices: Optional[Sequence[int]] = None, accelerator: str = "auto",
+                 cores_per_job: int = 1, stop_timeout: float = 60.0) -> None:
+        self.devices = None if devices is None else [int(d) for d in devices]
+        self.accelerator = accelerator
+        self.cores_per_job = int(cores_per_job)
+        self.stop_timeout = float(stop_timeout)
+        self.pool: Optional[DevicePool] = None
+        self._lock = threading.Lock()   # the Optuna sweeper launches from several threads
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Any = None
+        self.task_function: Any = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.config, self.hydra_context = config, hydra_context
+        self.task_function = task_function
+        self.pool = open_pool(DevicePool(self.kind(), self.units(), self.stop_timeout))
+        forward_stops(self.pool)
+        print(f"hydra/launcher=pool: {describe(self.pool, self.cores_per_job)}", flush=True)
+
+    def kind(self) -> str:
+        assert self.config is not None
+        return accelerator_of(self.accelerator,
+                              OmegaConf.select(self.config, "trainer.device_target"))
+
+    def units(self) -> List[int]:
+        return pool_units(self.kind(), self.devices)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int):
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+
+        assert self.pool is not None and self.config is not None  # setup() ran
+        setup_globals()
+        state = Singleton.get_state()
+        orders, shares = [], []
+        for offset, overrides in enumerate(job_overrides):
+            orders.append(JobOrder(initial_job_idx + offset, list(overrides),
+                                   self.hydra_context, self.config, self.task_function,
+                                   state))
+            shares.append(self._share_of(overrides))
+        fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
+        return launch_jobs(self.pool, orders, shares, fail_fast)
+
+    def _share_of(self, overrides: Sequence[str]) -> int:
+        """Units the job holds: one per rank (``parallel.device_num``), each rank
+        ``cores_per_job`` cores on the CPU."""
+        assert self.pool is not None and self.hydra_context is not None
+        with self._lock:   # Hydra's config loader is not made for threads
+            job = self.hydra_context.config_loader.load_sweep_config(self.config,
+                                                                     list(overrides))
+        return units_per_job(self.pool.accelerator, int(job.parallel.device_num),
+                             self.cores_per_job)
+
+
+def describe(pool: DevicePool, cores_per_job: int) -> str:
+    units = ", ".join(map(str, pool.units))
+    if pool.accelerator == "CPU":
+        return (f"CPU cores {units}, {cores_per_job} per job (per rank): up to "
+                f"{pool.capacity(cores_per_job)} jobs at once")
+    return f"{pool.accelerator} devices {units}, one per rank: up to {pool.capacity(1)} " \
+           f"single-device jobs at once"

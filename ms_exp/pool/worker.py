@@ -1,0 +1,122 @@
+"""The process a pool's jobs run in: started for one share of the pool (its devices, or its
+CPU cores), it runs the jobs it is sent one after another, as Hydra's basic launcher runs
+them in its own process, and never outlives the launching process.
+
+A worker is spawned, not forked: the visibility variables and the CPU affinity must be in
+place before MindSpore is imported (a device runtime reads them once), and a fork of a process
+with threads is unsafe. It starts a session of its own, so that a terminal's Ctrl-C reaches
+the launching process alone, which then stops each running job once (ms_exp/pool/dispatch.py):
+a job told twice stops at once, without its checkpoint.
+"""
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+# A stopped job gets this long to save its checkpoint and end its MLflow run once the
+# launching process is gone, then it is killed.
+ORPHAN_GRACE_SECONDS = 60.0
+
+
+@dataclass
+class JobOrder:
+    """What a worker needs to run one job, as Hydra's joblib launcher sends it."""
+    number: int
+    overrides: Sequence[str]
+    hydra_context: Any
+    config: Any
+    task_function: Any
+    singleton_state: Dict[Any, Any]
+
+
+def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]]) -> None:
+    """The worker's life: take a share, then run jobs until the launcher closes the pipe."""
+    os.setsid()
+    os.environ.update(env)
+    if cores:
+        os.sched_setaffinity(0, cores)
+        _limit_cpu_threads(len(cores))
+    threading.Thread(target=_stop_when_orphaned, daemon=True,
+                     name="ms_exp-pool-orphan-watch").start()
+    import cloudpickle
+
+    while True:
+        try:
+            order = cloudpickle.loads(connection.recv_bytes())
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        outcome = _run(order)
+        try:
+            connection.send_bytes(_pickled(outcome))
+        except (BrokenPipeError, OSError):
+            return
+        if isinstance(outcome._return_value, (KeyboardInterrupt, SystemExit)):
+            return
+
+
+def _run(order: JobOrder):
+    """Hydra's run_job with the job's own config, as a launcher's worker calls it (Hydra's
+    joblib launcher does the same); an interrupted job comes back FAILED with its
+    interruption, so the launcher learns it was stopped."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
+    from omegaconf import open_dict
+
+    setup_globals()
+    Singleton.set_state(order.singleton_state)
+    config = order.hydra_context.config_loader.load_sweep_config(order.config,
+                                                                 list(order.overrides))
+    with open_dict(config):
+        config.hydra.job.id = f"{config.hydra.job.name}_{order.number}"
+        config.hydra.job.num = order.number
+    HydraConfig.instance().set_config(config)
+    try:
+        return run_job(hydra_context=order.hydra_context, config=config,
+                       task_function=order.task_function, job_dir_key="hydra.sweep.dir",
+                       job_subdir_key="hydra.sweep.subdir")
+    except BaseException as stopped:  # run_job returns what an Exception does; not these
+        outcome = JobReturn(overrides=list(order.overrides), cfg=config)
+        outcome.status, outcome._return_value = JobStatus.FAILED, stopped
+        return outcome
+
+
+def _pickled(outcome) -> bytes:
+    """The outcome for the launcher; an exception that does not pickle goes back as its
+    text."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(outcome)
+    except Exception:
+        error = outcome._return_value
+        outcome._return_value = RuntimeError(f"{type(error).__name__}: {error}")
+        return cloudpickle.dumps(outcome)
+
+
+def _limit_cpu_threads(cores: int) -> None:
+    """MindSpore's CPU kernels as many threads as the worker's cores (25 by default, which
+    two jobs on two cores would make fight)."""
+    from mindspore import device_context
+
+    device_context.cpu.op_tuning.threads_num(cores)
+
+
+def _stop_when_orphaned() -> None:
+    """The launching process died (killed, or crashed): the running job is stopped as
+    SIGTERM stops it (after its step, with a checkpoint, its run KILLED), then killed if
+    it has not ended in ORPHAN_GRACE_SECONDS."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    wait([parent.sentinel])
+    print(f"ms_exp: the launching process is gone; stopping this pool worker ({os.getpid()})",
+          file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    threading.Event().wait(ORPHAN_GRACE_SECONDS)
+    os.kill(os.getpid(), signal.SIGKILL)

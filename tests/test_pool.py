@@ -1,0 +1,216 @@
+"""``hydra/launcher=pool``: a sweep's jobs side by side, each on its own devices for its whole
+life. Read back from each job's own environment (a callback of the test's, as a user's
+would be) and from MLflow: never two running jobs on one device, a failed job's device goes
+to the next job, the Optuna sweeper through the pool, and Ctrl-C or a killed launcher ending
+every job."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FAST, migrated_store, run_cli
+from mlflow import MlflowClient
+
+# A user's callback: what the job's process was given, written where the test reads it; it
+# fails the job whose learning rate is fail_at_lr, and can hold a job in training until the
+# test has seen every job start.
+PROBE = '''
+import json, os, time
+from mindspore.train import Callback
+
+
+class Probe(Callback):
+    def __init__(self, folder, lr, fail_at_lr=-1.0):
+        self.folder, self.lr, self.fail_at_lr = folder, float(lr), float(fail_at_lr)
+
+    def on_train_begin(self, run_context):
+        seen = {"pid": os.getpid(), "lr": self.lr, "cores": sorted(os.sched_getaffinity(0)),
+                **{k: os.environ.get(k) for k in ("MS_EXP_DEVICES", "CUDA_VISIBLE_DEVICES",
+                                                  "ASCEND_RT_VISIBLE_DEVICES",
+                                                  "OMP_NUM_THREADS")}}
+        path = os.path.join(self.folder, f"{os.getpid()}-{self.lr}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(seen, f)
+        os.replace(path + ".tmp", path)
+        if self.lr == self.fail_at_lr:
+            raise RuntimeError(f"probe: job with lr={self.lr} fails on purpose")
+'''
+PROBE_ARGS = ("+trainer.callbacks.probe._target_=probe.Probe",
+              "+trainer.callbacks.probe.lr=${optimizer.lr}")
+
+
+def project(folder: Path) -> Path:
+    """A working folder with the probe module and a migrated store."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "probe.py").write_text(PROBE)
+    (folder / "seen").mkdir()
+    shutil.copyfile(migrated_store(), folder / "mlflow.db")
+    return folder
+
+
+def probes(folder: Path) -> list:
+    return [json.loads(p.read_text()) for p in sorted((folder / "seen").glob("*.json"))]
+
+
+def job_runs(folder: Path) -> list:
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    runs = client.search_runs(["1"], max_results=100)
+    return [r for r in runs if "ms_exp.sweep.id" in r.data.tags]
+
+
+def assert_one_job_at_a_time_per_device(runs) -> None:
+    by_device: dict = {}
+    for run in runs:
+        by_device.setdefault(run.data.tags["ms_exp.devices"], []).append(run)
+    for device, on_it in by_device.items():
+        on_it.sort(key=lambda r: r.info.start_time)
+        for earlier, later in zip(on_it, on_it[1:]):
+            assert earlier.info.end_time <= later.info.start_time, (
+                f"device {device}: {earlier.info.run_name} and {later.info.run_name} overlap")
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """Five jobs on a pool of two (fake) GPUs, 3 and 5, on this CPU machine; the job with
+    lr=0.02 fails in its first callback."""
+    folder = project(tmp_path_factory.mktemp("pool"))
+    result = run_cli("ms_exp.run", [
+        "-m", *FAST, "hydra/launcher=pool", "hydra.launcher.accelerator=GPU",
+        "hydra.launcher.devices=[3,5]", "trainer.device_target=CPU", "trainer.epochs=1",
+        *PROBE_ARGS, f"+trainer.callbacks.probe.folder={folder / 'seen'}",
+        "+trainer.callbacks.probe.fail_at_lr=0.02",
+        "optimizer.lr=0.01,0.02,0.03,0.04,0.05"], folder)
+    return result, folder
+
+
+@pytest.mark.e2e
+def test_each_job_sees_only_its_own_device_and_records_it(sweep):
+    result, folder = sweep
+    seen = probes(folder)
+    assert sorted(s["lr"] for s in seen) == [0.01, 0.02, 0.03, 0.04, 0.05]
+    runs = {float(r.data.params["optimizer.lr"]): r for r in job_runs(folder)}
+    for job in seen:
+        assert job["MS_EXP_DEVICES"] == job["CUDA_VISIBLE_DEVICES"] in ("3", "5")
+        assert runs[job["lr"]].data.tags["ms_exp.devices"] == job["MS_EXP_DEVICES"]
+    assert {s["CUDA_VISIBLE_DEVICES"] for s in seen} == {"3", "5"}
+    # One worker process per device, kept from job to job (MindSpore imported twice, not 5
+    # times), a failed job's included.
+    assert len({s["pid"] for s in seen}) == 2
+    assert "hydra/launcher=pool: GPU devices 3, 5, one per rank: up to 2 single-device " \
+           "jobs at once" in result.stdout
+    assert "job #0 (lr=0.01) on GPU devices 3 (process " in result.stdout
+
+
+@pytest.mark.e2e
+def test_never_two_running_jobs_on_one_device(sweep):
+    _, folder = sweep
+    runs = job_runs(folder)
+    assert len(runs) == 5
+    assert_one_job_at_a_time_per_device(runs)
+    # Two at once: the pool was used, not one job after another.
+    runs.sort(key=lambda r: r.info.start_time)
+    assert any(a.info.end_time > b.info.start_time for a, b in zip(runs, runs[1:]))
+
+
+@pytest.mark.e2e
+def test_a_failed_job_gives_its_device_to_the_next_and_the_sweep_says_so(sweep):
+    result, folder = sweep
+    assert result.rc != 0
+    runs = job_runs(folder)
+    failed = [r for r in runs if r.info.status == "FAILED"]
+    assert [r.data.params["optimizer.lr"] for r in failed] == ["0.02"]
+    assert "probe: job with lr=0.02 fails on purpose" in failed[0].data.tags["ms_exp.error"]
+    device = failed[0].data.tags["ms_exp.devices"]
+    later = [r for r in runs if r.data.tags["ms_exp.devices"] == device
+             and r.info.start_time >= failed[0].info.end_time]
+    assert later and all(r.info.status == "FINISHED" for r in later)
+    assert sum(r.info.status == "FINISHED" for r in runs) == 4
+    assert "FAILED, 4 of 5 jobs finished" in result.stdout
+    per_device = result.field("jobs per device:")
+    for share in ("3", "5"):
+        names = [r.info.run_name for r in sorted(runs, key=lambda r: r.info.start_time)
+                 if r.data.tags["ms_exp.devices"] == share]
+        assert f"{share}: {len(names)} ({', '.join(names)})" in per_device
+
+
+@pytest.mark.e2e
+def test_an_optuna_sweep_through_the_pool_starts_a_trial_when_a_core_is_free(tmp_path):
+    folder = project(tmp_path)
+    result = run_cli("ms_exp.run", [
+        "-m", *FAST, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.n_jobs=2", "hydra/launcher=pool", "trainer.epochs=1",
+        *PROBE_ARGS, f"+trainer.callbacks.probe.folder={folder / 'seen'}",
+        "optimizer.lr=interval(0.01,0.1)"], folder)
+    assert result.rc == 0, result.stderr[-3000:]
+    runs = job_runs(folder)
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+    assert_one_job_at_a_time_per_device(runs)
+    cores = sorted(os.sched_getaffinity(0))
+    for job in probes(folder):
+        # Pinned to one core, MindSpore's and OpenMP's threads sized to it.
+        assert len(job["cores"]) == 1 and job["cores"][0] in cores
+        assert job["MS_EXP_DEVICES"] == str(job["cores"][0])
+        assert job["OMP_NUM_THREADS"] == "1" and job["CUDA_VISIBLE_DEVICES"] is None
+    assert {r.data.tags["ms_exp.devices"] for r in runs} == {str(c) for c in cores[:2]}
+    assert "jobs per device:" in result.stdout
+
+
+def start_long_sweep(folder: Path) -> subprocess.Popen:
+    """Two jobs long enough to be stopped while both train; in a session of its own, as a
+    terminal's foreground job is a process group of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ms_exp.run", "-m", *FAST, "hydra/launcher=pool",
+         "trainer.epochs=200", *PROBE_ARGS, f"+trainer.callbacks.probe.folder={folder / 'seen'}",
+         "optimizer.lr=0.01,0.02"],
+        cwd=folder, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+        stdout=(folder / "console.txt").open("w"), stderr=subprocess.STDOUT)
+
+
+def wait_for_both_jobs(folder: Path, sweep: subprocess.Popen) -> list:
+    deadline = time.monotonic() + 240
+    while len(probes(folder)) < 2:
+        assert sweep.poll() is None, (folder / "console.txt").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the two jobs did not start"
+        time.sleep(0.2)   # polling for the event, not waiting a fixed time
+    return [job["pid"] for job in probes(folder)]
+
+
+def processes_in(folder: Path) -> list:
+    """Live processes working in ``folder``: the sweep's own, its workers, their sidecars
+    (a zombie only waits for its parent to read its status)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == folder and \
+                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["ctrl_c", "launcher_killed"])
+def test_ctrl_c_or_a_killed_launcher_ends_every_job(tmp_path, how):
+    folder = project(tmp_path)
+    sweep = start_long_sweep(folder)
+    wait_for_both_jobs(folder, sweep)
+    if how == "ctrl_c":
+        os.killpg(sweep.pid, signal.SIGINT)       # what a terminal's Ctrl-C sends
+        assert sweep.wait(timeout=240) == 130, (folder / "console.txt").read_text()[-3000:]
+    else:
+        sweep.kill()                               # SIGKILL to the launching process alone
+        sweep.wait(timeout=60)
+    deadline = time.monotonic() + 240
+    while processes_in(folder):
+        assert time.monotonic() < deadline, f"{processes_in(folder)} outlived the sweep"
+        time.sleep(0.2)
+    runs = job_runs(folder)
+    assert len(runs) == 2
+    # Each job was stopped as SIGTERM stops one: after its step, its run ended KILLED.
+    assert {r.info.status for r in runs} == {"KILLED"}, [r.data.tags for r in runs]
