@@ -43,6 +43,11 @@ def test_the_pool_is_what_the_vendor_tool_lists_or_the_cpu_cores(tmp_path, monke
     fake_tool(tmp_path, "npu-smi", "        Total Count                    : 2\n\n" + NPU_SMI)
     assert pool_units("Ascend", None) == [0, 1]
     assert pool_units("GPU", [6, 7]) == [6, 7]          # given: nothing is asked
+    # Inside a SLURM allocation (or any launch that set it): only the devices it names.
+    assert pool_units("GPU", None, {"CUDA_VISIBLE_DEVICES": "2,5"}) == [2, 5]
+    assert pool_units("Ascend", None, {"ASCEND_RT_VISIBLE_DEVICES": "4"}) == [4]
+    with pytest.raises(NoDevices, match="CUDA_VISIBLE_DEVICES=GPU-6f3e names devices by"):
+        pool_units("GPU", None, {"CUDA_VISIBLE_DEVICES": "GPU-6f3e"})
     assert pool_units("CPU", None) == sorted(os.sched_getaffinity(0))
 
 
@@ -77,7 +82,7 @@ class FakeWorker:
     """A worker without a process: its job ends when the test says so."""
     started: list = []
 
-    def __init__(self, share):
+    def __init__(self, share, stop_timeout):
         self.share = share
         self.process = SimpleNamespace(pid=1000 + len(FakeWorker.started), exitcode=-9,
                                        is_alive=lambda: True, join=lambda *a: None)
@@ -198,8 +203,21 @@ def test_jobs_per_device_in_start_order():
 def test_a_pool_that_cannot_run_the_sweep_is_refused_first(tmp_path, overrides, message):
     result = main_in_process("ms_exp.run", ["-m", "hydra/launcher=pool", *overrides,
                                             "optimizer.lr=0.1,0.2"], tmp_path,
-                             env={"PATH": "/usr/bin:/bin"})
+                             env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": None})
     assert result.rc == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"ms_exp: error: {message}")
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_fail_fast_sends_the_pool_every_job_at_once_but_batches_for_others():
+    from ms_exp.preflight.compose import compose_config
+    from ms_exp.search.checks import fail_fast_overrides
+
+    pool = compose_config(["hydra/launcher=pool", "sweep.fail_fast=true"],
+                          return_hydra_config=True)
+    assert pool.hydra.launcher.cores_per_job == 1 and pool.hydra.launcher.devices is None
+    assert fail_fast_overrides(pool, []) == []
+    joblib = compose_config(["hydra/launcher=concurrent", "sweep.fail_fast=true"],
+                            return_hydra_config=True)
+    assert fail_fast_overrides(joblib, []) == ["hydra.sweeper.max_batch_size=2"]

@@ -1,7 +1,8 @@
 """What a device pool holds, and how a job is told which of it is its own.
 
-On Ascend and GPU the pool is device ids: those of ``hydra.launcher.devices``, else all that
-``npu-smi`` / ``nvidia-smi`` list. A job sees only its own through the runtime's visibility
+On Ascend and GPU the pool is device ids: those of ``hydra.launcher.devices``, else those the
+launching process may use (its own visibility variable, else all that ``npu-smi`` /
+``nvidia-smi`` list). A job sees only its own through the runtime's visibility
 variable (``ASCEND_RT_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``), so inside the job they
 are numbered from 0: ``trainer.device_id`` stays 0 and msrun's ranks take 0..k-1. On the CPU
 the pool is the cores this process may run on, in sets of ``hydra.launcher.cores_per_job``:
@@ -77,13 +78,24 @@ def listed_devices(accelerator: str) -> List[int]:
     return found
 
 
-def pool_units(accelerator: str, devices: Optional[Sequence[int]]) -> List[int]:
-    """Everything the pool shares out: device ids, or on the CPU the cores this process may
-    run on (``devices`` then picks some of them)."""
+def pool_units(accelerator: str, devices: Optional[Sequence[int]],
+               environ: Mapping[str, str] = os.environ) -> List[int]:
+    """Everything the pool shares out: ``devices``, else what this process may use: on the
+    CPU the cores it may run on; on Ascend and GPU the devices its visibility variable
+    already names (SLURM sets ``CUDA_VISIBLE_DEVICES`` to an allocation's GPUs), else all
+    that the vendor's tool lists."""
     if devices is not None:
         return [int(unit) for unit in devices]
     if accelerator == "CPU":
         return sorted(os.sched_getaffinity(0))
+    visible = environ.get(VISIBLE_ENV[accelerator], "").strip()
+    if visible:
+        ids = [part.strip() for part in visible.split(",")]
+        if not all(part.isdigit() for part in ids):
+            raise NoDevices(f"{VISIBLE_ENV[accelerator]}={visible} names devices by "
+                            "something other than their ids; expected "
+                            "hydra.launcher.devices=[0,1,...]")
+        return [int(part) for part in ids]
     return listed_devices(accelerator)
 
 

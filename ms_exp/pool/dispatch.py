@@ -22,12 +22,13 @@ from ms_exp.tracking.sweep import child_run_name
 class Worker:
     """One worker process and the pipe to it."""
 
-    def __init__(self, share: Share) -> None:
+    def __init__(self, share: Share, stop_timeout: float) -> None:
         context = multiprocessing.get_context("spawn")
         self.share = share
         self.connection, theirs = context.Pipe()
         self.process = context.Process(target=serve, name=f"ms_exp-pool-{share.label}",
-                                       args=(theirs, dict(share.env), share.cores))
+                                       args=(theirs, dict(share.env), share.cores,
+                                             stop_timeout))
         self.process.start()
         theirs.close()
         self.stopping = False  # told to stop its job (once: twice stops it without a checkpoint)
@@ -147,7 +148,8 @@ class DevicePool:
             old.close(self.stop_timeout)
         if worker is None:
             worker = Worker(Share(self.accelerator, share,
-                                  share_environment(self.accelerator, share)))
+                                  share_environment(self.accelerator, share)),
+                            self.stop_timeout)
         with self._changed:
             self._busy.append(worker)
         return worker

@@ -15,10 +15,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-# A stopped job gets this long to save its checkpoint and end its MLflow run once the
-# launching process is gone, then it is killed.
-ORPHAN_GRACE_SECONDS = 60.0
-
 
 @dataclass
 class JobOrder:
@@ -31,14 +27,17 @@ class JobOrder:
     singleton_state: Dict[Any, Any]
 
 
-def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]]) -> None:
-    """The worker's life: take a share, then run jobs until the launcher closes the pipe."""
+def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]],
+          stop_timeout: float) -> None:
+    """The worker's life: take a share, then run jobs until the launcher closes the pipe.
+    ``stop_timeout``: seconds a job stopped because the launcher is gone gets to save its
+    checkpoint and end its MLflow run before it is killed."""
     os.setsid()
     os.environ.update(env)
     if cores:
         os.sched_setaffinity(0, cores)
         _limit_cpu_threads(len(cores))
-    threading.Thread(target=_stop_when_orphaned, daemon=True,
+    threading.Thread(target=_stop_when_orphaned, args=(stop_timeout,), daemon=True,
                      name="ms_exp-pool-orphan-watch").start()
     import cloudpickle
 
@@ -104,10 +103,10 @@ def _limit_cpu_threads(cores: int) -> None:
     device_context.cpu.op_tuning.threads_num(cores)
 
 
-def _stop_when_orphaned() -> None:
+def _stop_when_orphaned(stop_timeout: float) -> None:
     """The launching process died (killed, or crashed): the running job is stopped as
     SIGTERM stops it (after its step, with a checkpoint, its run KILLED), then killed if
-    it has not ended in ORPHAN_GRACE_SECONDS."""
+    it has not ended in ``stop_timeout`` seconds."""
     import multiprocessing
     from multiprocessing.connection import wait
 
@@ -118,5 +117,5 @@ def _stop_when_orphaned() -> None:
     print(f"ms_exp: the launching process is gone; stopping this pool worker ({os.getpid()})",
           file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGTERM)
-    threading.Event().wait(ORPHAN_GRACE_SECONDS)
+    threading.Event().wait(stop_timeout)
     os.kill(os.getpid(), signal.SIGKILL)
