@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port, main_in_process, migrated_store, run_cli
+from conftest import main_in_process, migrated_store, run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_project"
 OWN = ("--config-dir", "conf", "model=tiny_net", "dataset=blobs")
@@ -219,18 +219,6 @@ def _sweep_jobs(result, experiment: str):
 
 
 @pytest.mark.e2e
-def test_a_sweep_over_the_users_argument_is_one_parent_with_a_child_per_value(trained):
-    """The concurrent launcher's job processes import the project's modules (the basic
-    launcher's sweep runs from the installed wheel, tests/test_install.py; submitit's, the
-    test below)."""
-    result = train(trained.cwd, "-m", *OWN, *TINY, "trainer.epochs=1", "model.hidden=8,16",
-                   "hydra/launcher=concurrent", "tracking.experiment_name=sweep_concurrent",
-                   "hydra.sweep.dir=multirun/concurrent")
-    children = _sweep_jobs(result, "sweep_concurrent")
-    assert sorted(r.data.params["model.hidden"] for r in children) == ["16", "8"]
-
-
-@pytest.mark.e2e
 def test_a_submitit_sweep_of_dim_reduce_stage_two_over_the_users_data_argument(trained):
     """submitit's job processes import the project's modules, and stage two of a dimension
     reduction trains the user's network from the example's run and its snapshots: one
@@ -248,44 +236,3 @@ def test_a_submitit_sweep_of_dim_reduce_stage_two_over_the_users_data_argument(t
         assert run.data.params["boost.stage_one_run_id"] == trained.run_id
         assert run.data.tags["ms_exp.pca.source"] in ("computed", "cached")
         assert np.isfinite(run.data.metrics["eval/loss"])
-
-
-@pytest.mark.e2e
-@pytest.mark.distributed
-def test_ranks_import_the_users_modules_read_half_the_data_each_and_their_slices_merge(
-        trained, tmp_path):
-    """Semi-auto parallel of the user's network on 2 ranks (on CPU ms_exp trains it data
-    parallel and writes each rank's slice): the ranks import the project's modules and each
-    reads half the data; the slices of the user's layer merge back to its weights. The
-    project's callback runs on both ranks, or on rank 0 alone with rank_zero_only."""
-    import mindspore as ms
-
-    def epoch_log(name: str, rank_zero_only: str) -> str:
-        return (f"{name}:{{_target_:my_project.callbacks.EpochLog,path:{tmp_path}/{name}.log,"
-                f"rank_zero_only:{rank_zero_only}}}")
-
-    # 2 ranks: the option's strategy for 4 (2 x 2) is checked in-process above; the 2 x 2
-    # layouts' slices and their merge, on ms_exp's network in tests/test_semi_auto.py.
-    result = train(trained.cwd, *OWN, *TINY, "trainer.epochs=1", "parallel=semi_auto_tiny",
-                   "parallel.device_num=2", "parallel.strategies.hidden.matmul=[[1,1],[1,2]]",
-                   "checkpoint=sliced", f"parallel.launcher.master_port={free_port()}",
-                   f"+trainer.callbacks={{{epoch_log('every', 'false')},"
-                   f"{epoch_log('once', 'true')}}}")
-    for rank in range(2):
-        log = (result.run_dir / "log_output" / f"worker_{rank}.log").read_text()
-        assert "dataset=blobs: 256 training and 128 held-out samples" in log
-    # One line per rank and epoch in the file both ranks append to; one per epoch with
-    # rank_zero_only.
-    assert [line.split()[:2] for line in (tmp_path / "every.log").read_text().splitlines()] \
-        == [["epoch", "1"]] * 2
-    assert [line.split()[:2] for line in (tmp_path / "once.log").read_text().splitlines()] \
-        == [["epoch", "1"]]
-    assert result.store.get_run(result.run_id).info.status == "FINISHED"
-    part = ms.load_checkpoint(str(result.run_dir / "checkpoints/rank_0/checkpoint-1_8.ckpt"))
-    assert tuple(part["hidden.weight"].shape) == (16, 16)  # [16, 32] split on its columns
-    merged = run_cli("ms_exp.ckpt", ["merge", str(result.run_dir), "--output",
-                                     str(tmp_path / "merged")], trained.cwd)
-    assert merged.rc == 0, merged.stderr[-2000:]
-    weights = ms.load_checkpoint(merged.stdout.strip().splitlines()[-1])
-    assert tuple(weights["hidden.weight"].shape) == (16, 32)
-    assert tuple(weights["out.weight"].shape) == (4, 32)
