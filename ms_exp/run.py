@@ -17,12 +17,13 @@ from typing import Any, ContextManager, List, Optional
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.hydra_internals import args_parser
 from ms_exp.config.plugins import register_plugins
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
+from ms_exp.config.targets import without_unused_names
 from ms_exp.pool.dispatch import close_pools
 from ms_exp.preflight.compose import (
     CONF_DIR,
@@ -30,6 +31,7 @@ from ms_exp.preflight.compose import (
     ConfigSource,
     compose_config,
     group_options,
+    hydra_config_of,
     preflight,
 )
 from ms_exp.preflight.overrides import parse_overrides
@@ -57,6 +59,8 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     # up (values the launcher never saw) is.
     hydra_cfg = HydraConfig.get()
     validate_once(cfg, hydra_cfg.runtime.choices)
+    # What the job saves and records names the loss and optimizer it builds.
+    cfg = without_unused_names(cfg)
     from ms_exp.job.run_job import run_job
     from ms_exp.job.supervise import WorkersFailed
     from ms_exp.tracking.run_folder import FolderRefused, discard_if_unused
@@ -190,6 +194,19 @@ def share_import_path() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
 
 
+def print_job_config(overrides: List[str], source: ConfigSource, resolve: bool) -> None:
+    """``--cfg job`` as Hydra prints it, but the config the job uses: a ``name`` beside the
+    ``_target_`` that is built instead is null (without_unused_names), as in the run's
+    config.yaml and params. Hydra prints the rest (``--cfg hydra|all``, ``--package``)."""
+    cfg = compose_config(overrides, return_hydra_config=True, source=source)
+    if resolve:
+        with hydra_config_of(cfg, cfg.hydra.run.dir):   # ${hydra:...} as the job sees it
+            OmegaConf.resolve(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    sys.stdout.write(OmegaConf.to_yaml(without_unused_names(cfg)))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -215,6 +232,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                                       value)
                 if refused:
                     raise InvalidConfig(refused)
+            if args.cfg == "job" and args.package is None:
+                print_job_config(args.overrides, source, args.resolve)
+                return 0
     except InvalidConfig as error:
         # The line repeats what was typed: a URL's password in it is shown as ***.
         print(f"ms_exp: error: {without_passwords(str(error))}", file=sys.stderr)

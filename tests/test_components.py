@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import train
+import yaml
+from conftest import main_in_process, train
 
 from ms_exp.run import main
 
@@ -138,6 +139,13 @@ def test_targets_train_in_both_loops_and_are_recorded(runs):
         assert np.isfinite(run.data.metrics["train/loss"])
     assert not (root / "gone.txt").exists()
     model, functional = results["model"], results["functional"]
+    # The records name what was built: no built-in name beside a _target_.
+    for result in results.values():
+        assert result.store.get_run(result.run_id).data.params["optimizer.name"] == "None"
+    saved = yaml.safe_load((model.run_dir / "config.yaml").read_text())
+    assert saved["loss"]["name"] is None and saved["optimizer"]["name"] is None
+    parts = yaml.safe_load((functional.run_dir / "config.yaml").read_text())["loss"]["parts"]
+    assert parts["focal"]["name"] is None and parts["ce"]["name"] == "cross_entropy"
     assert model.store.get_run(model.run_id).data.params["loss._target_"] == \
         "my_components.SparseFocal"
     assert model.store.get_run(model.run_id).data.params["loss.gamma"] == "1.5"
@@ -282,3 +290,31 @@ def test_ranks_other_than_0_write_no_file_all_ranks_share(tmp_path):
             Path(fit.saver._directory) == rank_dir(tmp_path, rank).resolve()
     assert {WeightSnapshots, ProgressBar, BestCheckpoint, TimedModelCheckpoint} <= kinds[0]
     assert kinds[0] - kinds[1] == {WeightSnapshots, ProgressBar}
+
+
+def test_cfg_job_shows_no_built_in_name_beside_a_target(tmp_path):
+    """``--cfg job`` prints the config the job uses: a user's loss or optimizer by
+    ``_target_`` has ``name: null``; otherwise it is Hydra's own print, byte for byte."""
+    def shown(*args):
+        result = main_in_process("ms_exp.run", ["--cfg", "job", *args], tmp_path)
+        assert result.rc == 0, result.stderr
+        return result.stdout
+
+    user = yaml.safe_load(shown("loss._target_=mindspore.nn.MSELoss", *ADAMW))
+    assert user["loss"]["name"] is None and user["loss"]["_target_"] == "mindspore.nn.MSELoss"
+    assert user["optimizer"]["name"] is None and user["optimizer"]["beta1"] == 0.8
+    default = yaml.safe_load(shown())
+    assert default["loss"]["name"] == "cross_entropy" and default["optimizer"]["name"] == "momentum"
+    # --package goes to Hydra, which prints the same config for the built-in names.
+    assert shown("trainer.epochs=3") == shown("trainer.epochs=3", "--package", "_global_")
+    assert shown("--resolve") == shown("--resolve", "--package", "_global_")
+
+
+def test_a_loss_or_optimizer_with_neither_name_nor_target_is_refused(tmp_path):
+    for key, allowed in (("loss", "a built-in loss (cross_entropy"),
+                         ("optimizer", "a built-in optimizer (momentum")):
+        result = main_in_process("ms_exp.run", [f"{key}.name=null"], tmp_path)
+        assert result.rc == 2
+        assert result.stderr.startswith(f"ms_exp: error: {key}.name=null: not allowed; "
+                                        f"expected {allowed}")
+

@@ -116,7 +116,7 @@ def fake_workers(monkeypatch):
 
 
 def order(number, job):
-    return dispatch.JobOrder(number, [f"job={number}"], None, None, job, {})
+    return dispatch.JobOrder(number, [f"job={number}"], None, None, job, {}, {})
 
 
 def test_shares_are_held_one_job_at_a_time_and_workers_kept(fake_workers, capsys,
@@ -135,7 +135,7 @@ def test_shares_are_held_one_job_at_a_time_and_workers_kept(fake_workers, capsys
             running.difference_update(share)
         return share
 
-    results = dispatch.launch_jobs(pool, [order(n, job) for n in range(6)], [1] * 6, False)
+    results = dispatch.launch_jobs(pool, [order(n, job) for n in range(6)], lambda i: 1, False)
     assert {r.return_value for r in results} == {(0,), (1,)}
     assert most[0] == 2
     # One worker per device, reused by every later job on it.
@@ -149,7 +149,7 @@ def test_a_failed_or_dead_job_gives_its_share_back(fake_workers):
     pool = dispatch.DevicePool("CPU", [0], stop_timeout=1)
     outcomes = iter(["died", "failed", "ok"])
     results = dispatch.launch_jobs(pool, [order(n, lambda share: next(outcomes))
-                                          for n in range(3)], [1] * 3, False)
+                                          for n in range(3)], lambda i: 1, False)
     assert [r.status.name for r in results] == ["FAILED", "FAILED", "COMPLETED"]
     assert "its process on CPU 0 ended with exit code -9" in str(results[0]._return_value)
     # The dead worker is replaced; the failed job's worker is kept for the next job.
@@ -159,7 +159,7 @@ def test_a_failed_or_dead_job_gives_its_share_back(fake_workers):
 def test_fail_fast_starts_no_job_after_a_failure(fake_workers):
     pool = dispatch.DevicePool("CPU", [0], stop_timeout=1)
     results = dispatch.launch_jobs(pool, [order(0, lambda share: "failed"),
-                                          order(1, lambda share: "ok")], [1, 1], True)
+                                          order(1, lambda share: "ok")], lambda i: 1, True)
     assert results[1].status.name == "FAILED"
     assert isinstance(results[1]._return_value, dispatch.NotStarted)
     assert "job #1 was not started: another job of the sweep failed (sweep.fail_fast)" \
@@ -169,7 +169,7 @@ def test_fail_fast_starts_no_job_after_a_failure(fake_workers):
 def test_a_multi_rank_job_waits_for_enough_free_devices(fake_workers):
     pool = dispatch.DevicePool("GPU", [0, 1, 2], stop_timeout=1)
     results = dispatch.launch_jobs(pool, [order(n, lambda share: share) for n in range(3)],
-                                   [2, 1, 2], False)
+                                   lambda i: [2, 1, 2][i], False)
     shares = [r.return_value for r in results]
     assert [len(s) for s in shares] == [2, 1, 2]
 

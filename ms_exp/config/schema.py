@@ -435,7 +435,9 @@ class OptimizerConfig(Dict[str, Any]):
     ``momentum``, ``weight_decay`` and the fixed loss scale when its signature names them
     (ms_exp/train/optimizer.py)."""
 
-    name: OptimizerName = OptimizerName.momentum  # a built-in optimizer (null _target_)
+    # A built-in optimizer when _target_ is null; null beside a _target_, which is what is
+    # built (ms_exp clears it there: config/targets.py without_unused_names).
+    name: Optional[OptimizerName] = OptimizerName.momentum
     lr: float = 0.05  # the learning rate, > 0; with a schedule its peak (the model zoo's lr_max)
     momentum: float = 0.9  # in [0, 1); given to an optimizer whose signature names it, not sgd
     weight_decay: float = 0.0  # >= 0; given to an optimizer whose signature names it
@@ -484,7 +486,7 @@ class LossPart(Dict[str, Any]):
     """One term of a loss made of several (the training-flow tutorial's loss1 + loss2): a
     named loss, or any loss Cell by ``_target_`` with its own arguments beside ``weight``."""
 
-    name: LossName = LossName.cross_entropy  # a built-in loss, as loss.name
+    name: Optional[LossName] = LossName.cross_entropy  # a built-in loss, as loss.name
     label_smoothing: float = 0.0  # as loss.label_smoothing
     weight: float = 1.0  # the part's weight in the sum, >= 0 (0: reported, not trained on)
     _target_: Optional[str] = None  # any loss Cell of (logits, labels); wins over name
@@ -496,7 +498,9 @@ class LossConfig(Dict[str, Any]):
     not declared here being its own argument (``label_smoothing`` too when not 0), and
     ``num_classes`` passed when its signature names it (ms_exp/train/losses.py)."""
 
-    name: LossName = LossName.cross_entropy  # a built-in loss (null _target_)
+    # A built-in loss when _target_ is null; null beside a _target_, which is what is built
+    # (ms_exp clears it there: config/targets.py without_unused_names).
+    name: Optional[LossName] = LossName.cross_entropy
     label_smoothing: float = 0.0  # in [0, 1); 0 with softmax_cross_entropy, which has none
     # Several losses: part name -> LossPart (each read typed by loss_parts: OmegaConf cannot
     # type the values of a dict by a class subclassing Dict). The loss is the weighted sum of

@@ -16,13 +16,31 @@ import sys
 import typing
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, show
 
 TARGET = "_target_"
 # Said after the keys a section declares, where other keys are a target's arguments.
 TARGET_ARGUMENTS = f" (other keys only beside a {TARGET}: its own arguments)"
+
+
+# Sections where ``name`` picks a built-in class and a ``_target_`` beside it names another.
+NAMED_SECTIONS = ("optimizer", "loss")
+
+
+def without_unused_names(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with ``name: null`` wherever a ``_target_`` beside it is what gets built, so
+    that the config a job prints (``--cfg job``), saves and records as params names the loss
+    and optimizer it uses, not a built-in one it does not."""
+    sections = [cfg.get(key) for key in NAMED_SECTIONS]
+    parts = OmegaConf.select(cfg, "loss.parts", default=None)
+    sections += list(parts.values()) if isinstance(parts, DictConfig) else []
+    for node in sections:
+        if isinstance(node, DictConfig) and target_path(node) and node.get("name") is not None:
+            with open_dict(node):
+                node.name = None
+    return cfg
 
 
 def target_path(node) -> Optional[str]:

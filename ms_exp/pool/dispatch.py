@@ -75,6 +75,16 @@ class DevicePool:
     def capacity(self, per_job: int) -> int:
         return len(self.units) // per_job
 
+    def warm(self, per_job: int) -> None:
+        """A worker started now for each share of ``per_job`` units, idle until a job takes
+        it: their start (an interpreter, MindSpore, MLflow) overlaps the sweep's own."""
+        with self._changed:
+            for first in range(0, self.capacity(per_job) * per_job, per_job):
+                share = tuple(self.units[first:first + per_job])
+                self._idle[share] = Worker(Share(self.accelerator, share,
+                                                 share_environment(self.accelerator, share)),
+                                           self.stop_timeout)
+
     def run(self, per_job: int, order: JobOrder, stop_others: Callable[[], bool]):
         """Run one job on ``per_job`` units once they are free; its JobReturn. The units are
         back in the pool when this returns or raises."""
@@ -181,23 +191,26 @@ class WorkerDied(RuntimeError):
     """The job's process ended without answering (killed, out of memory, a crash)."""
 
 
-def launch_jobs(pool: DevicePool, orders: Sequence[JobOrder], shares: Sequence[int],
+def launch_jobs(pool: DevicePool, orders: Sequence[JobOrder], share_of: Callable[[int], int],
                 fail_fast: bool) -> List[Any]:
     """Every job of ``orders`` on the pool, as many at once as it has shares for; each
-    job's JobReturn in order. Ctrl-C or SIGTERM here stops every running job once, waits
-    for them, then goes on up."""
+    job's JobReturn in order. ``share_of(index)``: the units job ``index`` holds, asked as
+    it is about to start. Ctrl-C or SIGTERM here stops every running job once, waits for
+    them, then goes on up."""
     from hydra.core.utils import JobStatus
 
     failed = threading.Event()
 
     def one(index: int):
-        outcome = pool.run(shares[index], orders[index],
+        outcome = pool.run(share_of(index), orders[index],
                            stop_others=lambda: fail_fast and failed.is_set())
         if outcome.status == JobStatus.FAILED:
             failed.set()
         return outcome
 
-    most = max(1, min(len(orders), pool.capacity(max(shares, default=1))))
+    # Threads enough for every share the first job's size makes; jobs holding more units
+    # wait for them in their thread.
+    most = max(1, min(len(orders), pool.capacity(share_of(0)))) if orders else 1
     executor = ThreadPoolExecutor(max_workers=most, thread_name_prefix="ms_exp-pool")
     futures = [executor.submit(one, index) for index in range(len(orders))]
     try:

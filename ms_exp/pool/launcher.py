@@ -1,5 +1,6 @@
 """``hydra/launcher=pool`` as Hydra sees it: the launcher's settings, the pool opened at the
 first job, and each job's share worked out from its own config."""
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
@@ -48,6 +49,9 @@ class PoolLaunch:
         self.pool = open_pool(DevicePool(self.kind(), self.units(), self.stop_timeout))
         forward_stops(self.pool)
         print(f"hydra/launcher=pool: {describe(self.pool, self.cores_per_job)}", flush=True)
+        # Workers for shares of the sweep's usual size start while it composes its jobs.
+        self.pool.warm(units_per_job(self.pool.accelerator, int(config.parallel.device_num),
+                                     self.cores_per_job))
 
     def kind(self) -> str:
         assert self.config is not None
@@ -64,14 +68,12 @@ class PoolLaunch:
         assert self.pool is not None and self.config is not None  # setup() ran
         setup_globals()
         state = Singleton.get_state()
-        orders, shares = [], []
-        for offset, overrides in enumerate(job_overrides):
-            orders.append(JobOrder(initial_job_idx + offset, list(overrides),
-                                   self.hydra_context, self.config, self.task_function,
-                                   state))
-            shares.append(self._share_of(overrides))
+        orders = [JobOrder(initial_job_idx + offset, list(overrides), self.hydra_context,
+                           self.config, self.task_function, state, dict(os.environ))
+                  for offset, overrides in enumerate(job_overrides)]
         fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
-        return launch_jobs(self.pool, orders, shares, fail_fast)
+        return launch_jobs(self.pool, orders,
+                           lambda index: self._share_of(orders[index].overrides), fail_fast)
 
     def _share_of(self, overrides: Sequence[str]) -> int:
         """Units the job holds: one per rank (``parallel.device_num``), each rank

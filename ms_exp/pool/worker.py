@@ -18,13 +18,16 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 @dataclass
 class JobOrder:
-    """What a worker needs to run one job, as Hydra's joblib launcher sends it."""
+    """What a worker needs to run one job, as Hydra's joblib launcher sends it, and the
+    launching process's environment as it is when the job starts: the worker was started
+    earlier, before a sweeper put its study or the sweep its parent run there."""
     number: int
     overrides: Sequence[str]
     hydra_context: Any
     config: Any
     task_function: Any
     singleton_state: Dict[Any, Any]
+    environ: Dict[str, str]
 
 
 def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]],
@@ -36,9 +39,9 @@ def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]],
     os.environ.update(env)
     if cores:
         os.sched_setaffinity(0, cores)
-        _limit_cpu_threads(len(cores))
     threading.Thread(target=_stop_when_orphaned, args=(stop_timeout,), daemon=True,
                      name="ms_exp-pool-orphan-watch").start()
+    _prepare_for_jobs(cores)
     import cloudpickle
 
     while True:
@@ -46,6 +49,8 @@ def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]],
             order = cloudpickle.loads(connection.recv_bytes())
         except (EOFError, OSError, KeyboardInterrupt):
             return
+        os.environ.clear()
+        os.environ.update({**order.environ, **env})   # the share's own variables win
         outcome = _run(order)
         try:
             connection.send_bytes(_pickled(outcome))
@@ -95,12 +100,21 @@ def _pickled(outcome) -> bytes:
         return cloudpickle.dumps(outcome)
 
 
-def _limit_cpu_threads(cores: int) -> None:
-    """MindSpore's CPU kernels as many threads as the worker's cores (25 by default, which
+def _prepare_for_jobs(cores: Optional[Tuple[int, ...]]) -> None:
+    """What every job here needs, done before the first one arrives (the pool starts its
+    workers when the sweep starts): the job's MLflow sidecar started, so that its import of
+    MLflow runs beside this process's of MindSpore's training and data modules; on the CPU,
+    MindSpore's kernels given as many threads as the worker's cores (25 by default, which
     two jobs on two cores would make fight)."""
+    from ms_exp.tracking.sidecar import start_spare
+
+    start_spare()
+    import mindspore.dataset  # noqa: F401  (what a job's data and training import first)
+    import mindspore.train  # noqa: F401
     from mindspore import device_context
 
-    device_context.cpu.op_tuning.threads_num(cores)
+    if cores:
+        device_context.cpu.op_tuning.threads_num(len(cores))
 
 
 def _stop_when_orphaned(stop_timeout: float) -> None:

@@ -10,7 +10,7 @@ from ms_exp.boost.options import boost_option
 from ms_exp.config.amp import needs_overflow_check
 from ms_exp.config.errors import ConfigError, InvalidConfig, one_of, require, value_error
 from ms_exp.config.numbers import check_number
-from ms_exp.config.schema import LossPart, loss_part, own_keys
+from ms_exp.config.schema import LossName, LossPart, OptimizerName, loss_part, own_keys
 from ms_exp.config.targets import TARGET, TARGET_ARGUMENTS, target_path
 from ms_exp.models.options import model_option
 
@@ -120,6 +120,9 @@ def validate_loss_parts(loss_cfg) -> None:
 
 
 def validate_optimizer(cfg, epochs: int) -> None:
+    require(cfg.name is not None or target_path(cfg) is not None, "optimizer.name", None,
+            f"a built-in optimizer ({', '.join(n.name for n in OptimizerName)}), or "
+            f"optimizer.{TARGET}")
     require(cfg.lr > 0, "optimizer.lr", cfg.lr, "a number > 0")
     require(0 <= cfg.momentum < 1, "optimizer.momentum", cfg.momentum, "a number in [0, 1)")
     require(cfg.weight_decay >= 0, "optimizer.weight_decay", cfg.weight_decay, "a number >= 0")
@@ -159,6 +162,8 @@ def validate_loss_terms(cfg, key: str) -> None:
     """A loss's name and label smoothing: ``loss`` itself or one of ``loss.parts``."""
     require(0 <= cfg.label_smoothing < 1, f"{key}.label_smoothing", cfg.label_smoothing,
             "a number in [0, 1)")
+    require(cfg.name is not None or target_path(cfg) is not None, f"{key}.name", None,
+            f"a built-in loss ({', '.join(n.name for n in LossName)}), or {key}.{TARGET}")
     if target_path(cfg) is None and cfg.name.value == "softmax_cross_entropy":
         require(cfg.label_smoothing == 0, f"{key}.label_smoothing", cfg.label_smoothing,
                 f"0 with {key}.name=softmax_cross_entropy (use cross_entropy or "

@@ -75,9 +75,7 @@ class SidecarTracker:
         if journal is None and offline_dir is not None:
             journal = new_journal_path(offline_dir)
         self.journal = Path(journal) if journal else None
-        self._process = _idle_sidecar() or subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True)
+        self._process = _idle_sidecar() or _new_sidecar()
         self._outbox: "queue.SimpleQueue" = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_lines, name="ms_exp-sidecar",
                                          daemon=True)
@@ -266,6 +264,17 @@ class SidecarTracker:
 # Hydra's basic launcher, or in a joblib worker): starting one costs MLflow's import again,
 # about 2 s of every job there. Each exits when this process does (its stdin closes).
 _IDLE: List[subprocess.Popen] = []
+
+
+def start_spare() -> None:
+    """A sidecar started now for this process's first job, so that MLflow's import runs
+    while the process imports MindSpore (a pool's worker, ms_exp/pool/worker.py)."""
+    _IDLE.append(_new_sidecar())
+
+
+def _new_sidecar() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
 
 
 def _idle_sidecar() -> Optional[subprocess.Popen]:
