@@ -29,7 +29,7 @@ imports, composing, each job until its run exists, the sweep's parent run and re
 how many jobs ran at once on average. The md turns these into the reasons a concurrent
 arm's speedup falls short of the core count.
 
-    python benchmarks/sweep_throughput.py       # 5 rounds, about 8 minutes on 2 cores
+    python benchmarks/sweep_throughput.py       # 5 rounds, about 13 minutes on 2 cores
     python benchmarks/sweep_throughput.py --rounds 7 --arms sequential concurrent concurrent_4
 
 Writes benchmarks/results/sweep_throughput.md and sweep_throughput.png.
