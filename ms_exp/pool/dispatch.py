@@ -94,9 +94,9 @@ class DevicePool:
         if worker is None:
             skipped = JobReturn(overrides=list(order.overrides))
             skipped.status = JobStatus.FAILED
-            skipped._return_value = NotStarted(
-                f"job #{order.number} was not started: another job of the sweep failed "
-                "(sweep.fail_fast)")
+            why = ("the sweep was stopped" if self._closed else
+                   "another job of the sweep failed (sweep.fail_fast)")
+            skipped._return_value = NotStarted(f"job #{order.number} was not started: {why}")
             return skipped
         # Named as its MLflow run will be: by its swept values.
         name = child_run_name(list(order.overrides))
@@ -184,7 +184,8 @@ class DevicePool:
 
 
 class NotStarted(RuntimeError):
-    """A job of a fail-fast sweep that was not started after another one failed."""
+    """A job not started: another one of a fail-fast sweep failed, or the sweep was
+    stopped."""
 
 
 class WorkerDied(RuntimeError):
