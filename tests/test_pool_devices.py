@@ -85,7 +85,7 @@ class FakeWorker:
     def __init__(self, share, stop_timeout):
         self.share = share
         self.process = SimpleNamespace(pid=1000 + len(FakeWorker.started), exitcode=-9,
-                                       is_alive=lambda: True, join=lambda *a: None)
+                                       is_alive=lambda: not self.closed, join=lambda *a: None)
         self.stopping = False
         self.closed = False
         FakeWorker.started.append(self)
@@ -154,6 +154,15 @@ def test_a_failed_or_dead_job_gives_its_share_back(fake_workers):
     assert "its process on CPU 0 ended with exit code -9" in str(results[0]._return_value)
     # The dead worker is replaced; the failed job's worker is kept for the next job.
     assert len(fake_workers) == 2 and fake_workers[0].closed and not fake_workers[1].closed
+
+
+def test_a_worker_that_died_while_idle_is_replaced_before_a_job_is_sent(fake_workers):
+    pool = dispatch.DevicePool("CPU", [0], stop_timeout=1)
+    pool.warm(1)
+    fake_workers[0].closed = True          # killed while waiting for a job
+    (result,) = dispatch.launch_jobs(pool, [order(0, lambda share: "ok")], lambda i: 1, False)
+    assert result.status.name == "COMPLETED"
+    assert len(fake_workers) == 2 and not fake_workers[1].closed
 
 
 def test_fail_fast_starts_no_job_after_a_failure(fake_workers):

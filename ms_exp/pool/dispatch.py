@@ -108,7 +108,7 @@ class DevicePool:
             alive = not isinstance(outcome._return_value, (KeyboardInterrupt, SystemExit))
             return outcome
         except (EOFError, OSError):
-            worker.process.join()
+            worker.close(self.stop_timeout)   # its pipe is gone; so is it, or it is killed
             lost = JobReturn(overrides=list(order.overrides))
             lost.status = JobStatus.FAILED
             lost._return_value = WorkerDied(
@@ -154,6 +154,9 @@ class DevicePool:
             worker = self._idle.pop(share, None)
             # An idle worker on any of these units may still hold device memory there.
             retired = [self._idle.pop(key) for key in list(self._idle) if set(key) & set(share)]
+        if worker is not None and not worker.process.is_alive():
+            retired.append(worker)   # it died while idle (killed, out of memory): a new one
+            worker = None
         for old in retired:
             old.close(self.stop_timeout)
         if worker is None:
