@@ -933,7 +933,7 @@ BAD_INPUTS = {
     "unknown launcher": bad(
         "hydra/launcher=ray",
         message="hydra/launcher='ray': unknown option; expected one of basic, concurrent, "
-                "joblib, slurm, submitit_local, submitit_slurm"),
+                "joblib, pool, slurm, submitit_local, submitit_slurm"),
     "unknown launch style": bad(
         "parallel=data", "parallel.launcher.style=slurm",
         message="parallel.launcher.style='slurm': not allowed; expected one of msrun, mpirun, "

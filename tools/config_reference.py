@@ -546,10 +546,10 @@ def render() -> str:
         node = presets[preset]
         out += [f"### hydra/launcher={preset}", ""]
         docs = PLUGIN_DOCS.get(plugin)
-        extends = (f"Hydra's [{plugin}]({docs})" if docs else
-                   f"ms_exp's own {code(plugin)} (`ms_exp/pool/`)")
-        out += [f"File `conf/hydra/launcher/{preset}.yaml`; extends {extends} "
-                f"launcher (`_target_`: {code(node['_target_'])}).", ""]
+        what = (f"extends Hydra's [{plugin}]({docs}) launcher" if docs else
+                f"ms_exp's own launcher (`ms_exp/pool/`), its keys typed by {code(plugin)}")
+        out += [f"File `conf/hydra/launcher/{preset}.yaml`; {what} "
+                f"(`_target_`: {code(node['_target_'])}).", ""]
         out += _blocks(option_header(path))
         body = path.read_text().splitlines()
         start = next(n for n, line in enumerate(body) if not line.startswith("#"))

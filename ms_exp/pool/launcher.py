@@ -26,7 +26,9 @@ class PoolLauncherConf:
 
 
 def register_launcher_config() -> None:
-    ConfigStore.instance().store(group="hydra/launcher", name="ms_exp_pool",
+    """Under ``schema/``, beside ms_exp's group schemas, so that ``hydra/launcher`` lists the
+    preset alone (``pool``), not its schema too."""
+    ConfigStore.instance().store(group="schema/hydra/launcher", name="pool",
                                  node=PoolLauncherConf, provider="ms_exp")
 
 
