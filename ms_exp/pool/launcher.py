@@ -1,5 +1,6 @@
 """``hydra/launcher=pool`` as Hydra sees it: the launcher's settings, the pool opened at the
 first job, and each job's share worked out from its own config."""
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -48,20 +49,15 @@ class PoolLaunch:
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config, self.hydra_context = config, hydra_context
         self.task_function = task_function
-        self.pool = open_pool(DevicePool(self.kind(), self.units(), self.stop_timeout))
+        kind = accelerator_of(self.accelerator,
+                              OmegaConf.select(config, "trainer.device_target"))
+        self.pool = open_pool(DevicePool(kind, pool_units(kind, self.devices),
+                                         self.stop_timeout))
         forward_stops(self.pool)
         print(f"hydra/launcher=pool: {describe(self.pool, self.cores_per_job)}", flush=True)
         # Workers for shares of the sweep's usual size start while it composes its jobs.
         self.pool.warm(units_per_job(self.pool.accelerator, int(config.parallel.device_num),
                                      self.cores_per_job))
-
-    def kind(self) -> str:
-        assert self.config is not None
-        return accelerator_of(self.accelerator,
-                              OmegaConf.select(self.config, "trainer.device_target"))
-
-    def units(self) -> List[int]:
-        return pool_units(self.kind(), self.devices)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int):
         from hydra.core.singleton import Singleton
@@ -74,8 +70,13 @@ class PoolLaunch:
                            self.config, self.task_function, state, dict(os.environ))
                   for offset, overrides in enumerate(job_overrides)]
         fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
-        return launch_jobs(self.pool, orders,
-                           lambda index: self._share_of(orders[index].overrides), fail_fast)
+
+        # Asked twice for the first job (to size the threads, then to start it): composed once.
+        @functools.lru_cache(maxsize=None)
+        def share_of(index: int) -> int:
+            return self._share_of(orders[index].overrides)
+
+        return launch_jobs(self.pool, orders, share_of, fail_fast)
 
     def _share_of(self, overrides: Sequence[str]) -> int:
         """Units the job holds: one per rank (``parallel.device_num``), each rank
