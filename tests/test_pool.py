@@ -3,8 +3,10 @@ life. Read back from each job's own environment (a callback of the test's, a mod
 working folder that the pool's worker processes import as a user's) and from MLflow: never
 two running jobs on one device, a failed job's device goes to the next job, the Optuna
 sweeper through the pool, and Ctrl-C or a killed launcher ending every job."""
+import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -17,16 +19,17 @@ from conftest import FAST, migrated_store, run_cli
 from mlflow import MlflowClient
 
 # A user's callback: what the job's process was given, written where the test reads it; it
-# fails the job whose learning rate is fail_at_lr, and can hold a job in training until the
-# test has seen every job start.
+# fails the job whose learning rate is fail_at_lr, and tells a waiting test through the
+# named pipe ``announce`` that the job has started training.
 PROBE = '''
-import json, os, time
+import json, os
 from mindspore.train import Callback
 
 
 class Probe(Callback):
-    def __init__(self, folder, lr, fail_at_lr=-1.0):
+    def __init__(self, folder, lr, fail_at_lr=-1.0, announce=None):
         self.folder, self.lr, self.fail_at_lr = folder, float(lr), float(fail_at_lr)
+        self.announce = announce
 
     def on_train_begin(self, run_context):
         seen = {"pid": os.getpid(), "lr": self.lr, "cores": sorted(os.sched_getaffinity(0)),
@@ -37,6 +40,9 @@ class Probe(Callback):
         with open(path + ".tmp", "w") as f:
             json.dump(seen, f)
         os.replace(path + ".tmp", path)
+        if self.announce:
+            with open(self.announce, "w") as fifo:
+                fifo.write(f"{os.getpid()}\\n")
         if self.lr == self.fail_at_lr:
             raise RuntimeError(f"probe: job with lr={self.lr} fails on purpose")
 '''
@@ -160,24 +166,66 @@ def test_an_optuna_sweep_through_the_pool_starts_a_trial_when_a_core_is_free(tmp
     assert "jobs per device:" in result.stdout
 
 
-def start_long_sweep(folder: Path) -> subprocess.Popen:
+def start_long_sweep(folder: Path, announce: Path) -> subprocess.Popen:
     """Two jobs long enough to be stopped while both train; in a session of its own, as a
     terminal's foreground job is a process group of its own."""
     return subprocess.Popen(
         [sys.executable, "-m", "ms_exp.run", "-m", *FAST, "hydra/launcher=pool",
          "trainer.epochs=200", *PROBE_ARGS, f"+trainer.callbacks.probe.folder={folder / 'seen'}",
-         "optimizer.lr=0.01,0.02"],
+         f"+trainer.callbacks.probe.announce={announce}", "optimizer.lr=0.01,0.02"],
         cwd=folder, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
         stdout=(folder / "console.txt").open("w"), stderr=subprocess.STDOUT)
 
 
-def wait_for_both_jobs(folder: Path, sweep: subprocess.Popen) -> list:
-    deadline = time.monotonic() + 240
-    while len(probes(folder)) < 2:
-        assert sweep.poll() is None, (folder / "console.txt").read_text()[-3000:]
-        assert time.monotonic() < deadline, "the two jobs did not start"
-        time.sleep(0.2)   # polling for the event, not waiting a fixed time
-    return [job["pid"] for job in probes(folder)]
+@contextlib.contextmanager
+def announcements(folder: Path):
+    """A named pipe the jobs' probes write to as they start training, open for reading (and
+    held open for writing too, so that reading it blocks until a job writes)."""
+    fifo = folder / "started"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    keeper = os.open(fifo, os.O_WRONLY)
+    try:
+        yield fifo, reader
+    finally:
+        os.close(keeper)
+        os.close(reader)
+
+
+def wait_for_both_jobs(reader: int, sweep: subprocess.Popen, folder: Path) -> None:
+    """Until two jobs said they train, or the sweep ended first."""
+    gone = os.pidfd_open(sweep.pid)
+    started = b""
+    try:
+        while started.count(b"\n") < 2:
+            ready, _, _ = select.select([reader, gone], [], [], 240)
+            assert ready and gone not in ready, (folder / "console.txt").read_text()[-3000:]
+            started += os.read(reader, 4096)
+    finally:
+        os.close(gone)
+
+
+def wait_until_gone(folder: Path, timeout: float = 240) -> None:
+    """Until no process works in ``folder``: each one seen is waited for through its pidfd
+    (readable once it has exited), then the folder is looked at again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fds = []
+        for pid in processes_in(folder):
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                continue
+        if not fds:
+            return
+        try:
+            for fd in fds:
+                left = deadline - time.monotonic()
+                assert left > 0 and select.select([fd], [], [], left)[0], \
+                    f"{processes_in(folder)} outlived the sweep"
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def processes_in(folder: Path) -> list:
@@ -198,18 +246,16 @@ def processes_in(folder: Path) -> list:
 @pytest.mark.parametrize("how", ["ctrl_c", "launcher_killed"])
 def test_ctrl_c_or_a_killed_launcher_ends_every_job(tmp_path, how):
     folder = project(tmp_path)
-    sweep = start_long_sweep(folder)
-    wait_for_both_jobs(folder, sweep)
+    with announcements(folder) as (fifo, reader):
+        sweep = start_long_sweep(folder, fifo)
+        wait_for_both_jobs(reader, sweep, folder)
     if how == "ctrl_c":
         os.killpg(sweep.pid, signal.SIGINT)       # what a terminal's Ctrl-C sends
         assert sweep.wait(timeout=240) == 130, (folder / "console.txt").read_text()[-3000:]
     else:
         sweep.kill()                               # SIGKILL to the launching process alone
         sweep.wait(timeout=60)
-    deadline = time.monotonic() + 240
-    while processes_in(folder):
-        assert time.monotonic() < deadline, f"{processes_in(folder)} outlived the sweep"
-        time.sleep(0.2)
+    wait_until_gone(folder)
     runs = job_runs(folder)
     assert len(runs) == 2
     # Each job was stopped as SIGTERM stops one: after its step, its run ended KILLED.
