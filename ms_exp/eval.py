@@ -38,7 +38,9 @@ from ms_exp.preflight.validate import validate_for_evaluation
 from ms_exp.tracking.store import (
     StoreError,
     existing_store,
+    is_local_store,
     job_run,
+    masked,
     missing_store,
     not_a_database,
     password_refusal,
@@ -383,13 +385,21 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                                   f"{Path(config_file).parent} has no config.yaml")
             if not Path(config_file).is_file():
                 raise ConfigError("--config", str(config_file), "the run's config.yaml")
-            cfg = load_run_config(Path(config_file), args.overrides)
+            cfg = load_run_config(Path(config_file), args.overrides,
+                                  None if args.config else read_back_source(args))
             if not args.config:  # written by a run, perhaps someone else's: only trusted code
                 check_read_back(cfg, read_back_source(args), args.overrides,
                                 [args.config_dir])
             validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id and not args.model:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
+                if not args.config and not is_local_store(uri):
+                    # MLflow would send this user's credentials to a server the record
+                    # names: only a server the user names gets them.
+                    raise ConfigError(
+                        "tracking.uri", masked(uri), "--tracking-uri naming the server to "
+                        "record the evaluation in", problem="is a server named by the config "
+                        f"read back from {read_back_source(args)}")
             database = sqlite_path(uri)
             unusable = not_a_database(database) if database is not None else None
             if unusable is not None:

@@ -57,16 +57,21 @@ def refusal(key: str, target: str, source: str) -> str:
             "docs/guides/security.md")
 
 
-def planted_config(path: Path) -> Path:
-    """A run's saved config.yaml (composed and resolved as a job saves it) whose network
-    someone with write access to the store replaced by ``PLANTED``."""
+def planted_config(path: Path, key: str = "model._target_", value: str = PLANTED) -> Path:
+    """A run's saved config.yaml (composed and resolved as a job saves it) in which someone
+    with write access to the store set ``key`` to ``value`` (by default: its network
+    replaced by ``PLANTED``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     cfg = compose_config(["trainer.epochs=1"], return_hydra_config=True)
     with hydra_config_of(cfg, str(path.parent)):
         job = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg
                                                                  if k != "hydra"]),
                                      resolve=True, enum_to_str=True)
-    job["model"]["_target_"] = PLANTED
+    section, _, name = key.rpartition(".")
+    node = job
+    for part in section.split(".") if section else ():
+        node = node[part]
+    node[name] = value
     path.write_text(yaml.safe_dump(job))
     return path
 
@@ -255,3 +260,213 @@ def test_a_config_of_ms_exps_own_options_read_back_is_trusted(option):
     from ms_exp.preflight.trust import check_read_back
 
     check_read_back(compose_config([option], return_hydra_config=True), "a store")
+
+
+# ---------------------------------------------------------------------------------------------
+# A record is data (ms_exp/config/record.py): a config read back holds no interpolation; a
+# re-run applies none of Hydra's settings, no resolver that reads this machine, and no config
+# folder the user does not name
+
+SECRET_VARIABLE = "MS_EXP_TEST_SECRET"
+
+
+def interpolations(victim: Path) -> dict:
+    """Interpolations planted in a saved config, each of which would run when its section is
+    built: write ``victim`` with numpy.save, or copy the reader's secret into the store."""
+    return {
+        "oc.create": ("model", f"${{oc.create:{{_target_: numpy.save, file: '{victim}', "
+                               "arr: 1}}"),
+        "oc.decode": ("model", f"${{oc.decode:'{{_target_: numpy.save, file: {victim}, "
+                               "arr: 1}'}"),
+        "oc.env": ("tracking.run_name", f"${{oc.env:{SECRET_VARIABLE}}}"),
+    }
+
+
+def interpolation_refusal(key: str, value: str, source: str) -> str:
+    return (f"{key}={value!r}: is an interpolation in a config read back from {source}; "
+            "expected a plain value: a job saves its config resolved, so a config read back "
+            "resolves nothing (docs/guides/security.md)")
+
+
+def log_job(client, experiment: str, folder: Path, config: Path, overrides=("trainer.epochs=1",),
+            hydra=None) -> str:
+    """A job's run as ms_exp records it: its config, its Hydra record, its last checkpoint."""
+    run_id = client.create_run(experiment, run_name=folder.name).info.run_id
+    client.log_artifact(run_id, str(config), "config")
+    checkpoint = folder / "checkpoint-1_1.ckpt"
+    checkpoint.write_bytes(b"not read: the config is refused first")
+    client.log_artifact(run_id, str(checkpoint), "checkpoints/rank_0")
+    client.set_tag(run_id, "ms_exp.checkpoint.last", "checkpoints/rank_0/checkpoint-1_1.ckpt")
+    (folder / "hydra").mkdir()
+    (folder / "hydra" / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
+    (folder / "hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {
+        "runtime": {"config_sources": []}, "job": {"config_name": "config"},
+        "overrides": {"hydra": []}, **(hydra or {})}}))
+    client.log_artifacts(run_id, str(folder / "hydra"), "hydra")
+    client.set_terminated(run_id)
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """A store with one job run per planted interpolation, and runs whose recorded
+    overrides or Hydra record name what a re-run must not take from them."""
+    files = tmp_path_factory.mktemp("records")
+    victim = files / "victim.npy"
+    uri = f"sqlite:///{files / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = ensure_experiment(client, "ms_exp")
+    runs, planted = {}, interpolations(victim)
+    for name, (key, value) in planted.items():
+        folder = files / name
+        config = planted_config(folder / "config" / "config.yaml", key, value)
+        runs[name] = log_job(client, experiment, folder, config)
+    clean = planted_config(files / "clean" / "config.yaml", "trainer.epochs", 1)
+    for name, overrides, hydra in [
+            ("env_set", ["trainer.epochs=1", f"+hydra.job.env_set.PYTHONPATH={files}"], None),
+            ("launcher", ["trainer.epochs=1", "hydra/launcher=basic"], None),
+            ("resolver", ["trainer.epochs=1",
+                          f"tracking.run_name=${{oc.env:{SECRET_VARIABLE}}}"], None),
+            ("plain", ["trainer.epochs=1", "tracking.run_name=seed-${trainer.seed}",
+                       "tracking.uri=http://127.0.0.1:9/planted"], None),
+            ("searchpath", ["trainer.epochs=1"],
+             {"overrides": {"hydra": ["hydra.searchpath=[pkg://planted_pkg]"]}}),
+            ("config_dir", ["trainer.epochs=1"], {"runtime": {"config_sources": [
+                {"provider": "command-line", "schema": "file", "path": str(files)}]}})]:
+        folder = files / name
+        folder.mkdir()
+        runs[name] = log_job(client, experiment, folder, clean, overrides, hydra)
+    return SimpleNamespace(uri=uri, runs=runs, planted=planted, victim=victim, files=files,
+                           client=client)
+
+
+@pytest.mark.parametrize("name", ["oc.create", "oc.decode", "oc.env"])
+@pytest.mark.parametrize("reader", ["--run-id", "--checkpoint", "pyfunc"])
+def test_an_interpolation_in_a_config_read_back_is_refused_before_it_resolves(
+        records, name, reader, tmp_path):
+    key, value = records.planted[name]
+    runs_before = len(records.client.search_runs([records.client.get_experiment_by_name(
+        "ms_exp").experiment_id]))
+    env = {SECRET_VARIABLE: "the-readers-secret"}
+    if reader == "pyfunc":
+        from ms_exp.job.model_package import _load_pyfunc
+
+        model = tmp_path / "model"
+        planted_config(model / "config.yaml", key, value)
+        (model / "checkpoint.ckpt").write_bytes(b"not read")
+        (model / "MLmodel").write_text(yaml.safe_dump({"flavors": {"mindspore": {
+            "config": "config.yaml", "checkpoint": "checkpoint.ckpt"}}}))
+        with pytest.raises(InvalidConfig) as refused:
+            _load_pyfunc(str(model))
+        line, source = str(refused.value), f"the MLflow model in {model}"
+    else:
+        if reader == "--run-id":
+            args, source = ["--run-id", records.runs[name]], f"MLflow run {records.runs[name]}"
+        else:
+            checkpoint = tmp_path / "run" / "checkpoints" / "rank_0" / "checkpoint-1_1.ckpt"
+            planted_config(tmp_path / "run" / "config.yaml", key, value)
+            checkpoint.parent.mkdir(parents=True)
+            checkpoint.write_bytes(b"not read")
+            args, source = ["--checkpoint", str(checkpoint)], \
+                f"the run directory of {checkpoint}"
+        result = main_in_process("ms_exp.eval", [*args, "--tracking-uri", records.uri],
+                                 tmp_path / "cwd", env)
+        line = one_line(result, "ms_exp.eval")
+    assert line == interpolation_refusal(key, value, source)
+    assert not records.victim.exists()
+    assert len(records.client.search_runs([records.client.get_experiment_by_name(
+        "ms_exp").experiment_id])) == runs_before
+
+
+def test_a_server_named_by_a_run_folders_config_is_not_sent_the_readers_credentials(tmp_path):
+    checkpoint = tmp_path / "run" / "checkpoints" / "rank_0" / "checkpoint-1_1.ckpt"
+    planted_config(tmp_path / "run" / "config.yaml", "tracking.uri", "http://127.0.0.1:9/x")
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"not read")
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(checkpoint)], tmp_path / "cwd",
+                             {"MLFLOW_TRACKING_PASSWORD": "the-readers-password"})
+    assert one_line(result, "ms_exp.eval") == (
+        "tracking.uri='http://127.0.0.1:9/x': is a server named by the config read back from "
+        f"the run directory of {checkpoint}; expected --tracking-uri naming the server to "
+        "record the evaluation in")
+
+
+@pytest.mark.parametrize("name, line", [
+    ("env_set", "hydra.job.env_set.PYTHONPATH='<files>': overrides Hydra itself, recorded in "
+                "MLflow run <run> (--from-run); expected overrides of the job's own keys with "
+                "plain values or ${key} references (docs/guides/security.md); a setting of "
+                "Hydra is yours to name on the command line"),
+    ("launcher", "hydra/launcher='basic': overrides Hydra itself, recorded in MLflow run <run> "
+                 "(--from-run); expected overrides of the job's own keys with plain values or "
+                 "${key} references (docs/guides/security.md); a setting of Hydra is yours to "
+                 "name on the command line"),
+    ("resolver", "tracking.run_name='${oc.env:MS_EXP_TEST_SECRET}': calls the resolver oc.env, "
+                 "which reads the environment of whoever re-runs it, a secret included, in an "
+                 "override recorded in MLflow run <run> (--from-run); expected overrides of the "
+                 "job's own keys with plain values or ${key} references "
+                 "(docs/guides/security.md)"),
+    ("searchpath", "--from-run=<run>: the run was composed with "
+                   "'hydra.searchpath=[pkg://planted_pkg]' (its hydra/hydra.yaml); a config "
+                   "folder is code, so a re-run takes it only from your command line; expected: "
+                   "python -m ms_exp.run --from-run <run> 'hydra.searchpath=[pkg://planted_pkg]'"),
+    ("config_dir", "--from-run=<run>: the run was composed with --config-dir <files> (its "
+                   "hydra/hydra.yaml); a config folder is code, so a re-run takes it only from "
+                   "your command line; expected: python -m ms_exp.run --from-run <run> "
+                   "--config-dir <files>"),
+])
+def test_from_run_reapplies_the_jobs_own_keys_and_nothing_of_hydras(records, name, line,
+                                                                     tmp_path):
+    run_id = records.runs[name]
+    result = main_in_process("ms_exp.run", ["--from-run", run_id, f"tracking.uri={records.uri}"],
+                             tmp_path, {SECRET_VARIABLE: "the-readers-secret"})
+    assert one_line(result, "ms_exp") == line.replace("<run>", run_id).replace(
+        "<files>", str(records.files))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_from_run_keeps_plain_references_and_records_beside_the_original(records, tmp_path,
+                                                                          monkeypatch):
+    from ms_exp.preflight.rerun import rerun_arguments
+
+    monkeypatch.chdir(tmp_path)
+    overrides = rerun_arguments(records.runs["plain"], [f"tracking.uri={records.uri}"])
+    assert "tracking.run_name=seed-${trainer.seed}" in overrides
+    # The recorded server is not where the re-run records: the store it was read from is.
+    assert [o for o in overrides if o.startswith("tracking.uri=")] == [
+        f"tracking.uri={records.uri}", f"tracking.uri={records.uri}"]
+    # The folder named on the command line is the user's own: the re-run composes with it.
+    record = records.runs["config_dir"]
+    assert "--config-dir" in rerun_arguments(record, ["--config-dir", str(records.files),
+                                                      f"tracking.uri={records.uri}"])
+
+
+def test_every_registered_resolver_has_a_rule_for_text_read_back_from_a_record(records):
+    """Walks the resolvers registered in this process (OmegaConf's, Hydra's, ms_exp's, after
+    a composition): each is allowed in a recorded override with its reason, or refused; none
+    is allowed in a saved config."""
+    from omegaconf.basecontainer import BaseContainer
+
+    from ms_exp.config.record import (
+        RECORDED_OVERRIDE_RESOLVERS,
+        check_recorded_overrides,
+        refuse_interpolations,
+    )
+
+    compose_config([], return_hydra_config=True)
+    registered = set(BaseContainer._resolvers)  # OmegaConf keeps no public list
+    assert registered <= set(RECORDED_OVERRIDE_RESOLVERS), registered - set(
+        RECORDED_OVERRIDE_RESOLVERS)
+    for name in sorted(registered):
+        allowed, why = RECORDED_OVERRIDE_RESOLVERS[name]
+        text = f"${{{name}:x}}"
+        assert why
+        if allowed:
+            check_recorded_overrides([f"tracking.run_name={text}"], "a record")
+        else:
+            with pytest.raises(InvalidConfig, match=f"calls the resolver {name}, which "):
+                check_recorded_overrides([f"tracking.run_name={text}"], "a record")
+        with pytest.raises(InvalidConfig, match="is an interpolation in a config read back"):
+            refuse_interpolations({"tracking": {"run_name": text}}, "a record")
+    with pytest.raises(InvalidConfig, match="calls the resolver my.own, which ms_exp does not "
+                                            "know, so it may run any code"):
+        check_recorded_overrides(["model.x=${my.own:1}"], "a record")

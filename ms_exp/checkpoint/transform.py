@@ -303,7 +303,8 @@ def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
         return run_sources(str(local), workdir)
     quiet_artifact_downloads()
     cfg = load_run_config(Path(client.download_artifacts(run_id, "config/config.yaml",
-                                                         str(workdir))))
+                                                         str(workdir))),
+                          source=f"MLflow run {run_id}")
     checkpoints = Path(client.download_artifacts(run_id, "checkpoints", str(workdir)))
     names = {a.path for a in client.list_artifacts(run_id, "strategy")}
     strategy = None

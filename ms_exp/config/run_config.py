@@ -4,26 +4,30 @@ The launching process saves the resolved config there; the ranks, ``ms_exp.eval`
 ``ms_exp.ckpt`` and re-runs read it without Hydra composing anything.
 """
 from pathlib import Path
-from typing import Iterable, cast
+from typing import Iterable, Optional, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import InvalidConfig, from_composition_error, show
+from ms_exp.config.record import refuse_interpolations
 from ms_exp.config.schema import GROUP_SCHEMAS, Config, builtin_targets, group_schema
 from ms_exp.config.targets import component_name
 
 RESOLVED_CONFIG = "config.yaml"
 
 
-def load_run_config(path: Path, overrides: Iterable[str] = ()) -> DictConfig:
+def load_run_config(path: Path, overrides: Iterable[str] = (),
+                    source: Optional[str] = None) -> DictConfig:
     """A resolved config saved by a run (``<run dir>/config.yaml``), typed again by the
     root schema so enums and defaults behave as at training time. A file that is missing,
     not YAML, empty, or holds a key or value the schemas refuse is an InvalidConfig whose
-    one line names the file (and the key)."""
+    one line names the file (and the key); so is an interpolation in it, which would run
+    when its section is built (``source``: where the file was read from, for that line)."""
     path = Path(path)
     saved = _read(path)
+    refuse_interpolations(OmegaConf.to_container(saved, resolve=False), source or str(path))
     try:
         merged = cast(DictConfig, OmegaConf.merge(  # of a structured DictConfig: one
             OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(list(overrides))))

@@ -241,9 +241,19 @@ def flavor_of(directory: Path) -> Dict[str, Any]:
 
 
 def model_files(directory: Path) -> Tuple[Path, Path]:
-    """(config.yaml, checkpoint) of the model in ``directory``."""
+    """(config.yaml, checkpoint) of the model in ``directory``. Its MLmodel file names them,
+    and whoever could write the store wrote it: a path out of the model's folder (absolute,
+    or climbing with ``..``) would read the reader's own files, and is refused."""
     flavor = flavor_of(directory)
-    return Path(directory) / flavor["config"], Path(directory) / flavor["checkpoint"]
+    inside = Path(directory).resolve()
+    files = []
+    for key in ("config", "checkpoint"):
+        path = (inside / str(flavor[key])).resolve()
+        if inside not in path.parents:
+            raise ValueError(f"{directory}: its MLmodel names {key} {flavor[key]!r}, outside "
+                             "the model's folder; expected a file of the model")
+        files.append(path)
+    return files[0], files[1]
 
 
 class _PyfuncModel:
@@ -260,9 +270,11 @@ class _PyfuncModel:
         from ms_exp.preflight.trust import check_read_back
 
         config, checkpoint = model_files(directory)
-        cfg = load_run_config(config, [])
-        # A model is read back from a store: its config builds only trusted targets.
-        check_read_back(cfg, f"the MLflow model in {directory}")
+        # A model is read back from a store: its config resolves nothing and builds only
+        # trusted targets.
+        source = f"the MLflow model in {directory}"
+        cfg = load_run_config(config, [], source)
+        check_read_back(cfg, source)
         ms.set_context(mode=ms.PYNATIVE_MODE)
         self.inputs = int(flavor_of(directory).get("inputs", 1))
         _, _, spec = create_datasets(cfg.dataset)    # what the network was sized by

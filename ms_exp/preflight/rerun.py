@@ -9,11 +9,14 @@ recorded overrides no longer produce (changed defaults).
 import platform
 import shlex
 import tempfile
+from pathlib import Path
 from typing import List, Sequence, Tuple, cast
 
+import yaml
 from omegaconf import OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
+from ms_exp.config.record import check_recorded_overrides
 from ms_exp.preflight.interpolations import without_hydra
 from ms_exp.preflight.trust import check_read_back
 
@@ -63,24 +66,34 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
         raise InvalidConfig(f"{FLAG}={run_id}: no such run in {uri} "
                             f"({str(error).splitlines()[0][:200]}); expected the id of a run "
                             "in that store") from None
+    source = f"MLflow run {run_id} ({FLAG})"
     with tempfile.TemporaryDirectory(prefix="ms_exp_rerun_") as workdir:
         try:
-            recorded = OmegaConf.load(client.download_artifacts(
-                run_id, "hydra/overrides.yaml", workdir))
+            # Plain YAML: OmegaConf would resolve an interpolation as an item is read.
+            recorded = _yaml(client.download_artifacts(run_id, "hydra/overrides.yaml",
+                                                       workdir), list)
             config = OmegaConf.load(client.download_artifacts(
                 run_id, "config/config.yaml", workdir))
-            source_flags, searchpath = _config_source(client, run_id, workdir)
-        except (MlflowException, OSError):
+            name_flags, folders = _config_source(client, run_id, workdir)
+        except (MlflowException, OSError, ValueError, KeyError, TypeError):
             raise InvalidConfig(f"{FLAG}={run_id}: the run has no recorded config "
                                 "(hydra/overrides.yaml, config/config.yaml)") from None
-    overrides = [str(o) for o in recorded if not str(o).startswith("tracking.rerun_of=")]
-    overrides += [*searchpath, *extra, f"tracking.rerun_of={run_id}"]
-    own_flags, flags = flags, [*source_flags, *flags]
+    # The record is data: the job's own keys are re-applied, never a setting of Hydra or a
+    # resolver that reads this machine (ms_exp/config/record.py). A re-run records beside
+    # the run it repeats, not in a store the record names.
+    check_recorded_overrides([str(o) for o in recorded], source)
+    keys = [str(o).lstrip("+").partition("=")[0] for o in recorded]
+    overrides = [str(o) for o, key in zip(recorded, keys)
+                 if key not in ("tracking.rerun_of", "tracking.uri")]
+    if "tracking.uri" in keys:
+        overrides.append(f"tracking.uri={uri}")
+    _refuse_unnamed_folders(run_id, folders, flags, extra)
+    overrides += [*extra, f"tracking.rerun_of={run_id}"]
+    own_flags, flags = flags, [*name_flags, *flags]
     composed = compose_rerun(overrides, flags)
-    # The recorded overrides and config folder come from the store: the config they make
-    # builds only what this user trusts (ms_exp/preflight/trust.py).
-    check_read_back(composed, f"MLflow run {run_id} ({FLAG})", extra,
-                    _config_dirs(own_flags))
+    # The config the recorded overrides make builds only what this user trusts
+    # (ms_exp/preflight/trust.py).
+    check_read_back(composed, source, extra, _config_dirs(own_flags))
     differences = list_differences(run.data.tags, config, composed, extra)
     print(f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
           + (shlex.join([*flags, *overrides]) or "(no overrides)"), flush=True)
@@ -114,24 +127,57 @@ def _split_flags(arguments: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[str]]:
-    """Where the run's config came from (Hydra's record, ``hydra/hydra.yaml``): the
-    ``--config-dir``, ``--config-path`` and ``--config-name`` flags and the
-    ``hydra.searchpath`` overrides that find a user's options again."""
+    """Where the run's config came from (Hydra's record, ``hydra/hydra.yaml``): its
+    ``--config-name`` flag, and the ``--config-dir``, ``--config-path`` and
+    ``hydra.searchpath`` arguments that named a config folder of the user's."""
     from ms_exp.preflight.compose import CONFIG_NAME, conf_dir
 
-    hydra = OmegaConf.load(client.download_artifacts(run_id, "hydra/hydra.yaml",
-                                                     workdir)).hydra
-    flags = []
-    for source in hydra.runtime.config_sources:
-        if source.provider == "command-line" and source.schema == "file":
-            flags += ["--config-dir", source.path]
-        elif (source.provider == "main" and source.schema == "file"
-              and source.path != str(conf_dir())):
-            flags += ["--config-path", source.path]
-    if hydra.job.config_name not in (None, CONFIG_NAME):
-        flags += ["--config-name", hydra.job.config_name]
-    searchpath = [o for o in hydra.overrides.hydra if str(o).startswith("hydra.searchpath=")]
-    return flags, searchpath
+    hydra = _yaml(client.download_artifacts(run_id, "hydra/hydra.yaml", workdir),
+                  dict)["hydra"]
+    folders = []
+    for source in hydra["runtime"]["config_sources"]:
+        if source["provider"] == "command-line" and source["schema"] == "file":
+            folders += ["--config-dir", str(source["path"])]
+        elif (source["provider"] == "main" and source["schema"] == "file"
+              and source["path"] != str(conf_dir())):
+            folders += ["--config-path", str(source["path"])]
+    folders += [str(o) for o in hydra["overrides"]["hydra"]
+                if str(o).startswith("hydra.searchpath=")]
+    name = hydra["job"]["config_name"]
+    return (["--config-name", str(name)] if name not in (None, CONFIG_NAME) else []), folders
+
+
+def _yaml(path: str, kind: type):
+    """A recorded YAML file as plain data of ``kind``: a ValueError when it is not."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(str(error)) from None
+    if not isinstance(data, kind):
+        raise ValueError(f"{path}: not a {kind.__name__}")
+    return data
+
+
+def _refuse_unnamed_folders(run_id: str, recorded: Sequence[str], flags: Sequence[str],
+                            extra: Sequence[str]) -> None:
+    """A config folder is code (its targets are trusted, a ``pkg://`` search path imports a
+    package): one the run was composed from is used again only where this command names it
+    too, never taken from the record."""
+    named = {str(Path(folder).resolve()) for folder in _config_dirs(flags)}
+    missing, rest = [], list(recorded)
+    while rest:
+        argument = rest.pop(0)
+        if argument.startswith("hydra.searchpath="):
+            if argument not in extra:
+                missing.append(argument)
+        elif str(Path(path := rest.pop(0)).resolve()) not in named:
+            missing += [argument, path]
+    if missing:
+        raise InvalidConfig(
+            f"{FLAG}={run_id}: the run was composed with {shlex.join(missing)} (its "
+            "hydra/hydra.yaml); a config folder is code, so a re-run takes it only from "
+            f"your command line; expected: python -m ms_exp.run {FLAG} {run_id} "
+            f"{shlex.join(missing)}")
 
 
 def _config_dirs(flags: Sequence[str]) -> List[str]:
