@@ -2,6 +2,7 @@
 the history plot, read from a real Optuna storage and logged beside the jobs' table."""
 import csv
 import shutil
+import sqlite3
 from pathlib import Path
 
 import optuna
@@ -171,6 +172,18 @@ def test_a_study_that_cannot_be_loaded_leaves_the_rest_of_the_report(tmp_path):
     assert f"no study part: study 'rho-search' in sqlite:///{gone}: no such file" \
         in sweep.markdown
     assert not gone.exists()
+    # A tag is a record: the storage it names is opened only if it is Optuna's file already
+    # (Optuna adds its tables to any database; a server would get the reader's PGPASSWORD).
+    victim = tmp_path / "victim.db"
+    sqlite3.connect(victim).close()
+    before = victim.read_bytes()
+    for planted in (f"sqlite:///{victim}", "postgresql://127.0.0.1:9/planted"):
+        client.set_tag(parent_id, "ms_exp.optuna.storage", planted)
+        sweep = write_report(client, parent_id)
+        assert (f"no study part: study 'rho-search' in {planted}: named by the sweep's tag, and "
+                "not a SQLite file of Optuna's; a report opens such a storage only where you "
+                "name it: pass the study's storage URL with --optuna-storage") in sweep.markdown
+    assert victim.read_bytes() == before
 
 
 def test_report_command_reads_the_storage_the_tag_masks(tmp_path, capsys):

@@ -29,11 +29,13 @@ class StudyPart:
     files: List[str]
 
 
-def study_part(storage_url: str, study_name: str, folder: Path) -> StudyPart:
+def study_part(storage_url: str, study_name: str, folder: Path,
+               recorded: bool = False) -> StudyPart:
     """Write the study's tables and plots into ``folder``; return their Markdown and names.
+    ``recorded``: the storage URL was read from a record (the sweep's tag).
 
     Raises ReportError when the study cannot be loaded."""
-    study = _load(storage_url, study_name)
+    study = _load(storage_url, study_name, recorded)
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     maximize = study.direction.name == "MAXIMIZE"
@@ -65,7 +67,7 @@ def study_part(storage_url: str, study_name: str, folder: Path) -> StudyPart:
     return StudyPart(text, sorted(files))
 
 
-def _load(storage_url: str, study_name: str):
+def _load(storage_url: str, study_name: str, recorded: bool = False):
     import optuna
 
     where = f"study {study_name!r} in {masked(storage_url) or 'no storage'}"
@@ -80,6 +82,13 @@ def _load(storage_url: str, study_name: str):
     if database is not None and not database.is_file():
         raise ReportError(f"{where}: no such file; pass the study's storage URL with "
                           "--optuna-storage")
+    # A storage named by a record is opened only if it is an Optuna file already: Optuna
+    # adds its tables to any database it opens, and a server would be sent this user's
+    # credentials (PGPASSWORD) because whoever wrote the tag named it.
+    if recorded and (database is None or not _holds_studies(database)):
+        raise ReportError(f"{where}: named by the sweep's tag, and not a SQLite file of "
+                          "Optuna's; a report opens such a storage only where you name it: "
+                          "pass the study's storage URL with --optuna-storage")
     try:
         study = optuna.load_study(study_name=study_name, storage=storage_url)
     except KeyError:
@@ -164,3 +173,16 @@ def _plot(path: Path, name: str, study, **kwargs) -> None:
             figure.savefig(path, dpi=110, bbox_inches="tight")
         finally:
             pyplot.close(figure)
+
+
+def _holds_studies(database: Path) -> bool:
+    """Whether a SQLite file holds Optuna's ``studies`` table (read only)."""
+    import sqlite3
+    from contextlib import closing
+
+    try:
+        with closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                              "name = 'studies'").fetchone() is not None
+    except sqlite3.Error:
+        return False

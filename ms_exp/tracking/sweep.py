@@ -292,7 +292,7 @@ def _log_report(tracker):
     from ms_exp.tracking.sweep_report import write_report
 
     try:
-        report = write_report(tracker.client, tracker.run_id)
+        report = write_report(tracker.client, tracker.run_id, own_sweep=True)
     except Exception as error:
         print(f"ms_exp: no sweep report: {error}", file=sys.stderr)
         return None

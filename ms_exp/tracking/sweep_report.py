@@ -287,13 +287,15 @@ def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[st
 # The report
 
 def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str] = None,
-                 optuna_storage: Optional[str] = None) -> SweepReport:
+                 optuna_storage: Optional[str] = None, own_sweep: bool = False
+                 ) -> SweepReport:
     """Write the sweep's report and log it into the parent run under ``report/``.
 
     Works on a running parent (the sweep callback, before it ends the run) as on a finished
     one. Raises ReportError when the sweep has no jobs or none of them logged ``metric``.
     An Optuna sweep's report adds its study (ms_exp.search.study_report), read from
-    ``optuna_storage`` or else the storage the parent's tag names."""
+    ``optuna_storage`` or else the storage the parent's tag names: a local file, unless the
+    sweep is this process's own (``own_sweep``) and its tag is what it wrote."""
     parent = client.get_run(parent_run_id)
     children = child_runs(client, parent)
     if not children:
@@ -324,7 +326,7 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
         for key in keys:
             plot_metric_against(folder, rows, key, metric, references)
         plot_loss_curves(folder, client, rows, keys)
-        text += _study_markdown(parent, optuna_storage, folder)
+        text += _study_markdown(parent, optuna_storage, folder, own_sweep)
         client.log_artifacts(parent_run_id, scratch, REPORT_DIR)
         files = sorted(p.name for p in folder.iterdir())
     share_key = share_sweep_view(client, parent.info.experiment_id, parent_run_id, keys,
@@ -334,14 +336,15 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
                        list(table["run_id"]), share_key)
 
 
-def _study_markdown(parent: Run, storage: Optional[str], folder: Path) -> str:
+def _study_markdown(parent: Run, storage: Optional[str], folder: Path, own_sweep: bool) -> str:
     study = parent.data.tags.get(STUDY_TAG)
     if study is None:
         return ""
     from ms_exp.search.study_report import study_part
 
     try:
-        part = study_part(storage or parent.data.tags.get(STORAGE_TAG, ""), study, folder)
+        part = study_part(storage or parent.data.tags.get(STORAGE_TAG, ""), study, folder,
+                          recorded=not (storage or own_sweep))
     except ReportError as error:  # the jobs' table and plots stand without the study
         return f"\nno study part: {error}\n"
     return f"\n{part.markdown}"
