@@ -54,6 +54,31 @@ def test_an_upload_adds_the_steps_and_keeps_how_a_later_attempt_ended_the_run(
     assert not journal.exists()
 
 
+def test_an_earlier_journal_with_a_damaged_line_is_delivered_past_it(tmp_path, capsys):
+    """What a resumed job does first (deliver_earlier_journals): the torn line is named on
+    stderr and kept, the lines after it reach the run."""
+    from ms_exp.tracking.recorder import deliver_earlier_journals
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
+    client = MlflowClient(uri)
+    run_id = client.create_run("0").info.run_id
+    journal = write_journal(tmp_path / "run", uri, run_id, "train/loss", range(1, 11))
+    with journal.open("a") as lines:
+        lines.write('{"call": "log_metric_rows", "rows": [["train/loss", 0.5, 17\n')
+        lines.write(json.dumps({"call": "log_metric_rows",
+                                "rows": [["train/loss", 0.25, 1_700_000_000_012, 12]]}) + "\n")
+    deliver_earlier_journals(tmp_path / "run")
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"ms_exp: warning: journal of run {run_id}: line 3 is damaged and was skipped "
+        f"(log_metric_rows, 1 metric value); kept in {journal}.damaged"]
+    assert "metric values: 11, ended KILLED" in out
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "train/loss")] == \
+        [(step, 0.5) for step in range(1, 11)] + [(12, 0.25)]
+    assert not journal.exists() and Path(f"{journal}.damaged").is_file()
+
+
 def test_a_resumed_run_first_delivers_the_journal_its_earlier_attempt_left(tmp_path):
     """Resumed after its models were logged (as if killed before its record said
     FINISHED): the run still has one ``best`` and one ``last`` model."""

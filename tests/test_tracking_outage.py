@@ -275,44 +275,146 @@ def test_rank_zero_of_a_distributed_job_shares_the_jobs_journal(relay, tmp_path,
     assert not journals_in(tmp_path)
 
 
-def test_an_upload_cut_short_goes_on_where_it_stopped(tmp_path, monkeypatch, capsys):
-    import requests
-
-    from ms_exp.tracking import upload
+def finished_journal(tmp_path: Path, steps: int) -> Path:
+    """The journal of a finished run whose server never answered: line 1 starts the run,
+    line s + 1 holds step s's loss (1 / s), the last line finishes it."""
     from ms_exp.tracking.journal import Journal
-    from ms_exp.tracking.tracker import Tracker
 
     shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     journal = Journal(tmp_path / "mlflow-offline" / "job.jsonl", {
-        "tracking_uri": uri, "experiment_name": "exp", "run_name": "cut", "tags": {},
-        "parent_run_id": None, "run_id": None})
-    for step in range(1, 5):
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment_name": "exp",
+        "run_name": "cut", "tags": {}, "parent_run_id": None, "run_id": None})
+    for step in range(1, steps + 1):
         journal.write("log_metric_rows", rows=[["train/loss", 1 / step, 1000 + step, step]])
     journal.write("finish", status="FINISHED")
     journal.close()
+    return journal.path
+
+
+def damage_line(journal: Path, number: int, text=None, last: bool = False) -> bytes:
+    """Line ``number`` of ``journal`` replaced by ``text``, by default by its first half (a
+    write torn by a full disk); with ``last``, the lines after it dropped, and its newline
+    too (a job killed while writing it). Returns the line's new text."""
+    lines = journal.read_bytes().split(b"\n")
+    line = lines[number - 1]
+    lines[number - 1] = line[:len(line) // 2] if text is None else text
+    journal.write_bytes(b"\n".join(lines[:number] if last else lines))
+    return lines[number - 1]
+
+
+def dying_store(monkeypatch, at_step: int):
+    """The store stops answering when the upload delivers step ``at_step``; returns the
+    call that undoes it."""
+    import requests
+
+    from ms_exp.tracking.tracker import Tracker
+
     deliver = Tracker.log_metric_rows
 
-    def store_dies_at_step_3(tracker, rows):
-        if rows[0][3] == 3:
+    def store_dies(tracker, rows):
+        if rows[0][3] == at_step:
             raise requests.ConnectionError("Connection refused")
         deliver(tracker, rows)
 
-    monkeypatch.setattr(Tracker, "log_metric_rows", store_dies_at_step_3)
+    monkeypatch.setattr(Tracker, "log_metric_rows", store_dies)
     for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
                 "MLFLOW_HTTP_REQUEST_TIMEOUT"):
         monkeypatch.setenv(key, "1")    # what the upload sets stays in this test
+    return lambda: monkeypatch.setattr(Tracker, "log_metric_rows", deliver)
+
+
+def the_run(tmp_path: Path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id,
+                                                                     "train/loss")]
+    return run, history
+
+
+def test_an_upload_cut_short_goes_on_where_it_stopped(tmp_path, monkeypatch, capsys):
+    from ms_exp.tracking import upload
+
+    finished_journal(tmp_path, 4)
+    store_is_back = dying_store(monkeypatch, at_step=3)
     assert upload.main([str(tmp_path)]) == 1
     assert "still unreachable" in capsys.readouterr().err
-    monkeypatch.setattr(Tracker, "log_metric_rows", deliver)
+    store_is_back()
     assert upload.main([str(tmp_path)]) == 0
     assert "metric values: 2, ended FINISHED" in capsys.readouterr().out
-    client = MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    run, history = the_run(tmp_path)
     assert run.info.status == "FINISHED"
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == \
-        [1, 2, 3, 4]
+    assert [step for step, _ in history] == [1, 2, 3, 4]
     assert not list((tmp_path / "mlflow-offline").iterdir())
+
+
+@pytest.mark.parametrize("damaged, held", [
+    (None, "log_metric_rows, 1 metric value"),
+    (b'["train/loss", 0.5, 1011, 11]', "what it held cannot be told from its text")])
+def test_a_damaged_line_costs_that_line_only(tmp_path, damaged, held):
+    """One line of a finished run's journal is torn, or JSON but not a call: the run gets
+    every other step and ends FINISHED, the line is named and kept, the journal goes."""
+    journal = finished_journal(tmp_path, 88)
+    text = damage_line(journal, 12, damaged)        # step 11's
+    result = main_in_process("ms_exp.tracking.upload", [str(tmp_path)], tmp_path)
+    assert result.rc == 0, result.stderr
+    run, history = the_run(tmp_path)
+    assert history == [(step, 1 / step) for step in range(1, 89) if step != 11]
+    assert run.info.status == "FINISHED" and "ms_exp.ended_by" not in run.data.tags
+    assert "metric values: 87, ended FINISHED" in result.stdout
+    kept = Path(f"{journal}.damaged")
+    assert result.stderr.splitlines() == [
+        f"{WARNING}journal of run {run.info.run_id}: line 12 is damaged and was skipped "
+        f"({held}); kept in {kept}"]
+    assert not journal.exists() and not Path(f"{journal}.delivered").exists()
+    assert kept.read_bytes() == b"line 12: " + text + b"\n"
+    assert not journals_in(tmp_path)
+
+
+def test_an_upload_cut_short_after_a_damaged_line_delivers_each_step_once(
+        tmp_path, monkeypatch, capsys):
+    from ms_exp.tracking import upload
+
+    journal = finished_journal(tmp_path, 88)
+    damage_line(journal, 12)
+    store_is_back = dying_store(monkeypatch, at_step=40)
+    assert upload.main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "line 12 is damaged and was skipped" in err and "still unreachable" in err
+    assert journal.exists() and Path(f"{journal}.damaged").exists()
+    store_is_back()
+    assert upload.main([str(tmp_path)]) == 0
+    assert "metric values: 49, ended FINISHED" in capsys.readouterr().out
+    run, history = the_run(tmp_path)
+    assert history == [(step, 1 / step) for step in range(1, 89) if step != 11]
+    assert run.info.status == "FINISHED"
+    assert not journals_in(tmp_path)
+
+
+def test_a_journal_whose_start_line_is_damaged_creates_no_run(tmp_path):
+    journal = finished_journal(tmp_path, 4)
+    damage_line(journal, 1)
+    result = main_in_process("ms_exp.tracking.upload", [str(tmp_path)], tmp_path)
+    assert result.rc == 2
+    assert result.stderr.splitlines() == [
+        f"ms_exp: error: {journal}: its start line (line 1) is damaged, so which run it is "
+        "for cannot be told; nothing delivered"]
+    assert MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_experiment_by_name(
+        "exp") is None
+    assert journal.exists()
+
+
+def test_a_last_line_cut_off_by_a_killed_job_is_named_and_left_out(tmp_path):
+    journal = finished_journal(tmp_path, 4)
+    damage_line(journal, 5, last=True)            # step 4's, while the job was killed
+    result = main_in_process("ms_exp.tracking.upload", [str(tmp_path)], tmp_path)
+    assert result.rc == 0, result.stderr
+    run, history = the_run(tmp_path)
+    assert [step for step, _ in history] == [1, 2, 3]
+    assert run.info.status == "KILLED"
+    assert result.stderr.splitlines() == [
+        f"{WARNING}journal of run {run.info.run_id}: line 5, the last, is cut off (its job "
+        "ended while writing it) and was left out (a log_metric_rows call)"]
+    assert not journal.exists() and not Path(f"{journal}.damaged").exists()
 
 
 def test_upload_without_a_journal_is_a_one_line_error(tmp_path):

@@ -17,13 +17,18 @@ Rank 0 of a distributed job appends to the same file as the job's sidecar (each 
 ``write`` on a file opened for appending); whichever process creates the file writes the
 ``start`` line and the one warning. ``<journal>.delivered`` counts the lines already in the
 store and names the run they went to, so an upload cut short goes on where it stopped.
+
+A damaged line (not JSON, or not a call) costs that call only: the upload skips it, names
+it, and keeps it in ``<journal>.damaged``; the lines after it are delivered as if it were
+not there, and their numbers stay those of the file, which ``<journal>.delivered`` counts.
 """
 import json
 import os
+import re
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 OFFLINE_DIR = "mlflow-offline"
 UPLOAD_MODULE = "ms_exp.tracking.upload"
@@ -172,15 +177,62 @@ class _JournalClient:
                 dataset_input.to_proto()))
 
 
-def read(path: Path) -> List[Dict[str, Any]]:
-    """The journal's calls; a last line cut off by a killed job is left out."""
-    calls = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            calls.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return calls
+Call = Dict[str, Any]
+
+
+class Damage(NamedTuple):
+    """A line of a journal that is not a call: its number (from 1) and its bytes."""
+
+    number: int
+    text: bytes
+    cut_off: bool   # the last line, without its newline: its job ended while writing it
+
+    def held(self) -> str:
+        """What the line seems to have held, as far as its text tells."""
+        text = self.text.decode("utf-8", "replace")
+        named = re.match(r'\s*\{\s*"call"\s*:\s*"(\w+)"', text)
+        if named is None:
+            return "what it held cannot be told from its text"
+        call = named.group(1)
+        rows = text.count('["') if call == "log_metric_rows" else 0  # ["key", value, ...]
+        if rows:
+            return f"{call}, {rows} metric value{'' if rows == 1 else 's'}"
+        status = re.search(r'"status"\s*:\s*"(\w+)"', text) if call == "finish" else None
+        return f"{call}, status {status.group(1)}" if status else f"a {call} call"
+
+
+def _call(line: bytes) -> Optional[Call]:
+    try:
+        call = json.loads(line)
+    except ValueError:      # not JSON, or not UTF-8
+        return None
+    return call if isinstance(call, dict) and isinstance(call.get("call"), str) else None
+
+
+def _lines(path: Path) -> Iterator[Tuple[int, bytes, Optional[Call], bool]]:
+    """(number, text, call or None, whether it lacks its newline) for each line."""
+    *lines, last = Path(path).read_bytes().split(b"\n")
+    for number, line in enumerate(lines + ([last] if last else []), 1):
+        yield number, line, _call(line), number > len(lines)
+
+
+def read(path: Path) -> List[Optional[Call]]:
+    """The journal's calls, one for each line, ``None`` for a damaged one (:func:`damage`);
+    a last line cut off by a killed job is left out."""
+    return [call for _, _, call, cut_off in _lines(path) if not (cut_off and call is None)]
+
+
+def damage(path: Path) -> List[Damage]:
+    """The journal's lines that are not calls, a cut off last line included."""
+    return [Damage(number, text, cut_off) for number, text, call, cut_off in _lines(path)
+            if call is None]
+
+
+def keep_damaged(journal: Path, damaged: Sequence[Damage]) -> Path:
+    """Write the damaged lines, each after its number, to ``<journal>.damaged``."""
+    kept = Path(str(journal) + ".damaged")
+    kept.write_bytes(b"".join(b"line %d: %s\n" % (line.number, line.text) for line in damaged))
+    return kept
 
 
 class Progress:
@@ -202,9 +254,10 @@ class Progress:
         self.path.unlink(missing_ok=True)
 
 
-def pending(calls: Sequence[Mapping[str, Any]], progress: Progress
-            ) -> Iterator[Tuple[int, Mapping[str, Any]]]:
-    """(line number, call) for the calls after the start line not delivered yet."""
+def pending(calls: Sequence[Optional[Mapping[str, Any]]], progress: Progress
+            ) -> Iterator[Tuple[int, Optional[Mapping[str, Any]]]]:
+    """(line index, call or None if damaged) for the lines after the start line not
+    delivered yet."""
     first = max(progress.lines, 1)
     for number in range(first, len(calls)):
         yield number, calls[number]

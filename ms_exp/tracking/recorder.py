@@ -32,6 +32,8 @@ ENDED_WITHOUT_STATUS = "the job's process ended without ending the run (killed?)
 _QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 _OUTAGE_STATUS = (502, 503, 504)
+# Damaged lines of a journal named one by one; one damaged throughout says the rest in one.
+_DAMAGE_NAMED = 5
 
 
 class StoreUnreachable(RuntimeError):
@@ -269,15 +271,20 @@ class Delivered:
 
 def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     """Deliver the journal at ``path`` into its run (created if it never existed), in
-    ``tracking_uri`` if given, else the job's; remove it once all of it is in the store.
+    ``tracking_uri`` if given, else the job's; remove it once all of it is in the store,
+    but for its damaged lines, which are named on stderr and kept in ``<journal>.damaged``.
     Raises :class:`StoreUnreachable` when the store does not answer: what was delivered is
     counted in ``<journal>.delivered``, so the next replay goes on from there."""
     path = Path(path)
     calls = journals.read(path)
-    if not calls or calls[0].get("call") != "start":
+    start = calls[0] if calls else None
+    if calls and start is None:
+        raise ValueError(f"{path}: its start line (line 1) is damaged, so which run it is "
+                         f"for cannot be told; nothing delivered")
+    if start is None or start.get("call") != "start":
         raise ValueError(f"{path}: not an ms_exp MLflow journal (no start line)")
     progress = journals.Progress(path)
-    spec = {k: v for k, v in calls[0].items() if k != "call"}
+    spec = {k: v for k, v in start.items() if k != "call"}
     if tracking_uri:
         spec["tracking_uri"] = tracking_uri
     if progress.run_id:
@@ -292,19 +299,21 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     delivered.run_id, delivered.experiment_id = recorder.run_id, recorder.experiment_id
     delivered.tracking_uri = spec["tracking_uri"]
     progress.save(recorder.run_id, max(progress.lines, 1))
+    _skip_damage(path, recorder.run_id, progress)
     finished = False
     for number, call in journals.pending(calls, progress):
-        arguments = {k: v for k, v in call.items() if k != "call"}
-        if call["call"] == "finish":
-            recorder.finish(ended_later or arguments["status"])
-            finished = True
-        else:
-            recorder.record(call["call"], arguments)
-        delivered.count(call["call"], arguments)
+        if call is not None:
+            arguments = {k: v for k, v in call.items() if k != "call"}
+            if call["call"] == "finish":
+                recorder.finish(ended_later or arguments["status"])
+                finished = True
+            else:
+                recorder.record(call["call"], arguments)
+            delivered.count(call["call"], arguments)
         progress.save(recorder.run_id, number + 1)
     if finished and ended_later:
         delivered.status = ended_later
-    if not finished and not any(c.get("call") == "finish" for c in calls[:progress.lines]):
+    if not finished and not any(c and c["call"] == "finish" for c in calls[:progress.lines]):
         if ended_later:
             recorder.finish(ended_later)
         else:
@@ -314,6 +323,24 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     path.unlink()
     progress.remove()
     return delivered
+
+
+def _skip_damage(path: Path, run_id: Optional[str], progress: journals.Progress) -> None:
+    """Keep the journal's damaged lines beside it, and name those this replay skips."""
+    damage = journals.damage(path)
+    damaged = [line for line in damage if not line.cut_off]
+    kept = journals.keep_damaged(path, damaged) if damaged else None
+    skipped = [line for line in damage if line.number > progress.lines]
+    for line in skipped[:_DAMAGE_NAMED]:
+        if line.cut_off:
+            what = (f"line {line.number}, the last, is cut off (its job ended while writing "
+                    f"it) and was left out ({line.held()})")
+        else:
+            what = f"line {line.number} is damaged and was skipped ({line.held()}); kept in {kept}"
+        print(f"ms_exp: warning: journal of run {run_id}: {what}", file=sys.stderr, flush=True)
+    if len(skipped) > _DAMAGE_NAMED:
+        print(f"ms_exp: warning: journal of run {run_id}: {len(skipped) - _DAMAGE_NAMED} more "
+              f"damaged lines were skipped; kept in {kept}", file=sys.stderr, flush=True)
 
 
 def _status_if_ended(spec: Mapping[str, Any]) -> Optional[str]:
