@@ -95,6 +95,11 @@ def _ckpt_command(argv) -> int:
     except CkptError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return error.exit_code
+    except Exception as error:  # a run's store that MLflow found damaged
+        from ms_exp.tracking.store import exit_if_damaged
+
+        return exit_if_damaged(PROG, "--tracking-uri", getattr(args, "tracking_uri", None),
+                               error)
     return 0
 
 

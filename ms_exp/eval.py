@@ -38,6 +38,7 @@ from ms_exp.preflight.validate import validate_for_evaluation
 from ms_exp.tracking.store import (
     StoreError,
     existing_store,
+    exit_if_damaged,
     is_local_store,
     job_run,
     masked,
@@ -294,7 +295,7 @@ def prepare(cfg: DictConfig, checkpoint: Path):
     FAILED run."""
     import mindspore as ms
 
-    from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
+    from ms_exp.checkpoint.files import DamagedCheckpoint, check_shapes, load_verified
     from ms_exp.data import create_datasets
     from ms_exp.models import create_network
     from ms_exp.models.options import model_option
@@ -313,7 +314,7 @@ def prepare(cfg: DictConfig, checkpoint: Path):
         weights = load_verified(checkpoint)
     except DamagedCheckpoint as error:
         raise CkptError(str(error)) from None
-    check_shapes(network, weights, checkpoint)
+    check_shapes(network, weights, "--checkpoint", str(checkpoint))
     not_loaded, _ = ms.load_param_into_net(network, weights)
     if not_loaded:
         raise ConfigError("--checkpoint", str(checkpoint),
@@ -324,20 +325,6 @@ def prepare(cfg: DictConfig, checkpoint: Path):
         model = ms.Model(network, loss_fn=create_training_loss(cfg.loss, spec.num_classes),
                          metrics=eval_metrics(cfg, spec.num_classes))
     return model, eval_set
-
-
-def check_shapes(network, weights: dict, checkpoint: Path) -> None:
-    """Refuse a checkpoint whose parameters have other shapes than the network's (MindSpore's
-    load_param_into_net raises a RuntimeError of several sentences); the line names the
-    first such parameter and both shapes."""
-    for name, parameter in network.parameters_dict().items():
-        saved = weights.get(name)
-        if saved is not None and tuple(saved.shape) != tuple(parameter.shape):
-            raise ConfigError(
-                "--checkpoint", str(checkpoint),
-                f"a checkpoint of the network the config builds ({name} is "
-                f"{list(saved.shape)} in the checkpoint, {list(parameter.shape)} in the "
-                "network: is an override such as model.* other than the run's?)")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -354,6 +341,7 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
     from ms_exp.checkpoint.scratch import scratch_folder
     from ms_exp.tracking.lifecycle import tracked_run
 
+    uri = resolve_tracking_uri(args.tracking_uri)
     with scratch_folder("ms_exp_eval_") as workdir:
         try:
             if args.model and (args.run_id or args.checkpoint):
@@ -363,7 +351,6 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             if refused:
                 raise InvalidConfig(refused)
             which = args.model or check_checkpoint_flag(args.checkpoint, args.run_id)
-            uri = resolve_tracking_uri(args.tracking_uri)
             parent_run_id = args.run_id
             config_file: Union[str, Path, None]
             if args.model:
@@ -393,13 +380,10 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id and not args.model:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
-                if not args.config and not is_local_store(uri):
-                    # MLflow would send this user's credentials to a server the record
-                    # names: only a server the user names gets them.
-                    raise ConfigError(
-                        "tracking.uri", masked(uri), "--tracking-uri naming the server to "
-                        "record the evaluation in", problem="is a server named by the config "
-                        f"read back from {read_back_source(args)}")
+                if not args.config and not is_local_store(uri):  # it would get your login
+                    raise ConfigError("tracking.uri", masked(uri), "--tracking-uri naming the "
+                                      "server to record the evaluation in", "is a server named "
+                                      f"by the config read back from {read_back_source(args)}")
             database = sqlite_path(uri)
             unusable = not_a_database(database) if database is not None else None
             if unusable is not None:
@@ -425,6 +409,8 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
         except (InvalidConfig, CkptError) as error:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except Exception as error:  # damage MLflow met after the checks
+            return exit_if_damaged("ms_exp.eval", "--tracking-uri", uri, error)
         record = cfg.tracking.enabled
         missing = missing_store(uri) if record else None
         if missing is not None:

@@ -31,7 +31,15 @@ from typing import List, Optional
 
 from mlflow import MlflowClient
 
-from ms_exp.tracking.store import missing_store, password_refusal, resolve_tracking_uri
+from ms_exp.tracking.store import (
+    damaged_refusal,
+    exit_if_damaged,
+    missing_store,
+    not_a_database,
+    password_refusal,
+    resolve_tracking_uri,
+    sqlite_path,
+)
 from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
 from ms_exp.tracking.sweep_runs import find_sweep
 from ms_exp.tracking.ui_links import sweep_lines
@@ -63,6 +71,10 @@ def _open_store(uri: Optional[str]) -> MlflowClient:
     if database is not None:
         raise ReportError(f"no MLflow store at {database} (searched {uri}; nothing was "
                           "created): run this where the sweep ran, or pass --tracking-uri")
+    file = sqlite_path(uri)
+    problem = not_a_database(file) if file else None
+    if problem is not None:
+        raise ReportError(damaged_refusal("--tracking-uri", uri, problem))
     return MlflowClient(uri)
 
 
@@ -80,6 +92,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ReportError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # damage MLflow met after the check above
+        return exit_if_damaged(PROG, "--tracking-uri", args.tracking_uri, error)
     uri = client.tracking_uri
     print(report.markdown)
     print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")

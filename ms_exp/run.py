@@ -40,7 +40,14 @@ from ms_exp.preflight.validate import validate_once
 from ms_exp.search.checks import fail_fast_overrides
 from ms_exp.search.trial import objective_value
 from ms_exp.tracking.run_folder import release_all
-from ms_exp.tracking.store import password_refusal, without_passwords
+from ms_exp.tracking.store import (
+    damaged_refusal,
+    damaged_store,
+    exit_if_damaged,
+    password_refusal,
+    resolve_tracking_uri,
+    without_passwords,
+)
 from ms_exp.tracking.sweep import end_active_sweep
 
 EXIT_BAD_CONFIG = 2
@@ -93,7 +100,10 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
             raise
         # A rank failed or was killed, or the store turned the run away: the job ended its
         # run FAILED; the line names why (a traceback would only show where ms_exp noticed).
-        print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
+        uri = resolve_tracking_uri(cfg.tracking.uri)
+        problem = damaged_store(error, uri)
+        line = damaged_refusal("tracking.uri", uri, problem) if problem else error
+        print(f"ms_exp: error: {line}", file=sys.stderr, flush=True)
         sys.exit(1)
     return objective_value(result.final_eval, cfg.sweep.metric)
 
@@ -209,6 +219,7 @@ def print_job_config(overrides: List[str], source: ConfigSource, resolve: bool) 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    run_id = ""
     try:
         run_id, argv = split_from_run(argv)
         if run_id:
@@ -239,6 +250,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         # The line repeats what was typed: a URL's password in it is shown as ***.
         print(f"ms_exp: error: {without_passwords(str(error))}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except Exception as error:  # --from-run read a store MLflow found damaged
+        return exit_if_damaged("ms_exp", f"--from-run={run_id}" if run_id else "tracking.uri",
+                               next((a.split("=", 1)[1] for a in argv
+                                     if a.startswith("tracking.uri=")), None), error)
     sys.argv = [sys.argv[0], *argv]
     share_import_path()
     # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED

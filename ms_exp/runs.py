@@ -40,6 +40,7 @@ from ms_exp.tracking.compare import (
     select_runs,
     table,
 )
+from ms_exp.tracking.store import exit_if_damaged
 
 PROG = "ms_exp.runs"
 FORMATS = ("table", "csv", "json", "markdown")
@@ -105,6 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except CompareError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # damage MLflow met after open_store's check
+        return exit_if_damaged(PROG, "--tracking-uri", args.tracking_uri, error)
     if frame.empty and args.format in ("table", "markdown"):
         print(f"no runs in {selection.where}")
     else:

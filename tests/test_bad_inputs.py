@@ -18,6 +18,7 @@ directory. Placeholders in arguments and messages: ``<data>`` is the case's data
 """
 import json
 import multiprocessing
+import os
 import shutil
 import socket
 import sqlite3
@@ -221,6 +222,20 @@ def busy_port(scene: Scene) -> None:
     scene.placeholders["<port>"] = str(listener.getsockname()[1])
 
 
+# 20 names of 200 bytes: each within NAME_MAX, 4019 bytes in all.
+DEEP_FOLDER = "/".join(["y" * 200] * 20)
+
+
+def filesystem_limits(scene: Scene) -> None:
+    """The limits of the working directory's filesystem, and the absolute length of
+    DEEP_FOLDER below it, as placeholders."""
+    path_max = os.pathconf(scene.cwd, "PC_PATH_MAX")
+    scene.placeholders.update({
+        "<name_max>": str(os.pathconf(scene.cwd, "PC_NAME_MAX")),
+        "<path_max>": str(path_max), "<path_limit>": str(path_max - 200),
+        "<deep_size>": str(len(os.fsencode(str(scene.cwd / DEEP_FOLDER))))})
+
+
 def full_disk(scene: Scene) -> None:
     """The filesystem under ``<data>/full`` has 1 MiB free; elsewhere the real numbers."""
     full = scene.data / "full"
@@ -275,6 +290,16 @@ def text_file_as_store(scene: Scene) -> None:
 def truncated_store(scene: Scene) -> None:
     """``<data>/mlflow.db``: the first 1000 bytes of a real SQLite database of several pages
     (a copy cut short); the refusal must leave it byte for byte as it was."""
+    damaged_store(scene, lambda data: data[:1000])
+
+
+def store_with_its_schema_zeroed(scene: Scene) -> None:
+    """``<data>/mlflow.db`` whole but for its first page after the file's header (SQLite's
+    schema), zeros as a disk error leaves them: its header and size look right."""
+    damaged_store(scene, lambda data: data[:100] + bytes(4096 - 100) + data[4096:])
+
+
+def damaged_store(scene: Scene, damage: Callable[[bytes], bytes]) -> None:
     scene.data.mkdir(parents=True, exist_ok=True)
     whole = scene.data / "whole.db"
     with closing(sqlite3.connect(whole)) as connection:
@@ -283,7 +308,7 @@ def truncated_store(scene: Scene) -> None:
                                [(f"{i:032x}", f"run {i}" * 10) for i in range(200)])
         connection.commit()
     store = scene.data / "mlflow.db"
-    store.write_bytes(whole.read_bytes()[:1000])
+    store.write_bytes(damage(whole.read_bytes()))
     before = store.read_bytes()
 
     def unchanged() -> None:
@@ -757,7 +782,40 @@ BAD_INPUTS = {
                 "would be written into the run's records and printed; expected a URI without "
                 "a password, the credentials in MLFLOW_TRACKING_USERNAME and "
                 "MLFLOW_TRACKING_PASSWORD, which MLflow sends to the server"),
+    # A credential in the query (SQLAlchemy hands ?password= to the database driver), in any
+    # case: refused the same way, its value as ***.
+    "password in the query of a database store's URI": bad(
+        "tracking.uri='postgresql://ms_exp@127.0.0.1/mlflow?password=s3cret'", store=BOTH,
+        message="tracking.uri='postgresql://ms_exp@127.0.0.1/mlflow?password=***': a password "
+                "in tracking.uri would be written into the run's records and printed; expected "
+                "a URI without a password, the password in PGPASSWORD or ~/.pgpass "
+                "(PostgreSQL; MySQL: ~/.my.cnf), which the database client reads"),
+    "token in the query of the tracking server's URI": bad(
+        "tracking.uri='http://127.0.0.1:5000?token=s3cret'",
+        message="tracking.uri='http://127.0.0.1:5000?token=***': a password in tracking.uri "
+                "would be written into the run's records and printed; expected a URI without "
+                "a password, the credentials in MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD, which MLflow sends to the server"),
+    "mixed-case access token after another query parameter": bad(
+        "tracking.uri='https://127.0.0.1:5000/?x=1&Access_Token=s3cret'",
+        message="tracking.uri='https://127.0.0.1:5000/?x=1&Access_Token=***': a password in "
+                "tracking.uri would be written into the run's records and printed; expected a "
+                "URI without a password, the credentials in MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD, which MLflow sends to the server"),
+    "password in the query of the sweep's Optuna storage": bad(
+        "-m", "hydra/sweeper=optuna", "optimizer.lr=interval(0.01,0.2)",
+        "hydra.sweeper.storage='postgresql://ms_exp@127.0.0.1/optuna?password=s3cret'",
+        message="hydra.sweeper.storage='postgresql://ms_exp@127.0.0.1/optuna?password=***': a "
+                "password in the URL would be written into the sweep's Hydra records and "
+                "MLflow artifacts; expected a database URL without a password, the password "
+                "in PGPASSWORD or ~/.pgpass (libpq reads them)"),
     # Refused for something else, the line repeating what was typed: the password as ***.
+    "password in a query Hydra cannot read unquoted": bad(
+        "tracking.uri=postgresql://ms_exp@127.0.0.1/mlflow?password=s3cret",
+        message="override 'tracking.uri=postgresql://ms_exp@127.0.0.1/mlflow?password=***': '=' "
+                "cannot stand unquoted in the value of tracking.uri (Hydra's parser: mismatched "
+                "input '='); expected key=value, +key=value (add a key), ++key=value (add or "
+                "set), ~key (remove); quote a value that holds , ( ) [ ] { } or spaces"),
     "password in an override Hydra cannot read": bad(
         "tracking.uri=http://alice:s3#cret@127.0.0.1:5000",
         message="override 'tracking.uri=http://alice:***@127.0.0.1:5000': Hydra's parser says: "
@@ -806,6 +864,13 @@ BAD_INPUTS = {
                 "database, or a file name that does not exist yet (<data>/mlflow.db is cut "
                 "short: 1000 bytes, where its header says 45056 (11 pages of 4096): a copy or "
                 "disk that stopped early; restore the whole file)"),
+    "tracking store with its schema page zeroed": bad(
+        "tracking.uri=sqlite:///<data>/mlflow.db", setup=store_with_its_schema_zeroed,
+        store=BOTH,
+        message="tracking.uri='sqlite:///<data>/mlflow.db': not allowed; expected a SQLite "
+                "database, or a file name that does not exist yet (<data>/mlflow.db is "
+                "damaged: SQLite says 'database disk image is malformed': restore the whole "
+                "file from a copy)"),
     "tracking store a folder": bad(
         "tracking.uri=sqlite:///<data>", setup=file_in_the_way,
         message="tracking.uri='sqlite:///<data>': not allowed; expected a SQLite database, or "
@@ -1168,6 +1233,16 @@ BAD_INPUTS = {
         "hydra.run.dir=",
         message="hydra.run.dir='': not allowed; expected a folder path (relative paths are "
                 "below the working directory)"),
+    "run folder name longer than the filesystem's NAME_MAX": bad(
+        "hydra.run.dir=" + "x" * 300, setup=filesystem_limits,
+        message=f"hydra.run.dir='{'x' * 50}...{'x' * 20}': not allowed; expected a folder path "
+                "whose names have at most <name_max> bytes each, the limit of the filesystem "
+                f"at <cwd> ({'x' * 50}...{'x' * 20} has 300)"),
+    "run folder path longer than the filesystem's PATH_MAX": bad(
+        "hydra.run.dir=" + DEEP_FOLDER, setup=filesystem_limits,
+        message=f"hydra.run.dir='{'y' * 50}...{'y' * 20}': not allowed; expected a folder path "
+                "of at most <path_limit> bytes, the PATH_MAX of <path_max> at <cwd> less 200 "
+                "for what a run writes inside it (it has <deep_size> as an absolute path)"),
     "run folder on a full disk": bad(
         "hydra.run.dir=<data>/full/run", setup=full_disk,
         store=BOTH,
@@ -1400,8 +1475,9 @@ def test_bad_input_is_refused_in_one_line_and_leaves_nothing(case, with_store, w
         if with_store:
             shutil.copy(existing_store, workdir / "mlflow.db")
         rc = main([scene.fill(arg) for arg in case.argv])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert (rc, err) == (2, [ERROR + scene.fill(case.message)])
+    out, err = capsys.readouterr()
+    assert (rc, err.strip().splitlines()) == (2, [ERROR + scene.fill(case.message)])
+    assert "s3cret" not in out + err  # the cases' passwords: printed nowhere (nor left below)
     left = sorted(p.name for p in workdir.iterdir())
     if with_store:
         assert left == ["mlflow.db"]  # no outputs/, multirun/, mlruns/, journal

@@ -94,7 +94,8 @@ class FakeWorker:
         from hydra.core.utils import JobReturn, JobStatus
 
         outcome = order.task_function(self.share.units)   # the test's stand-in for the job
-        if outcome == "died":
+        if outcome in ("died", "exited"):   # killed (SIGKILL), or the job called os._exit(0)
+            self.process.exitcode = -9 if outcome == "died" else 0
             raise EOFError
         result = JobReturn(overrides=list(order.overrides))
         result.status = JobStatus.FAILED if outcome == "failed" else JobStatus.COMPLETED
@@ -151,9 +152,33 @@ def test_a_failed_or_dead_job_gives_its_share_back(fake_workers):
     results = dispatch.launch_jobs(pool, [order(n, lambda share: next(outcomes))
                                           for n in range(3)], lambda i: 1, False)
     assert [r.status.name for r in results] == ["FAILED", "FAILED", "COMPLETED"]
-    assert "its process on CPU 0 ended with exit code -9" in str(results[0]._return_value)
+    assert "its worker process 1000 was killed by SIGKILL" in str(results[0]._return_value)
     # The dead worker is replaced; the failed job's worker is kept for the next job.
     assert len(fake_workers) == 2 and fake_workers[0].closed and not fake_workers[1].closed
+
+
+@pytest.mark.parametrize("outcome, how", [("died", "was killed by SIGKILL"),
+                                           ("exited", "exited with code 0")])
+def test_a_job_whose_worker_died_is_one_line_and_no_traceback(fake_workers, capsys, monkeypatch,
+                                                              outcome, how):
+    """Its worker killed, or ended by the job's own os._exit(0): one line as it is found,
+    naming the job, the process and how it ended. Hydra's basic sweeper, reading it as the
+    sweep's failure, ends the sweep (exit status 1) with nothing more; the Optuna sweeper
+    gets a failure it counts."""
+    from hydra._internal.utils import run_and_report
+
+    monkeypatch.setenv("MS_EXP_SWEPT_KEYS", '["job"]')
+    pool = dispatch.DevicePool("CPU", [0], stop_timeout=1)
+    (lost,) = dispatch.launch_jobs(pool, [order(3, lambda share: outcome)], lambda i: 1, False)
+    line = f"job #3 (job=3) on cores 0: its worker process 1000 {how} before the job ended"
+    assert capsys.readouterr().err.splitlines() == [f"ms_exp: error: {line}"]
+    with pytest.raises(dispatch.WorkerDied) as failure:
+        lost.return_value
+    assert str(failure.value) == line
+    lost.ends_sweep = True     # what the launcher sets for Hydra's basic sweeper
+    with pytest.raises(SystemExit) as ended:
+        run_and_report(lambda: lost.return_value)
+    assert ended.value.code == 1 and capsys.readouterr().err == ""
 
 
 def test_a_worker_that_died_while_idle_is_replaced_before_a_job_is_sent(fake_workers):

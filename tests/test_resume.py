@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import mindspore as ms
 import pytest
-from conftest import FAST, assert_same_training_state, train
+from conftest import FAST, assert_same_training_state, main_in_process, train
 from mindspore import nn
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
@@ -27,6 +27,11 @@ from ms_exp.checkpoint.resume import (
     newest_good_checkpoint,
     unfinished_runs,
 )
+from ms_exp.config.errors import ConfigError
+from ms_exp.data.build import declared_spec
+from ms_exp.models import create_network
+from ms_exp.preflight.compose import compose_config
+from ms_exp.preflight.trainer import validate_resume_fits
 
 # 2 epochs of 22 steps (batch 64), a checkpoint every 5 steps, the last two kept: every
 # checkpoint but the epochs' last is in the middle of an epoch.
@@ -266,6 +271,57 @@ def test_an_explicit_checkpoint_or_run_directory_names_the_run_whatever_its_stat
                                           "back whole in all 1 rank folders"):
         find_resume_point(_cfg(str(named)), new_dir, "other", uri)
     assert not list(workdir.glob("*.db"))
+
+
+def _run_of_the_default_network(root: Path) -> Path:
+    """A FINISHED run folder holding two checkpoints of the default network (the MLP of
+    hidden_size 512), the newer one torn."""
+    cfg = compose_config([])
+    network = create_network(cfg.model, declared_spec(cfg.dataset))
+    run_dir = _run_folder(root, "done", "d", "FINISHED", 1.0).resolve()
+    folder = run_dir / "checkpoints/rank_0"
+    folder.mkdir(parents=True)
+    for name in ("checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt"):
+        ms.save_checkpoint(network, str(folder / name), crc_check=True)
+    _truncate(folder / "checkpoint-2_44.ckpt")
+    return run_dir
+
+
+@pytest.mark.parametrize("target", ["run folder", "checkpoint file"])
+def test_a_resume_whose_checkpoint_does_not_fit_the_network_is_refused_before_it_starts(
+        tmp_path, target):
+    """Another shape (model.hidden_size other than the run's) is refused by the preflight,
+    in one line naming the parameter and both shapes: before, the job reopened the run,
+    failed in restore with a traceback and ended the FINISHED run FAILED. The checkpoint
+    compared is the one the job would continue from: a run folder's newest that reads back
+    whole (the torn one is skipped, not renamed)."""
+    run_dir = _run_of_the_default_network(tmp_path / "earlier")
+    value = run_dir if target == "run folder" else \
+        run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    cwd = tmp_path / "cwd"
+    result = main_in_process("ms_exp.run", [*FAST, f"trainer.resume={value}",
+                                            "model.hidden_size=64"], cwd)
+    assert result.rc == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stderr.splitlines() == [
+        f"ms_exp: error: trainer.resume='{value}': not allowed; expected a checkpoint of the "
+        "network the config builds (layer1.weight is [64, 512] in checkpoint-1_44.ckpt, "
+        "[64, 64] in the network: is an override such as model.* other than the run's?)"]
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before
+    assert list(cwd.iterdir()) == []    # no run folder, no MLflow store
+
+
+def test_a_checkpoint_that_fits_or_holds_one_ranks_slice_passes_the_shape_check(tmp_path):
+    """The same network passes; a sliced run's checkpoints hold each rank's slice, other
+    shapes than the network's, and are not compared."""
+    run_dir = _run_of_the_default_network(tmp_path)
+    validate_resume_fits(compose_config([f"trainer.resume={run_dir}"]))
+    validate_resume_fits(compose_config([f"trainer.resume={run_dir}", "model.hidden_size=64",
+                                         "parallel=semi_auto", "parallel.device_num=1",
+                                         "checkpoint=sliced"]))
+    with pytest.raises(ConfigError, match=r"layer1.weight is \[64, 512\]"):
+        validate_resume_fits(compose_config([f"trainer.resume={run_dir}",
+                                             "model.hidden_size=64"]))
 
 
 def test_the_checkpoint_continued_from_is_one_every_rank_holds_whole(tmp_path, capsys):

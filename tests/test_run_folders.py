@@ -27,6 +27,7 @@ from ms_exp.tracking.run_folder import (
     RUN_RECORD,
     FolderRefused,
     check_owner,
+    folder_in_use,
     hold_folder,
     read_run_record,
     release_folder,
@@ -126,6 +127,77 @@ def test_a_folder_another_process_holds_is_refused_naming_it_until_it_ends(tmp_p
     release_folder(folder)
 
 
+CLAIM = """
+import sys
+from ms_exp.tracking.run_folder import FolderRefused, folder_in_use, hold_folder
+print(folder_in_use(sys.argv[1]), flush=True)
+try:
+    hold_folder(sys.argv[1], "hydra.run.dir=run")
+except FolderRefused as refused:
+    sys.exit(str(refused))
+print("held", flush=True)
+"""
+
+
+def claim_elsewhere(folder: Path) -> subprocess.CompletedProcess:
+    """Another process asks whether the folder is in use, then claims it."""
+    return subprocess.run([sys.executable, "-c", CLAIM, str(folder)], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_folder_stays_held_when_its_lock_file_is_deleted(tmp_path):
+    """The lock is the folder's own: with ``run.lock`` deleted (or replaced) another
+    process still finds the folder in use, and its refusal names this process (from the
+    kernel's table of locks, the note being gone)."""
+    folder = tmp_path / "run"
+    hold_folder(folder, "hydra.run.dir=run")
+    try:
+        (folder / LOCK_FILE).unlink()
+        other = claim_elsewhere(folder)
+        assert other.returncode == 1 and other.stdout == "True\n", other.stderr
+        assert re.fullmatch(
+            rf"hydra.run.dir=run: {folder} is in use by another ms_exp process \(pid "
+            rf"{os.getpid()} on [^,)]+\); wait for it to end, or choose another folder\n",
+            other.stderr), other.stderr
+        assert not (folder / LOCK_FILE).exists()    # the refused claim made none
+    finally:
+        release_folder(folder)
+    other = claim_elsewhere(folder)
+    assert (other.returncode, other.stdout) == (0, "False\nheld\n"), other.stderr
+
+
+def test_where_a_directory_cannot_be_flocked_the_lock_file_is_locked(tmp_path, monkeypatch):
+    """NFS emulates flock with POSIX locks, refused (EBADF) on a directory opened read
+    only: the lock falls back to ``run.lock``, and folder_in_use asks the same lock."""
+    import errno
+    import fcntl
+    import stat
+
+    flock = fcntl.flock
+
+    def no_directory_locks(descriptor, operation):
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        flock(descriptor, operation)
+
+    monkeypatch.setattr(fcntl, "flock", no_directory_locks)
+    folder = tmp_path / "run"
+    hold_folder(folder, "hydra.run.dir=run")
+    try:
+        assert json.loads((folder / LOCK_FILE).read_text())["pid"] == os.getpid()
+        with open(folder / LOCK_FILE) as lock_file, pytest.raises(BlockingIOError):
+            flock(lock_file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)    # another holder's
+    finally:
+        release_folder(folder)
+    assert folder_in_use(folder) is False
+    with open(folder / LOCK_FILE) as lock_file:
+        flock(lock_file.fileno(), fcntl.LOCK_EX)    # as another process holding it
+        assert folder_in_use(folder) is True
+        with pytest.raises(FolderRefused):
+            hold_folder(folder, "hydra.run.dir=run")
+    assert folder_in_use(tmp_path / "gone") is None
+
+
 def test_default_folders_of_commands_started_together_differ_and_sort_by_time():
     folders = [compose_config([], return_hydra_config=True).hydra for _ in range(3)]
     runs = [str(f.run.dir) for f in folders]
@@ -218,11 +290,11 @@ LONG = ("trainer.progress_bar=never", "tracking.log_models=false", "dataset=synt
 AFTER_FIRST_CHECKPOINT = "epoch: 1 step: 5,"
 
 
-def start(cwd: Path, ended: "queue.Queue") -> SimpleNamespace:
-    """``python -m ms_exp.run LONG`` in a session of its own; a thread reads its output
+def start(cwd: Path, ended: "queue.Queue", args=LONG) -> SimpleNamespace:
+    """``python -m ms_exp.run args`` in a session of its own; a thread reads its output
     (``lines``, ``seen(text)`` blocks until a line holds ``text``) and puts the job into
     ``ended`` when its output ends."""
-    process = subprocess.Popen([sys.executable, "-m", "ms_exp.run", *LONG], cwd=cwd,
+    process = subprocess.Popen([sys.executable, "-m", "ms_exp.run", *args], cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -291,6 +363,45 @@ def test_a_resume_while_the_run_trains_and_two_resumes_at_once_are_refused_namin
     finally:
         for job in both:
             stop_process_group(job.process)
+
+
+@pytest.mark.e2e
+def test_a_run_whose_lock_file_is_deleted_keeps_its_folder_and_ends_finished(tmp_path):
+    """Case 7: ``run.lock`` deleted while the job trains. The same ``trainer.resume=auto``
+    command is refused naming the job (before, it created and locked a new lock file,
+    resumed from a checkpoint the job then rotated away, crashed, and could leave the run
+    FAILED); the job trains on and ends FINISHED in MLflow and run.json."""
+    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
+    command = (*[o for o in LONG if not o.startswith("trainer.epochs=")], "trainer.epochs=2",
+               "hydra.run.dir=outputs/run")
+    ended: "queue.Queue" = queue.Queue()
+    first = start(tmp_path, ended, command)
+    run_dir = tmp_path / "outputs" / "run"
+    try:
+        first.seen(AFTER_FIRST_CHECKPOINT)
+        # Paused, so that it still trains when the second command comes, however fast
+        # this machine is; the kernel keeps its lock.
+        os.kill(first.process.pid, signal.SIGSTOP)
+        try:
+            (run_dir / LOCK_FILE).unlink()
+            second = subprocess.run([sys.executable, "-m", "ms_exp.run", *command],
+                                    cwd=tmp_path, capture_output=True, text=True,
+                                    timeout=240)
+        finally:
+            os.kill(first.process.pid, signal.SIGCONT)
+        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith(f"{ERROR}hydra.run.dir=outputs/run: {run_dir} is in use by "
+                               f"another ms_exp process (pid {first.process.pid} on "), line
+        assert ended.get(timeout=240) is first
+    finally:
+        stop_process_group(first.process)
+    assert first.process.returncode == 0, "".join(first.lines[-50:])
+    record = read_run_record(run_dir)
+    assert (record["status"], record["attempts"]) == ("FINISHED", 1)
+    store = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert [(r.info.run_id, r.info.status) for r in store.search_runs(["1"])] == \
+        [(record["run_id"], "FINISHED")]
 
 
 SAME_SECOND = """

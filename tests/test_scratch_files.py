@@ -54,3 +54,54 @@ def test_a_merge_removes_the_scratch_folder_a_killed_merge_left_beside_its_outpu
     remove_abandoned(SCRATCH_PREFIX, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [running.name]
 
+
+
+HOLD = """
+import sys
+from pathlib import Path
+from ms_exp.tracking.run_folder import hold_folder
+hold_folder(Path(sys.argv[1]), "hydra.run.dir")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_next_job_in_a_run_folder_removes_what_a_killed_job_left_half_written(
+        tmp_path, monkeypatch):
+    """``run.<pid>.partial`` (the run record, its writer killed before the rename) and a
+    checkpoint's ``.tmp`` (MindSpore's, its writer stopped by a full disk): the next job
+    removes them as it writes the run record, once it holds the folder. A .partial whose
+    process runs, and any .tmp while another process holds the folder (a rank writing
+    the record), are left alone."""
+    import subprocess
+    import sys
+
+    from ms_exp.tracking import run_folder
+    from ms_exp.tracking.run_folder import hold_folder, release_folder, write_run_record
+
+    run_dir = tmp_path / "run"
+    rank_0 = run_dir / "checkpoints" / "rank_0"
+    rank_0.mkdir(parents=True)
+    (rank_0 / "checkpoint-3_20.ckpt").write_bytes(b"whole")
+    (rank_0 / "checkpoint-3_24.tmp").write_bytes(b"")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (run_dir / f"run.{gone}.partial").write_text("{")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        (run_dir / f"run.{holder.pid}.partial").write_text("{")
+        write_run_record(run_dir, digest="d", status="RUNNING")     # as a rank does
+        assert [p.name for p in run_dir.glob("run.*.partial")] == [f"run.{holder.pid}.partial"]
+        assert (rank_0 / "checkpoint-3_24.tmp").exists()
+    finally:
+        holder.communicate("", timeout=60)
+    monkeypatch.setattr(run_folder, "_cleared", set())   # the next job: another process
+    hold_folder(run_dir, "hydra.run.dir")
+    try:
+        write_run_record(run_dir, status="RUNNING")
+    finally:
+        release_folder(run_dir)
+    assert list(run_dir.glob("run.*.partial")) == [] and (run_dir / "run.json").is_file()
+    assert sorted(p.name for p in rank_0.iterdir()) == ["checkpoint-3_20.ckpt"]

@@ -1,5 +1,6 @@
 """Security guarantees: servers bind the loopback address, no config value
-reaches a shell, numpy files are never unpickled, checkpoints are never unpickled.
+reaches a shell, numpy files are never unpickled, checkpoints are never unpickled, a store URI
+that holds a credential is found and shown masked.
 
 Behaviour tests feed hostile input (shell metacharacters, pickles whose ``__reduce__`` would
 create a marker file) through the project's own code paths and check that the marker never
@@ -25,7 +26,13 @@ from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments, save_command
 from ms_exp.job.supervise import launch
 from ms_exp.preflight.compose import compose_config, preflight
 from ms_exp.tracking import ui_links
-from ms_exp.tracking.store import resolve_tracking_uri
+from ms_exp.tracking.store import (
+    holds_password,
+    masked,
+    password_refusal,
+    resolve_tracking_uri,
+    without_passwords,
+)
 from ms_exp.tracking.ui_links import ui_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -618,3 +625,55 @@ def test_no_module_imports_an_unpickler_or_evaluates_text():
                         "yaml.full_load", "yaml.load_all", "yaml.unsafe_load_all"):
                 found.append(f"{where}:{call.lineno}: {name}")
     assert found == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials in a store's URI: found in each form SQLAlchemy, libpq or MLflow would use
+
+
+CREDENTIAL_NAMES = ("password", "passwd", "pwd", "token", "access_token", "secret", "api_key",
+                    "sslpassword")
+
+
+@pytest.mark.parametrize("uri, shown", [
+    *[(f"mysql://ms_exp@db/mlflow?{name}=s3cret", f"mysql://ms_exp@db/mlflow?{name}=***")
+      for name in CREDENTIAL_NAMES],
+    ("http://127.0.0.1:5000/?x=1&Access_Token=s3cret&y=2",
+     "http://127.0.0.1:5000/?x=1&Access_Token=***&y=2"),
+    ("HTTPS://127.0.0.1:5000?TOKEN=s3cret", "HTTPS://127.0.0.1:5000?TOKEN=***"),
+    # SQLAlchemy decodes the name, and ends the value only at "&".
+    ("postgresql://ms_exp@db/mlflow?pass%77ord=s3cret",
+     "postgresql://ms_exp@db/mlflow?pass%77ord=***"),
+    ("postgresql://ms_exp@db/mlflow?password=s3cret;x#y&sslmode=require",
+     "postgresql://ms_exp@db/mlflow?password=***&sslmode=require"),
+    ("postgresql://ms_exp@db/mlflow?password=", "postgresql://ms_exp@db/mlflow?password=***"),
+    # libpq's keyword/value string: what follows the password is hidden too.
+    ("host=db password=s3cret dbname=mlflow", "host=db password=***"),
+    ("host=db password = 's3cret x' dbname=mlflow", "host=db password = ***"),
+    # user:password@, as before
+    ("http://alice:s3cret@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
+    ("http://alice:s3cret/x?y@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
+    ("postgresql://ms_exp:s3cret%40x%2Fy@db/mlflow", "postgresql://ms_exp:***@db/mlflow"),
+    ("postgresql://ms_exp:${oc.env:S3CRET}@db/mlflow", "postgresql://ms_exp:***@db/mlflow"),
+    ("http://alice:@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
+    ("http://alice:s3cret@127.0.0.1:5000?token=s3cret",
+     "http://alice:***@127.0.0.1:5000?token=***"),
+    # No credential: accepted as it is.
+    ("http://127.0.0.1:5000?foo=1", None),
+    ("postgresql://ms_exp@db/mlflow?sslmode=require&passfile=/home/u/.pgpass&tokens=2", None),
+    ("sqlite:////tmp/runs/mlflow.db", None),
+    ("sqlite:///mlflow.db", None),
+    ("host=db user=ms_exp dbname=mlflow", None),
+])
+def test_a_credential_in_a_store_uri_is_refused_and_shown_masked(uri, shown):
+    refusal = password_refusal("tracking.uri", uri)
+    typed = without_passwords(f"override 'tracking.uri={uri}': Hydra's parser says: {uri}; ...")
+    if shown is None:
+        assert (holds_password(uri), masked(uri), refusal) == (False, uri, None)
+        assert uri in typed
+        return
+    assert holds_password(uri) and masked(uri) == shown
+    server = uri.lower().startswith("http")
+    assert refusal and refusal.startswith(f"tracking.uri={shown!r}: a password in tracking.uri")
+    assert ("MLFLOW_TRACKING_PASSWORD" in refusal, "PGPASSWORD" in refusal) == (server, not server)
+    assert "s3cret" not in refusal + typed

@@ -11,6 +11,7 @@ measured here, so a sweep over ``integrated_save`` can compare the two.
 Here old files are removed only after the new one is written (:class:`TimedModelCheckpoint`).
 """
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -173,6 +174,7 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
     emulated), so every rank takes part in saving ``best.ckpt``. ``before_save`` runs
     before each numbered checkpoint is written."""
     callbacks: List[Callback] = []
+    _quiet_save_failures()
     if cfg.save:
         if not cfg.integrated_save and parallel_mode == "stand_alone":
             print("checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
@@ -189,6 +191,23 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
         callbacks.append(BestCheckpoint(network, directory, best_metric,
                                         keep=rank_id == 0, gathers=sharded))
     return callbacks
+
+
+class _SaveFailureRaised(logging.Filter):
+    """MindSpore logs "[CRITICAL] ... Failed to save the checkpoint file ..." and then raises
+    the error itself (a full disk: "No space left on device"), which ms_exp states in its
+    one line: the CRITICAL line only said it twice, with a guess at the cause."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to save the checkpoint file")
+
+
+def _quiet_save_failures() -> None:
+    from mindspore import log
+
+    logger = log._get_logger()  # MindSpore's logger (GLOG_v), made on first use
+    if not any(isinstance(f, _SaveFailureRaised) for f in logger.filters):
+        logger.addFilter(_SaveFailureRaised())
 
 
 class WeightSnapshots(Callback):

@@ -11,6 +11,8 @@ from typing import Dict, List, Optional, Tuple
 
 import mindspore as ms
 
+from ms_exp.config.errors import ConfigError
+
 BEST_NAME = "best.ckpt"
 
 
@@ -35,6 +37,22 @@ def verify_checkpoint(path: Path) -> None:
     file; only one entry is kept, so the weights are not held in memory for nothing."""
     entries = count()
     load_verified(path, choice_func=lambda name: next(entries) == 0)
+
+
+def check_shapes(network, weights: dict, key: str, value,
+                 saved_in: str = "the checkpoint") -> None:
+    """Refuse a checkpoint whose parameters have other shapes than the network's (MindSpore's
+    load_param_into_net raises a RuntimeError of several sentences): one line naming what
+    chose the checkpoint (``key``, ``value``), the first such parameter and both shapes.
+    Parameters only one of them has are not compared."""
+    for name, parameter in network.parameters_dict().items():
+        saved = weights.get(name)
+        if saved is not None and tuple(saved.shape) != tuple(parameter.shape):
+            raise ConfigError(
+                key, value,
+                f"a checkpoint of the network the config builds ({name} is "
+                f"{list(saved.shape)} in {saved_in}, {list(parameter.shape)} in the "
+                "network: is an override such as model.* other than the run's?)")
 
 
 def checkpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:

@@ -10,9 +10,12 @@ launched alone): a trial starts as soon as a share is free.
 import atexit
 import multiprocessing
 import signal
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from hydra.core.utils import JobReturn
 
 from ms_exp.pool.devices import Share, share_environment
 from ms_exp.pool.worker import JobOrder, serve
@@ -67,10 +70,15 @@ class DevicePool:
         self._changed = threading.Condition()
         self._closed = False
         self.restore: Dict[int, Any] = {}  # signal -> its handler before the pool's
+        # Hydra's basic sweeper reads the results: a lost job ends the sweep (LostJob).
+        self.lost_jobs_end_sweep = False
 
     def describe(self, worker: Worker) -> str:
+        return f"{self.units_of(worker)} (process {worker.process.pid})"
+
+    def units_of(self, worker: Worker) -> str:
         units = "cores" if self.accelerator == "CPU" else f"{self.accelerator} devices"
-        return f"{units} {worker.share.label} (process {worker.process.pid})"
+        return f"{units} {worker.share.label}"
 
     def capacity(self, per_job: int) -> int:
         return len(self.units) // per_job
@@ -88,7 +96,7 @@ class DevicePool:
     def run(self, per_job: int, order: JobOrder, stop_others: Callable[[], bool]):
         """Run one job on ``per_job`` units once they are free; its JobReturn. The units are
         back in the pool when this returns or raises."""
-        from hydra.core.utils import JobReturn, JobStatus
+        from hydra.core.utils import JobStatus
 
         worker = self._take(per_job, stop_others)
         if worker is None:
@@ -109,12 +117,14 @@ class DevicePool:
             return outcome
         except (EOFError, OSError):
             worker.close(self.stop_timeout)   # its pipe is gone; so is it, or it is killed
-            lost = JobReturn(overrides=list(order.overrides))
-            lost.status = JobStatus.FAILED
+            lost = LostJob(overrides=list(order.overrides))
+            lost.status, lost.ends_sweep = JobStatus.FAILED, self.lost_jobs_end_sweep
             lost._return_value = WorkerDied(
-                f"job #{order.number} ({' '.join(order.overrides)}): its process on "
-                f"{self.accelerator} {worker.share.label} ended with exit code "
-                f"{worker.process.exitcode} before the job did")
+                f"job #{order.number}{f' ({name})' if name else ''} on "
+                f"{self.units_of(worker)}: its worker process {worker.process.pid} "
+                f"{how_it_ended(worker.process.exitcode)} before the job ended")
+            # Said as it happens, once: the job's own code never ran to say anything.
+            print(f"ms_exp: error: {lost._return_value}", file=sys.stderr, flush=True)
             return lost
         finally:
             self._give_back(worker, keep=alive and not worker.stopping)
@@ -193,6 +203,39 @@ class NotStarted(RuntimeError):
 
 class WorkerDied(RuntimeError):
     """The job's process ended without answering (killed, out of memory, a crash)."""
+
+
+class LostJob(JobReturn):
+    """A job whose worker process died, its line printed as that was found. Read by Hydra's
+    basic sweeper (``ends_sweep``) as the sweep's first failure, it ends the sweep as Hydra
+    does after a failed job, exit status 1, without the traceback Hydra would add (of this
+    module's code: the line says it all). Other readers (the Optuna sweeper) get WorkerDied,
+    a failure like any other."""
+
+    ends_sweep = False
+
+    @property
+    def return_value(self) -> Any:
+        if self.ends_sweep:
+            raise SystemExit(1)
+        raise self._return_value
+
+    @return_value.setter
+    def return_value(self, value: Any) -> None:
+        self._return_value = value
+
+
+def how_it_ended(exitcode: Optional[int]) -> str:
+    """``was killed by SIGKILL``, ``exited with code 0``: a process's end as
+    multiprocessing reports it (a signal as its negative number)."""
+    if exitcode is None:
+        return "ended"
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
 
 
 def launch_jobs(pool: DevicePool, orders: Sequence[JobOrder], share_of: Callable[[int], int],

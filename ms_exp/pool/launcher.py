@@ -33,6 +33,9 @@ def register_launcher_config() -> None:
                                  node=PoolLauncherConf, provider="ms_exp")
 
 
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
 class PoolLaunch:
     def __init__(self, devices: Optional[Sequence[int]] = None, accelerator: str = "auto",
                  cores_per_job: int = 1, stop_timeout: float = 60.0) -> None:
@@ -54,6 +57,8 @@ class PoolLaunch:
         self.pool = open_pool(DevicePool(kind, pool_units(kind, self.devices),
                                          self.stop_timeout))
         forward_stops(self.pool)
+        self.pool.lost_jobs_end_sweep = (
+            OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER)
         print(f"hydra/launcher=pool: {describe(self.pool, self.cores_per_job)}", flush=True)
         # Workers for shares of the sweep's usual size start while it composes its jobs.
         self.pool.warm(units_per_job(self.pool.accelerator, int(config.parallel.device_num),

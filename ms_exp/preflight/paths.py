@@ -27,9 +27,11 @@ def existing_dir(key: str, value: Optional[str]) -> Path:
 
 
 def output_folder(key: str, value) -> None:
-    """A run or sweep folder: named, writable, and on a filesystem with room for a run."""
+    """A run or sweep folder: named, a path the filesystem takes, writable, and on a
+    filesystem with room for a run."""
     require(value is not None and str(value).strip() != "", key, value,
             "a folder path (relative paths are below the working directory)")
+    fits_the_filesystem(key, value, Path(value))
     writable_dir(key, value, Path(value))
     enough_free_space(key, value, Path(value))
 
@@ -37,9 +39,47 @@ def output_folder(key: str, value) -> None:
 def existing_ancestor(path: Path) -> Path:
     """``path`` itself or the nearest folder above it that exists."""
     existing = Path(path).expanduser().absolute()
-    while not existing.exists():
+    while not _exists(existing):
         existing = existing.parent
     return existing
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:     # a name or path too long for the filesystem: it cannot exist
+        return False
+
+
+# Bytes of a run folder's path kept for what a run writes inside it (.hydra/overrides.yaml,
+# checkpoints/merged/rank_<r>/<prefix>-<epoch>_<step>.ckpt, log_output/...), and for the
+# job folders below a sweep's.
+RUN_FOLDER_ROOM = 200
+
+
+def fits_the_filesystem(key: str, value, path: Path) -> None:
+    """Refuse a folder path with a name longer than its filesystem's NAME_MAX, or longer
+    than its PATH_MAX less RUN_FOLDER_ROOM (as an absolute path): the job would fail with
+    ENAMETOOLONG as it makes the folder, or as it writes into it."""
+    absolute = Path(path).expanduser().absolute()
+    existing = existing_ancestor(absolute)
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+    longest = max(absolute.parts, key=lambda name: len(os.fsencode(name)))
+    require(len(os.fsencode(longest)) <= name_max, key, shortened(value),
+            f"a folder path whose names have at most {name_max} bytes each, the limit of the "
+            f"filesystem at {existing} ({shortened(longest)} has {len(os.fsencode(longest))})")
+    path_max = os.pathconf(existing, "PC_PATH_MAX")
+    size = len(os.fsencode(str(absolute)))
+    require(size <= path_max - RUN_FOLDER_ROOM, key, shortened(value),
+            f"a folder path of at most {path_max - RUN_FOLDER_ROOM} bytes, the PATH_MAX of "
+            f"{path_max} at {existing} less {RUN_FOLDER_ROOM} for what a run writes inside "
+            f"it (it has {size} as an absolute path)")
+
+
+def shortened(value) -> str:
+    """A value too long to print whole: its start and how it ends."""
+    text = str(value)
+    return text if len(text) <= 80 else f"{text[:50]}...{text[-20:]}"
 
 
 def enough_free_space(key: str, value, path: Path) -> None:

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 from ms_exp.config.errors import InvalidConfig, positive, require
 from ms_exp.preflight.paths import enough_free_space, writable_dir
-from ms_exp.tracking.store import not_a_database, password_refusal
+from ms_exp.tracking.store import DEFAULT_DB_NAME, not_a_database, password_refusal
 
 # MLflow's own limit on an experiment's name (MAX_EXPERIMENT_NAME_LENGTH in
 # mlflow/utils/validation.py: create_experiment refuses a longer one), and the width of the
@@ -45,6 +45,10 @@ def validate_tracking(cfg) -> None:
         if uri is None:
             writable_dir("tracking.uri", uri, Path.cwd())
             enough_free_space("tracking.uri", uri, Path.cwd())
+            problem = not_a_database(Path.cwd() / DEFAULT_DB_NAME)
+            require(problem is None, "tracking.uri", uri,
+                    f"null where {DEFAULT_DB_NAME} here is a SQLite database or does not "
+                    f"exist yet, or the URI of another store ({problem})")
         elif uri.startswith("sqlite:///"):
             require(uri != "sqlite:///:memory:", "tracking.uri", uri,
                     "a SQLite file, not :memory: (a store in memory ends with the process that "

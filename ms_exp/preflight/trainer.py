@@ -1,9 +1,10 @@
 """Checks of the ``trainer`` section, ``trainer.resume`` among them (the run and checkpoint
-it names exist and every rank holds the checkpoint)."""
+it names exist, every rank holds the checkpoint, and its shapes are the network's: the one
+check here that imports MindSpore, for an explicit resume only)."""
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.resume import (
@@ -13,6 +14,7 @@ from ms_exp.checkpoint.resume import (
     explicit_target,
     misplaced_checkpoint_folder,
 )
+from ms_exp.checkpoint.transform import is_sliced_run
 from ms_exp.config.errors import ConfigError, one_of, positive, require
 from ms_exp.config.schema import DEVICE_TARGETS
 from ms_exp.tracking.store import is_run_id, resolve_tracking_uri
@@ -72,6 +74,17 @@ def validate_resume(cfg) -> None:
         verify_named_checkpoint(key, resume, run_dir, wanted, ranks)
 
 
+def validate_resume_fits(cfg) -> None:
+    """An explicit ``trainer.resume``'s checkpoint fits the network (after the dataset and
+    model checks: the network is built from them); a rank's slice of a sliced run has other
+    shapes than the network's, and is not compared."""
+    resume = cfg.trainer.resume
+    if resume in (None, "auto") or is_sliced_run(cfg):
+        return
+    run_dir, wanted = explicit_target(resume, resolve_tracking_uri(cfg.tracking.uri))
+    verify_network_fits(cfg, "trainer.resume", resume, run_dir, wanted)
+
+
 def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str,
                             ranks: int) -> None:
     """A checkpoint file named explicitly is read back whole (MindSpore's CRC) in every
@@ -88,6 +101,31 @@ def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str,
             raise ConfigError(key, resume, f"a checkpoint that reads back whole ({error}); "
                               "name an older checkpoint, or the run directory to resume from "
                               "its newest good one") from None
+
+
+def verify_network_fits(cfg, key: str, resume: str, run_dir: Path,
+                        wanted: Optional[str]) -> None:
+    """The parameters of the checkpoint the job would continue from (the named one, or
+    rank 0's newest that reads back whole) have the shapes of the network this config
+    builds: another shape (an override such as model.hidden_size other than the run's)
+    is refused here, before the run's folder and MLflow run are touched, not by the job's
+    restore, which would end the run FAILED. Only the network's parameters are loaded."""
+    from ms_exp.checkpoint.files import DamagedCheckpoint, check_shapes, load_verified, rank_dir
+    from ms_exp.data.build import declared_spec
+    from ms_exp.models import create_network
+
+    network = create_network(cfg.model, declared_spec(cfg.dataset))
+    names = set(network.parameters_dict())
+    ranks = cfg.parallel.device_num
+    for name in reversed(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted)):
+        try:
+            with mindspore_warnings_off():  # the job skips a damaged one too, and says so
+                weights = load_verified(rank_dir(run_dir, 0) / name,
+                                        choice_func=names.__contains__)
+        except DamagedCheckpoint:
+            continue
+        check_shapes(network, weights, key, resume, name)
+        return
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from ms_exp.preflight.parallel import (
     validate_shard_strategies,
 )
 from ms_exp.preflight.tracking import validate_tracking
-from ms_exp.preflight.trainer import validate_resume, validate_trainer
+from ms_exp.preflight.trainer import validate_resume, validate_resume_fits, validate_trainer
 from ms_exp.preflight.training import validate_loop, validate_loss, validate_optimizer
 
 # The jobs this process has checked (``job_digest``): the launching process checks every job
@@ -84,6 +84,7 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
     validate_batch_fits(cfg.dataset, cfg.parallel)
     validate_model(cfg)
     validate_placement(cfg.placement, cfg.model)
+    validate_resume_fits(cfg)
     validate_memory(cfg)
     validate_optimizer(cfg.optimizer, cfg.trainer.epochs)
     validate_loss(cfg.loss)

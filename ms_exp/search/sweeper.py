@@ -9,6 +9,7 @@ trial is launched as a job of the configured Hydra launcher, numbered by its tri
 (the job's folder, ``<sweep dir>/<trial number>``, is unique across workers).
 """
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple, cast
@@ -126,10 +127,13 @@ class OptunaSearch:
                                                 for s in DONE_STATES))])
         self._write_results(study, sweep_dir)
         if failures:
-            # As Hydra's basic sweeper: every job ran, the sweep reports the first failure.
+            # As Hydra's basic sweeper: every job ran, the sweep reports the first failure,
+            # in one line (each job's run and log hold its own traceback), and exits 1.
             number, error = failures[0]
-            raise RuntimeError(f"{len(failures)} of this sweep's trials failed; the first, "
-                               f"trial {number}: {type(error).__name__}: {error}") from error
+            print(f"ms_exp: error: {len(failures)} of this sweep's trials failed; the first, "
+                  f"trial {number}: {type(error).__name__}: {error}", file=sys.stderr,
+                  flush=True)
+            raise SystemExit(1)
         return []
 
     def _open_study(self, url: str, name: str):

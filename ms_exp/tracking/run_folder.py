@@ -8,12 +8,17 @@ read back as the other run's (MindSpore's ``ModelCheckpoint`` names a second run
 ``<prefix>_1-*`` beside the first run's, and the newest file of a folder is not the current
 run's).
 
-While a process works in a folder it holds ``run.lock`` with an OS lock (``fcntl.flock``),
+While a process works in a folder it holds an OS lock (``fcntl.flock``) on the folder itself,
 which the kernel releases when the process ends however it ends, so a killed job leaves no
-stale lock behind. The lock file says who holds it (pid, host, start time, command) for the
-refusal of a second process. A process holds a folder once: a second claim by the same
-process is a no-op, and :func:`release_all` ends every claim (``ms_exp.run``'s ``main()``
-does, so a caller that runs it twice in one process starts clean).
+stale lock behind. A lock file would not do: deleted while a job trains, a second process
+would create and lock a new one and train over the first run. ``run.lock`` says who holds
+the folder (pid, host, start time, command) for the refusal of a second process; where it
+is gone, the kernel's table of locks still names the pid. Where the file system has no
+flock on a directory (NFS emulates flock with POSIX locks, which need a descriptor open for
+writing), ``run.lock`` itself is locked instead. A process holds a folder once: a second
+claim by the same process is a no-op, and :func:`release_all` ends every claim
+(``ms_exp.run``'s ``main()`` does, so a caller that runs it twice in one process starts
+clean).
 """
 import fcntl
 import json
@@ -21,10 +26,11 @@ import os
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Set
 
 RUN_RECORD = "run.json"
 LOCK_FILE = "run.lock"
@@ -42,6 +48,7 @@ def write_run_record(run_dir: Path, **fields) -> None:
     path = Path(run_dir) / RUN_RECORD
     record = {"started": time.time(), **read_run_record(run_dir), **fields,
               "updated": time.time()}
+    remove_leftovers(run_dir)   # what a killed or full-disk job left half-written here
     partial = path.with_suffix(f".{os.getpid()}.partial")
     try:
         partial.write_text(json.dumps(record, indent=2))
@@ -49,6 +56,33 @@ def write_run_record(run_dir: Path, **fields) -> None:
     except OSError:
         partial.unlink(missing_ok=True)     # a full disk: the previous version stays
         raise
+
+
+# Written whole under these names, then renamed into place: left only by a writer killed, or
+# stopped by a full disk, between the two. ``run.<pid>.partial``: the run record's
+# (write_run_record); ``<checkpoint>.tmp``: MindSpore's save_checkpoint's (its _exec_save),
+# in the folders of checkpoints/.
+RECORD_PARTIAL = "run.*.partial"
+CHECKPOINT_TMP = "checkpoints/**/*.tmp"
+_cleared: Set[Path] = set()
+
+
+def remove_leftovers(run_dir: Path) -> None:
+    """Remove the half-written files of earlier processes in ``run_dir``, once per process:
+    a record's ``.partial`` whose process is gone, and checkpoints' ``.tmp`` where this
+    process holds the folder (no other one writes there then; a rank or another command,
+    which do not hold it, leave them alone)."""
+    folder = Path(run_dir).resolve()
+    if folder in _cleared:
+        return
+    _cleared.add(folder)
+    for partial in folder.glob(RECORD_PARTIAL):
+        pid = partial.name.split(".")[1]
+        if pid.isdigit() and not process_exists(int(pid)):
+            partial.unlink(missing_ok=True)
+    if folder in _held:
+        for tmp in folder.glob(CHECKPOINT_TMP):
+            tmp.unlink(missing_ok=True)
 
 
 def read_run_record(run_dir: Path) -> dict:
@@ -78,7 +112,7 @@ def read_run_record(run_dir: Path) -> dict:
 
 # -- holding a folder -----------------------------------------------------------------------
 
-_held: Dict[Path, int] = {}     # folder -> the descriptor of its lock file, held open
+_held: Dict[Path, int] = {}     # folder -> the descriptor that holds its lock, kept open
 
 
 def hold_folder(run_dir: Path, key: str) -> None:
@@ -88,41 +122,69 @@ def hold_folder(run_dir: Path, key: str) -> None:
     if folder in _held:
         return
     folder.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        descriptor = _lock(folder, fcntl.LOCK_EX, os.O_RDWR | os.O_CREAT)
     except BlockingIOError:
-        os.close(descriptor)
         raise FolderRefused(f"{key}: {folder} is in use by another ms_exp process "
                             f"({_holder(folder)}); wait for it to end, or choose another "
                             "folder") from None
     _held[folder] = descriptor
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
               "command": shlex.join([Path(sys.executable).name, *sys.argv])}
+    on_folder = stat.S_ISDIR(os.fstat(descriptor).st_mode)
     try:
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+        # Where the lock is the lock file's, through its descriptor: NFS emulates flock
+        # with POSIX locks, which closing another descriptor of the file would drop.
+        note = os.open(folder / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644) if on_folder \
+            else descriptor
+        try:
+            os.ftruncate(note, 0)
+            os.pwrite(note, json.dumps(holder).encode(), 0)
+        finally:
+            if note != descriptor:
+                os.close(note)
     except OSError:
         pass    # a full disk: the lock holds all the same, the refusal names less
 
 
 def folder_in_use(run_dir: Path) -> Optional[bool]:
     """Whether a process works in the folder now (its lock is held); None where the folder
-    or its lock file is not on this machine, so nobody can tell from here."""
+    (or, on a file system without flock on directories, its lock file) is not on this
+    machine, so nobody can tell from here."""
     folder = Path(run_dir).resolve()
     if folder in _held:
         return True
     try:
-        descriptor = os.open(folder / LOCK_FILE, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        # Exclusive on the folder as hold_folder takes it: a shared lock would succeed on
+        # NFS, where a holder locks the lock file instead.
+        descriptor = _lock(folder, fcntl.LOCK_SH, os.O_RDONLY)
     except BlockingIOError:
         return True
-    finally:
-        os.close(descriptor)
+    except OSError:
+        return None
+    os.close(descriptor)
     return False
+
+
+def _lock(folder: Path, file_operation: int, file_flags: int) -> int:
+    """A descriptor that holds the folder's lock: the folder's own (exclusive), or, where
+    its file system refuses flock on a directory, ``run.lock``'s (``file_operation``,
+    opened with ``file_flags``). BlockingIOError: another process holds it."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return descriptor
+    except OSError as error:
+        os.close(descriptor)
+        if isinstance(error, BlockingIOError):
+            raise
+    descriptor = os.open(folder / LOCK_FILE, file_flags, 0o644)
+    try:
+        fcntl.flock(descriptor, file_operation | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        raise
+    return descriptor
 
 
 def release_folder(run_dir: Path) -> None:
@@ -171,6 +233,10 @@ def _holder(folder: Path) -> str:
         holder = json.loads((folder / LOCK_FILE).read_text())
     except (OSError, ValueError):
         holder = {}
+    if not isinstance(holder, dict) or not holder.get("pid"):
+        # The note deleted or unreadable: the kernel's table still names the pid.
+        pid = _locking_pid(folder)
+        holder = {"pid": pid, "host": socket.gethostname()} if pid else {}
     parts = []
     if holder.get("pid"):
         parts.append(f"pid {holder['pid']} on {holder.get('host', '?')}")
@@ -186,6 +252,20 @@ def _holder(folder: Path) -> str:
     if holder.get("command"):
         parts.append(f"command: {holder['command']}")
     return ", ".join(parts) or "its pid is not recorded"
+
+
+def _locking_pid(folder: Path) -> Optional[int]:
+    """The pid that /proc/locks (Linux) gives for a flock on the folder, if any."""
+    try:
+        found = os.stat(folder)
+        inode = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()    # 1: FLOCK ADVISORY WRITE <pid> <dev:inode> 0 EOF
+            if fields[1:2] == ["FLOCK"] and inode in fields:
+                return int(fields[fields.index(inode) - 1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 # -- who may work in a folder ---------------------------------------------------------------
