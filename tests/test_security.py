@@ -677,3 +677,11 @@ def test_a_credential_in_a_store_uri_is_refused_and_shown_masked(uri, shown):
     assert refusal and refusal.startswith(f"tracking.uri={shown!r}: a password in tracking.uri")
     assert ("MLFLOW_TRACKING_PASSWORD" in refusal, "PGPASSWORD" in refusal) == (server, not server)
     assert "s3cret" not in refusal + typed
+
+
+def test_the_recorded_command_line_hides_every_password():
+    from ms_exp.tracking.provenance import command_line
+
+    line = command_line(["dataset.path=https://alice:s3cret@data.example/x",
+                         "+x.url=https://data.example/y?token=s3cret"])
+    assert "s3cret" not in line and line.count("***") == 2

@@ -14,7 +14,6 @@ Recorded on every MLflow run (tags, plus artifacts under ``provenance/``):
 import hashlib
 import json
 import platform
-import re
 import shlex
 import subprocess
 import sys
@@ -75,16 +74,14 @@ def requirements() -> str:
     return "".join(f"{name}=={version}\n" for name, version in names)
 
 
-# user:password@ in a URL of the command line (a database or a tracking server)
-_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
-
-
 def command_line(argv: Optional[List[str]] = None) -> str:
-    """The command as it can be typed again, a URL's password replaced by ***: it is
+    """The command as it can be typed again, every password in it replaced by *** (a URL's
+    ``user:pw@`` or ``?password=`` of a value no check reads, a dataset's URL say): it is
     recorded in the run."""
-    line = shlex.join([sys.executable, "-m", "ms_exp.run", *(sys.argv[1:] if argv is None
-                                                             else argv)])
-    return _PASSWORD.sub(r"\1***@", line)
+    from ms_exp.tracking.store import without_passwords
+
+    return without_passwords(shlex.join([sys.executable, "-m", "ms_exp.run",
+                                         *(sys.argv[1:] if argv is None else argv)]))
 
 
 def dataset_fingerprint(dataset_cfg) -> Dict[str, Any]:
