@@ -35,6 +35,7 @@ from ms_exp.config.schema import StandAloneParallel
 from ms_exp.config.targets import component_name
 from ms_exp.preflight.trust import check_read_back
 from ms_exp.preflight.validate import validate_for_evaluation
+from ms_exp.tracking.records import NotRecorded, download_logged_model, reading_store
 from ms_exp.tracking.store import (
     StoreError,
     existing_store,
@@ -145,9 +146,6 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
     """Download the model ``model_uri`` names (ms_exp/job/model_package.py): its config,
     its checkpoint, the id of the run that logged it, and how to name it; an unknown name,
     version or id is refused in one line listing what exists."""
-    import mlflow.artifacts
-    from mlflow.exceptions import MlflowException
-
     from ms_exp.job.model_package import MODEL_TAG, model_files
 
     if not model_uri.startswith("models:/") or not model_uri[len("models:/"):].strip("/"):
@@ -159,12 +157,10 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
     name, _, version = model_uri[len("models:/"):].strip("/").partition("/")
     model_id = _registered_model_id(client, name, version, model_uri) if version else name
     try:
-        logged = client.get_logged_model(model_id)
-    except MlflowException:
+        logged, local = download_logged_model(client, model_id, workdir / "model")
+    except NotRecorded:
         raise ConfigError("--model", model_uri, MODEL_URI,
                           f"no model {model_id} in {uri}") from None
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=logged.artifact_location,
-                                                     dst_path=str(workdir / "model")))
     try:
         config, checkpoint = model_files(local)
     except (ValueError, OSError) as error:
@@ -176,8 +172,6 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
 
 
 def _registered_model_id(client, name: str, version: str, model_uri: str) -> str:
-    from mlflow.exceptions import MlflowException
-
     versions = sorted((str(v.version) for v in
                        client.search_model_versions(f"name = '{name}'")),
                       key=int) if "'" not in name else []
@@ -191,8 +185,9 @@ def _registered_model_id(client, name: str, version: str, model_uri: str) -> str
                         " (the Model Registry is empty)"))
         raise ConfigError("--model", model_uri, MODEL_URI, problem)
     try:
-        found = client.get_model_version(name, version)
-    except MlflowException as error:
+        with reading_store():
+            found = client.get_model_version(name, version)
+    except NotRecorded as error:
         raise ConfigError("--model", model_uri, MODEL_URI, str(error)) from None
     # A SQLite store answers model_id=None for a version created with one; its source,
     # models:/<model id>, keeps it (docs/design.md#mlflow-model-version-source).

@@ -29,13 +29,12 @@ import argparse
 import sys
 from typing import List, Optional
 
-from mlflow import MlflowClient
-
 from ms_exp.tracking.store import (
     damaged_refusal,
     exit_if_damaged,
     missing_store,
     not_a_database,
+    open_client,
     password_refusal,
     resolve_tracking_uri,
     sqlite_path,
@@ -64,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_store(uri: Optional[str]) -> MlflowClient:
+def _open_store(uri: Optional[str]):
     """The sweep's store; one that does not exist is refused, not created."""
     uri = resolve_tracking_uri(uri)
     database = missing_store(uri)
@@ -75,7 +74,7 @@ def _open_store(uri: Optional[str]) -> MlflowClient:
     problem = not_a_database(file) if file else None
     if problem is not None:
         raise ReportError(damaged_refusal("--tracking-uri", uri, problem))
-    return MlflowClient(uri)
+    return open_client(uri)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.hydra_internals import args_parser
-from ms_exp.config.plugins import register_plugins
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.config.targets import without_unused_names
 from ms_exp.pool.dispatch import close_pools
@@ -35,6 +34,7 @@ from ms_exp.preflight.compose import (
     preflight,
 )
 from ms_exp.preflight.overrides import parse_overrides
+from ms_exp.preflight.plugins import register_plugins
 from ms_exp.preflight.rerun import rerun_arguments, split_from_run
 from ms_exp.preflight.validate import validate_once
 from ms_exp.search.checks import fail_fast_overrides

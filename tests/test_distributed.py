@@ -274,7 +274,7 @@ def test_auto_parallel_on_cpu_runs_data_parallel_layouts_and_says_so(side_by_sid
     result = side_by_side.auto
     assert "parallel=auto on CPU" in result.stdout
     assert "data-parallel layouts (every parameter whole on every rank)" in result.stdout
-    from ms_exp.parallel.layout import strategy_file_layouts
+    from ms_exp.checkpoint.transform import strategy_file_layouts
 
     layouts = strategy_file_layouts(result.run_dir / "strategy.ckpt")
     assert layouts and all(whole(*layout) for layout in layouts.values())

@@ -103,7 +103,7 @@ def test_a_sliced_run_models_its_integrated_best_and_says_why_not_its_last(slice
 @pytest.mark.distributed
 @pytest.mark.e2e
 def test_strategy_file_holds_mindspores_layouts(sliced):
-    from ms_exp.parallel.layout import strategy_file_layouts
+    from ms_exp.checkpoint.transform import strategy_file_layouts
 
     layouts = strategy_file_layouts(sliced.run_dir / "strategy.ckpt")
     assert layouts["layer1.weight"] == ((2, 1, 2, 2), (2, 1))

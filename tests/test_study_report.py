@@ -12,8 +12,8 @@ from mlflow import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from ms_exp import report
-from ms_exp.search.study_report import study_part
 from ms_exp.tracking.store import ensure_experiment
+from ms_exp.tracking.study_report import study_part
 from ms_exp.tracking.sweep_report import write_report
 
 SPACE = {"boost.rho": FloatDistribution(0.1, 0.9),

@@ -12,12 +12,13 @@ Every store and run here is fabricated (no training): the refusals come before a
 is built.
 """
 import pickle
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import main_in_process
+from conftest import main_in_process, migrated_store
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
@@ -55,6 +56,13 @@ def refusal(key: str, target: str, source: str) -> str:
             "your own overrides, or one MS_EXP_TRUSTED_TARGETS allows (fnmatch patterns, "
             "comma-separated, e.g. MS_EXP_TRUSTED_TARGETS='my_project.*'); "
             "docs/guides/security.md")
+
+
+def migrated_copy(folder: Path) -> Path:
+    """``folder/mlflow.db``, a copy of the migrated empty store: a fresh store's migrations
+    (seconds, in each xdist worker that builds a module fixture) are not what is tested."""
+    shutil.copyfile(migrated_store(), folder / "mlflow.db")
+    return folder / "mlflow.db"
 
 
 def planted_config(path: Path, key: str = "model._target_", value: str = PLANTED) -> Path:
@@ -152,7 +160,7 @@ def store_with_a_plant(tmp_path_factory):
     """A store whose job run's config/config.yaml artifact names ``PLANTED``, and the same
     run's recorded overrides for ``--from-run``."""
     files = tmp_path_factory.mktemp("planted_store")
-    uri = f"sqlite:///{files / 'mlflow.db'}"
+    uri = f"sqlite:///{migrated_copy(files)}"
     client = MlflowClient(uri)
     run = client.create_run(ensure_experiment(client, "ms_exp"), run_name="job")
     run_id = run.info.run_id
@@ -313,7 +321,7 @@ def records(tmp_path_factory):
     overrides or Hydra record name what a re-run must not take from them."""
     files = tmp_path_factory.mktemp("records")
     victim = files / "victim.npy"
-    uri = f"sqlite:///{files / 'mlflow.db'}"
+    uri = f"sqlite:///{migrated_copy(files)}"
     client = MlflowClient(uri)
     experiment = ensure_experiment(client, "ms_exp")
     runs, planted = {}, interpolations(victim)

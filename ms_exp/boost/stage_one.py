@@ -51,10 +51,8 @@ def fill_stage_one(cfg) -> None:
 
 
 def _from_run(run_id: str, tracking_cfg):
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    from ms_exp.tracking.store import missing_store, resolve_tracking_uri
+    from ms_exp.tracking.records import NotRecorded, reading_store
+    from ms_exp.tracking.store import missing_store, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_cfg.uri)
     db = missing_store(uri)
@@ -63,13 +61,14 @@ def _from_run(run_id: str, tracking_cfg):
                           "a stage-one run: run stage one first, here (python -m ms_exp.run "
                           "+experiment=dim_reduce_stage_one), or name its store with "
                           "tracking.uri=...", problem=f"there is no store ({db} does not exist)")
-    client = MlflowClient(uri)
+    client = open_client(uri)
     if run_id == LATEST:
         run = _latest_stage_one(client, tracking_cfg.experiment_name, uri)
     else:
         try:
-            run = client.get_run(run_id)
-        except MlflowException:
+            with reading_store():
+                run = client.get_run(run_id)
+        except NotRecorded:
             raise ConfigError("boost.stage_one_run_id", run_id,
                               f"the id of a run in {uri}", problem="no such run") from None
     tags = run.data.tags
@@ -104,18 +103,15 @@ def _latest_stage_one(client, experiment_name: str, uri: str):
 
 def _download(client, run_id: str, last: str):
     """Stage one ran elsewhere: fetch its final checkpoint and snapshots from MLflow."""
-    from mlflow.artifacts import download_artifacts
+    from ms_exp.tracking.records import download
 
     target = (DOWNLOADS / run_id).resolve()
-    target.mkdir(parents=True, exist_ok=True)
     try:
-        snapshots = download_artifacts(run_id=run_id, artifact_path="snapshots",
-                                       dst_path=str(target), tracking_uri=client.tracking_uri)
-        weights = download_artifacts(run_id=run_id, artifact_path=last, dst_path=str(target),
-                                     tracking_uri=client.tracking_uri) if last else None
+        snapshots = download(client, run_id, "snapshots", target)
+        weights = download(client, run_id, last, target) if last else None
     except Exception as error:  # MLflow raises several types for a missing artifact
         raise ConfigError("boost.stage_one_run_id", run_id,
                           "a stage-one run whose run directory or artifacts still exist",
                           problem=f"its files are gone ({type(error).__name__})") from None
-    return (Path(weights) if weights else None), Path(snapshots)
+    return weights, snapshots
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ms_exp.tracking.records import NotRecorded, reading_store
 from ms_exp.tracking.run_folder import (
     RUN_RECORD,
     FolderRefused,
@@ -32,7 +33,7 @@ from ms_exp.tracking.run_folder import (
     read_run_record,
     release_folder,
 )
-from ms_exp.tracking.store import is_run_id
+from ms_exp.tracking.store import is_run_id, open_client, sqlite_path
 
 RESUME_FILE = "resume.json"
 RESUME_ALLOWED = "auto, an MLflow run id, a run directory or a .ckpt file"
@@ -193,18 +194,14 @@ def unfinished_runs(root: Path, digest: str) -> List[Path]:
 
 def run_dir_of(uri: str, run_id: str) -> Path:
     """The run directory an MLflow run was trained in (its ``ms_exp.run_dir`` tag)."""
-    from ms_exp.tracking.store import sqlite_path
-
     database = sqlite_path(uri)
     if database is not None and not database.is_file():
         # Opening it would create an empty store.
         raise ResumeError(f"no such run: there is no MLflow store at {database}")
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     try:
-        run = MlflowClient(uri).get_run(run_id)
-    except MlflowException:
+        with reading_store():
+            run = open_client(uri).get_run(run_id)
+    except NotRecorded:
         raise ResumeError(f"no such run in {uri}") from None
     run_dir = run.data.tags.get("ms_exp.run_dir")
     if not run_dir or not Path(run_dir).is_dir():

@@ -70,8 +70,15 @@ def _check_inputs(src_dir, strategy_files: List[Tuple[str, Union[str, Path]]],
     return ranks
 
 
+def strategy_file_layouts(path) -> Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+    """(dev_matrix, tensor_map) of every parameter in a strategy file, read back with
+    ``mindspore.parallel.build_searched_strategy`` (the file holds no full shapes)."""
+    from mindspore.parallel import build_searched_strategy
+    return {name: (tuple(layout.dev_matrix[0].dim), tuple(layout.tensor_map[0].dim))
+            for name, layout in build_searched_strategy(str(path)).items()}
+
+
 def _read_strategy(option: str, path) -> Dict[str, Tuple[tuple, tuple]]:
-    from ms_exp.parallel.layout import strategy_file_layouts
     try:
         layouts = strategy_file_layouts(Path(path).resolve())
     except Exception as error:  # MindSpore raises TypeError/ValueError/protobuf's DecodeError

@@ -47,12 +47,11 @@ def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: 
 def finished_before(cfg: DictConfig, run_dir: Path, uri: str, digest: str,
                      overrides: Sequence[str]) -> Optional[JobResult]:
     """The result of a FINISHED run with this config, if there is one (skip_finished)."""
-    from mlflow import MlflowClient
-
     from ms_exp.tracking.recorder import detect_outages_quickly, is_unreachable
+    from ms_exp.tracking.store import open_client
 
     detect_outages_quickly()    # seconds, not MLflow's minutes of retries, for a dead server
-    client = MlflowClient(uri)
+    client = open_client(uri)
     try:
         earlier = find_finished(client, cfg.tracking.experiment_name, digest)
     except Exception as error:

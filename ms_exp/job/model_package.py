@@ -28,11 +28,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.tracking.mlmodel import save_example
+from ms_exp.tracking.mlmodel import flavor_of, save_example
 
 MODELS_DIR = "models"
 FLAVOR = "mindspore"
@@ -230,21 +230,11 @@ def mlmodel_spec(inputs: int) -> Dict[str, object]:
 
 # -- reading a model back ---------------------------------------------------------------
 
-def flavor_of(directory: Path) -> Dict[str, Any]:
-    """The ``mindspore`` flavor of the model in ``directory`` (its MLmodel file)."""
-    from mlflow.models import Model
-
-    flavors = Model.load(str(Path(directory) / "MLmodel")).flavors
-    if FLAVOR not in flavors:
-        raise ValueError(f"{directory}: not an ms_exp model (no {FLAVOR} flavor in MLmodel)")
-    return flavors[FLAVOR]
-
-
 def model_files(directory: Path) -> Tuple[Path, Path]:
     """(config.yaml, checkpoint) of the model in ``directory``. Its MLmodel file names them,
     and whoever could write the store wrote it: a path out of the model's folder (absolute,
     or climbing with ``..``) would read the reader's own files, and is refused."""
-    flavor = flavor_of(directory)
+    flavor = flavor_of(directory, FLAVOR)
     inside = Path(directory).resolve()
     files = []
     for key in ("config", "checkpoint"):
@@ -276,7 +266,7 @@ class _PyfuncModel:
         cfg = load_run_config(config, [], source)
         check_read_back(cfg, source)
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        self.inputs = int(flavor_of(directory).get("inputs", 1))
+        self.inputs = int(flavor_of(directory, FLAVOR).get("inputs", 1))
         _, _, spec = create_datasets(cfg.dataset)    # what the network was sized by
         self.network = create_network(cfg.model, spec, create_placement(cfg.placement))
         ms.load_param_into_net(self.network, load_verified(checkpoint))

@@ -180,7 +180,8 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
 def _end_pruned(epoch: int, tracker) -> None:
     """A pruned trial's run keeps everything logged so far and ends KILLED, saying when."""
     from ms_exp.search.pruned import TrialPruned
-    from ms_exp.search.trial import PRUNED_EPOCH_TAG, current_trial
+    from ms_exp.search.trial import current_trial
+    from ms_exp.tracking.sweep_runs import PRUNED_EPOCH_TAG
 
     tracker.set_tags({PRUNED_EPOCH_TAG: str(epoch)})
     trial = current_trial()

@@ -439,11 +439,3 @@ def write_strategy_file(path, layouts: Mapping[str, Layout], stage: int = 0,
     partial.write_bytes(strategy_map.SerializeToString())
     os.replace(partial, path)
     return path
-
-
-def strategy_file_layouts(path) -> Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]]:
-    """(dev_matrix, tensor_map) of every parameter in a strategy file, read back with
-    ``mindspore.parallel.build_searched_strategy`` (the file holds no full shapes)."""
-    from mindspore.parallel import build_searched_strategy
-    return {name: (tuple(layout.dev_matrix[0].dim), tuple(layout.tensor_map[0].dim))
-            for name, layout in build_searched_strategy(str(path)).items()}

@@ -17,8 +17,10 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+# The sweep's report reads the tag: it is declared beside the other tags of a sweep's runs.
+from ms_exp.tracking.sweep_runs import DEVICES_TAG as DEVICES_TAG
+
 DEVICES_ENV = "MS_EXP_DEVICES"   # the job's share: device ids, or CPU cores, comma-separated
-DEVICES_TAG = "ms_exp.devices"
 ACCELERATORS = ("auto", "Ascend", "GPU", "CPU")
 # The runtime's variable that hides every device but the job's own.
 VISIBLE_ENV = {"Ascend": "ASCEND_RT_VISIBLE_DEVICES", "GPU": "CUDA_VISIBLE_DEVICES"}

@@ -9,21 +9,24 @@ from typing import Any, List, Optional, Sequence
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from ms_exp.config.hydra_internals import BASIC_SWEEPER
 from ms_exp.pool import POOL_LAUNCHER
 from ms_exp.pool.devices import accelerator_of, pool_units, units_per_job
 from ms_exp.pool.dispatch import DevicePool, forward_stops, launch_jobs, open_pool
 from ms_exp.pool.worker import JobOrder
 
 
-@dataclass
+# kw_only: _target_ stays the first key of Hydra's records, and no other key has a default
+# here: the values are pool.yaml's, beside what each means.
+@dataclass(kw_only=True)
 class PoolLauncherConf:
-    """The launcher's keys, typed (conf/hydra/launcher/pool.yaml extends it and says what
-    each means); the preflight checks their values (ms_exp/pool/checks.py)."""
+    """The launcher's keys, typed: conf/hydra/launcher/pool.yaml extends it with their values
+    and says what each means; the preflight checks the values (ms_exp/pool/checks.py)."""
     _target_: str = POOL_LAUNCHER
-    devices: Optional[List[int]] = None
-    accelerator: str = "auto"
-    cores_per_job: int = 1
-    stop_timeout: float = 60.0
+    devices: Optional[List[int]]
+    accelerator: str
+    cores_per_job: int
+    stop_timeout: float
 
 
 def register_launcher_config() -> None:
@@ -33,12 +36,10 @@ def register_launcher_config() -> None:
                                  node=PoolLauncherConf, provider="ms_exp")
 
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-
-
 class PoolLaunch:
-    def __init__(self, devices: Optional[Sequence[int]] = None, accelerator: str = "auto",
-                 cores_per_job: int = 1, stop_timeout: float = 60.0) -> None:
+    # Hydra passes every key of PoolLauncherConf, with conf/hydra/launcher/pool.yaml's values.
+    def __init__(self, devices: Optional[Sequence[int]], accelerator: str, cores_per_job: int,
+                 stop_timeout: float) -> None:
         self.devices = None if devices is None else [int(d) for d in devices]
         self.accelerator = accelerator
         self.cores_per_job = int(cores_per_job)

@@ -26,15 +26,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config import hydra_internals
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
-from ms_exp.config.plugins import register_plugins
 from ms_exp.config.schema import builtin_targets, register_schemas
 from ms_exp.pool.checks import check_pool
 from ms_exp.preflight.components import validate_hydra_callbacks
-from ms_exp.preflight.overrides import parse_overrides
+from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError, parse_overrides
 from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import existing_run_folder, output_folder
+from ms_exp.preflight.plugins import register_plugins
 from ms_exp.preflight.validate import validate
-from ms_exp.search.checks import check_sweep
+from ms_exp.search.checks import check_optuna_sweep
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Installed from a wheel, the config folder is the package ms_exp.conf (pyproject.toml);
@@ -174,6 +174,16 @@ def _ends(space: Override) -> Override:
     (ends,) = parse_overrides([f"{space.get_key_element()}={cast(value.start)},"
                                f"{cast(value.end)}"], multirun=True)
     return ends
+
+
+def check_sweep(cfg: DictConfig, overrides: Sequence, spaces: Sequence) -> None:
+    """``cfg``: one job's config with its Hydra part; ``overrides``: the command line's,
+    parsed (Hydra's Override); ``spaces``: those of them that are ranges to sample."""
+    if spaces and cfg.hydra.sweeper.get("_target_") == hydra_internals.BASIC_SWEEPER:
+        raise OverrideError(f"override {spaces[0].input_line!r}: a search space that Hydra's "
+                            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
+                            f"hydra/sweeper=optuna to sample it")
+    check_optuna_sweep(cfg, overrides)
 
 
 @contextmanager

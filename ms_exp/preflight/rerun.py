@@ -41,11 +41,10 @@ def split_from_run(argv: Sequence[str]) -> Tuple[str, List[str]]:
 
 def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     """The command-line overrides that re-run ``run_id``; prints what may differ."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
+    from ms_exp.tracking.records import NotRecorded, reading_store
     from ms_exp.tracking.store import (
         missing_store,
+        open_client,
         quiet_artifact_downloads,
         resolve_tracking_uri,
     )
@@ -59,23 +58,25 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
         raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database}; expected the "
                             "id of a run in an existing store (name the run's store with "
                             "tracking.uri=...)")
-    client = MlflowClient(uri)
+    client = open_client(uri)
     try:
-        run = client.get_run(run_id)
-    except MlflowException as error:
+        with reading_store():
+            run = client.get_run(run_id)
+    except NotRecorded as error:
         raise InvalidConfig(f"{FLAG}={run_id}: no such run in {uri} "
                             f"({str(error).splitlines()[0][:200]}); expected the id of a run "
                             "in that store") from None
     source = f"MLflow run {run_id} ({FLAG})"
     with tempfile.TemporaryDirectory(prefix="ms_exp_rerun_") as workdir:
         try:
-            # Plain YAML: OmegaConf would resolve an interpolation as an item is read.
-            recorded = _yaml(client.download_artifacts(run_id, "hydra/overrides.yaml",
-                                                       workdir), list)
-            config = OmegaConf.load(client.download_artifacts(
-                run_id, "config/config.yaml", workdir))
-            name_flags, folders = _config_source(client, run_id, workdir)
-        except (MlflowException, OSError, ValueError, KeyError, TypeError):
+            with reading_store():
+                # Plain YAML: OmegaConf would resolve an interpolation as an item is read.
+                recorded = _yaml(client.download_artifacts(run_id, "hydra/overrides.yaml",
+                                                           workdir), list)
+                config = OmegaConf.load(client.download_artifacts(
+                    run_id, "config/config.yaml", workdir))
+                name_flags, folders = _config_source(client, run_id, workdir)
+        except (NotRecorded, OSError, ValueError, KeyError, TypeError):
             raise InvalidConfig(f"{FLAG}={run_id}: the run has no recorded config "
                                 "(hydra/overrides.yaml, config/config.yaml)") from None
     # The record is data: the job's own keys are re-applied, never a setting of Hydra or a

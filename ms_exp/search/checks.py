@@ -1,6 +1,5 @@
-"""What a sweep command is refused for before it starts (a search space Hydra's basic
-sweeper cannot list, the Optuna sweeper's settings), and how ``sweep.fail_fast`` makes
-Hydra's basic sweeper stop."""
+"""What a sweep command is refused for before it starts (the Optuna sweeper's settings), and
+how ``sweep.fail_fast`` makes Hydra's basic sweeper stop."""
 import os
 from typing import List, Sequence
 
@@ -9,20 +8,9 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.config.hydra_internals import BASIC_LAUNCHER, BASIC_SWEEPER
 from ms_exp.pool import POOL_LAUNCHER
-from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError
 from ms_exp.search.options import NO_PRUNER, SWEEPER_TARGET
 from ms_exp.search.study import default_storage
 from ms_exp.tracking.store import holds_password, masked, sqlite_path
-
-
-def check_sweep(cfg: DictConfig, overrides: Sequence, spaces: Sequence) -> None:
-    """``cfg``: one job's config with its Hydra part; ``overrides``: the command line's,
-    parsed (Hydra's Override); ``spaces``: those of them that are ranges to sample."""
-    if spaces and cfg.hydra.sweeper.get("_target_") == BASIC_SWEEPER:
-        raise OverrideError(f"override {spaces[0].input_line!r}: a search space that Hydra's "
-                            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
-                            f"hydra/sweeper=optuna to sample it")
-    check_optuna_sweep(cfg, overrides)
 
 
 def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:

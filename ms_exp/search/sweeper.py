@@ -28,16 +28,9 @@ from ms_exp.search.study import (
     trials_by_state,
     worker_identity,
 )
-from ms_exp.search.trial import (
-    DIRECTION_TAG,
-    STORAGE_ENV,
-    STORAGE_TAG,
-    STUDY_ENV,
-    STUDY_TAG,
-    TRIAL_ENV,
-    TRIAL_NUMBER_ENV,
-)
+from ms_exp.search.trial import STORAGE_ENV, STUDY_ENV, TRIAL_ENV, TRIAL_NUMBER_ENV
 from ms_exp.tracking.store import masked
+from ms_exp.tracking.sweep_runs import DIRECTION_TAG, STORAGE_TAG, STUDY_TAG
 
 if TYPE_CHECKING:
     from hydra.plugins.launcher import Launcher

@@ -9,25 +9,16 @@ with the epoch it was pruned at (ms_exp/search/pruned.py).
 """
 import os
 from dataclasses import dataclass
-from typing import Container, Optional
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
+
+from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS, STUDY_TAG, TRIAL_TAG, objective_metric
 
 STORAGE_ENV = "MS_EXP_OPTUNA_STORAGE"
 STUDY_ENV = "MS_EXP_OPTUNA_STUDY"
 TRIAL_ENV = "MS_EXP_OPTUNA_TRIAL"
 TRIAL_NUMBER_ENV = "MS_EXP_OPTUNA_TRIAL_NUMBER"
-PRUNED_EPOCH_TAG = "ms_exp.pruned_epoch"
-# On the sweep's parent run (the study, its storage with any password masked) and on every
-# trial's run (the study, the trial number).
-STUDY_TAG = "ms_exp.optuna.study"
-STORAGE_TAG = "ms_exp.optuna.storage"
-TRIAL_TAG = "ms_exp.optuna.trial"
-METRIC_TAG = "ms_exp.sweep.metric"  # on the parent: sweep.metric, where it is set
-DIRECTION_TAG = "ms_exp.optuna.direction"  # on an Optuna sweep's parent: minimize or maximize
-# What a sweep optimises when sweep.metric is unset: the first of these a job logged
-# (classifiers log accuracy, Wide&Deep logs AUC).
-OBJECTIVE_METRICS = ("eval/accuracy", "eval/auc")
 
 
 @dataclass(frozen=True)
@@ -74,11 +65,6 @@ def sweep_metric(cfg: DictConfig) -> Optional[str]:
 
 def metric_label(metric: Optional[str]) -> str:
     return metric or " or ".join(OBJECTIVE_METRICS)
-
-
-def objective_metric(final_eval: Container[str], metric: Optional[str]) -> Optional[str]:
-    """``metric``, or the first of OBJECTIVE_METRICS the job logged."""
-    return metric or next((m for m in OBJECTIVE_METRICS if m in final_eval), None)
 
 
 def objective_value(final_eval: dict, metric: Optional[str]) -> Optional[float]:

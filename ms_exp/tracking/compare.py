@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import pandas
 
-from ms_exp.search.trial import OBJECTIVE_METRICS, objective_metric
 from ms_exp.tracking.params import relative_to_run
 from ms_exp.tracking.registry import best_child
 from ms_exp.tracking.store import (
@@ -35,10 +34,12 @@ from ms_exp.tracking.store import (
 )
 from ms_exp.tracking.sweep_report import lower_is_better
 from ms_exp.tracking.sweep_runs import (
+    OBJECTIVE_METRICS,
     ReportError,
     all_pages,
     differing_keys,
     find_sweep,
+    objective_metric,
     read_overrides,
     stated_direction,
     stated_metric,

@@ -1,4 +1,4 @@
-"""The MLmodel file of a model directory, written on the MLflow side of a job.
+"""The MLmodel file of a model directory: written on the MLflow side of a job, read back.
 
 The job (ms_exp/job/model_package.py) writes the model's own files and, with
 :func:`save_example`, the arrays MLflow needs for the signature and the input example:
@@ -11,7 +11,7 @@ this file cost about 2.5 s at the end of every job (docs/design.md#mlmodel-in-th
 JSON as it travels through the sidecar's pipe and the journal.
 """
 from pathlib import Path
-from typing import Any, List, Mapping
+from typing import Any, Dict, List, Mapping
 
 EXAMPLE_ARRAYS = "example.npz"
 _OUTPUT = "output"
@@ -49,3 +49,13 @@ def write_mlmodel(directory: Path, spec: Mapping[str, Any]) -> None:
     _save_example(model, example, str(directory))
     model.save(str(directory / "MLmodel"))
     (directory / EXAMPLE_ARRAYS).unlink()
+
+
+def flavor_of(directory: Path, flavor: str) -> Dict[str, Any]:
+    """The fields of ``flavor`` in the MLmodel file of ``directory``."""
+    from mlflow.models import Model
+
+    flavors = Model.load(str(Path(directory) / "MLmodel")).flavors
+    if flavor not in flavors:
+        raise ValueError(f"{directory}: not an ms_exp model (no {flavor} flavor in MLmodel)")
+    return flavors[flavor]

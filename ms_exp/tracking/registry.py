@@ -9,8 +9,8 @@ version of the registered model, which is created the first time.
 import math
 from typing import Optional, Sequence
 
-from ms_exp.search.trial import OBJECTIVE_METRICS, objective_metric
 from ms_exp.tracking.sweep_report import lower_is_better
+from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS, objective_metric
 
 MODEL_TAG = "ms_exp.checkpoint"         # set by ms_exp.job.model_package on each model
 PREFERRED = ("best", "last")

@@ -282,7 +282,14 @@ def existing_store(uri: str, hint: str = "pass --tracking-uri") -> "MlflowClient
     if problem is not None:
         raise StoreError(f"no MLflow store at {uri} ({problem})",
                          f"the id of a run in an existing store ({hint})")
+    return open_client(uri)
+
+
+def open_client(uri: str) -> "MlflowClient":
+    """A client of the store at ``uri``, unchecked: MLflow creates a missing local store,
+    empty, on its first call (``missing_store`` and ``existing_store`` look first)."""
     from mlflow import MlflowClient
+
     return MlflowClient(uri)
 
 
@@ -385,10 +392,8 @@ def sqlite_lock(uri: str) -> Iterator[None]:
 def store_client(uri: str) -> "MlflowClient":
     """A client of the store at ``uri``; a new SQLite store's tables are created while this
     process holds the lock (MlflowClient creates them as it opens the store)."""
-    from mlflow import MlflowClient
-
     with sqlite_lock(uri):
-        client = MlflowClient(uri)
+        client = open_client(uri)
         client.search_experiments(max_results=1)
     return client
 

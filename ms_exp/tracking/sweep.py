@@ -28,9 +28,11 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, PRUNED_EPOCH_TAG
 from ms_exp.tracking.provenance import command_line
 from ms_exp.tracking.sweep_runs import (
+    DIRECTION_TAG,
+    METRIC_TAG,
+    PRUNED_EPOCH_TAG,
     child_runs,
     jobs_per_device,
     override_values,

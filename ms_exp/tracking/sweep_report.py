@@ -18,13 +18,16 @@ import pandas
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
-from ms_exp.search.trial import OBJECTIVE_METRICS as DEFAULT_METRICS
-from ms_exp.search.trial import STORAGE_TAG, STUDY_TAG, objective_metric
+from ms_exp.tracking.study_report import study_part
+from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS as DEFAULT_METRICS
 from ms_exp.tracking.sweep_runs import (
+    STORAGE_TAG,
+    STUDY_TAG,
     ReportError,
     child_runs,
     job_values,
     markdown,
+    objective_metric,
     stated_direction,
     stated_metric,
     swept_keys,
@@ -293,7 +296,7 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
 
     Works on a running parent (the sweep callback, before it ends the run) as on a finished
     one. Raises ReportError when the sweep has no jobs or none of them logged ``metric``.
-    An Optuna sweep's report adds its study (ms_exp.search.study_report), read from
+    An Optuna sweep's report adds its study (ms_exp.tracking.study_report), read from
     ``optuna_storage`` or else the storage the parent's tag names: a local file, unless the
     sweep is this process's own (``own_sweep``) and its tag is what it wrote."""
     parent = client.get_run(parent_run_id)
@@ -340,8 +343,6 @@ def _study_markdown(parent: Run, storage: Optional[str], folder: Path, own_sweep
     study = parent.data.tags.get(STUDY_TAG)
     if study is None:
         return ""
-    from ms_exp.search.study_report import study_part
-
     try:
         part = study_part(storage or parent.data.tags.get(STORAGE_TAG, ""), study, folder,
                           recorded=not (storage or own_sweep))

@@ -1,7 +1,9 @@
 """Finding a sweep and its jobs in MLflow: the parent run named by a run id, a sweep folder
 or a job folder (:func:`find_sweep`), its child runs (:func:`child_runs`), the values a
 job's command line set (:func:`override_values`, :func:`job_values`), the keys a sweep
-varied (:func:`swept_keys`), and the Markdown of both reports' tables (:func:`markdown`).
+varied (:func:`swept_keys`), the metric it ranks by (:func:`objective_metric`) and the
+Markdown of both reports' tables (:func:`markdown`); and the tags of a sweep's runs that the
+sweepers, the pool launcher and the jobs set for the reports to read.
 
 MLflow is imported only inside the functions that call it: a job names its run with
 ``override_values`` (ms_exp.tracking.sweep.child_run_name) in its own process, which leaves
@@ -24,12 +26,23 @@ from typing import (
     Tuple,
 )
 
-from ms_exp.search.trial import DIRECTION_TAG, METRIC_TAG, objective_metric
-
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
     from mlflow import MlflowClient
     from mlflow.entities import Run
+
+PRUNED_EPOCH_TAG = "ms_exp.pruned_epoch"  # on a job's run: the epoch its trial was pruned at
+# On an Optuna sweep's parent run (the study, its storage with any password masked) and on
+# every trial's run (the study, the trial number).
+STUDY_TAG = "ms_exp.optuna.study"
+STORAGE_TAG = "ms_exp.optuna.storage"
+TRIAL_TAG = "ms_exp.optuna.trial"
+METRIC_TAG = "ms_exp.sweep.metric"  # on the parent: sweep.metric, where it is set
+DIRECTION_TAG = "ms_exp.optuna.direction"  # on an Optuna sweep's parent: minimize or maximize
+DEVICES_TAG = "ms_exp.devices"  # on a job of hydra/launcher=pool: the devices it held
+# What a sweep optimises when sweep.metric is unset: the first of these a job logged
+# (classifiers log accuracy, Wide&Deep logs AUC).
+OBJECTIVE_METRICS = ("eval/accuracy", "eval/auc")
 
 
 class ReportError(Exception):
@@ -133,6 +146,11 @@ def differing_keys(configs: Sequence[Mapping[str, str]]) -> List[str]:
     return [key for key in keys if len({c.get(key) for c in configs}) > 1]
 
 
+def objective_metric(final_eval: Container[str], metric: Optional[str]) -> Optional[str]:
+    """``metric``, or the first of OBJECTIVE_METRICS the job logged."""
+    return metric or next((m for m in OBJECTIVE_METRICS if m in final_eval), None)
+
+
 def stated_metric(parent: Run) -> Optional[str]:
     """The metric a sweep states it ranks by: its ``sweep.metric``, which an Optuna sweep
     optimises; None where it states none."""
@@ -149,8 +167,6 @@ def stated_direction(parent: Run, metric: str, logged: Container[str]) -> Option
 def jobs_per_device(children: Sequence[Run]) -> Dict[str, List[str]]:
     """Device (or core set) -> the names of the jobs that ran on it, for a sweep of
     ``hydra/launcher=pool`` (each job's tag ``ms_exp.devices``); empty for other launchers."""
-    from ms_exp.pool.devices import DEVICES_TAG
-
     shares: Dict[str, List[str]] = {}
     for child in sorted(children, key=lambda run: run.info.start_time or 0):
         share = child.data.tags.get(DEVICES_TAG)

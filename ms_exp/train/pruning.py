@@ -4,7 +4,8 @@ from typing import Optional
 
 from mindspore.train import Callback
 
-from ms_exp.search.trial import TrialLink, objective_metric
+from ms_exp.search.trial import TrialLink
+from ms_exp.tracking.sweep_runs import objective_metric
 
 
 class ReportToTrial(Callback):

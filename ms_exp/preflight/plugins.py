@@ -4,7 +4,8 @@ with Hydra by their classes.
 Hydra finds plugins by listing the folders of ``hydra_plugins``, which misses one installed
 in editable mode (setuptools maps it with an import hook that lists nothing;
 docs/design.md#editable-plugin-discovery). This module is the one door from ms_exp to the
-plugins' classes; the plugin modules import ms_exp.search and ms_exp.pool, never this.
+plugins' classes; the plugin modules import ms_exp.search and ms_exp.pool, never this. It
+is part of composing, above both: the imports run preflight -> hydra_plugins -> search, pool.
 """
 
 
