@@ -62,6 +62,26 @@ def pytest_runtest_teardown(item):
     _current_test = None
 
 
+# --- each lane's cost ----------------------------------------------------------------------
+# With MS_EXP_LANE_TIMES=<file>, the run writes one line per test, "lane<TAB>seconds<TAB>node
+# id" (setup, call and teardown summed), for tools/lane_times.py, which .ci/run ends with.
+# Under xdist the workers' reports reach this hook in the controller too, keywords included:
+# the controller, which has no items, reads the lane from them.
+_seconds_by_test: Dict[str, list] = {}
+
+
+def pytest_runtest_logreport(report):
+    lane = next((lane for lane in LANES if lane in report.keywords), "unit")
+    _seconds_by_test.setdefault(report.nodeid, [lane, 0.0])[1] += report.duration
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get("MS_EXP_LANE_TIMES")
+    if path and not hasattr(session.config, "workerinput"):  # the controller, or no xdist
+        Path(path).write_text("".join(f"{lane}\t{seconds:.3f}\t{nodeid}\n" for nodeid,
+                                      (lane, seconds) in _seconds_by_test.items()))
+
+
 JOB_COMMANDS = ("ms_exp.run", "ms_exp.worker", "ms_exp.eval", "ms_exp.ckpt", "faults.py")
 # The programs that can start one: this interpreter (before a test stands something else in
 # for sys.executable), and MindSpore's launchers.

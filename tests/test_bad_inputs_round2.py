@@ -14,7 +14,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from conftest import main_in_process, run_cli
+from conftest import main_in_process, migrated_store, run_cli
 from omegaconf import OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
@@ -43,6 +43,7 @@ def store_with_one_run(folder: Path) -> Path:
     from mlflow import MlflowClient
 
     path = folder / "mlflow.db"
+    shutil.copyfile(migrated_store(), path)     # a fresh store's migrations: not tested here
     client = MlflowClient(f"sqlite:///{path}")
     experiment = client.create_experiment("ms_exp", artifact_location=folder.as_uri())
     client.set_terminated(client.create_run(experiment, run_name="earlier").info.run_id)

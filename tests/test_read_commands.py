@@ -37,6 +37,7 @@ def nothing_created(cwd: Path) -> None:
 def store(tmp_path_factory):
     """A store holding a sweep's parent run, its two jobs and an evaluation of one job."""
     root = tmp_path_factory.mktemp("store")
+    shutil.copyfile(migrated_store(), root / "mlflow.db")    # spares MLflow's migrations
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = ensure_experiment(client, "ms_exp")

@@ -30,6 +30,7 @@ from ms_exp.tracking.store import (
     holds_password,
     masked,
     password_refusal,
+    python_command,
     resolve_tracking_uri,
     without_passwords,
 )
@@ -185,6 +186,21 @@ def test_printed_mlflow_ui_command_runs_without_an_activated_environment(monkeyp
     assert shlex.split(ui_command("sqlite:///x.db"))[0] == own
     monkeypatch.setenv("PATH", f"{Path(own).parent}:/usr/bin:/bin")
     assert shlex.split(ui_command("sqlite:///x.db"))[0] == "mlflow"
+
+
+def test_printed_python_command_runs_without_an_activated_environment(monkeypatch):
+    """``python -m ms_exp...`` lines (report again, merge, evaluate) run this environment's
+    interpreter in the shell they are printed in, activated or not: ``python`` where that
+    shell's PATH finds it by the name, else its path."""
+    # Every virtual environment has bin/python; sys.executable may be its python3.
+    own = Path(sys.executable).parent / "python"
+    monkeypatch.setattr(sys, "executable", str(own))
+    for path, printed in (("/usr/bin:/bin", str(own)), (f"{own.parent}:/usr/bin:/bin", "python")):
+        monkeypatch.setenv("PATH", path)
+        assert shlex.split(python_command()) == [printed]
+        ran = subprocess.run(f"{python_command()} -c 'import sys; print(sys.prefix)'",
+                             shell=True, env={"PATH": path}, capture_output=True, text=True)
+        assert ran.stdout.strip() == sys.prefix, (path, ran.stderr)
 
 
 @pytest.mark.parametrize("parallel", ["data", "semi_auto", "auto"])

@@ -135,10 +135,12 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
         f"mlflow.sharedViewState.{run_id}"])
     assert shared["searchFilter"] == f"tags.`mlflow.parentRunId` = '{run_id}'"
     assert shared["selectedColumns"][:2] == ["params.`optimizer.lr`", "metrics.`eval/accuracy`"]
-    # As printed, in a shell whose PATH has no virtual environment.
+    # As printed, in a shell of the PATH the sweep ran with: the command says `python` where
+    # that PATH finds this interpreter by the name (its virtual environment activated), else
+    # its path. Both kinds of shell: test_security.py's
+    # test_printed_python_command_runs_without_an_activated_environment.
     again = subprocess.run(end[4][len("report again: "):], shell=True, cwd=cwd,
-                           env={**os.environ, "PATH": "/usr/bin:/bin"},
-                           capture_output=True, text=True, timeout=120)
+                           env=dict(os.environ), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and f"({run_id}): 4 jobs" in again.stdout, again.stderr
 
     rows = summary_rows(client, parent.info.run_id, tmp_path)
