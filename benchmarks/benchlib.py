@@ -1,6 +1,7 @@
 """What every benchmark here shares: the header of a results table (machine, versions,
 command), median-and-spread cells, target verdicts, and timing a command from outside by
 stamping the lines it prints."""
+
 import argparse
 import os
 import platform
@@ -25,9 +26,11 @@ def machine_line() -> str:
     import mindspore
     import mlflow
 
-    return (f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-            f"{platform.python_version()}, mindspore {mindspore.__version__}, mlflow "
-            f"{mlflow.__version__}, CPU only.")
+    return (
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, mindspore {mindspore.__version__}, mlflow "
+        f"{mlflow.__version__}, CPU only."
+    )
 
 
 def command_line(script: str) -> str:
@@ -37,8 +40,7 @@ def command_line(script: str) -> str:
 
 def spread(values: Sequence[float], fmt: str) -> str:
     """``median (min-max)`` of ``values``."""
-    return (f"{statistics.median(values):{fmt}} "
-            f"({min(values):{fmt}}-{max(values):{fmt}})")
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
 def verdict(values: Sequence[float], target: float) -> str:
@@ -48,21 +50,28 @@ def verdict(values: Sequence[float], target: float) -> str:
     text = "met" if met else "**missed**"
     other_side = sum((v > target) if met else (v <= target) for v in values)
     if other_side >= max(2, len(values) / 4):
-        text += (f" ({other_side} of {len(values)} rounds on the other side: not resolved "
-                 "by this measurement)")
+        text += (
+            f" ({other_side} of {len(values)} rounds on the other side: not resolved "
+            "by this measurement)"
+        )
     return text
 
 
-def stamped_lines(line: List[str], cwd: Path, pattern: re.Pattern = LOSS_LINE,
-                  env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
+def stamped_lines(
+    line: List[str],
+    cwd: Path,
+    pattern: re.Pattern = LOSS_LINE,
+    env: Optional[Dict[str, str]] = None,
+) -> Dict[str, object]:
     """Run ``line`` and stamp every stdout line matching ``pattern`` when it arrives.
 
     Returns ``{"start": t0, "stamps": [(match, t), ...], "end": t}`` (perf_counter
     seconds); exits the benchmark with the command when it fails."""
     env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
-    process = subprocess.Popen(line, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        line, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     stamps = []
     for raw in process.stdout:
         match = pattern.match(raw)
@@ -76,9 +85,11 @@ def stamped_lines(line: List[str], cwd: Path, pattern: re.Pattern = LOSS_LINE,
 def step_gaps(stamps, from_epoch: int = 2) -> List[float]:
     """Seconds between consecutive loss lines of one epoch, epochs ``from_epoch`` on (gaps
     across an epoch's end hold checkpointing and evaluation: not steps)."""
-    return [later - earlier
-            for (m1, earlier), (m2, later) in zip(stamps, stamps[1:])
-            if int(m1.group(1)) == int(m2.group(1)) >= from_epoch]
+    return [
+        later - earlier
+        for (m1, earlier), (m2, later) in zip(stamps, stamps[1:])
+        if int(m1.group(1)) == int(m2.group(1)) >= from_epoch
+    ]
 
 
 def boxplot(axis, groups: Dict[str, Sequence[float]], ylabel: str) -> None:
@@ -97,10 +108,12 @@ def mean_sd(values: Iterable[float]) -> str:
 def seed_table(rows, arms: Sequence[str], headers: Sequence[str]) -> List[str]:
     """A markdown table of each arm's value per seed, then their mean ± sd."""
     lines = ["| seed | " + " | ".join(headers) + " |", "|---" * (len(arms) + 1) + "|"]
-    lines += [f"| {row['seed']} | " + " | ".join(f"{row[arm]:.4f}" for arm in arms) + " |"
-              for row in rows]
-    lines.append("| mean ± sd | " + " | ".join(mean_sd(row[arm] for row in rows)
-                                                for arm in arms) + " |")
+    lines += [
+        f"| {row['seed']} | " + " | ".join(f"{row[arm]:.4f}" for arm in arms) + " |" for row in rows
+    ]
+    lines.append(
+        "| mean ± sd | " + " | ".join(mean_sd(row[arm] for row in rows) for arm in arms) + " |"
+    )
     return lines
 
 
@@ -109,9 +122,14 @@ def arms_per_seed(axis, rows, arms: Sequence[str], labels: Sequence[str]) -> Non
     for index, arm in enumerate(arms):
         values = [row[arm] for row in rows]
         axis.scatter([index] * len(values), values, alpha=0.6)
-        axis.errorbar(index + 0.15, statistics.mean(values),
-                      yerr=statistics.stdev(values) if len(values) > 1 else 0,
-                      fmt="o", color="black", capsize=4)
+        axis.errorbar(
+            index + 0.15,
+            statistics.mean(values),
+            yerr=statistics.stdev(values) if len(values) > 1 else 0,
+            fmt="o",
+            color="black",
+            capsize=4,
+        )
     for row in rows:
         axis.plot(range(len(arms)), [row[arm] for arm in arms], color="grey", alpha=0.3)
     axis.set_xticks(range(len(arms)), labels, fontsize=8)
@@ -160,8 +178,9 @@ def workdir_with_store(template: Path, workdir: Path) -> Path:
 
 def rounds_parser(doc: str, epochs: int) -> argparse.ArgumentParser:
     """``--rounds`` and ``--epochs``, the options every timing benchmark takes."""
-    parser = argparse.ArgumentParser(description=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=epochs)
     return parser
@@ -171,8 +190,12 @@ def seeds_parser(doc: str, seeds: Sequence[int]) -> argparse.ArgumentParser:
     """``--seeds`` and ``--workdir``, the options of the benchmarks that compare accuracy."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="where runs and mlflow.db go (default: a temporary folder)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where runs and mlflow.db go (default: a temporary folder)",
+    )
     return parser
 
 
@@ -184,8 +207,7 @@ def runs_folder(args, prefix: str) -> Path:
     return workdir
 
 
-def measure_and_write(name: str, args, measure: Callable, table: Callable,
-                      plot: Callable) -> None:
+def measure_and_write(name: str, args, measure: Callable, table: Callable, plot: Callable) -> None:
     """``measure(args, scratch)`` in a scratch folder, then write results/<name>.md from
     ``table(results, args)`` and results/<name>.png with ``plot(results, args, path)``, and
     print the table."""
@@ -210,7 +232,7 @@ def ms_exp_job(workdir: Path, *overrides: str) -> str:
     for start in ("MLflow parent run ", "MLflow run "):  # a sweep prints its jobs' runs too
         for line in lines:
             if line.startswith(start):
-                return line[len(start):].split()[0]
+                return line[len(start) :].split()[0]
     sys.exit(f"no 'MLflow run <id>' line in the output of {' '.join(command)}")
 
 

@@ -34,6 +34,7 @@ computed from the wire format); the emulation's file must have the same size.
 
 Writes benchmarks/results/checkpoint_cost.md and checkpoint_cost.png.
 """
+
 import argparse
 import os
 import shutil
@@ -49,8 +50,11 @@ import numpy as np
 from benchlib import RESULTS, command_line, machine_line, pyplot, spread
 
 IN_FEATURES, NUM_CLASSES = 784, 10
-ALL_SHARDED = {"layer1.matmul": [[1, 1], [1, 8]], "layer2.matmul": [[1, 8], [8, 1]],
-               "layer3.matmul": [[1, 8], [8, 1]]}
+ALL_SHARDED = {
+    "layer1.matmul": [[1, 1], [1, 8]],
+    "layer2.matmul": [[1, 8], [8, 1]],
+    "layer3.matmul": [[1, 8], [8, 1]],
+}
 RECORD_BYTES = 512 * 1024 * 1024  # save_checkpoint writes a Tensor in records of this size
 MB = 1e6
 
@@ -77,11 +81,18 @@ def build_model(hidden: int, cfg, strategy_sets) -> Dict[str, object]:
     train = nn.TrainOneStepCell(nn.WithLossCell(network, create_loss(cfg.loss)), optimizer)
     arrays = {p.name: np.array(p.asnumpy()) for p in train.get_parameters()}
     shapes = {name: a.shape for name, a in arrays.items()}
-    layouts = {label: checkpoint_layouts(shapes, operator_layouts(
-        network, strategies, cfg.parallel.device_num))
-        for label, strategies in strategy_sets.items()}
-    return {"hidden": hidden, "params": sum(p.size for p in network.trainable_params()),
-            "arrays": arrays, "layouts": layouts}
+    layouts = {
+        label: checkpoint_layouts(
+            shapes, operator_layouts(network, strategies, cfg.parallel.device_num)
+        )
+        for label, strategies in strategy_sets.items()
+    }
+    return {
+        "hidden": hidden,
+        "params": sum(p.size for p in network.trainable_params()),
+        "arrays": arrays,
+        "layouts": layouts,
+    }
 
 
 def _varint_len(value: int) -> int:
@@ -99,8 +110,9 @@ def framing_bytes(name: str, shape, dtype: str, nbytes: int) -> int:
     total = 0
     for start in range(0, nbytes, RECORD_BYTES):
         content = min(RECORD_BYTES, nbytes - start)
-        tensor = (sum(1 + _varint_len(d) for d in shape) + _field_len(len(dtype))
-                  + _field_len(content))
+        tensor = (
+            sum(1 + _varint_len(d) for d in shape) + _field_len(len(dtype)) + _field_len(content)
+        )
         total += _field_len(_field_len(len(name.encode())) + _field_len(tensor)) - content
     return total
 
@@ -108,6 +120,7 @@ def framing_bytes(name: str, shape, dtype: str, nbytes: int) -> int:
 def ms_dtype(array: np.ndarray) -> str:
     """The dtype string save_checkpoint writes: ``str(Tensor.dtype)``, "Float32"."""
     import mindspore as ms
+
     return str(ms.Tensor.from_numpy(array[:0] if array.ndim else array).dtype)
 
 
@@ -132,9 +145,15 @@ def entries_for(arrays, layouts=None, rank: int = 0) -> List[dict]:
     from ms_exp.parallel.layout import slice_for_rank
 
     layouts = layouts or {}
-    return [{"name": name, "data": ms.Tensor.from_numpy(
-        slice_for_rank(a, layouts[name], rank) if name in layouts else a)}
-        for name, a in arrays.items()]
+    return [
+        {
+            "name": name,
+            "data": ms.Tensor.from_numpy(
+                slice_for_rank(a, layouts[name], rank) if name in layouts else a
+            ),
+        }
+        for name, a in arrays.items()
+    ]
 
 
 def timed_save(entries, path: Path) -> Dict[str, float]:
@@ -150,8 +169,17 @@ def timed_emulation(model, label: str, rank: int, path: Path, device_num: int) -
     its callback runs on every checkpoint ModelCheckpoint leaves (load, slice, save, rename)."""
     from ms_exp.parallel.emulation import SemiAutoLayouts
 
-    emulation = SemiAutoLayouts(None, {}, device_num, rank, path.parent, path.stem,
-                                strategy_file="", slice_files=True, save_steps=1)
+    emulation = SemiAutoLayouts(
+        None,
+        {},
+        device_num,
+        rank,
+        path.parent,
+        path.stem,
+        strategy_file="",
+        slice_files=True,
+        save_steps=1,
+    )
     emulation.layouts = model["layouts"][label]
     start = time.perf_counter()
     emulation._slice(path)
@@ -171,8 +199,10 @@ def measure_rank(model, label, rank, device_num, integrated: bool, workdir: Path
         result["emulation_s"].append(emulated["s"])
         result["emulated_bytes"].append((rank, emulated["bytes"]))
         path.unlink()
-        line += (f"  integrated {saved['s']:7.3f} s {saved['bytes'] / MB:8.2f} MB"
-                 f"  emulation {emulated['s']:7.3f} s")
+        line += (
+            f"  integrated {saved['s']:7.3f} s {saved['bytes'] / MB:8.2f} MB"
+            f"  emulation {emulated['s']:7.3f} s"
+        )
     start = time.perf_counter()
     entries = entries_for(model["arrays"], model["layouts"][label], rank)
     result["slicing_s"].append(time.perf_counter() - start)
@@ -190,19 +220,35 @@ def integrated_ranks(round_: int, per_round: int, device_num: int) -> set:
 
 
 def measure(args, models, labels, device_num: int, workdir: Path):
-    results = {(size, label): {key: [] for key in (
-        "integrated_s", "integrated_bytes", "emulation_s", "emulated_bytes", "slicing_s",
-        "sliced_s", "sliced_bytes")} for size in models for label in labels}
+    results = {
+        (size, label): {
+            key: []
+            for key in (
+                "integrated_s",
+                "integrated_bytes",
+                "emulation_s",
+                "emulated_bytes",
+                "slicing_s",
+                "sliced_s",
+                "sliced_bytes",
+            )
+        }
+        for size in models
+        for label in labels
+    }
     timed_save(models[min(models)]["full"], workdir / "warmup.ckpt")  # first call's setup
     for round_ in range(args.rounds):
         timed = integrated_ranks(round_, args.integrated_ranks, device_num)
         for size, model in models.items():
             for label in labels:
-                print(f"round {round_ + 1}/{args.rounds}, {model['params']:,} parameters, "
-                      f"{label}:", flush=True)
+                print(
+                    f"round {round_ + 1}/{args.rounds}, {model['params']:,} parameters, {label}:",
+                    flush=True,
+                )
                 for rank in range(device_num):
-                    measure_rank(model, label, rank, device_num, rank in timed, workdir,
-                                 results[size, label])
+                    measure_rank(
+                        model, label, rank, device_num, rank in timed, workdir, results[size, label]
+                    )
     return results
 
 
@@ -211,11 +257,16 @@ def bytes_check(model, label, result) -> Dict[str, object]:
     the expected size; the integrated file that of the full payload framed the same way."""
     expected = expected_bytes(model["arrays"], model["layouts"][label])
     full = expected_bytes(model["arrays"], {})
-    bad = [f"rank {rank}: {size:,} B, expected {expected['file']:,} B"
-           for rank, size in result["sliced_bytes"] + result["emulated_bytes"]
-           if size != expected["file"]]
-    bad += [f"integrated: {size:,} B, expected {full['file']:,} B"
-            for size in set(result["integrated_bytes"]) if size != full["file"]]
+    bad = [
+        f"rank {rank}: {size:,} B, expected {expected['file']:,} B"
+        for rank, size in result["sliced_bytes"] + result["emulated_bytes"]
+        if size != expected["file"]
+    ]
+    bad += [
+        f"integrated: {size:,} B, expected {full['file']:,} B"
+        for size in set(result["integrated_bytes"])
+        if size != full["file"]
+    ]
     return {"payload": expected["payload"], "full": full, "bad": bad}
 
 
@@ -233,7 +284,11 @@ def table(args, models, labels, results, device_num: int) -> str:
         f"rounds; seconds median (min-max) over rounds x ranks; integrated and emulation "
         f"timed for {args.integrated_ranks} of {device_num} ranks per round, rotating (all "
         "ranks write the same integrated file); sliced for every rank. MB = 10^6 bytes.",
-        "", machine_line(), "", command_line("checkpoint_cost.py"), "",
+        "",
+        machine_line(),
+        "",
+        command_line("checkpoint_cost.py"),
+        "",
         "| parameters | strategies | integrated save (s) | sliced save (s) | slicing, numpy (s) "
         "| CPU emulation (s) | integrated / sliced |",
         "|---|---|---|---|---|---|---|",
@@ -243,15 +298,19 @@ def table(args, models, labels, results, device_num: int) -> str:
         for label in labels:
             r = results[size, label]
             ratio = statistics.median(r["integrated_s"]) / statistics.median(r["sliced_s"])
-            lines.append(f"| {model['params']:,} | {label} | {spread(r['integrated_s'], '.3f')} "
-                         f"| {spread(r['sliced_s'], '.3f')} | {spread(r['slicing_s'], '.3f')} "
-                         f"| {spread(r['emulation_s'], '.3f')} | {ratio:.1f} |")
+            lines.append(
+                f"| {model['params']:,} | {label} | {spread(r['integrated_s'], '.3f')} "
+                f"| {spread(r['sliced_s'], '.3f')} | {spread(r['slicing_s'], '.3f')} "
+                f"| {spread(r['emulation_s'], '.3f')} | {ratio:.1f} |"
+            )
             checks[size, label] = bytes_check(model, label, r)
     lines += [
-        "", "Bytes per rank. Analytic payload: each sliced entry's slice (element count from "
+        "",
+        "Bytes per rank. Analytic payload: each sliced entry's slice (element count from "
         "its Layout x itemsize), other entries whole. Framing: file - payload (names, dims, "
         "dtype strings, length prefixes). Check: every rank's sliced file, and the emulation's, "
-        "exactly payload + protobuf framing, in every round.", "",
+        "exactly payload + protobuf framing, in every round.",
+        "",
         "| parameters | strategies | integrated (MB) | sliced file (MB, ranks min-max) "
         "| analytic payload (MB) | share of integrated payload | framing, integrated / sliced (B) "
         "| bytes check |",
@@ -263,14 +322,16 @@ def table(args, models, labels, results, device_num: int) -> str:
             sliced = [b for _, b in r["sliced_bytes"]]
             full = c["full"]
             framing = sorted({b - c["payload"] for _, b in r["sliced_bytes"]})
-            verdict = ("matches" if not c["bad"]
-                       else "**does not match**: " + "; ".join(c["bad"][:3]))
+            verdict = (
+                "matches" if not c["bad"] else "**does not match**: " + "; ".join(c["bad"][:3])
+            )
             lines.append(
                 f"| {model['params']:,} | {label} | {mb_range(r['integrated_bytes'])} "
                 f"| {mb_range(sliced)} | {c['payload'] / MB:.3f} "
                 f"| {c['payload'] / full['payload']:.4f} "
                 f"| {full['file'] - full['payload']} / {'-'.join(map(str, framing))} "
-                f"| {verdict} |")
+                f"| {verdict} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -282,15 +343,26 @@ def plot(models, labels, results, path: Path) -> None:
         for key, style in (("integrated_s", "-"), ("sliced_s", "--"), ("emulation_s", ":")):
             values = [results[size, label][key] for size in models]
             median = [statistics.median(v) for v in values]
-            errors = [[m - min(v) for m, v in zip(median, values)],
-                      [max(v) - m for m, v in zip(median, values)]]
-            seconds.errorbar(params, median, yerr=errors, fmt=marker + style, capsize=3,
-                             label=f"{key[:-2]}, {label}")
+            errors = [
+                [m - min(v) for m, v in zip(median, values)],
+                [max(v) - m for m, v in zip(median, values)],
+            ]
+            seconds.errorbar(
+                params,
+                median,
+                yerr=errors,
+                fmt=marker + style,
+                capsize=3,
+                label=f"{key[:-2]}, {label}",
+            )
         for key, style in (("integrated_bytes", "-"), ("sliced_bytes", "--")):
-            per_rank = [max(b if isinstance(b, int) else b[1]
-                            for b in results[size, label][key]) for size in models]
-            sizes.plot(params, [b / MB for b in per_rank], marker + style,
-                       label=f"{key[:-6]}, {label}")
+            per_rank = [
+                max(b if isinstance(b, int) else b[1] for b in results[size, label][key])
+                for size in models
+            ]
+            sizes.plot(
+                params, [b / MB for b in per_rank], marker + style, label=f"{key[:-6]}, {label}"
+            )
     for axis, ylabel in ((seconds, "seconds per rank"), (sizes, "MB per rank (max over ranks)")):
         axis.set_xscale("log")
         axis.set_yscale("log")
@@ -309,18 +381,29 @@ def check_disk(workdir: str, models) -> None:
     largest = max(sum(a.nbytes for a in m["arrays"].values()) for m in models.values())
     free = shutil.disk_usage(workdir).free
     if free < 3 * largest + 2e9:
-        sys.exit(f"only {free / 1e9:.1f} GB free in {workdir}; "
-                 f"need {(3 * largest + 2e9) / 1e9:.1f}")
+        sys.exit(
+            f"only {free / 1e9:.1f} GB free in {workdir}; need {(3 * largest + 2e9) / 1e9:.1f}"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 3e7, 1e8],
-                        help="approximate trainable parameter counts")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sizes",
+        type=float,
+        nargs="+",
+        default=[1e6, 1e7, 3e7, 1e8],
+        help="approximate trainable parameter counts",
+    )
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--integrated-ranks", type=int, default=2,
-                        help="ranks per round whose integrated save (and emulation) is timed")
+    parser.add_argument(
+        "--integrated-ranks",
+        type=int,
+        default=2,
+        help="ranks per round whose integrated save (and emulation) is timed",
+    )
     args = parser.parse_args()
     from ms_exp.preflight.compose import compose_config
 
@@ -330,14 +413,19 @@ def main() -> None:
         parser.error(f"--rounds >= 1 and 1 <= --integrated-ranks <= {device_num}")
     from omegaconf import OmegaConf
 
-    strategy_sets = {"tutorial": OmegaConf.to_container(cfg.parallel.strategies),
-                     "all layers sharded": ALL_SHARDED}
+    strategy_sets = {
+        "tutorial": OmegaConf.to_container(cfg.parallel.strategies),
+        "all layers sharded": ALL_SHARDED,
+    }
     models = {}
     for size in sorted(set(args.sizes)):
         models[size] = build_model(hidden_for(size), cfg, strategy_sets)
         models[size]["full"] = entries_for(models[size]["arrays"])
-        print(f"model ~{size:.0e}: hidden {models[size]['hidden']}, {models[size]['params']:,} "
-              f"trainable parameters, {len(models[size]['arrays'])} checkpoint entries", flush=True)
+        print(
+            f"model ~{size:.0e}: hidden {models[size]['hidden']}, {models[size]['params']:,} "
+            f"trainable parameters, {len(models[size]['arrays'])} checkpoint entries",
+            flush=True,
+        )
     RESULTS.mkdir(exist_ok=True)
     check_disk(tempfile.gettempdir(), models)
     started = time.perf_counter()

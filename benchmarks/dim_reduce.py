@@ -15,6 +15,7 @@ one's. Held-out accuracy is read back from MLflow.
 
 Writes benchmarks/results/dim_reduce.md (table) and dim_reduce.png (plot).
 """
+
 import sys
 from pathlib import Path
 
@@ -44,23 +45,38 @@ def measure(seeds, extra, workdir: Path):
         common = [f"trainer.seed={seed}", *extra]
         stage_one = ms_exp_job(workdir, "+experiment=dim_reduce_stage_one", *common)
         print(f"seed {seed}: stage one {stage_one}", flush=True)
-        stage_two = ms_exp_job(workdir, "+experiment=dim_reduce_stage_two",
-                               f"boost.stage_one_run_id={stage_one}", *common)
-        longer = {n: ms_exp_job(workdir, "+experiment=dim_reduce_stage_one",
-                                f"trainer.epochs={STAGE_ONE_EPOCHS + n}",
-                                "checkpoint.snapshots.per_epoch=0", *common) for n in (2, 8)}
+        stage_two = ms_exp_job(
+            workdir,
+            "+experiment=dim_reduce_stage_two",
+            f"boost.stage_one_run_id={stage_one}",
+            *common,
+        )
+        longer = {
+            n: ms_exp_job(
+                workdir,
+                "+experiment=dim_reduce_stage_one",
+                f"trainer.epochs={STAGE_ONE_EPOCHS + n}",
+                "checkpoint.snapshots.per_epoch=0",
+                *common,
+            )
+            for n in (2, 8)
+        }
         base = accuracy_at(client, stage_one)
         for n, run_id in longer.items():
             same = accuracy_at(client, run_id, STAGE_ONE_EPOCHS * STEPS_PER_EPOCH)
             if same != base:
-                sys.exit(f"seed {seed}: the {STAGE_ONE_EPOCHS + n}-epoch run is not stage one "
-                         f"continued ({same} != {base} after epoch {STAGE_ONE_EPOCHS})")
-        row = {"seed": seed, "stage one": base,
-               "dim_reduce +2": accuracy_at(client, stage_two),
-               "continue +2": accuracy_at(client, longer[2]),
-               "continue +8": accuracy_at(client, longer[8])}
-        print("  " + ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "seed"),
-              flush=True)
+                sys.exit(
+                    f"seed {seed}: the {STAGE_ONE_EPOCHS + n}-epoch run is not stage one "
+                    f"continued ({same} != {base} after epoch {STAGE_ONE_EPOCHS})"
+                )
+        row = {
+            "seed": seed,
+            "stage one": base,
+            "dim_reduce +2": accuracy_at(client, stage_two),
+            "continue +2": accuracy_at(client, longer[2]),
+            "continue +8": accuracy_at(client, longer[8]),
+        }
+        print("  " + ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "seed"), flush=True)
         rows.append(row)
     return rows
 
@@ -68,10 +84,13 @@ def measure(seeds, extra, workdir: Path):
 def table(rows, extra) -> str:
     lines = seed_table(rows, ARMS, ARMS)
     wins = sum(r["dim_reduce +2"] > r["continue +2"] for r in rows)
-    header = (f"Held-out accuracy on digits (360 images), {len(rows)} seeds"
-              + (f", overrides: {' '.join(extra)}" if extra else "") + ".\n"
-              f"dim_reduce +2 beats continue +2 in {wins} of {len(rows)} seeds.\n\n"
-              f"{machine_line()}\n\n{command_line('dim_reduce.py')}\n\n")
+    header = (
+        f"Held-out accuracy on digits (360 images), {len(rows)} seeds"
+        + (f", overrides: {' '.join(extra)}" if extra else "")
+        + ".\n"
+        f"dim_reduce +2 beats continue +2 in {wins} of {len(rows)} seeds.\n\n"
+        f"{machine_line()}\n\n{command_line('dim_reduce.py')}\n\n"
+    )
     return header + "\n".join(lines) + "\n"
 
 
@@ -86,8 +105,9 @@ def plot(rows, path: Path) -> None:
 
 def main() -> None:
     parser = seeds_parser(__doc__, [1, 2, 3, 4, 5])
-    parser.add_argument("--extra", nargs="*", default=[],
-                        help="overrides for every job, e.g. model.hidden_size=256")
+    parser.add_argument(
+        "--extra", nargs="*", default=[], help="overrides for every job, e.g. model.hidden_size=256"
+    )
     args = parser.parse_args()
     workdir = runs_folder(args, "ms_exp_dim_reduce_")
     rows = measure(args.seeds, args.extra, workdir)

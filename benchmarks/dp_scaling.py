@@ -41,6 +41,7 @@ everything binds 127.0.0.1 on a port found free just before.
 
 Writes benchmarks/results/dp_scaling.md and dp_scaling.png.
 """
+
 import operator
 import os
 import shutil
@@ -68,18 +69,27 @@ from benchlib import (
 from sweep_throughput import EXPERIMENT
 
 JOBS = {"digits": [], "wide": ["model.hidden_size=2048"]}
-LAUNCHES = {"stand_alone": (1, []),
-            "dp_1": (1, ["parallel=data", "parallel.device_num=1"]),
-            "dp_2": (2, ["parallel=data", "parallel.device_num=2"])}
+LAUNCHES = {
+    "stand_alone": (1, []),
+    "dp_1": (1, ["parallel=data", "parallel.device_num=1"]),
+    "dp_2": (2, ["parallel=data", "parallel.device_num=2"]),
+}
 LAUNCHERS = ("direct", "msrun")
 PAYLOAD = "pass"
 VENV_BIN = Path(sys.executable).parent
 
 
 def training_command(job: str, launch: str, epochs: int) -> List[str]:
-    line = [sys.executable, "-m", "ms_exp.run", *JOBS[job], *LAUNCHES[launch][1],
-            f"trainer.epochs={epochs}", "trainer.loss_print_interval=1",
-            "trainer.progress_bar=never"]
+    line = [
+        sys.executable,
+        "-m",
+        "ms_exp.run",
+        *JOBS[job],
+        *LAUNCHES[launch][1],
+        f"trainer.epochs={epochs}",
+        "trainer.loss_print_interval=1",
+        "trainer.progress_bar=never",
+    ]
     if launch != "stand_alone":
         line.append(f"parallel.launcher.master_port={free_port()}")
     return line
@@ -88,9 +98,18 @@ def training_command(job: str, launch: str, epochs: int) -> List[str]:
 def launcher_command(launcher: str, log_dir: Path) -> List[str]:
     if launcher == "direct":
         return [sys.executable, "-c", PAYLOAD]
-    return [str(VENV_BIN / "msrun"), "--worker_num=1", "--local_worker_num=1",
-            "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
-            f"--log_dir={log_dir}", "python", "-c", PAYLOAD]
+    return [
+        str(VENV_BIN / "msrun"),
+        "--worker_num=1",
+        "--local_worker_num=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "--join=True",
+        f"--log_dir={log_dir}",
+        "python",
+        "-c",
+        PAYLOAD,
+    ]
 
 
 def the_run(workdir: Path):
@@ -101,16 +120,20 @@ def the_run(workdir: Path):
     experiment = client.get_experiment_by_name(EXPERIMENT)
     runs = client.search_runs([experiment.experiment_id]) if experiment else []
     if len(runs) != 1 or runs[0].info.status != "FINISHED":
-        sys.exit(f"expected one FINISHED run in {workdir}, found "
-                 f"{[(r.info.run_name, r.info.status) for r in runs]}")
+        sys.exit(
+            f"expected one FINISHED run in {workdir}, found "
+            f"{[(r.info.run_name, r.info.status) for r in runs]}"
+        )
     return client, runs[0]
 
 
 def step_figures(workdir: Path, ranks: int, start_epoch: float) -> Dict[str, float]:
     """Step time, samples/s and time to first step from rank 0's metrics in MLflow."""
     client, run = the_run(workdir)
-    history = {key: {m.step: m for m in client.get_metric_history(run.info.run_id, key)}
-               for key in ("train/step_time_ms", "train/samples_per_s", "train/epoch")}
+    history = {
+        key: {m.step: m for m in client.get_metric_history(run.info.run_id, key)}
+        for key in ("train/step_time_ms", "train/samples_per_s", "train/epoch")
+    }
     first_epoch_end = min(s for s, m in history["train/epoch"].items() if m.value == 1)
     steps = [s for s in history["train/step_time_ms"] if s > first_epoch_end]
     if not steps:
@@ -120,11 +143,17 @@ def step_figures(workdir: Path, ranks: int, start_epoch: float) -> Dict[str, flo
     samples = global_batch / step_ms * 1000
     logged = statistics.median(history["train/samples_per_s"][s].value for s in steps)
     if abs(logged / samples - 1) > 0.01:  # ms_exp's own figure must agree
-        sys.exit(f"train/samples_per_s {logged:.1f} against {samples:.1f} = {global_batch} "
-                 f"samples / {step_ms:.3f} ms in {workdir}")
+        sys.exit(
+            f"train/samples_per_s {logged:.1f} against {samples:.1f} = {global_batch} "
+            f"samples / {step_ms:.3f} ms in {workdir}"
+        )
     stamps = [m.timestamp / 1000 - start_epoch for m in history["train/step_time_ms"].values()]
-    return {"samples_s": samples, "step_ms": step_ms, "first_step_s": min(stamps),
-            "last_step_s": max(stamps)}
+    return {
+        "samples_s": samples,
+        "step_ms": step_ms,
+        "first_step_s": min(stamps),
+        "last_step_s": max(stamps),
+    }
 
 
 def timed_training(job: str, launch: str, epochs: int, workdir: Path) -> Dict[str, float]:
@@ -159,9 +188,11 @@ def measure(args, scratch: Path) -> Dict[str, List[Dict[str, float]]]:
                 shown = f"exit {run['wall_s']:6.2f} s"
             else:
                 run = timed_training(*name.split(), args.epochs, workdir)
-                shown = (f"{run['samples_s']:7.0f} samples/s, step {run['step_ms']:6.2f} ms, "
-                         f"first step {run['first_step_s']:5.2f} s, exit {run['wall_s']:5.1f} s "
-                         f"({run['after_last_s']:4.1f} s after the last step)")
+                shown = (
+                    f"{run['samples_s']:7.0f} samples/s, step {run['step_ms']:6.2f} ms, "
+                    f"first step {run['first_step_s']:5.2f} s, exit {run['wall_s']:5.1f} s "
+                    f"({run['after_last_s']:4.1f} s after the last step)"
+                )
             results[name].append(run)
             print(f"round {round_ + 1}/{args.rounds} {name:<18} {shown}", flush=True)
             shutil.rmtree(workdir)  # the wide job's checkpoints are tens of MB a run
@@ -192,30 +223,64 @@ def table(results, args) -> str:
         "",
         command_line("dp_scaling.py"),
         "",
-        row("job", "arm", "samples/s", "step (ms)", "time to first step (s)",
-            "last step to exit (s)", "wall (s)"),
+        row(
+            "job",
+            "arm",
+            "samples/s",
+            "step (ms)",
+            "time to first step (s)",
+            "last step to exit (s)",
+            "wall (s)",
+        ),
         row(*["---"] * 7),
     ]
     for job in args.jobs:
         for launch in LAUNCHES:
             name = f"{job} {launch}"
-            lines.append(row(job, launch, cells(name, "samples_s", ".0f"),
-                             cells(name, "step_ms", ".2f"), cells(name, "first_step_s", ".2f"),
-                             cells(name, "after_last_s", ".2f"), cells(name, "wall_s", ".1f")))
-    lines += ["", row("job", "samples/s, 2 workers / 1 worker", "2 workers / stand_alone",
-                      "time to first step, dp_1 - stand_alone (s)",
-                      "last step to exit, dp_1 - stand_alone (s)"), row(*["---"] * 5)]
+            lines.append(
+                row(
+                    job,
+                    launch,
+                    cells(name, "samples_s", ".0f"),
+                    cells(name, "step_ms", ".2f"),
+                    cells(name, "first_step_s", ".2f"),
+                    cells(name, "after_last_s", ".2f"),
+                    cells(name, "wall_s", ".1f"),
+                )
+            )
+    lines += [
+        "",
+        row(
+            "job",
+            "samples/s, 2 workers / 1 worker",
+            "2 workers / stand_alone",
+            "time to first step, dp_1 - stand_alone (s)",
+            "last step to exit, dp_1 - stand_alone (s)",
+        ),
+        row(*["---"] * 5),
+    ]
     for job in args.jobs:
         dp_2, dp_1, alone = (f"{job} {launch}" for launch in ("dp_2", "dp_1", "stand_alone"))
-        lines.append(row(job, per_round(results, dp_2, dp_1, "samples_s", ".2f", ratio),
-                         per_round(results, dp_2, alone, "samples_s", ".2f", ratio),
-                         per_round(results, dp_1, alone, "first_step_s", "+.2f", minus),
-                         per_round(results, dp_1, alone, "after_last_s", "+.2f", minus)))
-    lines += ["", f"The bare launcher, `python -c {PAYLOAD}` timed to exit:", "",
-              row("launcher", "wall (s)"), row("---", "---")]
+        lines.append(
+            row(
+                job,
+                per_round(results, dp_2, dp_1, "samples_s", ".2f", ratio),
+                per_round(results, dp_2, alone, "samples_s", ".2f", ratio),
+                per_round(results, dp_1, alone, "first_step_s", "+.2f", minus),
+                per_round(results, dp_1, alone, "after_last_s", "+.2f", minus),
+            )
+        )
+    lines += [
+        "",
+        f"The bare launcher, `python -c {PAYLOAD}` timed to exit:",
+        "",
+        row("launcher", "wall (s)"),
+        row("---", "---"),
+    ]
     lines += [row(name, cells(name, "wall_s", ".2f")) for name in LAUNCHERS]
-    lines.append(row("msrun - direct",
-                     per_round(results, "msrun", "direct", "wall_s", "+.2f", minus)))
+    lines.append(
+        row("msrun - direct", per_round(results, "msrun", "direct", "wall_s", "+.2f", minus))
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -223,14 +288,24 @@ def plot(results, args, path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, len(args.jobs) + 1, figsize=(5 * (len(args.jobs) + 1), 4))
     for axis, job in zip(axes, args.jobs):
-        boxplot(axis, {launch: [r["samples_s"] for r in results[f"{job} {launch}"]]
-                       for launch in LAUNCHES}, f"{job}: samples/s")
+        boxplot(
+            axis,
+            {launch: [r["samples_s"] for r in results[f"{job} {launch}"]] for launch in LAUNCHES},
+            f"{job}: samples/s",
+        )
         axis.set_ylim(bottom=0)  # scaling reads as a ratio of heights
-    boxplot(axes[-1], {name.replace(" ", "\n"): [r["first_step_s"] for r in results[name]]
-                       for name in arms(args.jobs) if name not in LAUNCHERS},
-            "time to first step (s)")
-    figure.suptitle(f"Data parallel on {os.cpu_count()} CPU cores: stand-alone, 1 and 2 "
-                    "msrun workers")
+    boxplot(
+        axes[-1],
+        {
+            name.replace(" ", "\n"): [r["first_step_s"] for r in results[name]]
+            for name in arms(args.jobs)
+            if name not in LAUNCHERS
+        },
+        "time to first step (s)",
+    )
+    figure.suptitle(
+        f"Data parallel on {os.cpu_count()} CPU cores: stand-alone, 1 and 2 msrun workers"
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 

@@ -17,6 +17,7 @@ store, every step logged).
 
 Writes benchmarks/results/grad_norm.md and grad_norm.png.
 """
+
 import statistics
 import sys
 from pathlib import Path
@@ -42,9 +43,16 @@ COST_TARGET = 1.02
 
 
 def command(loop: str, arm: str, epochs: int) -> List[str]:
-    return [sys.executable, "-m", "ms_exp.run", f"trainer.epochs={epochs}",
-            f"trainer.loop={loop}", f"tracking.log_grad_norm={arm}",
-            "trainer.loss_print_interval=1", "trainer.progress_bar=never"]
+    return [
+        sys.executable,
+        "-m",
+        "ms_exp.run",
+        f"trainer.epochs={epochs}",
+        f"trainer.loop={loop}",
+        f"tracking.log_grad_norm={arm}",
+        "trainer.loss_print_interval=1",
+        "trainer.progress_bar=never",
+    ]
 
 
 def step_ms(line: List[str], cwd: Path) -> float:
@@ -57,17 +65,20 @@ def step_ms(line: List[str], cwd: Path) -> float:
 
 def measure(args, workdir: Path) -> Dict[str, Dict[str, List[float]]]:
     results = {loop: {arm: [] for arm in ARMS} for loop in LOOPS}
-    for loop in LOOPS:       # untimed: creates the store, fills the page cache
+    for loop in LOOPS:  # untimed: creates the store, fills the page cache
         step_ms(command(loop, "true", 2), workdir)
     for round_ in range(1, args.rounds + 1):
         for loop in LOOPS:
             # Each round starts with the other arm, so a drift in the machine's load
             # favours neither.
-            for arm in (ARMS if round_ % 2 else ARMS[::-1]):
+            for arm in ARMS if round_ % 2 else ARMS[::-1]:
                 ms = step_ms(command(loop, arm, args.epochs), workdir)
                 results[loop][arm].append(ms)
-                print(f"round {round_}/{args.rounds} {loop:<10} log_grad_norm={arm:<5} "
-                      f"step {ms:6.3f} ms", flush=True)
+                print(
+                    f"round {round_}/{args.rounds} {loop:<10} log_grad_norm={arm:<5} "
+                    f"step {ms:6.3f} ms",
+                    flush=True,
+                )
     return results
 
 
@@ -91,17 +102,22 @@ def table(results, args) -> str:
     ]
     for loop in LOOPS:
         cost = ratios(results, loop)
-        lines.append(f"| {loop} | {spread(results[loop]['true'], '.3f')} | "
-                     f"{spread(results[loop]['false'], '.3f')} | {spread(cost, '.3f')} | "
-                     f"{verdict(cost, COST_TARGET)} |")
+        lines.append(
+            f"| {loop} | {spread(results[loop]['true'], '.3f')} | "
+            f"{spread(results[loop]['false'], '.3f')} | {spread(cost, '.3f')} | "
+            f"{verdict(cost, COST_TARGET)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def plot(results, args, path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    boxplot(axes[0], {f"{loop}\n{arm}": results[loop][arm] for loop in LOOPS for arm in ARMS},
-            "median step time (ms)")
+    boxplot(
+        axes[0],
+        {f"{loop}\n{arm}": results[loop][arm] for loop in LOOPS for arm in ARMS},
+        "median step time (ms)",
+    )
     axes[0].set_title("step time per run")
     boxplot(axes[1], {loop: ratios(results, loop) for loop in LOOPS}, "true / false")
     axes[1].axhline(COST_TARGET, color="red", linestyle="--", linewidth=1)

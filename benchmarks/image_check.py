@@ -15,6 +15,7 @@ goes first, after one untimed round that fills the page cache.
 
 Writes benchmarks/results/image_check.md and image_check.png.
 """
+
 import argparse
 import io
 import statistics
@@ -75,11 +76,12 @@ def measure(args, scratch: Path) -> Dict[str, List[float]]:
         rank_side(split, run_dir, arm, args.files)
     results = {arm: [] for arm in ARMS.values()}
     for round_ in range(1, args.rounds + 1):
-        for arm in (list(ARMS.values()) if round_ % 2 else list(ARMS.values())[::-1]):
-            results[arm].append(rank_side(split, run_dir, arm, args.files) / args.files
-                                * 1e6)
-            print(f"round {round_}/{args.rounds} {arm:<8} {results[arm][-1]:7.1f} µs a file",
-                  flush=True)
+        for arm in list(ARMS.values()) if round_ % 2 else list(ARMS.values())[::-1]:
+            results[arm].append(rank_side(split, run_dir, arm, args.files) / args.files * 1e6)
+            print(
+                f"round {round_}/{args.rounds} {arm:<8} {results[arm][-1]:7.1f} µs a file",
+                flush=True,
+            )
     return results
 
 
@@ -99,9 +101,11 @@ def table(results, args) -> str:
     ]
     for label, arm in ARMS.items():
         per_file = results[arm]
-        lines.append(f"| {label} | {spread(per_file, '.1f')} | "
-                     f"{spread([v * args.files / 1e6 for v in per_file], '.2f')} | "
-                     f"{statistics.median(per_file) * IMAGENET_TRAIN / 1e6:.0f} |")
+        lines.append(
+            f"| {label} | {spread(per_file, '.1f')} | "
+            f"{spread([v * args.files / 1e6 for v in per_file], '.2f')} | "
+            f"{statistics.median(per_file) * IMAGENET_TRAIN / 1e6:.0f} |"
+        )
     saving = [read / trusted for read, trusted in zip(results["read"], results["trusted"])]
     lines += ["", f"Trusting the record is {spread(saving, '.0f')} times faster."]
     return "\n".join(lines) + "\n"
@@ -118,8 +122,9 @@ def plot(results, args, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()

@@ -30,6 +30,7 @@ off, with the default store and with a local server alike.
 
 Writes benchmarks/results/overhead.md and overhead.png.
 """
+
 import socket
 import statistics
 import subprocess
@@ -62,10 +63,22 @@ LOGGING_TARGET = 1.03
 
 def command(arm: str, epochs: int, workdir: Path, server_uri: str) -> List[str]:
     if arm == "plain":
-        return [sys.executable, str(BASELINE), "--epochs", str(epochs),
-                "--ckpt-dir", str(workdir / "plain_ckpt")]
-    line = [sys.executable, "-m", "ms_exp.run", f"trainer.epochs={epochs}",
-            "trainer.loss_print_interval=1", "trainer.progress_bar=never"]
+        return [
+            sys.executable,
+            str(BASELINE),
+            "--epochs",
+            str(epochs),
+            "--ckpt-dir",
+            str(workdir / "plain_ckpt"),
+        ]
+    line = [
+        sys.executable,
+        "-m",
+        "ms_exp.run",
+        f"trainer.epochs={epochs}",
+        "trainer.loss_print_interval=1",
+        "trainer.progress_bar=never",
+    ]
     if arm == "no_tracking":
         line.append("tracking.enabled=false")
     elif arm == "server":
@@ -78,18 +91,34 @@ def timed_run(line: List[str], cwd: Path) -> Dict[str, float]:
     run = stamped_lines(line, cwd)
     if not run["stamps"]:
         sys.exit(f"no loss lines: {' '.join(line)}")
-    return {"first_step_s": run["stamps"][0][1] - run["start"],
-            "step_ms": statistics.median(step_gaps(run["stamps"])) * 1000,
-            "wall_s": run["end"] - run["start"]}
+    return {
+        "first_step_s": run["stamps"][0][1] - run["start"],
+        "step_ms": statistics.median(step_gaps(run["stamps"])) * 1000,
+        "wall_s": run["end"] - run["start"],
+    }
 
 
 def start_server(workdir: Path):
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{workdir / 'server.db'}",
-         "--default-artifact-root", str(workdir / "server_artifacts")],
-        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{workdir / 'server.db'}",
+            "--default-artifact-root",
+            str(workdir / "server_artifacts"),
+        ],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -112,9 +141,11 @@ def measure(args, workdir: Path) -> Dict[str, List[Dict[str, float]]]:
             for arm in ARMS:
                 run = timed_run(command(arm, args.epochs, workdir, uri), workdir)
                 results[arm].append(run)
-                print(f"round {round_}/{args.rounds} {arm:<12} first step "
-                      f"{run['first_step_s']:5.2f} s, step {run['step_ms']:6.3f} ms",
-                      flush=True)
+                print(
+                    f"round {round_}/{args.rounds} {arm:<12} first step "
+                    f"{run['first_step_s']:5.2f} s, step {run['step_ms']:6.3f} ms",
+                    flush=True,
+                )
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -128,8 +159,10 @@ def table(results, args) -> str:
     # Ratios within a round (arms of one round ran back to back), then their median.
     step_ratio = [step["ms_exp"][i] / step["plain"][i] for i in per_round]
     startup = [first["ms_exp"][i] - first["plain"][i] for i in per_round]
-    logging = {arm: [step[arm][i] / step["no_tracking"][i] for i in per_round]
-               for arm in ("ms_exp", "server")}
+    logging = {
+        arm: [step[arm][i] / step["no_tracking"][i] for i in per_round]
+        for arm in ("ms_exp", "server")
+    }
     lines = [
         f"Default job (digits, the tutorials' Network, batch 32, {args.epochs} epochs of 44 "
         f"steps), {args.rounds} interleaved rounds; median (min-max).",
@@ -162,8 +195,10 @@ def table(results, args) -> str:
 def plot(results, args, path: Path) -> None:
     plt = pyplot()
     figure, (steps, first) = plt.subplots(1, 2, figsize=(11, 4))
-    for axis, key, label in ((steps, "step_ms", "step time (ms)"),
-                             (first, "first_step_s", "time to first step (s)")):
+    for axis, key, label in (
+        (steps, "step_ms", "step time (ms)"),
+        (first, "first_step_s", "time to first step (s)"),
+    ):
         boxplot(axis, {arm: [r[key] for r in results[arm]] for arm in ARMS}, label)
     figure.suptitle("ms_exp against the plain MindSpore script (default job, CPU)")
     figure.tight_layout()

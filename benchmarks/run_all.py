@@ -15,6 +15,7 @@ Every page is checked for its marked block before anything runs; a page without 
 the script with a one-line message. Pages are written only after every benchmark asked for
 has succeeded.
 """
+
 import argparse
 import re
 import subprocess
@@ -57,12 +58,13 @@ def check_page(name: str, docs: Path = DOCS) -> str:
     path = page(name, docs)
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.is_file():
-        sys.exit(f"{shown} does not exist; it must hold a '<!-- results: {name} -->' ... "
-                 f"'<!-- /results: {name} -->' block")
+        sys.exit(
+            f"{shown} does not exist; it must hold a '<!-- results: {name} -->' ... "
+            f"'<!-- /results: {name} -->' block"
+        )
     text = path.read_text()
     if not marked_block(name).search(text):
-        sys.exit(f"{shown} has no '<!-- results: {name} -->' ... "
-                 f"'<!-- /results: {name} -->' block")
+        sys.exit(f"{shown} has no '<!-- results: {name} -->' ... '<!-- /results: {name} -->' block")
     return text
 
 
@@ -75,29 +77,32 @@ def splice(text: str, name: str, results: Path = RESULTS) -> str:
     if not table_file.is_file():
         sys.exit(f"{table_file} does not exist; run python benchmarks/{BENCHMARKS[name]}")
     table = table_file.read_text().rstrip("\n") + "\n"
-    return pattern.sub(lambda match: match.group(1) + "\n" + table + "\n" + match.group(2),
-                       text, count=1)
+    return pattern.sub(
+        lambda match: match.group(1) + "\n" + table + "\n" + match.group(2), text, count=1
+    )
 
 
 def run(name: str) -> None:
     started = time.monotonic()
     print(f"== {name}: python benchmarks/{BENCHMARKS[name]}", flush=True)
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / BENCHMARKS[name])],
-                          cwd=ROOT)
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / BENCHMARKS[name])], cwd=ROOT)
     if done.returncode != 0:
-        sys.exit(f"{name} failed (exit status {done.returncode}); docs/benchmarks left as "
-                 "they were")
+        sys.exit(
+            f"{name} failed (exit status {done.returncode}); docs/benchmarks left as they were"
+        )
     print(f"== {name}: {time.monotonic() - started:.0f} s", flush=True)
 
 
 def quoting_guides(name: str, guides: Path = GUIDES) -> List[Path]:
     """The guides that hold ``name``'s marked block."""
-    return sorted(path for path in guides.glob("*.md") if marked_block(name).search(
-        path.read_text()))
+    return sorted(
+        path for path in guides.glob("*.md") if marked_block(name).search(path.read_text())
+    )
 
 
-def update_pages(names, docs: Path = DOCS, results: Path = RESULTS,
-                 guides: Path = GUIDES) -> Dict[str, bool]:
+def update_pages(
+    names, docs: Path = DOCS, results: Path = RESULTS, guides: Path = GUIDES
+) -> Dict[str, bool]:
     """Splice each benchmark's results into its page and the guides that quote it;
     ``{name: whether a page changed}``. Every page is read and spliced before any is
     written."""
@@ -114,19 +119,30 @@ def update_pages(names, docs: Path = DOCS, results: Path = RESULTS,
     for path, text in new.items():
         if text != texts[path]:
             path.write_text(text)
-    return {name: any(new[path] != texts[path]
-                      for path in [page(name, docs), *quoting_guides(name, guides)])
-            for name in names}
+    return {
+        name: any(
+            new[path] != texts[path] for path in [page(name, docs), *quoting_guides(name, guides)]
+        )
+        for name in names
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
-                        help=f"run these only ({', '.join(BENCHMARKS)})")
-    parser.add_argument("--docs-only", action="store_true",
-                        help="run nothing; copy benchmarks/results/<name>.md into "
-                             "docs/benchmarks/<name>.md")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(BENCHMARKS),
+        metavar="NAME",
+        help=f"run these only ({', '.join(BENCHMARKS)})",
+    )
+    parser.add_argument(
+        "--docs-only",
+        action="store_true",
+        help="run nothing; copy benchmarks/results/<name>.md into docs/benchmarks/<name>.md",
+    )
     args = parser.parse_args()
     names = args.only or list(BENCHMARKS)
     for name in names:  # before an hour of benchmarks, not after
@@ -136,8 +152,9 @@ def main() -> None:
             run(name)
     changed = update_pages(names)
     for name in names:
-        where = ", ".join(str(path.relative_to(ROOT))
-                          for path in [page(name), *quoting_guides(name)])
+        where = ", ".join(
+            str(path.relative_to(ROOT)) for path in [page(name), *quoting_guides(name)]
+        )
         print(f"{name} ({where}): {'updated' if changed[name] else 'already up to date'}")
 
 

@@ -14,6 +14,7 @@ misfiled.
 
 Writes benchmarks/results/same_second.md.
 """
+
 import argparse
 import json
 import re
@@ -32,20 +33,34 @@ from benchlib import (
     workdir_with_store,
 )
 
-JOB = ("trainer.progress_bar=never", "tracking.log_models=false", "trainer.epochs=2",
-       "dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
-       "model.hidden_size=8")
-REFUSED = re.compile(r"^ms_exp: error: hydra\.run\.dir=\S+: \S+ (is in use by another ms_exp "
-                     r"process \(pid \d+ |belongs to run \w+ \(FINISHED\))")
+JOB = (
+    "trainer.progress_bar=never",
+    "tracking.log_models=false",
+    "trainer.epochs=2",
+    "dataset=synthetic",
+    "dataset.num_samples=64",
+    "dataset.num_eval_samples=32",
+    "model.hidden_size=8",
+)
+REFUSED = re.compile(
+    r"^ms_exp: error: hydra\.run\.dir=\S+: \S+ (is in use by another ms_exp "
+    r"process \(pid \d+ |belongs to run \w+ \(FINISHED\))"
+)
 
 
 def start_together(workdir: Path, lrs: List[str], shared: bool) -> List[Dict]:
     extra = ["hydra.run.dir=run"] if shared else []
-    jobs = [subprocess.Popen([sys.executable, "-m", "ms_exp.run", *JOB, *extra,
-                              f"optimizer.lr={lr}"], cwd=workdir, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for lr in lrs]
-    return [{"lr": lr, "rc": job.wait(), "out": job.communicate()}
-            for lr, job in zip(lrs, jobs)]
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ms_exp.run", *JOB, *extra, f"optimizer.lr={lr}"],
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for lr in lrs
+    ]
+    return [{"lr": lr, "rc": job.wait(), "out": job.communicate()} for lr, job in zip(lrs, jobs)]
 
 
 def check(workdir: Path, commands: List[Dict]) -> Dict[str, int]:
@@ -63,7 +78,7 @@ def check(workdir: Path, commands: List[Dict]) -> Dict[str, int]:
         lines = stderr.strip().splitlines()
         if command["rc"] == 2 and len(lines) == 1 and REFUSED.match(lines[0]):
             counts["refused"] += 1
-            counts["misfiled"] += command["lr"] in by_lr      # a refused command made a run
+            counts["misfiled"] += command["lr"] in by_lr  # a refused command made a run
             continue
         own = by_lr.get(command["lr"], [])
         if command["rc"] != 0 or len(own) != 1:
@@ -72,13 +87,18 @@ def check(workdir: Path, commands: List[Dict]) -> Dict[str, int]:
             continue
         run = own[0]
         folder = Path(run.data.tags["ms_exp.run_dir"])
-        config = Path(store.download_artifacts(run.info.run_id, "config/config.yaml",
-                                               tempfile.mkdtemp()))
+        config = Path(
+            store.download_artifacts(run.info.run_id, "config/config.yaml", tempfile.mkdtemp())
+        )
         record = json.loads((folder / "run.json").read_text())
-        good = (run.info.status == "FINISHED" and f"lr: {command['lr']}" in config.read_text()
-                and record["run_id"] == run.info.run_id and folder not in folders
-                and f"MLflow run {run.info.run_id}" in stdout
-                and str(folder / "checkpoints") in stdout)
+        good = (
+            run.info.status == "FINISHED"
+            and f"lr: {command['lr']}" in config.read_text()
+            and record["run_id"] == run.info.run_id
+            and folder not in folders
+            and f"MLflow run {run.info.run_id}" in stdout
+            and str(folder / "checkpoints") in stdout
+        )
         folders.add(folder)
         counts["finished" if good else "misfiled"] += 1
     return counts
@@ -95,16 +115,34 @@ def main() -> None:
         for name, shared in (("default run folders", False), ("one hydra.run.dir", True)):
             workdir = workdir_with_store(template, Path(scratch) / name.replace(" ", "_"))
             counts = check(workdir, start_together(workdir, lrs, shared))
-            rows.append(row(name, str(args.jobs), *(str(counts[k]) for k in
-                                                   ("finished", "refused", "misfiled",
-                                                    "runs"))))
+            rows.append(
+                row(
+                    name,
+                    str(args.jobs),
+                    *(str(counts[k]) for k in ("finished", "refused", "misfiled", "runs")),
+                )
+            )
             print(rows[-1], flush=True)
-    text = "\n".join([
-        "# Commands started in the same second", "", machine_line(),
-        command_line("same_second.py"), "",
-        row("folders", "commands", "finished, own records", "refused in one line",
-            "misfiled or lost", "MLflow runs"),
-        row(*["---"] * 6), *rows, ""])
+    text = "\n".join(
+        [
+            "# Commands started in the same second",
+            "",
+            machine_line(),
+            command_line("same_second.py"),
+            "",
+            row(
+                "folders",
+                "commands",
+                "finished, own records",
+                "refused in one line",
+                "misfiled or lost",
+                "MLflow runs",
+            ),
+            row(*["---"] * 6),
+            *rows,
+            "",
+        ]
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "same_second.md").write_text(text)
     print(text)

@@ -34,6 +34,7 @@ arm's speedup falls short of the core count.
 
 Writes benchmarks/results/sweep_throughput.md and sweep_throughput.png.
 """
+
 import os
 import resource
 import shutil
@@ -95,15 +96,17 @@ def finished_runs(workdir: Path, arm: str):
     runs = client.search_runs([experiment.experiment_id]) if experiment else []
     parents = [r for r in runs if r.data.tags.get("ms_exp.sweep") == "true"]
     jobs = [r for r in runs if r not in parents]
-    problems = [f"{r.info.run_name}: {r.info.status}" for r in runs
-                if r.info.status != "FINISHED"]
+    problems = [f"{r.info.run_name}: {r.info.status}" for r in runs if r.info.status != "FINISHED"]
     if len(jobs) != JOBS:
         problems.append(f"{len(jobs)} job runs, expected {JOBS}")
     if arm != "loop":
         if len(parents) != 1:
             problems.append(f"{len(parents)} sweep parent runs, expected 1")
-        orphans = [r.info.run_name for r in jobs if parents and
-                   r.data.tags.get("mlflow.parentRunId") != parents[0].info.run_id]
+        orphans = [
+            r.info.run_name
+            for r in jobs
+            if parents and r.data.tags.get("mlflow.parentRunId") != parents[0].info.run_id
+        ]
         if orphans:
             problems.append(f"runs not under the sweep's parent: {orphans}")
     if problems:
@@ -120,9 +123,11 @@ def time_spent(jobs, start: float, end: float) -> Dict[str, float]:
         covered += max(0.0, close - max(open_, reach))
         reach = max(reach, close)
     durations = [close - open_ for open_, close in spans]
-    return {"job_s": statistics.median(durations),
-            "idle_s": (end - start) - covered,
-            "at_once": sum(durations) / covered}
+    return {
+        "job_s": statistics.median(durations),
+        "idle_s": (end - start) - covered,
+        "at_once": sum(durations) / covered,
+    }
 
 
 def children_cpu_s() -> float:
@@ -139,8 +144,12 @@ def timed_arm(arm: str, epochs: int, workdir: Path) -> Dict[str, float]:
     wall = runs[-1]["end"] - runs[0]["start"]
     cpu = children_cpu_s() - cpu
     jobs = finished_runs(workdir, arm)
-    return {"wall_s": wall, "cpu_s": cpu, "busy": cpu / wall,
-            **time_spent(jobs, start_epoch, start_epoch + wall)}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "busy": cpu / wall,
+        **time_spent(jobs, start_epoch, start_epoch + wall),
+    }
 
 
 def measure(args, scratch: Path) -> Dict[str, List[Dict[str, float]]]:
@@ -152,9 +161,12 @@ def measure(args, scratch: Path) -> Dict[str, List[Dict[str, float]]]:
             workdir = workdir_with_store(template, scratch / f"{round_}_{arm}")
             run = timed_arm(arm, args.epochs, workdir)
             results[arm].append(run)
-            print(f"round {round_ + 1}/{args.rounds} {arm:<12} {run['wall_s']:6.1f} s, "
-                  f"{run['cpu_s']:5.1f} CPU s (job {run['job_s']:.1f} s, no job running "
-                  f"{run['idle_s']:.1f} s, {run['at_once']:.2f} jobs at once)", flush=True)
+            print(
+                f"round {round_ + 1}/{args.rounds} {arm:<12} {run['wall_s']:6.1f} s, "
+                f"{run['cpu_s']:5.1f} CPU s (job {run['job_s']:.1f} s, no job running "
+                f"{run['idle_s']:.1f} s, {run['at_once']:.2f} jobs at once)",
+                flush=True,
+            )
             shutil.rmtree(workdir)  # checkpoints and artifacts of 8 jobs: not kept
     return results
 
@@ -179,25 +191,50 @@ def table(results, args) -> str:
     for arm, runs in results.items():
         per_minute = [JOBS * 60 / r["wall_s"] for r in runs]
         # Within a round: the arms of one round ran back to back.
-        speedup = (spread([b["wall_s"] / r["wall_s"] for b, r in zip(base, runs)], ".2f")
-                   if base else "-")
+        speedup = (
+            spread([b["wall_s"] / r["wall_s"] for b, r in zip(base, runs)], ".2f") if base else "-"
+        )
         lines.append(row(arm, cells(arm, "wall_s", ".1f"), spread(per_minute, ".1f"), speedup))
-    lines += ["", "Where the time goes:", "",
-              row("arm", "CPU (s)", "cores busy", "one job's run (s)", "no job running (s)",
-                  "jobs at once"),
-              row(*["---"] * 6)]
-    lines += [row(arm, cells(arm, "cpu_s", ".1f"), cells(arm, "busy", ".2f"),
-                  cells(arm, "job_s", ".2f"), cells(arm, "idle_s", ".1f"),
-                  cells(arm, "at_once", ".2f")) for arm in results]
-    lines += ["", "CPU: user and system seconds of every process the arm started (the "
-              "launcher's workers and the jobs' helper processes included); cores busy: CPU "
-              "over wall. One job's run: a job's MLflow run from open to closed (training, "
-              "evaluation, checkpoints, artifacts). No job running: wall time with no job's "
-              "run open (interpreters starting and importing, composing, each job until its "
-              "run exists, the sweep's parent run and report). Jobs at once: the jobs' run "
-              "time summed over the time any was open."]
-    lines += [where_time_goes(results, arm) for arm in results
-              if arm.startswith(("concurrent", "pool")) and "sequential" in results]
+    lines += [
+        "",
+        "Where the time goes:",
+        "",
+        row(
+            "arm",
+            "CPU (s)",
+            "cores busy",
+            "one job's run (s)",
+            "no job running (s)",
+            "jobs at once",
+        ),
+        row(*["---"] * 6),
+    ]
+    lines += [
+        row(
+            arm,
+            cells(arm, "cpu_s", ".1f"),
+            cells(arm, "busy", ".2f"),
+            cells(arm, "job_s", ".2f"),
+            cells(arm, "idle_s", ".1f"),
+            cells(arm, "at_once", ".2f"),
+        )
+        for arm in results
+    ]
+    lines += [
+        "",
+        "CPU: user and system seconds of every process the arm started (the "
+        "launcher's workers and the jobs' helper processes included); cores busy: CPU "
+        "over wall. One job's run: a job's MLflow run from open to closed (training, "
+        "evaluation, checkpoints, artifacts). No job running: wall time with no job's "
+        "run open (interpreters starting and importing, composing, each job until its "
+        "run exists, the sweep's parent run and report). Jobs at once: the jobs' run "
+        "time summed over the time any was open.",
+    ]
+    lines += [
+        where_time_goes(results, arm)
+        for arm in results
+        if arm.startswith(("concurrent", "pool")) and "sequential" in results
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -211,21 +248,28 @@ def where_time_goes(results, arm: str) -> str:
 
     busy = median(r["busy"] / s["busy"] for s, r in pairs)
     work = median(s["cpu_s"] / r["cpu_s"] for s, r in pairs)
-    seq, own = ({key: median(r[key] for r in results[name]) for key in results[name][0]}
-                for name in ("sequential", arm))
-    return (f"\n{arm}: {busy:.2f}x the cores busy ({own['busy']:.2f} of {os.cpu_count()} "
-            f"against {seq['busy']:.2f}), times {work:.2f} for the CPU work ({own['cpu_s']:.0f} "
-            f"CPU s against {seq['cpu_s']:.0f}; medians over rounds). Each job's run lasted "
-            f"{own['job_s']:.2f} s against {seq['job_s']:.2f} s one at a time, with "
-            f"{own['at_once']:.2f} jobs at once, and for {own['idle_s']:.1f} s no job's run was "
-            f"open against {seq['idle_s']:.1f} s.")
+    seq, own = (
+        {key: median(r[key] for r in results[name]) for key in results[name][0]}
+        for name in ("sequential", arm)
+    )
+    return (
+        f"\n{arm}: {busy:.2f}x the cores busy ({own['busy']:.2f} of {os.cpu_count()} "
+        f"against {seq['busy']:.2f}), times {work:.2f} for the CPU work ({own['cpu_s']:.0f} "
+        f"CPU s against {seq['cpu_s']:.0f}; medians over rounds). Each job's run lasted "
+        f"{own['job_s']:.2f} s against {seq['job_s']:.2f} s one at a time, with "
+        f"{own['at_once']:.2f} jobs at once, and for {own['idle_s']:.1f} s no job's run was "
+        f"open against {seq['idle_s']:.1f} s."
+    )
 
 
 def plot(results, args, path: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 4))
-    boxplot(axis, {arm: [r["wall_s"] for r in runs] for arm, runs in results.items()},
-            f"wall time of {JOBS} jobs (s)")
+    boxplot(
+        axis,
+        {arm: [r["wall_s"] for r in runs] for arm, runs in results.items()},
+        f"wall time of {JOBS} jobs (s)",
+    )
     axis.set_ylim(bottom=0)  # a speedup reads as a ratio of heights
     figure.suptitle(f"{JOBS}-job sweep on {os.cpu_count()} cores: launchers compared")
     figure.tight_layout()

@@ -22,6 +22,7 @@ Target: at most 1% slower than off (ratio <= 1.01), at either interval.
 
 Writes benchmarks/results/system_metrics.md and system_metrics.png.
 """
+
 import statistics
 from pathlib import Path
 from typing import Dict, List
@@ -41,9 +42,11 @@ from benchlib import (
     workdir_with_store,
 )
 
-ARMS = {"off": ("tracking.system_metrics_interval=null",),
-        "10s": (),
-        "1s": ("tracking.system_metrics_interval=1",)}
+ARMS = {
+    "off": ("tracking.system_metrics_interval=null",),
+    "10s": (),
+    "1s": ("tracking.system_metrics_interval=1",),
+}
 TARGET = 1.01
 STEPS_PER_EPOCH = 44
 
@@ -53,8 +56,11 @@ def job(workdir: Path, arm: str, epochs: int) -> Dict[str, float]:
 
     run_id = ms_exp_job(workdir, f"trainer.epochs={epochs}", *ARMS[arm])
     client = MlflowClient(store_uri(workdir))
-    steps = [m.value for m in client.get_metric_history(run_id, "train/step_time_ms")
-             if m.step > STEPS_PER_EPOCH]
+    steps = [
+        m.value
+        for m in client.get_metric_history(run_id, "train/step_time_ms")
+        if m.step > STEPS_PER_EPOCH
+    ]
     samples = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
     # The monitor's own reading of the machine: how loaded it was while the arm trained.
     cpu = statistics.median([m.value for m in samples]) if samples else None
@@ -65,7 +71,7 @@ def measure(args, scratch: Path) -> Dict[str, List[Dict[str, float]]]:
     template = make_store_template(scratch)
     results = {arm: [] for arm in ARMS}
     workdirs = {arm: workdir_with_store(template, scratch / arm) for arm in ARMS}
-    for arm in ARMS:    # untimed: compiles MindSpore's kernels, fills the page cache
+    for arm in ARMS:  # untimed: compiles MindSpore's kernels, fills the page cache
         job(workdirs[arm], arm, 2)
     names = list(ARMS)
     for round_ in range(1, args.rounds + 1):
@@ -74,15 +80,21 @@ def measure(args, scratch: Path) -> Dict[str, List[Dict[str, float]]]:
         for arm in names[shift:] + names[:shift]:
             run = job(workdirs[arm], arm, args.epochs)
             results[arm].append(run)
-            print(f"round {round_}/{args.rounds} {arm:<4} step {run['step_ms']:6.3f} ms, "
-                  f"{run['samples']} system-metrics samples", flush=True)
+            print(
+                f"round {round_}/{args.rounds} {arm:<4} step {run['step_ms']:6.3f} ms, "
+                f"{run['samples']} system-metrics samples",
+                flush=True,
+            )
     return results
 
 
 def table(results, args) -> str:
     step = {arm: [r["step_ms"] for r in results[arm]] for arm in ARMS}
-    ratio = {arm: [step[arm][i] / step["off"][i] for i in range(args.rounds)]
-             for arm in ARMS if arm != "off"}
+    ratio = {
+        arm: [step[arm][i] / step["off"][i] for i in range(args.rounds)]
+        for arm in ARMS
+        if arm != "off"
+    }
     lines = [
         f"Default job (digits, batch 32, {args.epochs} epochs of {STEPS_PER_EPOCH} steps), "
         f"{args.rounds} interleaved rounds; median (min-max). Step time: the run's "
@@ -99,20 +111,23 @@ def table(results, args) -> str:
     for arm in ARMS:
         samples = [r["samples"] for r in results[arm]]
         cpu = [r["cpu_pct"] for r in results[arm] if r["cpu_pct"] is not None]
-        lines.append(f"| {arm} | {spread(step[arm], '.3f')} | {spread(samples, '.0f')} | "
-                     f"{spread(cpu, '.0f') if cpu else '-'} |")
+        lines.append(
+            f"| {arm} | {spread(step[arm], '.3f')} | {spread(samples, '.0f')} | "
+            f"{spread(cpu, '.0f') if cpu else '-'} |"
+        )
     lines += ["", "| target | measured (ratio to off, per round) | |", "|---|---|---|"]
     for arm, values in ratio.items():
-        lines.append(f"| interval {arm}: step time / off <= {TARGET} | "
-                     f"{spread(values, '.3f')} | {verdict(values, TARGET)} |")
+        lines.append(
+            f"| interval {arm}: step time / off <= {TARGET} | "
+            f"{spread(values, '.3f')} | {verdict(values, TARGET)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def plot(results, args, path: Path) -> None:
     plt = pyplot()
     figure, (steps, ratios) = plt.subplots(1, 2, figsize=(10, 4))
-    boxplot(steps, {arm: [r["step_ms"] for r in results[arm]] for arm in ARMS},
-            "step time (ms)")
+    boxplot(steps, {arm: [r["step_ms"] for r in results[arm]] for arm in ARMS}, "step time (ms)")
     off = [r["step_ms"] for r in results["off"]]
     for arm in ("10s", "1s"):
         values = [r["step_ms"] / o for r, o in zip(results[arm], off)]
@@ -129,7 +144,7 @@ def plot(results, args, path: Path) -> None:
 
 def main() -> None:
     parser = rounds_parser(__doc__, epochs=10)
-    parser.set_defaults(rounds=6)   # a multiple of the arms: each starts as many rounds
+    parser.set_defaults(rounds=6)  # a multiple of the arms: each starts as many rounds
     args = parser.parse_args()
     if args.rounds < 1 or args.epochs < 2:
         parser.error("--rounds >= 1 and --epochs >= 2 (step times come from epochs 2 on)")

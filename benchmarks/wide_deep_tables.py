@@ -16,6 +16,7 @@ first two (compiling) steps; peak memory is the training process's ``ru_maxrss``
 
 Writes benchmarks/results/wide_deep_tables.md (table) and wide_deep_tables.png (plot).
 """
+
 import argparse
 import statistics
 import subprocess
@@ -39,32 +40,58 @@ def buckets_for(rows: int) -> int:
 def check(command, cwd: Path) -> str:
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"failed: {' '.join(map(str, command))}\n{done.stdout[-2000:]}\n"
-                 f"{done.stderr[-2000:]}")
+        sys.exit(
+            f"failed: {' '.join(map(str, command))}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
     return done.stdout
 
 
 def prepare(workdir: Path, rows, lines: int, per_record: int) -> dict:
     """One converted dataset per table size: {rows: folder}."""
     raw = workdir / "criteo_sample.txt"
-    check([sys.executable, "-m", "ms_exp.data.criteo_sample", str(raw), "--lines", str(lines)],
-          workdir)
+    check(
+        [sys.executable, "-m", "ms_exp.data.criteo_sample", str(raw), "--lines", str(lines)],
+        workdir,
+    )
     folders = {}
     for size in rows:
         out = workdir / f"criteo_{size}"
-        check([sys.executable, "-m", "ms_exp.data.criteo_convert", str(raw), str(out),
-               "--hash-buckets", str(buckets_for(size)),
-               "--samples-per-record", str(per_record)], workdir)
+        check(
+            [
+                sys.executable,
+                "-m",
+                "ms_exp.data.criteo_convert",
+                str(raw),
+                str(out),
+                "--hash-buckets",
+                str(buckets_for(size)),
+                "--samples-per-record",
+                str(per_record),
+            ],
+            workdir,
+        )
         folders[size] = out
     return folders
 
 
 def train(workdir: Path, folder: Path, placement: str, args) -> str:
-    stdout = check([sys.executable, "-m", "ms_exp.run", "+experiment=wide_deep_hybrid",
-                    f"dataset.path={folder}", f"placement={placement}",
-                    f"dataset.batch_size={args.batch_size}", f"model.emb_dim={args.emb_dim}",
-                    "checkpoint=none", "tracking.log_checkpoints=none",
-                    "trainer.progress_bar=never", "trainer.loss_print_interval=1000"], workdir)
+    stdout = check(
+        [
+            sys.executable,
+            "-m",
+            "ms_exp.run",
+            "+experiment=wide_deep_hybrid",
+            f"dataset.path={folder}",
+            f"placement={placement}",
+            f"dataset.batch_size={args.batch_size}",
+            f"model.emb_dim={args.emb_dim}",
+            "checkpoint=none",
+            "tracking.log_checkpoints=none",
+            "trainer.progress_bar=never",
+            "trainer.loss_print_interval=1000",
+        ],
+        workdir,
+    )
     line = next(text for text in stdout.splitlines() if text.startswith("MLflow run "))
     return line.split()[2]
 
@@ -73,9 +100,11 @@ def read_run(client: MlflowClient, run_id: str) -> dict:
     steps = client.get_metric_history(run_id, "train/step_time_ms")
     times = [m.value for m in sorted(steps, key=lambda m: m.step)][WARMUP_STEPS:]
     metrics = client.get_run(run_id).data.metrics
-    return {"step_ms": statistics.median(times),
-            "peak_mb": metrics["system/peak_host_memory_mb"],
-            "host_mb": metrics.get("placement/host_table_mb", 0.0)}
+    return {
+        "step_ms": statistics.median(times),
+        "peak_mb": metrics["system/peak_host_memory_mb"],
+        "host_mb": metrics.get("placement/host_table_mb", 0.0),
+    }
 
 
 def measure(args, workdir: Path):
@@ -91,9 +120,11 @@ def measure(args, workdir: Path):
                 results[size, placement].append(read_run(client, run_id))
                 done += 1
                 last = results[size, placement][-1]
-                print(f"[{done}/{total}] rows {size:>10,} {placement:<11} "
-                      f"{last['step_ms']:8.1f} ms/step  peak {last['peak_mb']:7.0f} MB",
-                      flush=True)
+                print(
+                    f"[{done}/{total}] rows {size:>10,} {placement:<11} "
+                    f"{last['step_ms']:8.1f} ms/step  peak {last['peak_mb']:7.0f} MB",
+                    flush=True,
+                )
     return results
 
 
@@ -122,9 +153,11 @@ def table(results, args) -> str:
         for placement in PLACEMENTS:
             step = summary(results[size, placement], "step_ms")
             peak = summary(results[size, placement], "peak_mb")
-            lines.append(f"| {rows:,} | {params_mb:,.0f} | {placement} | "
-                         f"{step[0]:.1f} ({step[1]:.1f}-{step[2]:.1f}) | "
-                         f"{peak[0]:,.0f} ({peak[1]:,.0f}-{peak[2]:,.0f}) |")
+            lines.append(
+                f"| {rows:,} | {params_mb:,.0f} | {placement} | "
+                f"{step[0]:.1f} ({step[1]:.1f}-{step[2]:.1f}) | "
+                f"{peak[0]:,.0f} ({peak[1]:,.0f}-{peak[2]:,.0f}) |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -153,14 +186,20 @@ def plot(results, args, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, nargs="+",
-                        default=[10_000, 100_000, 1_000_000, 4_000_000],
-                        help="embedding table sizes (rows) to measure")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=[10_000, 100_000, 1_000_000, 4_000_000],
+        help="embedding table sizes (rows) to measure",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--lines", type=int, default=12_000,
-                        help="generated Criteo lines (90%% train)")
+    parser.add_argument(
+        "--lines", type=int, default=12_000, help="generated Criteo lines (90%% train)"
+    )
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--samples-per-record", type=int, default=1000)
     parser.add_argument("--emb-dim", type=int, default=80, help="the model zoo's 80")

@@ -8,6 +8,7 @@ SOURCE is a run directory, an MLflow run id or a folder of ``rank_<r>/`` folders
 and what ms_exp handles around MindSpore's ``transform_checkpoints``, is
 ms_exp/checkpoint/transform.py.
 """
+
 import argparse
 import os
 import sys
@@ -29,31 +30,44 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Merge or re-slice sliced MindSpore checkpoints "
-                                            "with mindspore.parallel.transform_checkpoints.")
+    parser = _Parser(
+        prog=PROG,
+        description="Merge or re-slice sliced MindSpore checkpoints "
+        "with mindspore.parallel.transform_checkpoints.",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     merge = commands.add_parser("merge", help="merge every rank's slices into one checkpoint")
-    merge.add_argument("checkpoint_dir", metavar="SOURCE",
-                       help="a run directory, an MLflow run id, or a folder holding rank_0/ "
-                            "... rank_<N-1>/")
-    merge.add_argument("--strategy", help="strategy file the slices were saved with "
-                                          "(default: the run's)")
-    merge.add_argument("--tracking-uri", help="MLflow store of a run id (default: "
-                                              "sqlite:///mlflow.db here)")
-    merge.add_argument("--prefix", default=None,
-                       help="checkpoint prefix: selects <prefix>*.ckpt in each rank folder and "
-                            "names the output <prefix><rank>.ckpt (default: the run's, else "
-                            "checkpoint)")
+    merge.add_argument(
+        "checkpoint_dir",
+        metavar="SOURCE",
+        help="a run directory, an MLflow run id, or a folder holding rank_0/ ... rank_<N-1>/",
+    )
+    merge.add_argument(
+        "--strategy", help="strategy file the slices were saved with (default: the run's)"
+    )
+    merge.add_argument(
+        "--tracking-uri", help="MLflow store of a run id (default: sqlite:///mlflow.db here)"
+    )
+    merge.add_argument(
+        "--prefix",
+        default=None,
+        help="checkpoint prefix: selects <prefix>*.ckpt in each rank folder and "
+        "names the output <prefix><rank>.ckpt (default: the run's, else "
+        "checkpoint)",
+    )
     merge.add_argument("--output", help="output folder (default: <checkpoint folder>/merged)")
-    move = commands.add_parser("transform", help="re-slice N ranks into the M ranks of another "
-                                                 "strategy")
+    move = commands.add_parser(
+        "transform", help="re-slice N ranks into the M ranks of another strategy"
+    )
     move.add_argument("checkpoint_dir", help="folder holding rank_0/ ... rank_<N-1>/")
     move.add_argument("--strategy", required=True, help="strategy file the slices were saved with")
     move.add_argument("--dst-strategy", required=True, help="strategy file to re-slice for")
-    move.add_argument("--output", required=True,
-                      help="output folder (gets rank_0/ ... rank_<M-1>/)")
-    move.add_argument("--prefix", default="checkpoint",
-                      help="checkpoint prefix (default: checkpoint)")
+    move.add_argument(
+        "--output", required=True, help="output folder (gets rank_0/ ... rank_<M-1>/)"
+    )
+    move.add_argument(
+        "--prefix", default="checkpoint", help="checkpoint prefix (default: checkpoint)"
+    )
     return parser
 
 
@@ -79,27 +93,35 @@ def _ckpt_command(argv) -> int:
                 raise CkptError(refused)
 
             with scratch_folder("ms_exp_ckpt_") as workdir:
-                folder, strategy, prefix = run_sources(args.checkpoint_dir, Path(workdir),
-                                                       args.tracking_uri)
+                folder, strategy, prefix = run_sources(
+                    args.checkpoint_dir, Path(workdir), args.tracking_uri
+                )
                 strategy = args.strategy or strategy
                 if strategy is None:
-                    raise CkptError(f"{args.checkpoint_dir}: no strategy file known; "
-                                    "pass --strategy")
-                output = args.output or (folder / "merged" if Path(args.checkpoint_dir).is_dir()
-                                         else Path("merged") / args.checkpoint_dir)
-                print(merge_checkpoints(folder, strategy, output, args.prefix or prefix,
-                                        report=print))
+                    raise CkptError(
+                        f"{args.checkpoint_dir}: no strategy file known; pass --strategy"
+                    )
+                output = args.output or (
+                    folder / "merged"
+                    if Path(args.checkpoint_dir).is_dir()
+                    else Path("merged") / args.checkpoint_dir
+                )
+                print(
+                    merge_checkpoints(folder, strategy, output, args.prefix or prefix, report=print)
+                )
         else:
-            print(transform(args.checkpoint_dir, args.strategy, args.dst_strategy, args.output,
-                            args.prefix))
+            print(
+                transform(
+                    args.checkpoint_dir, args.strategy, args.dst_strategy, args.output, args.prefix
+                )
+            )
     except CkptError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return error.exit_code
     except Exception as error:  # a run's store that MLflow found damaged
         from ms_exp.tracking.store import exit_if_damaged
 
-        return exit_if_damaged(PROG, "--tracking-uri", getattr(args, "tracking_uri", None),
-                               error)
+        return exit_if_damaged(PROG, "--tracking-uri", getattr(args, "tracking_uri", None), error)
     return 0
 
 

@@ -13,6 +13,7 @@ five classes) accuracy, or AUC and log loss for Wide&Deep, prints the tutorial's
 ``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of the
 evaluated run (with ``--model``, of the run that logged the model).
 """
+
 import argparse
 import difflib
 import shlex
@@ -56,24 +57,38 @@ EXIT_BAD_INPUT = 2
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ms_exp.eval", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ms_exp.eval",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--run-id", help="MLflow run id of an ms_exp.run job")
-    parser.add_argument("--checkpoint",
-                        help="last (the default) or best of --run-id, or a checkpoint file")
-    parser.add_argument("--model",
-                        help="an MLflow model of a run: models:/NAME/VERSION (Model Registry) "
-                             "or models:/<model id>; alone, without --run-id or --checkpoint")
-    parser.add_argument("--config", type=Path,
-                        help="the run's config.yaml (default: found from the run or the "
-                             "checkpoint's run directory)")
-    parser.add_argument("--config-dir", type=Path,
-                        help="your project's config folder: the _target_s its YAML files "
-                             "name may be built from a config read back from a store or a "
-                             "run directory (docs/guides/security.md)")
-    parser.add_argument("--tracking-uri",
-                        help="MLflow store of the run (default: the run's tracking.uri, "
-                             "else sqlite:///mlflow.db here)")
+    parser.add_argument(
+        "--checkpoint", help="last (the default) or best of --run-id, or a checkpoint file"
+    )
+    parser.add_argument(
+        "--model",
+        help="an MLflow model of a run: models:/NAME/VERSION (Model Registry) "
+        "or models:/<model id>; alone, without --run-id or --checkpoint",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="the run's config.yaml (default: found from the run or the "
+        "checkpoint's run directory)",
+    )
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        help="your project's config folder: the _target_s its YAML files "
+        "name may be built from a config read back from a store or a "
+        "run directory (docs/guides/security.md)",
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow store of the run (default: the run's tracking.uri, "
+        "else sqlite:///mlflow.db here)",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value changes, e.g. dataset.path=...")
     return parser.parse_args(argv)
 
@@ -97,20 +112,28 @@ def check_checkpoint_flag(value: Optional[str], run_id: Optional[str]) -> str:
     when it is neither last, best nor a file that exists."""
     if value is None:
         if not run_id:
-            raise ConfigError("--run-id", None, "--run-id <run id> or --checkpoint <file>",
-                              "missing")
+            raise ConfigError(
+                "--run-id", None, "--run-id <run id> or --checkpoint <file>", "missing"
+            )
         return "last"
     if value in CHECKPOINT_NAMES:
         if not run_id:
-            raise ConfigError("--checkpoint", value, "a checkpoint file that exists (last and "
-                              "best name a checkpoint of --run-id)", "needs --run-id")
+            raise ConfigError(
+                "--checkpoint",
+                value,
+                "a checkpoint file that exists (last and best name a checkpoint of --run-id)",
+                "needs --run-id",
+            )
         return value
     if Path(value).is_file():
         return value
     close = difflib.get_close_matches(value, CHECKPOINT_NAMES, n=1, cutoff=0.5)
     problem = f"no such file (did you mean {close[0]}?)" if close else "no such file"
-    allowed = ("last or best (of --run-id), or a checkpoint file that exists" if run_id
-               else "a checkpoint file that exists, or last or best with --run-id")
+    allowed = (
+        "last or best (of --run-id), or a checkpoint file that exists"
+        if run_id
+        else "a checkpoint file that exists, or last or best with --run-id"
+    )
     raise ConfigError("--checkpoint", value, allowed, problem)
 
 
@@ -119,23 +142,34 @@ def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
     run_id = run.info.run_id
     logged_config = {a.path for a in client.list_artifacts(run_id, "config")}
     if "config/config.yaml" not in logged_config:
-        raise ConfigError("--run-id", run_id, "the id of an ms_exp.run job's run",
-                          "the run has no config/config.yaml artifact")
+        raise ConfigError(
+            "--run-id",
+            run_id,
+            "the id of an ms_exp.run job's run",
+            "the run has no config/config.yaml artifact",
+        )
     config = Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir)))
     if which not in CHECKPOINT_NAMES:
         return config, Path(which)
     artifact = run.data.tags.get(f"ms_exp.checkpoint.{which}", "")
     if not artifact:
-        raise ConfigError("--checkpoint", which, "a checkpoint the run saved (it saved none: "
-                          "checkpoint=none or keep_best=false)")
+        raise ConfigError(
+            "--checkpoint",
+            which,
+            "a checkpoint the run saved (it saved none: checkpoint=none or keep_best=false)",
+        )
     logged = {a.path for a in client.list_artifacts(run_id, str(Path(artifact).parent))}
     if artifact in logged:
         return config, Path(client.download_artifacts(run_id, artifact, str(workdir)))
     # tracking.log_checkpoints=none: the file may still be in the run directory here.
     local = Path(run.data.tags.get("ms_exp.run_dir", "")) / artifact
     if not local.is_file():
-        raise ConfigError("--checkpoint", which, f"a checkpoint logged to the run or present "
-                          f"at {local} (tracking.log_checkpoints=none and no local copy)")
+        raise ConfigError(
+            "--checkpoint",
+            which,
+            f"a checkpoint logged to the run or present "
+            f"at {local} (tracking.log_checkpoints=none and no local copy)",
+        )
     return config, local
 
 
@@ -148,41 +182,49 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
     version or id is refused in one line listing what exists."""
     from ms_exp.job.model_package import MODEL_TAG, model_files
 
-    if not model_uri.startswith("models:/") or not model_uri[len("models:/"):].strip("/"):
+    if not model_uri.startswith("models:/") or not model_uri[len("models:/") :].strip("/"):
         raise ConfigError("--model", model_uri, MODEL_URI)
     try:
         client = existing_store(uri)
     except StoreError as error:
         raise ConfigError("--model", model_uri, error.allowed, error.problem) from None
-    name, _, version = model_uri[len("models:/"):].strip("/").partition("/")
+    name, _, version = model_uri[len("models:/") :].strip("/").partition("/")
     model_id = _registered_model_id(client, name, version, model_uri) if version else name
     try:
         logged, local = download_logged_model(client, model_id, workdir / "model")
     except NotRecorded:
-        raise ConfigError("--model", model_uri, MODEL_URI,
-                          f"no model {model_id} in {uri}") from None
+        raise ConfigError(
+            "--model", model_uri, MODEL_URI, f"no model {model_id} in {uri}"
+        ) from None
     try:
         config, checkpoint = model_files(local)
     except (ValueError, OSError) as error:
-        raise ConfigError("--model", model_uri, "a model an ms_exp.run job logged",
-                          str(error)) from None
-    shown = (f"{model_uri} (the {logged.tags.get(MODEL_TAG, '')} checkpoint of MLflow run "
-             f"{logged.source_run_id})")
+        raise ConfigError(
+            "--model", model_uri, "a model an ms_exp.run job logged", str(error)
+        ) from None
+    shown = (
+        f"{model_uri} (the {logged.tags.get(MODEL_TAG, '')} checkpoint of MLflow run "
+        f"{logged.source_run_id})"
+    )
     return config, checkpoint, logged.source_run_id, shown
 
 
 def _registered_model_id(client, name: str, version: str, model_uri: str) -> str:
-    versions = sorted((str(v.version) for v in
-                       client.search_model_versions(f"name = '{name}'")),
-                      key=int) if "'" not in name else []
+    versions = (
+        sorted((str(v.version) for v in client.search_model_versions(f"name = '{name}'")), key=int)
+        if "'" not in name
+        else []
+    )
     if version not in versions:
         if versions:
             problem = f"registered model {name} has versions {', '.join(versions)}"
         else:
             known = [m.name for m in client.search_registered_models()]
-            problem = (f"no registered model {name}" +
-                       (f" (registered: {', '.join(sorted(known))})" if known else
-                        " (the Model Registry is empty)"))
+            problem = f"no registered model {name}" + (
+                f" (registered: {', '.join(sorted(known))})"
+                if known
+                else " (the Model Registry is empty)"
+            )
         raise ConfigError("--model", model_uri, MODEL_URI, problem)
     try:
         with reading_store():
@@ -192,11 +234,16 @@ def _registered_model_id(client, name: str, version: str, model_uri: str) -> str
     # A SQLite store answers model_id=None for a version created with one; its source,
     # models:/<model id>, keeps it (docs/design.md#mlflow-model-version-source).
     source = found.source or ""
-    model_id = found.model_id or (source[len("models:/"):] if source.startswith("models:/m-")
-                                  else None)
+    model_id = found.model_id or (
+        source[len("models:/") :] if source.startswith("models:/m-") else None
+    )
     if not model_id:
-        raise ConfigError("--model", model_uri, "a version registered from an MLflow model "
-                          "(tracking.register_model)", f"version {version} is {source}")
+        raise ConfigError(
+            "--model",
+            model_uri,
+            "a version registered from an MLflow model (tracking.register_model)",
+            f"version {version} is {source}",
+        )
     return model_id
 
 
@@ -227,8 +274,10 @@ def config_beside(checkpoint: Path) -> Optional[Path]:
     return None if run_dir is None else run_dir / "config.yaml"
 
 
-NOT_IN_A_RUN = ("not in a run directory (<run dir>/checkpoints/rank_<r>/ or <run dir>/"
-                "checkpoints/merged/rank_<r>/), so no config.yaml says which network it holds")
+NOT_IN_A_RUN = (
+    "not in a run directory (<run dir>/checkpoints/rank_<r>/ or <run dir>/"
+    "checkpoints/merged/rank_<r>/), so no config.yaml says which network it holds"
+)
 
 
 def no_config_refusal(checkpoint: str) -> ConfigError:
@@ -239,11 +288,20 @@ def no_config_refusal(checkpoint: str) -> ConfigError:
 
     merged_from = Path(checkpoint).resolve().parent.parent
     if merged_from.parent.name == "merged" and is_run_id(merged_from.name):
-        return ConfigError("--checkpoint", checkpoint, f"--run-id {merged_from.name} with "
-                           "it (the run it was merged from), or --config <the run's "
-                           "config.yaml>", NOT_IN_A_RUN)
-    return ConfigError("--checkpoint", checkpoint, "--run-id <run id> or --config <the run's "
-                       "config.yaml> with it", NOT_IN_A_RUN)
+        return ConfigError(
+            "--checkpoint",
+            checkpoint,
+            f"--run-id {merged_from.name} with "
+            "it (the run it was merged from), or --config <the run's "
+            "config.yaml>",
+            NOT_IN_A_RUN,
+        )
+    return ConfigError(
+        "--checkpoint",
+        checkpoint,
+        "--run-id <run id> or --config <the run's config.yaml> with it",
+        NOT_IN_A_RUN,
+    )
 
 
 def refuse_a_slice(checkpoint: Path, cfg: DictConfig, best_name: str) -> None:
@@ -251,17 +309,24 @@ def refuse_a_slice(checkpoint: Path, cfg: DictConfig, best_name: str) -> None:
     holds one rank's slice: refused in one line with the merge command and the file it
     writes, rather than evaluated (wrong shapes) or replaced by another file."""
     folder = checkpoint.resolve().parent
-    if not (is_sliced_run(cfg) and folder.name.startswith("rank_")
-            and folder.parent.name == "checkpoints" and checkpoint.name != best_name):
+    if not (
+        is_sliced_run(cfg)
+        and folder.name.startswith("rank_")
+        and folder.parent.name == "checkpoints"
+        and checkpoint.name != best_name
+    ):
         return
     run_dir = folder.parent.parent
     merged = merged_file(run_dir / "checkpoints", cfg.checkpoint.prefix)
-    raise ConfigError("--checkpoint", str(checkpoint),
-                      f"a whole checkpoint: merge the slices with {python_command()} -m "
-                      f"ms_exp.ckpt merge {shlex.quote(str(run_dir))}, then pass --checkpoint "
-                      f"{shlex.quote(str(merged))} (or "
-                      "--run-id <run id> without --checkpoint: its last step, merged)",
-                      "one rank's slice of a sliced run (checkpoint=sliced)")
+    raise ConfigError(
+        "--checkpoint",
+        str(checkpoint),
+        f"a whole checkpoint: merge the slices with {python_command()} -m "
+        f"ms_exp.ckpt merge {shlex.quote(str(run_dir))}, then pass --checkpoint "
+        f"{shlex.quote(str(merged))} (or "
+        "--run-id <run id> without --checkpoint: its last step, merged)",
+        "one rank's slice of a sliced run (checkpoint=sliced)",
+    )
 
 
 def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
@@ -273,8 +338,9 @@ def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
     if strategy is None or not strategy.is_file():
         raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
     merged_from: List[str] = []
-    merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix,
-                               report=merged_from.append)
+    merged = merge_checkpoints(
+        folder, strategy, workdir / "merged", prefix, report=merged_from.append
+    )
     shown = merged_from[0]
     scratch = f"{Path(workdir).resolve()}/"
     if scratch in shown:  # downloaded artifacts, deleted after the evaluation
@@ -312,13 +378,19 @@ def prepare(cfg: DictConfig, checkpoint: Path):
     check_shapes(network, weights, "--checkpoint", str(checkpoint))
     not_loaded, _ = ms.load_param_into_net(network, weights)
     if not_loaded:
-        raise ConfigError("--checkpoint", str(checkpoint),
-                          f"a checkpoint of this network (missing {', '.join(not_loaded)})")
+        raise ConfigError(
+            "--checkpoint",
+            str(checkpoint),
+            f"a checkpoint of this network (missing {', '.join(not_loaded)})",
+        )
     if option.evaluation is not None:
         model = ms.Model(network, **option.evaluation(network))
     else:
-        model = ms.Model(network, loss_fn=create_training_loss(cfg.loss, spec.num_classes),
-                         metrics=eval_metrics(cfg, spec.num_classes))
+        model = ms.Model(
+            network,
+            loss_fn=create_training_loss(cfg.loss, spec.num_classes),
+            metrics=eval_metrics(cfg, spec.num_classes),
+        )
     return model, eval_set
 
 
@@ -340,8 +412,12 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
     with scratch_folder("ms_exp_eval_") as workdir:
         try:
             if args.model and (args.run_id or args.checkpoint):
-                raise ConfigError("--model", args.model, "--model alone: the model holds its "
-                                  "config and checkpoint (not with --run-id or --checkpoint)")
+                raise ConfigError(
+                    "--model",
+                    args.model,
+                    "--model alone: the model holds its "
+                    "config and checkpoint (not with --run-id or --checkpoint)",
+                )
             refused = password_refusal("--tracking-uri", args.tracking_uri)
             if refused:
                 raise InvalidConfig(refused)
@@ -350,7 +426,8 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             config_file: Union[str, Path, None]
             if args.model:
                 config_file, checkpoint, parent_run_id, shown = fetch_model(
-                    uri, args.model, Path(workdir))
+                    uri, args.model, Path(workdir)
+                )
             elif args.run_id:
                 client, run = open_run(uri, args.run_id)
                 config_file, checkpoint = fetch_from_run(client, run, which, Path(workdir))
@@ -362,28 +439,38 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             elif config_file is None:
                 raise no_config_refusal(which)
             elif not Path(config_file).is_file():
-                raise ConfigError("--checkpoint", which, "--run-id <run id> or --config <the "
-                                  "run's config.yaml> with it", f"its run directory "
-                                  f"{Path(config_file).parent} has no config.yaml")
+                raise ConfigError(
+                    "--checkpoint",
+                    which,
+                    "--run-id <run id> or --config <the run's config.yaml> with it",
+                    f"its run directory {Path(config_file).parent} has no config.yaml",
+                )
             if not Path(config_file).is_file():
                 raise ConfigError("--config", str(config_file), "the run's config.yaml")
-            cfg = load_run_config(Path(config_file), args.overrides,
-                                  None if args.config else read_back_source(args))
+            cfg = load_run_config(
+                Path(config_file), args.overrides, None if args.config else read_back_source(args)
+            )
             if not args.config:  # written by a run, perhaps someone else's: only trusted code
-                check_read_back(cfg, read_back_source(args), args.overrides,
-                                [args.config_dir])
+                check_read_back(cfg, read_back_source(args), args.overrides, [args.config_dir])
             validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id and not args.model:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
                 if not args.config and not is_local_store(uri):  # it would get your login
-                    raise ConfigError("tracking.uri", masked(uri), "--tracking-uri naming the "
-                                      "server to record the evaluation in", "is a server named "
-                                      f"by the config read back from {read_back_source(args)}")
+                    raise ConfigError(
+                        "tracking.uri",
+                        masked(uri),
+                        "--tracking-uri naming the server to record the evaluation in",
+                        f"is a server named by the config read back from {read_back_source(args)}",
+                    )
             database = sqlite_path(uri)
             unusable = not_a_database(database) if database is not None else None
             if unusable is not None:
-                raise ConfigError("--tracking-uri" if args.tracking_uri else "tracking.uri",
-                                  uri, "an MLflow store to record the evaluation in", unusable)
+                raise ConfigError(
+                    "--tracking-uri" if args.tracking_uri else "tracking.uri",
+                    uri,
+                    "an MLflow store to record the evaluation in",
+                    unusable,
+                )
             if not args.model:
                 shown = str(Path(checkpoint).resolve())
             if args.run_id and Path(workdir).resolve() in Path(checkpoint).resolve().parents:
@@ -391,12 +478,13 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                 shown = f"{artifact} of MLflow run {args.run_id}"
             # MindSpore is imported once the command line is known to be right.
             from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, verify_checkpoint
+
             if which not in CHECKPOINT_NAMES and not args.model:
                 # A file given is evaluated as it is: a merged checkpoint is whole.
                 refuse_a_slice(Path(checkpoint), cfg, BEST_NAME)
             elif which == "last" and args.run_id and is_sliced_run(cfg):
                 checkpoint, shown = merge_run(args.run_id, Path(workdir), uri)
-            try:    # before an MLflow run is opened for the evaluation
+            try:  # before an MLflow run is opened for the evaluation
                 verify_checkpoint(Path(checkpoint))
             except DamagedCheckpoint as error:
                 raise CkptError(str(error)) from None
@@ -410,27 +498,38 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
         missing = missing_store(uri) if record else None
         if missing is not None:
             record = False  # evaluating reads a run: it never creates a store to record in
-            print(f"not recorded in MLflow: no store at {missing} (searched {uri}; "
-                  "pass --tracking-uri to record the evaluation)", flush=True)
-        tags = {"ms_exp.evaluated_checkpoint": shown,
-                "ms_exp.dataset": component_name(cfg.dataset),
-                "ms_exp.model": component_name(cfg.model)}
-        name = (f"eval-{cfg.tracking.run_name or component_name(cfg.model)}-"
-                f"{Path(checkpoint).stem}")
+            print(
+                f"not recorded in MLflow: no store at {missing} (searched {uri}; "
+                "pass --tracking-uri to record the evaluation)",
+                flush=True,
+            )
+        tags = {
+            "ms_exp.evaluated_checkpoint": shown,
+            "ms_exp.dataset": component_name(cfg.dataset),
+            "ms_exp.model": component_name(cfg.model),
+        }
+        name = f"eval-{cfg.tracking.run_name or component_name(cfg.model)}-{Path(checkpoint).stem}"
         if args.model:
             tags["ms_exp.evaluated_model"] = args.model
         # The evaluation's own CPU and memory, sampled as the training run's were.
-        with tracked_run(record, uri, cfg.tracking.experiment_name, name, tags,
-                         parent_run_id=parent_run_id,
-                         system_metrics_interval=cfg.tracking.system_metrics_interval
-                         ) as tracker:
+        with tracked_run(
+            record,
+            uri,
+            cfg.tracking.experiment_name,
+            name,
+            tags,
+            parent_run_id=parent_run_id,
+            system_metrics_interval=cfg.tracking.system_metrics_interval,
+        ) as tracker:
             result = model.eval(eval_set, dataset_sink_mode=False)
             # ``shown``: a merged checkpoint's temporary file named by what it was merged from.
             print("result:", result, "ckpt=", shown, flush=True)
             tracker.log_metrics({f"eval/{k}": float(v) for k, v in result.items()}, step=0)
             if tracker.enabled:
-                print(f"MLflow run {tracker.run_id} (child of {parent_run_id or 'no run'}) "
-                      f"in {uri}", flush=True)
+                print(
+                    f"MLflow run {tracker.run_id} (child of {parent_run_id or 'no run'}) in {uri}",
+                    flush=True,
+                )
     return 0
 
 

@@ -25,6 +25,7 @@ artifacts of the parent run under ``report/``:
 The sweep callback writes it when a sweep ends (``write_report``); this command writes it
 again, e.g. for another ``--metric`` or a sweep recorded before reports existed.
 """
+
 import argparse
 import sys
 from typing import List, Optional
@@ -47,19 +48,31 @@ PROG = "ms_exp.report"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep", help="the sweep's folder (multirun/<date>/<time>), one of "
-                                      "its job folders, or its parent run id")
-    parser.add_argument("--tracking-uri",
-                        help="MLflow store of the sweep (default: sqlite:///mlflow.db here)")
-    parser.add_argument("--metric",
-                        help="what the jobs are ranked and plotted by (default: the sweep's "
-                             f"sweep.metric, else the first of {', '.join(DEFAULT_METRICS)} "
-                             "the jobs logged)")
-    parser.add_argument("--optuna-storage", metavar="URL",
-                        help="storage of an Optuna sweep's study, e.g. where it moved "
-                             "(default: the parent run's ms_exp.optuna.storage tag)")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "sweep",
+        help="the sweep's folder (multirun/<date>/<time>), one of "
+        "its job folders, or its parent run id",
+    )
+    parser.add_argument(
+        "--tracking-uri", help="MLflow store of the sweep (default: sqlite:///mlflow.db here)"
+    )
+    parser.add_argument(
+        "--metric",
+        help="what the jobs are ranked and plotted by (default: the sweep's "
+        f"sweep.metric, else the first of {', '.join(DEFAULT_METRICS)} "
+        "the jobs logged)",
+    )
+    parser.add_argument(
+        "--optuna-storage",
+        metavar="URL",
+        help="storage of an Optuna sweep's study, e.g. where it moved "
+        "(default: the parent run's ms_exp.optuna.storage tag)",
+    )
     return parser
 
 
@@ -68,8 +81,10 @@ def _open_store(uri: Optional[str]):
     uri = resolve_tracking_uri(uri)
     database = missing_store(uri)
     if database is not None:
-        raise ReportError(f"no MLflow store at {database} (searched {uri}; nothing was "
-                          "created): run this where the sweep ran, or pass --tracking-uri")
+        raise ReportError(
+            f"no MLflow store at {database} (searched {uri}; nothing was "
+            "created): run this where the sweep ran, or pass --tracking-uri"
+        )
     file = sqlite_path(uri)
     problem = not_a_database(file) if file else None
     if problem is not None:
@@ -80,14 +95,17 @@ def _open_store(uri: Optional[str]):
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        for key, uri in (("--tracking-uri", args.tracking_uri),
-                         ("--optuna-storage", args.optuna_storage)):
+        for key, uri in (
+            ("--tracking-uri", args.tracking_uri),
+            ("--optuna-storage", args.optuna_storage),
+        ):
             refused = password_refusal(key, uri)
             if refused:
                 raise ReportError(refused)
         client = _open_store(args.tracking_uri)
-        report = write_report(client, find_sweep(client, args.sweep), args.metric,
-                              args.optuna_storage)
+        report = write_report(
+            client, find_sweep(client, args.sweep), args.metric, args.optuna_storage
+        )
     except ReportError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
@@ -96,8 +114,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     uri = client.tracking_uri
     print(report.markdown)
     print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")
-    print("\n".join(sweep_lines(uri, report.experiment_id, report.parent_run_id, report.ranked,
-                                 report.metric, report.share_key)))
+    print(
+        "\n".join(
+            sweep_lines(
+                uri,
+                report.experiment_id,
+                report.parent_run_id,
+                report.ranked,
+                report.metric,
+                report.share_key,
+            )
+        )
+    )
     return 0
 
 

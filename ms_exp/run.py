@@ -5,6 +5,7 @@ Hydra starts, every job of the command line is composed and validated here, so a
 override is refused with one line and exit status 2, and no run directory or MLflow run
 is created for it.
 """
+
 import errno
 import os
 import re
@@ -79,17 +80,20 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
         result = run_job(cfg, run_dir, hydra_dir, list(hydra_cfg.overrides.task))
     except OSError as error:
         if error.errno not in FULL_DISK or hydra_cfg.mode != RunMode.RUN:
-            raise       # a sweep's job: the sweep reports it among its failed jobs
+            raise  # a sweep's job: the sweep reports it among its failed jobs
         # The job has ended its run FAILED with the error as a tag where the store could
         # still be written, and uploaded its logs where there was room; the cause, in one
         # line, is all there is left to say.
-        print(f"ms_exp: error: {error.filename or run_dir}: {error.strerror}; free some "
-              f"space, then continue the run in {run_dir} with trainer.resume=auto",
-              file=sys.stderr, flush=True)
+        print(
+            f"ms_exp: error: {error.filename or run_dir}: {error.strerror}; free some "
+            f"space, then continue the run in {run_dir} with trainer.resume=auto",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(1)
     except FolderRefused as error:
         if hydra_cfg.mode != RunMode.RUN:
-            raise       # a sweep's job: the sweep reports it among its failed jobs
+            raise  # a sweep's job: the sweep reports it among its failed jobs
         # Another run's folder, or one a process works in: refused before anything was
         # written into it (ms_exp/tracking/run_folder.py).
         discard_if_unused(run_dir, hydra_cfg.output_subdir)
@@ -109,8 +113,13 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
 
 
 # Hydra runs one of these per command line (run_hydra).
-COMMANDS = {"run": "--run", "multirun": "-m/--multirun", "cfg": "--cfg", "info": "--info",
-            "shell_completion": "--shell-completion"}
+COMMANDS = {
+    "run": "--run",
+    "multirun": "-m/--multirun",
+    "cfg": "--cfg",
+    "info": "--info",
+    "shell_completion": "--shell-completion",
+}
 
 
 def parse_args(argv: List[str]):
@@ -122,9 +131,11 @@ def parse_args(argv: List[str]):
     args = parser.parse_args(argv)
     given = [flag for dest, flag in COMMANDS.items() if getattr(args, dest) not in (None, False)]
     if len(given) > 1:
-        raise InvalidConfig(f"{' with '.join(given)}: not allowed together; expected one of "
-                            f"{', '.join(COMMANDS.values())} (--cfg prints one job's config: "
-                            f"drop -m to see it)")
+        raise InvalidConfig(
+            f"{' with '.join(given)}: not allowed together; expected one of "
+            f"{', '.join(COMMANDS.values())} (--cfg prints one job's config: "
+            f"drop -m to see it)"
+        )
     if args.resolve and not (args.cfg or args.help):
         raise InvalidConfig("--resolve: not allowed alone; expected --cfg job|hydra|all with it")
     return args
@@ -138,21 +149,27 @@ def _refuse_flag(parser, argv: List[str], message: str):
             raise InvalidConfig(
                 f"override {first!r} after a flag: Hydra reads the overrides as one group; "
                 f"expected the flags before them: python -m ms_exp.run "
-                f"{shlex.join(_flags_first(argv))}")
+                f"{shlex.join(_flags_first(argv))}"
+            )
         flags = [a.option_strings[0] for a in parser._actions if a.option_strings]
-        raise InvalidConfig(f"{first}: unknown flag; expected one of {', '.join(flags)}, "
-                            f"--from-run, or key=value overrides")
+        raise InvalidConfig(
+            f"{first}: unknown flag; expected one of {', '.join(flags)}, "
+            f"--from-run, or key=value overrides"
+        )
     argument = re.fullmatch(r"argument (\S+): (.*)", message)
     if argument:
         flag, problem = argument.groups()
         choice = re.fullmatch(r"invalid choice: (.*) \(choose from (.*)\)", problem)
         if choice:
-            raise InvalidConfig(f"{flag}={choice.group(1)}: not allowed; expected one of "
-                                f"{choice.group(2).replace(chr(39), '')}")
+            raise InvalidConfig(
+                f"{flag}={choice.group(1)}: not allowed; expected one of "
+                f"{choice.group(2).replace(chr(39), '')}"
+            )
         extra = re.fullmatch(r"ignored explicit argument (.*)", problem)
         if extra:
-            raise InvalidConfig(f"{flag}={extra.group(1)}: not allowed; expected the flag "
-                                f"alone (it takes no value)")
+            raise InvalidConfig(
+                f"{flag}={extra.group(1)}: not allowed; expected the flag alone (it takes no value)"
+            )
         raise InvalidConfig(f"{flag}: {problem}")
     raise InvalidConfig(message)
 
@@ -183,8 +200,8 @@ usage: python -m ms_exp.run [group=option ...] [key=value ...]
 
 == Config groups (group=option) ==
 {groups}
-  +experiment {', '.join(experiments)}   (presets: experiments/, and yours in conf/experiment)
-  hydra/launcher {', '.join(launchers)}   (with -m: jobs at the same time, or on SLURM)
+  +experiment {", ".join(experiments)}   (presets: experiments/, and yours in conf/experiment)
+  hydra/launcher {", ".join(launchers)}   (with -m: jobs at the same time, or on SLURM)
 
 == Config (override any key=value) ==
 What each key means, its type and the values allowed: docs/reference/config.md of ms_exp's
@@ -210,7 +227,7 @@ def print_job_config(overrides: List[str], source: ConfigSource, resolve: bool) 
     config.yaml and params. Hydra prints the rest (``--cfg hydra|all``, ``--package``)."""
     cfg = compose_config(overrides, return_hydra_config=True, source=source)
     if resolve:
-        with hydra_config_of(cfg, cfg.hydra.run.dir):   # ${hydra:...} as the job sees it
+        with hydra_config_of(cfg, cfg.hydra.run.dir):  # ${hydra:...} as the job sees it
             OmegaConf.resolve(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
@@ -239,8 +256,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif not args.shell_completion:
             for override in parse_overrides(args.overrides, multirun=False):
                 value = override.value()
-                refused = isinstance(value, str) and password_refusal(override.key_or_group,
-                                                                      value)
+                refused = isinstance(value, str) and password_refusal(override.key_or_group, value)
                 if refused:
                     raise InvalidConfig(refused)
             if args.cfg == "job" and args.package is None:
@@ -251,9 +267,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"ms_exp: error: {without_passwords(str(error))}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     except Exception as error:  # --from-run read a store MLflow found damaged
-        return exit_if_damaged("ms_exp", f"--from-run={run_id}" if run_id else "tracking.uri",
-                               next((a.split("=", 1)[1] for a in argv
-                                     if a.startswith("tracking.uri=")), None), error)
+        return exit_if_damaged(
+            "ms_exp",
+            f"--from-run={run_id}" if run_id else "tracking.uri",
+            next((a.split("=", 1)[1] for a in argv if a.startswith("tracking.uri=")), None),
+            error,
+        )
     sys.argv = [sys.argv[0], *argv]
     share_import_path()
     # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED
@@ -262,14 +281,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     guard: ContextManager[None] = nullcontext()
     if args.multirun:
         from ms_exp.tracking.lifecycle import terminate_as_interrupt
+
         guard = terminate_as_interrupt()
     try:
         with guard:
             hydra_job()
     except KeyboardInterrupt as interrupt:
         end_active_sweep("KILLED")
-        print(f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); the run was marked KILLED",
-              file=sys.stderr)
+        print(
+            f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); the run was marked KILLED",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     except BaseException:
         # A failed job of a multirun: Hydra exits (SystemExit) without on_multirun_end.

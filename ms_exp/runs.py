@@ -24,6 +24,7 @@ here) unless --tracking-uri names another; a store that does not exist is refuse
 created. In a notebook, ``ms_exp.runs.table(experiment=, sweep=, filter=, tracking_uri=,
 metrics=)`` returns list's table as a pandas DataFrame.
 """
+
 import argparse
 import sys
 from typing import List, Optional
@@ -48,44 +49,84 @@ __all__ = ["main", "table"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     store = argparse.ArgumentParser(add_help=False)
-    store.add_argument("--tracking-uri",
-                       help="MLflow store of the runs (default: sqlite:///mlflow.db here)")
+    store.add_argument(
+        "--tracking-uri", help="MLflow store of the runs (default: sqlite:///mlflow.db here)"
+    )
     which = argparse.ArgumentParser(add_help=False)
-    which.add_argument("--experiment", metavar="NAME",
-                       help="only this experiment's runs (default: every experiment's)")
-    which.add_argument("--sweep", metavar="ID|FOLDER",
-                       help="only the jobs of this sweep: its parent run id, its folder "
-                            "(multirun/<date>/<time>) or one of its job folders")
-    which.add_argument("--filter", metavar="SEARCH",
-                       help="MLflow's search syntax, e.g. \"params.optimizer.lr = '0.1'\"")
+    which.add_argument(
+        "--experiment",
+        metavar="NAME",
+        help="only this experiment's runs (default: every experiment's)",
+    )
+    which.add_argument(
+        "--sweep",
+        metavar="ID|FOLDER",
+        help="only the jobs of this sweep: its parent run id, its folder "
+        "(multirun/<date>/<time>) or one of its job folders",
+    )
+    which.add_argument(
+        "--filter",
+        metavar="SEARCH",
+        help="MLflow's search syntax, e.g. \"params.optimizer.lr = '0.1'\"",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    listing = commands.add_parser("list", parents=[which, store], help="a table of runs",
-                                  description="A table of runs, newest first.")
-    listing.add_argument("--format", choices=FORMATS, default="table",
-                         help="table (the default), csv, json or markdown")
-    listing.add_argument("--metric", action="append", metavar="NAME",
-                         help="a metric to show (repeat for more; default: every eval/ "
-                              "metric and train/loss)")
-    best = commands.add_parser("best", parents=[which, store], help="the best run by a metric",
-                               description="The finished run with the best metric.")
-    best.add_argument("--metric", metavar="NAME",
-                      help="default: the sweep's objective, else eval/accuracy or eval/auc")
+    listing = commands.add_parser(
+        "list",
+        parents=[which, store],
+        help="a table of runs",
+        description="A table of runs, newest first.",
+    )
+    listing.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table (the default), csv, json or markdown",
+    )
+    listing.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help="a metric to show (repeat for more; default: every eval/ metric and train/loss)",
+    )
+    best = commands.add_parser(
+        "best",
+        parents=[which, store],
+        help="the best run by a metric",
+        description="The finished run with the best metric.",
+    )
+    best.add_argument(
+        "--metric",
+        metavar="NAME",
+        help="default: the sweep's objective, else eval/accuracy or eval/auc",
+    )
     direction = best.add_mutually_exclusive_group()
-    direction.add_argument("--min", dest="lowest", action="store_const", const=True,
-                           help="lowest is best")
-    direction.add_argument("--max", dest="lowest", action="store_const", const=False,
-                           help="highest is best")
-    diff = commands.add_parser("diff", parents=[store], help="what differs between two runs",
-                               description="The config keys that differ between two runs, "
-                                           "their final metrics and checkpoints.")
+    direction.add_argument(
+        "--min", dest="lowest", action="store_const", const=True, help="lowest is best"
+    )
+    direction.add_argument(
+        "--max", dest="lowest", action="store_const", const=False, help="highest is best"
+    )
+    diff = commands.add_parser(
+        "diff",
+        parents=[store],
+        help="what differs between two runs",
+        description="The config keys that differ between two runs, "
+        "their final metrics and checkpoints.",
+    )
     diff.add_argument("run_a", metavar="RUN_A", help="a job's run id")
     diff.add_argument("run_b", metavar="RUN_B", help="another job's run id")
-    diff.add_argument("--metric", action="append", metavar="NAME",
-                      help="a metric to compare (repeat for more; default: every eval/ "
-                           "metric and train/loss)")
+    diff.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help="a metric to compare (repeat for more; default: every eval/ metric and train/loss)",
+    )
     return parser
 
 
@@ -99,8 +140,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         selection = select_runs(client, args.experiment, args.sweep, args.filter)
         if args.command == "best":
-            print("\n".join(best_lines(best_run(client, selection, args.metric,
-                                                args.lowest))))
+            print("\n".join(best_lines(best_run(client, selection, args.metric, args.lowest))))
             return 0
         frame = runs_table(selection.runs, args.metric)
     except CompareError as error:

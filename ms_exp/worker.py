@@ -8,6 +8,7 @@ named by MLflow's own ``MLFLOW_RUN_ID`` (or, while the tracking server cannot be
 into the job's journal named by ``MS_EXP_MLFLOW_JOURNAL``); the launching process ends the
 run.
 """
+
 import argparse
 import os
 import sys
@@ -41,8 +42,15 @@ def attach_tracker(rank_id: int):
     journal = os.environ.get(JOURNAL_VARIABLE)
     if rank_id != 0 or not (run_id or journal):
         return DisabledTracker()
-    return SidecarTracker(os.environ["MLFLOW_TRACKING_URI"], None, None, {}, run_id=run_id,
-                          journal=journal, ends_run=False)
+    return SidecarTracker(
+        os.environ["MLFLOW_TRACKING_URI"],
+        None,
+        None,
+        {},
+        run_id=run_id,
+        journal=journal,
+        ends_run=False,
+    )
 
 
 EXIT_BAD_INPUT = 2
@@ -72,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ms_exp.worker", description=__doc__)
     parser.add_argument("--run-dir", type=Path, required=True)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    die_with_parent()       # msrun or mpirun (or the launching process), which die with it
+    die_with_parent()  # msrun or mpirun (or the launching process), which die with it
     try:
         cfg = read_checked_config(args.run_dir)
     except InvalidConfig as error:

@@ -1,5 +1,6 @@
 """Shared helpers: run the real command lines in a scratch working directory, and the
 lanes the suite is split into (docs/developing.md#lanes)."""
+
 import atexit
 import contextlib
 import functools
@@ -78,8 +79,12 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session):
     path = os.environ.get("MS_EXP_LANE_TIMES")
     if path and not hasattr(session.config, "workerinput"):  # the controller, or no xdist
-        Path(path).write_text("".join(f"{lane}\t{seconds:.3f}\t{nodeid}\n" for nodeid,
-                                      (lane, seconds) in _seconds_by_test.items()))
+        Path(path).write_text(
+            "".join(
+                f"{lane}\t{seconds:.3f}\t{nodeid}\n"
+                for nodeid, (lane, seconds) in _seconds_by_test.items()
+            )
+        )
 
 
 JOB_COMMANDS = ("ms_exp.run", "ms_exp.worker", "ms_exp.eval", "ms_exp.ckpt", "faults.py")
@@ -95,12 +100,16 @@ class _LaneGuardedPopen(subprocess.Popen):
 
     def __init__(self, args, *rest, **kwargs):
         words = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
-        if _current_test is not None and lane_of(_current_test) == "unit" and \
-                words[0].endswith(JOB_PROGRAMS) and \
-                any(word.endswith(JOB_COMMANDS) for word in words[1:]):
+        if (
+            _current_test is not None
+            and lane_of(_current_test) == "unit"
+            and words[0].endswith(JOB_PROGRAMS)
+            and any(word.endswith(JOB_COMMANDS) for word in words[1:])
+        ):
             raise AssertionError(
                 f"{_current_test.nodeid} is a unit test but starts {shlex_join(words)}: mark "
-                f"it @pytest.mark.e2e, or call the command's main() in-process")
+                f"it @pytest.mark.e2e, or call the command's main() in-process"
+            )
         super().__init__(args, *rest, **kwargs)
 
 
@@ -140,7 +149,7 @@ def point_mindspore_logs_at(stream) -> None:
     logger = mindspore.log.GLOBAL_LOGGER
     for handler in getattr(logger, "handlers", []) if logger is not None else []:
         if type(handler) is logging.StreamHandler:
-            handler.stream = stream   # setStream would flush the old stream, maybe closed
+            handler.stream = stream  # setStream would flush the old stream, maybe closed
 
 
 @pytest.fixture(autouse=True)
@@ -150,8 +159,9 @@ def _mindspore_logs_to_this_tests_stderr():
     yield
 
 
-def main_in_process(module: str, args: Sequence[str], cwd: Path,
-                    env: Optional[Dict[str, str]] = None) -> InProcessResult:
+def main_in_process(
+    module: str, args: Sequence[str], cwd: Path, env: Optional[Dict[str, str]] = None
+) -> InProcessResult:
     """``python -m module args...`` as its ``main(args)`` called in this process, in ``cwd``
     with ``env`` added: for the refusals, which happen before any job starts (and import
     no MindSpore), so the process boundary adds nothing to what they show."""
@@ -160,8 +170,12 @@ def main_in_process(module: str, args: Sequence[str], cwd: Path,
     main = importlib.import_module(module).main
     Path(cwd).mkdir(parents=True, exist_ok=True)
     out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, chdir(cwd), \
-            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        chdir(cwd),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         for name, value in (env or {}).items():
             if value is None:
                 patch.delenv(name, raising=False)
@@ -194,7 +208,7 @@ class CliResult:
         """The rest of the first stdout line that starts with ``prefix``."""
         for line in self.stdout.splitlines():
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
+                return line[len(prefix) :].strip()
         raise AssertionError(f"no line starting {prefix!r} in:\n{self.stdout[-3000:]}")
 
     @property
@@ -206,12 +220,23 @@ class CliResult:
         return Path(self.field("outputs:"))
 
 
-def run_cli(module: str, args: Sequence[str], cwd: Path, env: Optional[Dict[str, str]] = None,
-            timeout: int = 300) -> CliResult:
+def run_cli(
+    module: str,
+    args: Sequence[str],
+    cwd: Path,
+    env: Optional[Dict[str, str]] = None,
+    timeout: int = 300,
+) -> CliResult:
     Path(cwd).mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    completed = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
-                               capture_output=True, text=True, timeout=timeout)
+    completed = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return CliResult(completed, cwd)
 
 
@@ -231,8 +256,9 @@ def train(cwd: Path, *overrides: str, env=None) -> CliResult:
     first use of a store is tested where it is the behaviour (run_cli, sweeps, the
     concurrency tests), not paid again by every job."""
     store = Path(cwd) / "mlflow.db"
-    if not store.exists() and not any(o.startswith(("tracking.uri=", "tracking.enabled="))
-                                      for o in overrides):
+    if not store.exists() and not any(
+        o.startswith(("tracking.uri=", "tracking.enabled=")) for o in overrides
+    ):
         store.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(migrated_store(), store)
     result = run_cli("ms_exp.run", [*FAST, *overrides], cwd, env)
@@ -287,12 +313,36 @@ def postgres_server():
             shutil.chown(path, "postgres")
     data, port = folder / "data", free_port()
     pg_ctl = [*as_server, str(binaries / "pg_ctl"), "-D", str(data)]
-    subprocess.run([*as_server, str(binaries / "initdb"), "-D", str(data), "-U", "ms_exp",
-                    "-A", "scram-sha-256", "--pwfile", str(folder / "password"), "--no-sync"],
-                   check=True, capture_output=True)
-    subprocess.run([*pg_ctl, "-o", f"-p {port} -k {folder} -c listen_addresses=127.0.0.1",
-                    "-l", str(folder / "server.log"), "-w", "start"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            *as_server,
+            str(binaries / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "ms_exp",
+            "-A",
+            "scram-sha-256",
+            "--pwfile",
+            str(folder / "password"),
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *pg_ctl,
+            "-o",
+            f"-p {port} -k {folder} -c listen_addresses=127.0.0.1",
+            "-l",
+            str(folder / "server.log"),
+            "-w",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql://ms_exp@127.0.0.1:{port}/postgres", password
     finally:
@@ -301,26 +351,44 @@ def postgres_server():
 
 
 @contextlib.contextmanager
-def mlflow_server(root: Path, *options: str, env: Optional[Dict[str, str]] = None,
-                  start_s: float = 120):
+def mlflow_server(
+    root: Path, *options: str, env: Optional[Dict[str, str]] = None, start_s: float = 120
+):
     """``mlflow server`` on a free loopback port with ``options`` (its stores), logging to
     ``root/mlflow_server.log``: yields its URL once ``/health`` answers, and stops its whole
     process group (it starts uvicorn or gunicorn workers) afterwards."""
     port = free_port()
     log_path = Path(root) / "mlflow_server.log"
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-               "--port", str(port), *options]
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *options,
+    ]
     full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
     with open(log_path, "wb") as log:
-        server = subprocess.Popen(command, cwd=root, env=full_env, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(
+            command,
+            cwd=root,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_s
         while True:
             if server.poll() is not None:
-                pytest.fail(f"mlflow server exited with {server.returncode}:\n"
-                            f"{log_path.read_text()[-3000:]}")
+                pytest.fail(
+                    f"mlflow server exited with {server.returncode}:\n"
+                    f"{log_path.read_text()[-3000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
                     if response.status == 200:
@@ -328,8 +396,9 @@ def mlflow_server(root: Path, *options: str, env: Optional[Dict[str, str]] = Non
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not answer in {start_s} s:\n"
-                            f"{log_path.read_text()[-3000:]}")
+                pytest.fail(
+                    f"mlflow server did not answer in {start_s} s:\n{log_path.read_text()[-3000:]}"
+                )
             time.sleep(0.25)
         yield url
     finally:
@@ -368,14 +437,32 @@ def built_wheel(tmp_path_factory) -> Path:
     for name in WHEEL_SOURCES:
         path = root / name
         if path.is_dir():
-            shutil.copytree(path, source / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                path,
+                source / name,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
         else:
             shutil.copy2(path, source / name)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(out), str(source)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     (wheel,) = out.glob("ms_exp-*.whl")
     return wheel
 
@@ -390,19 +477,28 @@ def installed_wheel(built_wheel, tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     # Installed before the .pth exists: pip must not see the test environment's ms_exp.
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    str(built_wheel)], check=True, capture_output=True, text=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; "
-                           "print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(built_wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(site) / "test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return python
 
 
-def run_installed(python: Path, args: Sequence[str], cwd: Path,
-                  timeout: int = 300) -> subprocess.CompletedProcess:
+def run_installed(
+    python: Path, args: Sequence[str], cwd: Path, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """``python args...`` in ``cwd`` with nothing of the checkout on the import path."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONUNBUFFERED"] = "1"
-    return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )

@@ -7,6 +7,7 @@ JPEG files (Pillow, which MindSpore itself depends on) in the ``train/<class>`` 
 ``ms_exp.data.criteo_convert`` takes) comes from ``ms_exp.data.criteo_sample``, re-exported
 here.
 """
+
 import struct
 from pathlib import Path
 from typing import Sequence, Tuple
@@ -40,16 +41,16 @@ def digit_patterns(side: int = MNIST_SIDE) -> np.ndarray:
     yy, xx = np.mgrid[0:side, 0:side].astype(np.float32)
     c = (side - 1) / 2.0
     patterns = np.zeros((10, side, side), np.float32)
-    patterns[0] = np.abs(np.hypot(yy - c, xx - c) - 9) < 2.0          # ring
-    patterns[1] = np.abs(xx - c) < 2.0                                  # centre vertical
-    patterns[2] = np.abs(yy - c) < 2.0                                  # centre horizontal
-    patterns[3] = np.abs(yy - xx) < 2.0                                 # main diagonal
-    patterns[4] = np.abs(yy + xx - (side - 1)) < 2.0                    # anti-diagonal
-    patterns[5] = np.abs(xx - 6) < 2.0                                  # left vertical
-    patterns[6] = np.abs(xx - (side - 7)) < 2.0                         # right vertical
-    patterns[7] = np.abs(yy - 6) < 2.0                                  # top horizontal
-    patterns[8] = np.abs(yy - (side - 7)) < 2.0                         # bottom horizontal
-    patterns[9] = (np.abs(yy - c) < 5) & (np.abs(xx - c) < 5)           # centre blob
+    patterns[0] = np.abs(np.hypot(yy - c, xx - c) - 9) < 2.0  # ring
+    patterns[1] = np.abs(xx - c) < 2.0  # centre vertical
+    patterns[2] = np.abs(yy - c) < 2.0  # centre horizontal
+    patterns[3] = np.abs(yy - xx) < 2.0  # main diagonal
+    patterns[4] = np.abs(yy + xx - (side - 1)) < 2.0  # anti-diagonal
+    patterns[5] = np.abs(xx - 6) < 2.0  # left vertical
+    patterns[6] = np.abs(xx - (side - 7)) < 2.0  # right vertical
+    patterns[7] = np.abs(yy - 6) < 2.0  # top horizontal
+    patterns[8] = np.abs(yy - (side - 7)) < 2.0  # bottom horizontal
+    patterns[9] = (np.abs(yy - c) < 5) & (np.abs(xx - c) < 5)  # centre blob
     return patterns
 
 
@@ -80,9 +81,14 @@ def write_mnist(root: Path, train: int = 96, test: int = 32, seed: int = 0) -> P
     return root
 
 
-def write_image_folder(root: Path, classes: Sequence[str] = ("cat", "dog", "fox"),
-                       per_class_train: int = 8, per_class_val: int = 4, size: int = 40,
-                       seed: int = 0) -> Path:
+def write_image_folder(
+    root: Path,
+    classes: Sequence[str] = ("cat", "dog", "fox"),
+    per_class_train: int = 8,
+    per_class_val: int = 4,
+    size: int = 40,
+    seed: int = 0,
+) -> Path:
     """Write ``<root>/{train,val}/<class>/*.JPEG`` RGB images of ``size`` x ``size``: each
     class a distinct base colour plus noise. Returns ``root``."""
     from PIL import Image

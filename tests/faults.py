@@ -7,6 +7,7 @@ land.
   removal of old checkpoints).
 - ``kill-after-mlflow-finished -``: SIGKILL once the job's MLflow run is ended FINISHED.
 """
+
 import os
 import signal
 import sys

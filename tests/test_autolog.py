@@ -1,6 +1,7 @@
 """``ms_exp.autolog()`` on plain MindSpore scripts: the example's run holds its params,
 curves, checkpoints and system metrics; a failing, interrupted, disabled or already
 tracked script ends (or leaves) its run as the guide says (docs/guides/autolog.md)."""
+
 import os
 import shutil
 import signal
@@ -73,8 +74,11 @@ def environment(tmp_path: Path) -> dict:
     if not (tmp_path / "mlflow.db").exists():
         shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     env = dict(os.environ)
-    env.update(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
-               MS_EXP_AUTOLOG_SYSTEM_METRICS_INTERVAL="0.5", PYTHONUNBUFFERED="1")
+    env.update(
+        MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        MS_EXP_AUTOLOG_SYSTEM_METRICS_INTERVAL="0.5",
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("MLFLOW_EXPERIMENT_NAME", None)
     env.pop("MLFLOW_EXPERIMENT_ID", None)
     return env
@@ -95,9 +99,14 @@ def sequence(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("sequence")
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO.format(example_dir=str(EXAMPLE.parent)))
-    done = subprocess.run([sys.executable, str(script), "sequence"], cwd=tmp_path,
-                          env=environment(tmp_path), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script), "sequence"],
+        cwd=tmp_path,
+        env=environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done, tmp_path
 
 
@@ -108,10 +117,13 @@ def printed(done: subprocess.CompletedProcess, word: str):
 
 
 def test_import_ms_exp_imports_neither_mindspore_nor_mlflow():
-    code = ("import sys, ms_exp; print(callable(ms_exp.autolog), "
-            "'mindspore' in sys.modules, 'mlflow' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    code = (
+        "import sys, ms_exp; print(callable(ms_exp.autolog), "
+        "'mindspore' in sys.modules, 'mlflow' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.stdout.split() == ["True", "False", "False"], done.stderr
 
 
@@ -137,9 +149,14 @@ def test_optimizer_params_name_the_rate_or_its_schedule():
 
 @pytest.mark.e2e
 def test_the_example_records_one_complete_run(tmp_path):
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "2"], cwd=tmp_path,
-                          env=environment(tmp_path), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--epochs", "2"],
+        cwd=tmp_path,
+        env=environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     client, found = runs(tmp_path)
     assert len(found) == 1
@@ -168,15 +185,20 @@ def test_the_example_records_one_complete_run(tmp_path):
     assert any(name.startswith("system/") for name in run.data.metrics)
     written = sorted(path.name for path in (tmp_path / "checkpoints").iterdir())
     assert any(name.endswith(".ckpt") for name in written)
-    logged = sorted(Path(a.path).name
-                    for a in client.list_artifacts(run.info.run_id, "checkpoints"))
+    logged = sorted(
+        Path(a.path).name for a in client.list_artifacts(run.info.run_id, "checkpoints")
+    )
     assert logged == written
     # It says where the run went and how to open it, as ms_exp.run does.
     experiment = run.info.experiment_id
-    assert f"ms_exp.autolog: MLflow run {run.info.run_id} (experiment {experiment}, FINISHED) " \
-           f"in sqlite:///{tmp_path / 'mlflow.db'}\n" in done.stdout
-    assert f"  then browse to http://127.0.0.1:5000/#/experiments/{experiment}/runs/" \
-           f"{run.info.run_id}?workflowType=machine_learning" in done.stdout
+    assert (
+        f"ms_exp.autolog: MLflow run {run.info.run_id} (experiment {experiment}, FINISHED) "
+        f"in sqlite:///{tmp_path / 'mlflow.db'}\n" in done.stdout
+    )
+    assert (
+        f"  then browse to http://127.0.0.1:5000/#/experiments/{experiment}/runs/"
+        f"{run.info.run_id}?workflowType=machine_learning" in done.stdout
+    )
 
 
 @pytest.mark.e2e
@@ -194,9 +216,14 @@ def test_an_error_in_training_ends_the_run_failed_and_propagates(sequence):
 def test_a_signal_during_training_ends_the_run_killed(tmp_path, signum):
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO.format(example_dir=str(EXAMPLE.parent)))
-    process = subprocess.Popen([sys.executable, str(script), "interrupted"], cwd=tmp_path,
-                               env=environment(tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(script), "interrupted"],
+        cwd=tmp_path,
+        env=environment(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         output = []

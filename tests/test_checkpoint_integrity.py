@@ -1,5 +1,6 @@
 """Checkpoints carry MindSpore's CRC and are checked when read; a damaged file is refused by
 name; the retention never removes the last good checkpoint."""
+
 import shutil
 
 import mindspore as ms
@@ -48,9 +49,16 @@ def _run_context(network, step):
 
 
 def _checkpoint_group(keep: int):
-    return OmegaConf.create({"save": True, "integrated_save": True, "prefix": "checkpoint",
-                             "save_checkpoint_steps": 1, "keep_checkpoint_max": keep,
-                             "keep_best": False})
+    return OmegaConf.create(
+        {
+            "save": True,
+            "integrated_save": True,
+            "prefix": "checkpoint",
+            "save_checkpoint_steps": 1,
+            "keep_checkpoint_max": keep,
+            "keep_best": False,
+        }
+    )
 
 
 def _failing_save(*args, **kwargs):
@@ -59,10 +67,18 @@ def _failing_save(*args, **kwargs):
 
 def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatch):
     network = nn.Dense(8, 8)
-    (ours,) = create_checkpoint_callbacks(_checkpoint_group(keep=1), network, tmp_path / "ours",
-                                          steps_per_epoch=100, parallel_mode="stand_alone")
-    theirs = ModelCheckpoint("checkpoint", str(tmp_path / "theirs"),
-                             CheckpointConfig(save_checkpoint_steps=1, keep_checkpoint_max=1))
+    (ours,) = create_checkpoint_callbacks(
+        _checkpoint_group(keep=1),
+        network,
+        tmp_path / "ours",
+        steps_per_epoch=100,
+        parallel_mode="stand_alone",
+    )
+    theirs = ModelCheckpoint(
+        "checkpoint",
+        str(tmp_path / "theirs"),
+        CheckpointConfig(save_checkpoint_steps=1, keep_checkpoint_max=1),
+    )
     ours.on_train_step_end(_run_context(network, 1))
     theirs.step_end(_run_context(network, 1))
     import mindspore.train.callback._checkpoint as mindspore_checkpoint
@@ -78,7 +94,7 @@ def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatc
     assert kept.name == "checkpoint-1_1.ckpt"
     assert int(load_verified(kept)["step_num"].asnumpy()) == 1
     monkeypatch.undo()
-    ours.on_train_step_end(_run_context(network, 3))    # the next good one replaces it
+    ours.on_train_step_end(_run_context(network, 3))  # the next good one replaces it
     assert [p.name for p in (tmp_path / "ours").glob("*.ckpt")] == ["checkpoint-1_3.ckpt"]
 
 
@@ -107,7 +123,8 @@ def test_evaluating_a_damaged_checkpoint_is_refused_in_one_line(workdir):
         f"ms_exp.eval: error: checkpoint {checkpoint} is damaged (truncated or corrupt: "
         "MindSpore's CRC check or parse failed: Failed to read the checkpoint file "
         f"{checkpoint}. May not have permission to read it, please check the correct of the "
-        "file.)")
+        "file.)"
+    )
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     experiments = [e.experiment_id for e in client.search_experiments()]
-    assert client.search_runs(experiments) == []    # no evaluation run was opened for it
+    assert client.search_runs(experiments) == []  # no evaluation run was opened for it

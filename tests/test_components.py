@@ -2,6 +2,7 @@
 callback and metric named in the config with its own arguments beside it, checked before
 anything runs, trained by both loops and recorded in MLflow; the built-in names go through
 the same path."""
+
 from pathlib import Path
 
 import numpy as np
@@ -77,10 +78,18 @@ def named_mlp(input_shape, num_classes, hidden_size, weight_init="normal", versi
                               nn.Dense(hidden_size, num_classes)])
 '''
 
-TINY = ("dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
-        "dataset.batch_size=32", "trainer.epochs=2")
-ADAMW = ("optimizer._target_=mindspore.nn.AdamWeightDecay", "+optimizer.beta1=0.8",
-         "optimizer.lr=0.001")
+TINY = (
+    "dataset=synthetic",
+    "dataset.num_samples=64",
+    "dataset.num_eval_samples=32",
+    "dataset.batch_size=32",
+    "trainer.epochs=2",
+)
+ADAMW = (
+    "optimizer._target_=mindspore.nn.AdamWeightDecay",
+    "+optimizer.beta1=0.8",
+    "optimizer.lr=0.001",
+)
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +101,11 @@ def components(tmp_path_factory):
 
 def callbacks(folder, tag: str) -> str:
     """Two callbacks of the user's, the second to be removed by the command line."""
-    return (f"+trainer.callbacks={{epochs:{{_target_:my_components.EpochFile,"
-            f"path:{folder}/{tag}.txt,tag:{tag}}},gone:{{_target_:my_components.EpochFile,"
-            f"path:{folder}/gone.txt}}}}")
+    return (
+        f"+trainer.callbacks={{epochs:{{_target_:my_components.EpochFile,"
+        f"path:{folder}/{tag}.txt,tag:{tag}}},gone:{{_target_:my_components.EpochFile,"
+        f"path:{folder}/gone.txt}}}}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +115,25 @@ def runs(components, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     env = {"PYTHONPATH": str(components)}
     common = (*TINY, *ADAMW, "+trainer.metrics.samples._target_=my_components.SampleCount")
-    model = train(root / "model", *common, "loss._target_=my_components.SparseFocal",
-                  "+loss.gamma=1.5", callbacks(root, "model"), "~trainer.callbacks.gone",
-                  env=env)
-    functional = train(root / "functional", *common, "trainer.loop=functional",
-                       "+loss.parts={focal:{_target_:my_components.SparseFocal,gamma:1.5,"
-                       "weight:0.5},ce:{name:cross_entropy}}",
-                       callbacks(root, "functional"), "trainer.callbacks.gone=null", env=env)
+    model = train(
+        root / "model",
+        *common,
+        "loss._target_=my_components.SparseFocal",
+        "+loss.gamma=1.5",
+        callbacks(root, "model"),
+        "~trainer.callbacks.gone",
+        env=env,
+    )
+    functional = train(
+        root / "functional",
+        *common,
+        "trainer.loop=functional",
+        "+loss.parts={focal:{_target_:my_components.SparseFocal,gamma:1.5,"
+        "weight:0.5},ce:{name:cross_entropy}}",
+        callbacks(root, "functional"),
+        "trainer.callbacks.gone=null",
+        env=env,
+    )
     return root, {"model": model, "functional": functional}
 
 
@@ -146,8 +169,10 @@ def test_targets_train_in_both_loops_and_are_recorded(runs):
     assert saved["loss"]["name"] is None and saved["optimizer"]["name"] is None
     parts = yaml.safe_load((functional.run_dir / "config.yaml").read_text())["loss"]["parts"]
     assert parts["focal"].get("name") is None and parts["ce"]["name"] == "cross_entropy"
-    assert model.store.get_run(model.run_id).data.params["loss._target_"] == \
-        "my_components.SparseFocal"
+    assert (
+        model.store.get_run(model.run_id).data.params["loss._target_"]
+        == "my_components.SparseFocal"
+    )
     assert model.store.get_run(model.run_id).data.params["loss.gamma"] == "1.5"
     # A part by _target_ beside a named one, each its own metric.
     assert functional.store.get_metric_history(functional.run_id, "train/focal")
@@ -159,60 +184,73 @@ BAD = {
         [*ADAMW, "+optimizer.nosuch=1"],
         "optimizer.nosuch=1: is not an argument of the target; expected a parameter of "
         "mindspore.nn.AdamWeightDecay: params, learning_rate, beta1, beta2, eps, "
-        "weight_decay"),
+        "weight_decay",
+    ),
     "target arguments without a target": (
         ["+optimizer.beta1=0.8"],
         "optimizer.beta1=0.8: unknown key; expected one of name, lr, momentum, weight_decay, "
         "schedule, warmup_epochs, min_lr, lr_init, decay_epochs, group_params, _target_ "
-        "(other keys only beside a _target_: its own arguments)"),
+        "(other keys only beside a _target_: its own arguments)",
+    ),
     "missing argument of a callback": (
         ["+trainer.callbacks.epochs._target_=my_components.EpochFile"],
         "trainer.callbacks.epochs.path='missing': not allowed; expected a value: "
-        "my_components.EpochFile requires 'path' (its parameters: path, tag)"),
+        "my_components.EpochFile requires 'path' (its parameters: path, tag)",
+    ),
     "callback target that is not a callback": (
         ["+trainer.callbacks.epochs._target_=my_components.NotACallback"],
         "trainer.callbacks.epochs._target_='my_components.NotACallback': is the class "
-        "NotACallback; expected a mindspore.train.Callback"),
+        "NotACallback; expected a mindspore.train.Callback",
+    ),
     "metric target that is not a metric": (
         ["+trainer.metrics.samples._target_=my_components.NotACallback"],
         "trainer.metrics.samples._target_='my_components.NotACallback': is the class "
-        "NotACallback; expected a mindspore.train.Metric"),
+        "NotACallback; expected a mindspore.train.Metric",
+    ),
     "optimizer target that is not an optimizer": (
         ["optimizer._target_=mindspore.nn.Dense"],
         "optimizer._target_='mindspore.nn.Dense': is not an optimizer; expected a subclass "
-        "of mindspore.nn.Optimizer"),
+        "of mindspore.nn.Optimizer",
+    ),
     "optimizer without the loss scale amp needs it to divide by": (
         [*ADAMW, "amp.loss_scale=fixed"],
         "optimizer._target_='mindspore.nn.AdamWeightDecay': takes no loss_scale; expected an "
         "optimizer taking loss_scale with amp.loss_scale=fixed and trainer.loop=model, or "
         "amp.drop_overflow_update=true, amp.loss_scale=dynamic or trainer.loop=functional "
-        "(the scaled step unscales the gradients itself)"),
+        "(the scaled step unscales the gradients itself)",
+    ),
     "loss part argument its target does not take": (
         ["+loss.parts.focal._target_=my_components.SparseFocal", "+loss.parts.focal.alpha=1"],
         "loss.parts.focal.alpha=1: is not an argument of the target; expected a parameter "
-        "of my_components.SparseFocal: gamma"),
+        "of my_components.SparseFocal: gamma",
+    ),
     # An error inside the user's own code names what the config passed it, then the error.
     "user network that fails on a value of its own key": (
         ["model._target_=my_components.named_mlp", "+model.version=abc"],
         "model._target_='my_components.named_mlp': failed to build with model.hidden_size=512, "
         "model.weight_init='normal', model.version='abc': TypeError: %d format: a real number "
         "is required, not str; expected values of these keys that my_components.named_mlp "
-        "accepts"),
+        "accepts",
+    ),
     "rank_zero_only of a callback that is not a bool": (
-        ["+trainer.callbacks.epochs._target_=my_components.EpochFile",
-         "+trainer.callbacks.epochs.path=epochs.txt",
-         "+trainer.callbacks.epochs.rank_zero_only=maybe"],
-        "trainer.callbacks.epochs.rank_zero_only='maybe': not allowed; expected true or "
-        "false"),
+        [
+            "+trainer.callbacks.epochs._target_=my_components.EpochFile",
+            "+trainer.callbacks.epochs.path=epochs.txt",
+            "+trainer.callbacks.epochs.rank_zero_only=maybe",
+        ],
+        "trainer.callbacks.epochs.rank_zero_only='maybe': not allowed; expected true or false",
+    ),
     "loss target that does not import": (
         ["loss._target_=my_components.NoSuchLoss"],
-        "loss._target_='my_components.NoSuchLoss': does not import"),
+        "loss._target_='my_components.NoSuchLoss': does not import",
+    ),
 }
 
 
 @pytest.mark.parametrize("argv,message", BAD.values(), ids=list(BAD))
 def test_a_bad_component_is_refused_in_one_line_before_anything_exists(
-        argv, message, components, tmp_path, monkeypatch, capsys):
+    argv, message, components, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(components))
     assert main(["trainer.progress_bar=never", *argv]) == 2
@@ -235,14 +273,16 @@ def test_built_in_names_are_target_configs_built_the_same_way():
     assert np.isclose(float(momentum.momentum.asnumpy()), 0.9)
     sgd = create_optimizer(compose_config(["optimizer.name=sgd"]).optimizer, network, 2, 1)
     assert type(sgd) is nn.SGD
-    smooth = create_loss(compose_config(["loss.name=cross_entropy_smooth",
-                                         "loss.label_smoothing=0.1"]).loss, 5)
+    smooth = create_loss(
+        compose_config(["loss.name=cross_entropy_smooth", "loss.label_smoothing=0.1"]).loss, 5
+    )
     assert type(smooth) is CrossEntropySmooth  # given num_classes: 0.1 / 4 off the label
     assert np.isclose(float(smooth.off_value.asnumpy()), 0.025)
 
 
-def test_user_callbacks_run_on_every_rank_but_those_rank_zero_only(components, tmp_path,
-                                                                   monkeypatch):
+def test_user_callbacks_run_on_every_rank_but_those_rank_zero_only(
+    components, tmp_path, monkeypatch
+):
     """What each rank of a distributed job builds of ``trainer.callbacks`` (rank 0 and
     rank 1 of 2): every callback but those ``rank_zero_only``, a key of ms_exp's that the
     target is not given (EpochFile takes only path and tag)."""
@@ -255,8 +295,12 @@ def test_user_callbacks_run_on_every_rank_but_those_rank_zero_only(components, t
         only = f",rank_zero_only:{rank_zero_only}" if rank_zero_only else ""
         return f"{tag}:{{_target_:my_components.EpochFile,path:{tmp_path}/{tag}.txt{only}}}"
 
-    cfg = compose_config([f"+trainer.callbacks={{{entry('every')},{entry('once', 'true')},"
-                          f"{entry('each', 'false')}}}"])
+    cfg = compose_config(
+        [
+            f"+trainer.callbacks={{{entry('every')},{entry('once', 'true')},"
+            f"{entry('each', 'false')}}}"
+        ]
+    )
     validate_callbacks(cfg.trainer)
     for rank, built in (0, ["every", "once", "each"]), (1, ["every", "each"]):
         callbacks = user_callbacks(cfg.trainer, rank)
@@ -281,13 +325,25 @@ def test_ranks_other_than_0_write_no_file_all_ranks_share(tmp_path):
     kinds = {}
     for rank in (0, 1):
         runtime = Runtime("CPU", "graph", 0, rank, 2, "data")
-        fit = create_callbacks(cfg, nn.Dense(4, 2), runtime, tmp_path,
-                               rank_dir(tmp_path, rank), DisabledTracker(), 4, 0, [],
-                               "accuracy", {})
+        fit = create_callbacks(
+            cfg,
+            nn.Dense(4, 2),
+            runtime,
+            tmp_path,
+            rank_dir(tmp_path, rank),
+            DisabledTracker(),
+            4,
+            0,
+            [],
+            "accuracy",
+            {},
+        )
         kinds[rank] = {type(callback) for callback in fit.callbacks}
         assert fit.best is not None and fit.best.keep == (rank == 0)
-        assert fit.saver is not None and \
-            Path(fit.saver._directory) == rank_dir(tmp_path, rank).resolve()
+        assert (
+            fit.saver is not None
+            and Path(fit.saver._directory) == rank_dir(tmp_path, rank).resolve()
+        )
     assert {WeightSnapshots, ProgressBar, BestCheckpoint, TimedModelCheckpoint} <= kinds[0]
     assert kinds[0] - kinds[1] == {WeightSnapshots, ProgressBar}
 
@@ -295,6 +351,7 @@ def test_ranks_other_than_0_write_no_file_all_ranks_share(tmp_path):
 def test_cfg_job_shows_no_built_in_name_beside_a_target(tmp_path):
     """``--cfg job`` prints the config the job uses: a user's loss or optimizer by
     ``_target_`` has ``name: null``; otherwise it is Hydra's own print, byte for byte."""
+
     def shown(*args):
         result = main_in_process("ms_exp.run", ["--cfg", "job", *args], tmp_path)
         assert result.rc == 0, result.stderr
@@ -310,15 +367,18 @@ def test_cfg_job_shows_no_built_in_name_beside_a_target(tmp_path):
     # Resolved as the job resolves it: a path in the run folder is in one (Hydra's own
     # print leaves the folder unset, "None/strategy.ckpt").
     resolved = yaml.safe_load(shown("--resolve"))
-    assert Path(resolved["checkpoint"]["strategy"]["save_file"]).parent.parent.parent.name \
-        == "outputs"
+    assert (
+        Path(resolved["checkpoint"]["strategy"]["save_file"]).parent.parent.parent.name == "outputs"
+    )
 
 
 def test_a_loss_or_optimizer_with_neither_name_nor_target_is_refused(tmp_path):
-    for key, allowed in (("loss", "a built-in loss (cross_entropy"),
-                         ("optimizer", "a built-in optimizer (sgd, momentum, adam)")):
+    for key, allowed in (
+        ("loss", "a built-in loss (cross_entropy"),
+        ("optimizer", "a built-in optimizer (sgd, momentum, adam)"),
+    ):
         result = main_in_process("ms_exp.run", [f"{key}.name=null"], tmp_path)
         assert result.rc == 2
-        assert result.stderr.startswith(f"ms_exp: error: {key}.name=null: not allowed; "
-                                        f"expected {allowed}")
-
+        assert result.stderr.startswith(
+            f"ms_exp: error: {key}.name=null: not allowed; expected {allowed}"
+        )

@@ -6,6 +6,7 @@ is written from: conf/config.yaml holds the defaults list and Hydra's settings, 
 YAML holds its schema in its defaults list and only the values that differ from the schema's.
 A key the schema lacks, or a value equal to its default, is a second place that can drift.
 """
+
 from pathlib import Path
 from typing import Iterator, Tuple
 
@@ -32,8 +33,9 @@ def restated(values: dict, schema: DictConfig, prefix: str = "") -> Iterator[Tup
         if isinstance(value, dict) and isinstance(default, DictConfig):
             yield from restated(value, default, key + ".")
             continue
-        plain = OmegaConf.to_container(default) if OmegaConf.is_config(default) else \
-            default._value()
+        plain = (
+            OmegaConf.to_container(default) if OmegaConf.is_config(default) else default._value()
+        )
         plain = getattr(plain, "value", plain)  # an enum's value
         if value == plain or str(value) == str(plain):
             yield key, f"repeats its schema's default {plain!r}"
@@ -63,8 +65,9 @@ def test_the_primary_config_holds_the_defaults_list_and_hydras_settings():
     values = yaml.safe_load((conf_dir() / "config.yaml").read_text())
     assert set(values) == {"defaults", "hydra"}
     assert values["defaults"][0] == "ms_exp_schema"
-    assert {next(iter(e)) for e in values["defaults"][1:] if isinstance(e, dict)} >= \
-        set(GROUP_SCHEMAS)
+    assert {next(iter(e)) for e in values["defaults"][1:] if isinstance(e, dict)} >= set(
+        GROUP_SCHEMAS
+    )
 
 
 def test_the_check_finds_a_repeated_default_and_a_key_the_schema_lacks():
@@ -72,7 +75,9 @@ def test_the_check_finds_a_repeated_default_and_a_key_the_schema_lacks():
     schema = OmegaConf.structured(GROUP_SCHEMAS["model"]["mlp"])
     assert list(restated({"hidden_size": 512, "hiden": 8, "weight_init": "zeros"}, schema)) == [
         ("hidden_size", "repeats its schema's default 512"),
-        ("hiden", "is not a key of its schema")]
+        ("hiden", "is not a key of its schema"),
+    ]
     root = OmegaConf.structured(Config)
     assert list(restated({"trainer": {"epochs": 10, "callbacks": {"x": {}}}}, root)) == [
-        ("trainer.epochs", "repeats its schema's default 10")]
+        ("trainer.epochs", "repeats its schema's default 10")
+    ]

@@ -1,6 +1,7 @@
 """docs/reference/config.md is what tools/config_reference.py writes from the schemas and
 conf/, and it tells a user what they look up: every key's type, default, choices and meaning,
 every option of every group."""
+
 import dataclasses
 import importlib.util
 import re
@@ -38,7 +39,7 @@ def rows(page: str, heading: str) -> Dict[str, List[str]]:
     lines = page.splitlines()
     assert heading in lines, f"no heading {heading!r}"
     found = {}
-    for line in lines[lines.index(heading) + 1:]:
+    for line in lines[lines.index(heading) + 1 :]:
         if line.startswith("#"):
             break
         if line.startswith("| `"):
@@ -49,8 +50,9 @@ def rows(page: str, heading: str) -> Dict[str, List[str]]:
 
 def test_the_committed_page_is_what_the_script_writes(page):
     committed = reference.PAGE.read_text() if reference.PAGE.is_file() else ""
-    assert committed == page, \
+    assert committed == page, (
         f"{reference.PAGE.relative_to(ROOT)} is stale: run {reference.COMMAND}"
+    )
 
 
 def test_every_key_has_a_meaning():
@@ -91,8 +93,7 @@ def test_every_option_of_every_group_has_a_table_of_its_keys(page):
 
 def test_sections_that_take_a_targets_arguments_say_so(page):
     for section in ("optimizer", "loss"):
-        assert f"with `{section}._target_` set, a key this table does not list is passed" \
-            in page
+        assert f"with `{section}._target_` set, a key this table does not list is passed" in page
     assert "loss.parts.<name>.weight" in rows(page, "#### `loss.parts.<name>`")
 
 
@@ -113,11 +114,14 @@ def test_check_names_the_command_when_the_page_is_stale(page, tmp_path, monkeypa
 
 
 def test_the_script_runs_from_the_checkout_without_mindspore():
-    code = ("import runpy, sys; sys.argv = ['tools/config_reference.py', '--check']\n"
-            "try:\n    runpy.run_path('tools/config_reference.py', run_name='__main__')\n"
-            "except SystemExit as end:\n    code = end.code\n"
-            "assert 'mindspore' not in sys.modules, 'imported MindSpore'\n"
-            "sys.exit(code)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    code = (
+        "import runpy, sys; sys.argv = ['tools/config_reference.py', '--check']\n"
+        "try:\n    runpy.run_path('tools/config_reference.py', run_name='__main__')\n"
+        "except SystemExit as end:\n    code = end.code\n"
+        "assert 'mindspore' not in sys.modules, 'imported MindSpore'\n"
+        "sys.exit(code)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]

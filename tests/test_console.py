@@ -3,6 +3,7 @@ the logs, the global batch explained, and the sliced checkpoints' merge command 
 
 The logic here; what the headline command's console shows is checked on its job in
 test_semi_auto.py (test_console_shows_rank_0_once_and_stays_short, ...)."""
+
 from ms_exp.job.console import LauncherFilter
 from ms_exp.job.launch_plan import launch_plan
 from ms_exp.preflight.compose import compose_config
@@ -10,7 +11,8 @@ from ms_exp.preflight.compose import compose_config
 CHATTER = (
     "[WARNING] DISTRIBUTED(14839,7f6e2e693b80,python):2026-11-23-13:04:27.764.788 "
     "[mindspore/ccsrc/cluster/topology/cluster_context.cc:139] BuildCluster] Topology build "
-    "timed out., retry(3/14400).\n")
+    "timed out., retry(3/14400).\n"
+)
 
 
 def test_msrun_copies_only_rank_0_to_the_console(tmp_path):
@@ -24,14 +26,17 @@ def test_filter_drops_cluster_chatter_keeps_errors_and_unknown_warnings():
     # The retries become one line, once.
     assert shown.shown(CHATTER).startswith("ranks are still joining the cluster")
     assert shown.shown(CHATTER) is None
-    for line in ("Start worker process with rank id:3, log file:x/worker_3.log. ...\n",
-                 "[WARNING] ME(1:2,MainProcess):t [mindspore/parallel/cluster/process_entity/"
-                 "_api.py:275] Distributed job is spawned. Waiting all processes to exit...\n",
-                 "[WARNING] DISTRIBUTED(1,2,python):t [x.cc:1] PostProcess] This node 3 rank "
-                 "id: 3\n",
-                 "[INFO] ME(1,2,python):t [x.cc:1] F] anything at INFO\n"):
+    for line in (
+        "Start worker process with rank id:3, log file:x/worker_3.log. ...\n",
+        "[WARNING] ME(1:2,MainProcess):t [mindspore/parallel/cluster/process_entity/"
+        "_api.py:275] Distributed job is spawned. Waiting all processes to exit...\n",
+        "[WARNING] DISTRIBUTED(1,2,python):t [x.cc:1] PostProcess] This node 3 rank id: 3\n",
+        "[INFO] ME(1,2,python):t [x.cc:1] F] anything at INFO\n",
+    ):
         assert shown.shown(line) is None, line
-    for line in ("[ERROR] ME(1,2,python):t [x.cc:1] F] Worker process 7 exit with exception\n",
-                 "[WARNING] ME(1,2,python):t [x.py:1] F] a warning no rule names\n",
-                 "epoch: 1 step: 5, loss is 2.28\n"):
+    for line in (
+        "[ERROR] ME(1,2,python):t [x.cc:1] F] Worker process 7 exit with exception\n",
+        "[WARNING] ME(1,2,python):t [x.py:1] F] a warning no rule names\n",
+        "epoch: 1 step: 5, loss is 2.28\n",
+    ):
         assert shown.shown(line) == line

@@ -5,6 +5,7 @@ zero: the job died with SIGFPE (exit 136), printing nothing, its MLflow run KILL
 ``run.json`` RUNNING. ``ms_exp.data.headers.damaged_image`` reads each file's header and
 last bytes; the image folder option checks every file of a split when it is built.
 """
+
 import io
 import json
 import os
@@ -19,8 +20,13 @@ from ms_exp.config.errors import ConfigError
 from ms_exp.data.headers import check_image_folder, damaged_image
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 
-TINY_RESNET18 = ["model=resnet", "model.depth=18", "model.width=0.125",
-                 "dataset.image_size=32", "dataset.batch_size=4"]
+TINY_RESNET18 = [
+    "model=resnet",
+    "model.depth=18",
+    "model.width=0.125",
+    "dataset.image_size=32",
+    "dataset.batch_size=4",
+]
 SIGFPE_EXIT = 128 + 8
 
 
@@ -47,8 +53,9 @@ def test_whole_images_pass(tmp_path):
     for fmt in ("JPEG", "PNG", "BMP"):
         assert problem_of(tmp_path, encoded(fmt)) is None, fmt
     folder = write_image_folder(tmp_path / "images")
-    assert check_image_folder("dataset.train_dir", "train", folder / "train",
-                              IMAGE_EXTENSIONS) == 24
+    assert (
+        check_image_folder("dataset.train_dir", "train", folder / "train", IMAGE_EXTENSIONS) == 24
+    )
 
 
 def test_a_jpeg_cut_off_in_its_header_is_named(tmp_path):
@@ -57,8 +64,9 @@ def test_a_jpeg_cut_off_in_its_header_is_named(tmp_path):
     # (after the frame header) and those it refuses.
     for size in (3, 10, 100, 200, first_scan(jpeg), first_scan(jpeg) + 4):
         problem = problem_of(tmp_path, jpeg[:size])
-        assert problem == (f"has a cut-off JPEG header ({size} bytes, it ends before its "
-                           "first scan)"), size
+        assert problem == (
+            f"has a cut-off JPEG header ({size} bytes, it ends before its first scan)"
+        ), size
 
 
 def jpeg_variants() -> dict:
@@ -77,14 +85,15 @@ def jpeg_variants() -> dict:
     thumbnail = io.BytesIO()
     image.resize((8, 8)).save(thumbnail, "JPEG")
     exif = b"Exif\x00\x00" + Image.Exif().tobytes() + thumbnail.getvalue()
-    variants["exif-thumbnail"] = (baseline[:2] + b"\xff\xe1" + (len(exif) + 2).to_bytes(2, "big")
-                                  + exif + baseline[2:])
+    variants["exif-thumbnail"] = (
+        baseline[:2] + b"\xff\xe1" + (len(exif) + 2).to_bytes(2, "big") + exif + baseline[2:]
+    )
     return variants
 
 
 def scan_data(jpeg: bytes) -> int:
     """Where the first scan's data starts (after its SOS segment)."""
-    return first_scan(jpeg) + 2 + int.from_bytes(jpeg[first_scan(jpeg) + 2:][:2], "big")
+    return first_scan(jpeg) + 2 + int.from_bytes(jpeg[first_scan(jpeg) + 2 :][:2], "big")
 
 
 def test_every_cut_before_the_scan_is_a_cut_off_header(tmp_path):
@@ -99,11 +108,15 @@ def test_every_cut_before_the_scan_is_a_cut_off_header(tmp_path):
             os.truncate(path, size)  # cut shorter and shorter (writing each costs 100x)
             problem = damaged_image(path)
             if size < scan_data(jpeg):
-                assert problem == (f"has a cut-off JPEG header ({size} bytes, it ends "
-                                   "before its first scan)"), (name, size, problem)
+                assert problem == (
+                    f"has a cut-off JPEG header ({size} bytes, it ends before its first scan)"
+                ), (name, size, problem)
             elif name != "exif-thumbnail":
-                assert problem == (f"is cut off ({size} bytes, no JPEG end-of-image "
-                                   "marker)"), (name, size, problem)
+                assert problem == (f"is cut off ({size} bytes, no JPEG end-of-image marker)"), (
+                    name,
+                    size,
+                    problem,
+                )
 
 
 def test_a_jpeg_frame_of_no_pixels_or_none_is_refused(tmp_path):
@@ -112,8 +125,8 @@ def test_a_jpeg_frame_of_no_pixels_or_none_is_refused(tmp_path):
     sof = jpeg.index(b"\xff\xc0")
     for height, width in ((0, 40), (40, 0), (0, 0)):
         frame = height.to_bytes(2, "big") + width.to_bytes(2, "big")
-        assert problem_of(tmp_path, jpeg[:sof + 5] + frame + jpeg[sof + 9:]) is not None
-    no_frame = jpeg[:sof] + jpeg[sof + 2 + int.from_bytes(jpeg[sof + 2:sof + 4], "big"):]
+        assert problem_of(tmp_path, jpeg[: sof + 5] + frame + jpeg[sof + 9 :]) is not None
+    no_frame = jpeg[:sof] + jpeg[sof + 2 + int.from_bytes(jpeg[sof + 2 : sof + 4], "big") :]
     assert problem_of(tmp_path, no_frame) is not None
 
 
@@ -122,12 +135,11 @@ def test_a_cut_off_or_unreadable_file_is_named(tmp_path):
     cases = {
         b"": "is empty (0 bytes)",
         b"not an image at all": "is not a JPEG, PNG or BMP image (19 bytes)",
-        jpeg[:first_scan(jpeg) + 100]: f"is cut off ({first_scan(jpeg) + 100} bytes, no "
-                                        "JPEG end-of-image marker)",
-        png[:len(png) // 2]: f"is cut off ({len(png) // 2} bytes, no PNG IEND chunk)",
+        jpeg[: first_scan(jpeg) + 100]: f"is cut off ({first_scan(jpeg) + 100} bytes, no "
+        "JPEG end-of-image marker)",
+        png[: len(png) // 2]: f"is cut off ({len(png) // 2} bytes, no PNG IEND chunk)",
         png[:-4]: f"is cut off ({len(png) - 4} bytes, no PNG IEND chunk)",
-        bmp[:len(bmp) - 10]: f"is cut off ({len(bmp) - 10} bytes; its header says "
-                             f"{len(bmp)})",
+        bmp[: len(bmp) - 10]: f"is cut off ({len(bmp) - 10} bytes; its header says {len(bmp)})",
     }
     for content, expected in cases.items():
         assert problem_of(tmp_path, content) == expected
@@ -144,7 +156,8 @@ def test_a_folder_names_its_first_damaged_file_and_counts_the_rest(tmp_path):
     assert str(refused.value) == (
         f"dataset.train_dir='train': {cat} has a cut-off JPEG header (200 bytes, it ends "
         f"before its first scan); 1 more damaged file in {folder / 'train'}; expected class "
-        "folders of whole JPEG, PNG or BMP images; remove or replace the file")
+        "folders of whole JPEG, PNG or BMP images; remove or replace the file"
+    )
 
 
 def test_a_truncated_jpeg_stops_the_job_before_training_naming_the_file(tmp_path):
@@ -157,19 +170,30 @@ def test_a_truncated_jpeg_stops_the_job_before_training_naming_the_file(tmp_path
     work.mkdir()
     # Refused before any work starts: ms_exp.run's main in this process.
     proc = main_in_process(
-        "ms_exp.run", [f"hydra.run.dir={work / 'run'}", "trainer.progress_bar=never",
-                       "trainer.epochs=1", "dataset=imagenet", f"dataset.path={data}",
-                       *TINY_RESNET18], work)
-    assert proc.rc == 2, proc.rc       # was SIGFPE_EXIT
-    expected = (f"dataset.train_dir='train': {bad} has a cut-off JPEG header (200 bytes, it "
-                "ends before its first scan); expected class folders of whole JPEG, PNG or "
-                "BMP images; remove or replace the file")
+        "ms_exp.run",
+        [
+            f"hydra.run.dir={work / 'run'}",
+            "trainer.progress_bar=never",
+            "trainer.epochs=1",
+            "dataset=imagenet",
+            f"dataset.path={data}",
+            *TINY_RESNET18,
+        ],
+        work,
+    )
+    assert proc.rc == 2, proc.rc  # was SIGFPE_EXIT
+    expected = (
+        f"dataset.train_dir='train': {bad} has a cut-off JPEG header (200 bytes, it "
+        "ends before its first scan); expected class folders of whole JPEG, PNG or "
+        "BMP images; remove or replace the file"
+    )
     # Refused by the preflight in one line: no run directory, no MLflow store.
     assert proc.stderr.strip() == f"ms_exp: error: {expected}", proc.stderr[-3000:]
     assert not (work / "run").exists() and not (work / "mlflow.db").exists()
 
 
 # --- Ranks trust the launching process's check of the same files ------------------------
+
 
 @pytest.fixture
 def fresh_process(monkeypatch):
@@ -193,8 +217,7 @@ def fresh_process(monkeypatch):
     return start
 
 
-def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path,
-                                                                      fresh_process):
+def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path, fresh_process):
     from ms_exp.data.headers import (
         CHECKED_IMAGES,
         image_files,
@@ -210,8 +233,7 @@ def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path,
     def rank():
         read = fresh_process()
         trust_image_checks(run_dir)
-        return check_image_folder("dataset.train_dir", "train", train, IMAGE_EXTENSIONS), \
-            len(read)
+        return check_image_folder("dataset.train_dir", "train", train, IMAGE_EXTENSIONS), len(read)
 
     assert rank() == (24, 24)  # no record: every image read, as before
     read = fresh_process()  # the launching process: the preflight's check, then the record
@@ -220,7 +242,8 @@ def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path,
     record_image_checks(run_dir)
     digest = listing_digest(list(image_files(train, IMAGE_EXTENSIONS)))
     assert json.loads((run_dir / CHECKED_IMAGES).read_text()) == {
-        str(train.resolve()): {"images": 24, "sha256": digest}}
+        str(train.resolve()): {"images": 24, "sha256": digest}
+    }
     assert rank() == (0, 0)  # the same files: none read again
     cat = train / "cat" / "cat_train_0003.JPEG"
     whole, checked = cat.read_bytes(), cat.stat()
@@ -238,8 +261,7 @@ def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path,
     assert rank() == (25, 25)
 
 
-def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_process,
-                                                               monkeypatch):
+def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_process, monkeypatch):
     """The launching process of a distributed job records what it checked before it starts
     the ranks; what each rank runs before MindSpore (ms_exp.worker's checks of the saved
     config) then reads no image, and refuses one changed since in one line."""
@@ -255,8 +277,10 @@ def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_pr
     data = write_image_folder(tmp_path / "images")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    cfg = compose_config(["dataset=imagenet", f"dataset.path={data}", "parallel=data",
-                          *TINY_RESNET18], return_hydra_config=True)
+    cfg = compose_config(
+        ["dataset=imagenet", f"dataset.path={data}", "parallel=data", *TINY_RESNET18],
+        return_hydra_config=True,
+    )
     with hydra_config_of(cfg, str(run_dir)):
         job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         OmegaConf.save(job, run_dir / "config.yaml", resolve=True)
@@ -271,8 +295,9 @@ def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_pr
 
     monkeypatch.setattr(distributed, "launch", ranks)
     with pytest.raises(RuntimeError, match="^a rank read 0 images$"):
-        distributed.train_with_ranks(load_run_config(run_dir / "config.yaml"), run_dir,
-                                     DisabledTracker(), "")
+        distributed.train_with_ranks(
+            load_run_config(run_dir / "config.yaml"), run_dir, DisabledTracker(), ""
+        )
     dog = data / "val" / "dog" / "dog_val_0001.JPEG"
     dog.write_bytes(b"")
     fresh_process()
@@ -281,6 +306,7 @@ def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_pr
 
 
 # --- MNIST: the idx checks run again when the dataset is built ----------------------------
+
 
 def test_a_truncated_mnist_file_is_named_when_the_dataset_is_built(tmp_path):
     """A rank or an evaluation builds the dataset without the config checks; MindSpore's
@@ -297,10 +323,12 @@ def test_a_truncated_mnist_file_is_named_when_the_dataset_is_built(tmp_path):
     assert str(refused.value) == (
         f"dataset.path='{root}': not allowed; expected MNIST idx files as MnistDataset reads "
         "them (train-images-idx3-ubyte is 70280 bytes; its header says 75280 (truncated or "
-        "not an idx file))")
+        "not an idx file))"
+    )
 
 
 # --- Criteo: record files checked against the sizes and CRC32s the converter recorded -----
+
 
 @pytest.fixture(scope="module")
 def criteo_folder(tmp_path_factory) -> Path:
@@ -310,8 +338,9 @@ def criteo_folder(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("criteo")
     write_criteo_text(root / "raw.txt", 400)
-    assert convert([str(root / "raw.txt"), str(root / "converted"),
-                    "--samples-per-record", "10"]) == 0
+    assert (
+        convert([str(root / "raw.txt"), str(root / "converted"), "--samples-per-record", "10"]) == 0
+    )
     return root / "converted"
 
 
@@ -349,39 +378,54 @@ def test_the_converter_records_each_record_file(criteo_folder):
 
 
 @pytest.mark.parametrize("how", ["truncated", "overwritten"])
-def test_a_damaged_record_file_is_named_when_the_dataset_is_built(criteo_folder, tmp_path,
-                                                                  how):
+def test_a_damaged_record_file_is_named_when_the_dataset_is_built(criteo_folder, tmp_path, how):
     from ms_exp.data.criteo import criteo
     from ms_exp.data.criteo_format import read_meta
 
     folder = damaged_copy(criteo_folder, tmp_path / how, how)
     records = folder / "train.mindrecord"
     written = read_meta(folder)["files"]["train.mindrecord"]["bytes"]
-    problem = (f"is {records.stat().st_size} bytes; the converter wrote {written} (truncated "
-               "or changed since)" if how == "truncated" else
-               "has changed since it was converted (its CRC32 differs from the one in "
-               "criteo_meta.json: corrupt)")
+    problem = (
+        f"is {records.stat().st_size} bytes; the converter wrote {written} (truncated "
+        "or changed since)"
+        if how == "truncated"
+        else "has changed since it was converted (its CRC32 differs from the one in "
+        "criteo_meta.json: corrupt)"
+    )
     with pytest.raises(ConfigError) as refused:
         criteo("train", str(folder), batch_size=10)
     assert str(refused.value) == (
         f"dataset.path='{folder}': {records} {problem}; expected a folder written by the "
         "Criteo converter, unchanged since; convert again with `python -m "
-        "ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`")
+        "ms_exp.data.criteo_convert RAW OUT_DIR --overwrite`"
+    )
     criteo("eval", str(folder), batch_size=10)  # the untouched split still builds
 
 
 def test_overwritten_criteo_records_stop_the_job_before_training_naming_the_file(
-        criteo_folder, tmp_path):
+    criteo_folder, tmp_path
+):
     """Before: SIGSEGV (exit 139) once training read the page, nothing printed."""
     folder = damaged_copy(criteo_folder, tmp_path / "overwritten", "overwritten")
     work = tmp_path / "work"
     work.mkdir()
     proc = main_in_process(
-        "ms_exp.run", [f"hydra.run.dir={work / 'run'}", "trainer.progress_bar=never",
-                       "trainer.epochs=1", "model=wide_deep", "dataset=criteo",
-                       f"dataset.path={folder}", "dataset.batch_size=10"], work)
-    assert proc.rc == 2, proc.rc       # was 139 (SIGSEGV)
+        "ms_exp.run",
+        [
+            f"hydra.run.dir={work / 'run'}",
+            "trainer.progress_bar=never",
+            "trainer.epochs=1",
+            "model=wide_deep",
+            "dataset=criteo",
+            f"dataset.path={folder}",
+            "dataset.batch_size=10",
+        ],
+        work,
+    )
+    assert proc.rc == 2, proc.rc  # was 139 (SIGSEGV)
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("ms_exp: error: dataset.path=") and \
-        f"{folder / 'train.mindrecord'} has changed since it was converted" in line, line
+    assert (
+        line.startswith("ms_exp: error: dataset.path=")
+        and f"{folder / 'train.mindrecord'} has changed since it was converted" in line
+    ), line
     assert not (work / "run").exists()

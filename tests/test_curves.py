@@ -1,6 +1,7 @@
 """The training curves in MLflow: train/lr (the rate each step used, every schedule, both
 loops), train/grad_norm (the unscaled gradients' global norm) and the loss-scale curves
 (train/loss_scale, train/overflow, train/overflow_steps)."""
+
 import math
 
 import numpy as np
@@ -12,8 +13,7 @@ STEPS = 44  # the default digits job's steps per epoch
 
 
 def history(result, key):
-    return {m.step: m.value
-            for m in result.store.get_metric_history(result.run_id, key)}
+    return {m.step: m.value for m in result.store.get_metric_history(result.run_id, key)}
 
 
 def zoo_rates(schedule, lr, warmup, total, lr_init=0.0, lr_end=0.0):
@@ -21,8 +21,9 @@ def zoo_rates(schedule, lr, warmup, total, lr_init=0.0, lr_end=0.0):
     rates = []
     for i in range(total):
         if i < warmup:
-            rates.append(lr_init + (lr - lr_init) * ((i if schedule == "linear" else i + 1)
-                                                     / warmup))
+            rates.append(
+                lr_init + (lr - lr_init) * ((i if schedule == "linear" else i + 1) / warmup)
+            )
         elif schedule == "linear":
             rates.append(lr - (lr - lr_end) * (i - warmup) / (total - warmup))
         elif schedule == "cosine":
@@ -45,7 +46,8 @@ def test_learning_rates_for_a_schedule_cell_and_groups():
     rates = LearningRates(nn.Momentum(network.trainable_params(), cell, 0.9))
     for step in (1, 2, 7):
         assert rates.at(step) == pytest.approx(
-            float(cell(ms.Tensor(step - 1, ms.int32)).asnumpy()), rel=1e-6)
+            float(cell(ms.Tensor(step - 1, ms.int32)).asnumpy()), rel=1e-6
+        )
     table = nn.cosine_decay_lr(0.0, 0.1, 20, 5, 4)
     rates = LearningRates(nn.Momentum(network.trainable_params(), table, 0.9))
     assert [rates.at(s) for s in range(1, 21)] == pytest.approx(table, rel=1e-6)
@@ -89,8 +91,10 @@ def test_model_loss_scale_outputs_are_read_as_overflow_and_scale():
 
     outputs = (ms.Tensor(1.0), ms.Tensor(True), ms.Tensor(512.0))
     params = {"train_network": Cell(), "net_outputs": outputs}
-    assert loss_scale_state(type("P", (dict,), {"__getattr__": dict.get})(params)) == \
-        (outputs[1], outputs[2])
+    assert loss_scale_state(type("P", (dict,), {"__getattr__": dict.get})(params)) == (
+        outputs[1],
+        outputs[2],
+    )
     params = {"train_network": object(), "net_outputs": outputs}
     assert loss_scale_state(type("P", (dict,), {"__getattr__": dict.get})(params)) is None
 
@@ -100,20 +104,24 @@ LR_CASES = [("model", "constant"), ("model", "linear"), ("functional", "cosine")
 
 def lr_job(loop, schedule):
     warmup = 0 if schedule == "constant" else 1
-    decay = 2 if schedule == "constant" else 3   # a decaying schedule stops partway
+    decay = 2 if schedule == "constant" else 3  # a decaying schedule stops partway
     optimizer = f"schedule: {schedule}, warmup_epochs: {warmup}"
     if decay != 2:
         optimizer += f", decay_epochs: {decay}"
-    return (f"trainer: {{epochs: 2, loop: {loop}}}\noptimizer: {{{optimizer}}}\n"
-            "tracking: {log_every_n_steps: 3, log_grad_norm: true}\n")
+    return (
+        f"trainer: {{epochs: 2, loop: {loop}}}\noptimizer: {{{optimizer}}}\n"
+        "tracking: {log_every_n_steps: 3, log_grad_norm: true}\n"
+    )
 
 
 JOBS = {
     **{f"{loop}_{schedule}": lr_job(loop, schedule) for loop, schedule in LR_CASES},
     # float16 gradients of a loss scaled by 2**30 overflow until the scale has dropped.
-    "overflow": ("trainer: {epochs: 1, loop: functional}\n"
-                 f"amp: {{level: O3, loss_scale: dynamic, loss_scale_value: {2**30}}}\n"
-                 "tracking: {log_grad_norm: true}\n"),
+    "overflow": (
+        "trainer: {epochs: 1, loop: functional}\n"
+        f"amp: {{level: O3, loss_scale: dynamic, loss_scale_value: {2**30}}}\n"
+        "tracking: {log_grad_norm: true}\n"
+    ),
 }
 
 
@@ -130,7 +138,7 @@ def test_train_lr_is_the_rate_each_step_used(sweep, loop, schedule):
     params = result.run.data.params
     assert (params["trainer.loop"], params["optimizer.schedule"]) == (loop, schedule)
     warmup = 0 if schedule == "constant" else 1
-    decay = 2 if schedule == "constant" else 3   # a decaying schedule stops partway
+    decay = 2 if schedule == "constant" else 3  # a decaying schedule stops partway
     expected = zoo_rates(schedule, 0.05, warmup * STEPS, decay * STEPS)
     lr = history(result, "train/lr")
     assert sorted(lr) == list(range(3, 2 * STEPS + 1, 3))
@@ -151,7 +159,7 @@ def test_overflows_halve_the_logged_scale_and_are_counted(sweep):
     count = history(result, "train/overflow_steps")
     norms = history(result, "train/grad_norm")
     assert sorted(scale) == sorted(overflow) == sorted(count) == list(range(1, STEPS + 1))
-    assert scale[1] == 2**30 and overflow[1] == 1          # the first step's own scale
+    assert scale[1] == 2**30 and overflow[1] == 1  # the first step's own scale
     assert 0 < count[STEPS] < STEPS
     for step in range(1, STEPS):
         halved = scale[step + 1] == scale[step] / 2

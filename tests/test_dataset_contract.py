@@ -1,5 +1,6 @@
 """The ``dataset`` contract for a user's target (ms_exp/data/build.py): numpy arrays or a
 MindSpore dataset of unbatched samples, batched, shuffled and sharded by ms_exp."""
+
 import sys
 import textwrap
 
@@ -10,7 +11,7 @@ from omegaconf import OmegaConf
 from ms_exp.config.errors import ConfigError
 from ms_exp.data import Shard, create_datasets
 
-SOURCES = '''
+SOURCES = """
 import mindspore.dataset as ds
 import numpy as np
 
@@ -37,7 +38,7 @@ def streamed(split):
 def arrays(split, count=40):
     x = np.arange(count * 2, dtype=np.float64).reshape(count, 2)
     return x, np.arange(count) % 3
-'''
+"""
 
 
 @pytest.fixture
@@ -53,8 +54,11 @@ def option(target: str, **keys):
 
 
 def firsts(dataset) -> list:
-    return [int(row[0]) for batch in dataset.create_tuple_iterator(output_numpy=True)
-            for row in batch[0]]
+    return [
+        int(row[0])
+        for batch in dataset.create_tuple_iterator(output_numpy=True)
+        for row in batch[0]
+    ]
 
 
 def test_arrays_are_batched_cast_and_sized(user_module):
@@ -79,4 +83,5 @@ def test_a_stream_cannot_be_sharded_and_says_so(user_module):
     with pytest.raises(ConfigError) as refused:
         create_datasets(option(f"{user_module}.streamed"), Shard(2, 0))
     assert str(refused.value).startswith(
-        f"dataset._target_='{user_module}.streamed': returned a dataset ms_exp cannot shard")
+        f"dataset._target_='{user_module}.streamed': returned a dataset ms_exp cannot shard"
+    )

@@ -6,6 +6,7 @@ The jobs that train run in one sweep (one process, one job per experiment file) 
 working directory of their own, so the MLflow store (mlflow.db, mlartifacts/) lands there
 too; the refusals, which come before any work starts, run in this process.
 """
+
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
@@ -20,9 +21,13 @@ FINAL_ACCURACY = re.compile(r"final evaluation: .*?eval/accuracy ([0-9.]+)")
 FAST = ["trainer.progress_bar=never"]
 
 
-def run_cli(cwd: Path, *overrides: str, data_path: Union[str, Path, None] = None,
-            epochs: Optional[int] = 1, env: Optional[Dict[str, Optional[str]]] = None
-            ) -> Tuple[int, str, str]:
+def run_cli(
+    cwd: Path,
+    *overrides: str,
+    data_path: Union[str, Path, None] = None,
+    epochs: Optional[int] = 1,
+    env: Optional[Dict[str, Optional[str]]] = None,
+) -> Tuple[int, str, str]:
     """``python -m ms_exp.run`` in ``cwd`` with its run dir at ``cwd/run``; DATA_PATH is set
     to ``data_path`` or removed; ``env`` adds variables. In this process: what is run here
     is refused before any work starts. Returns (exit status, stdout, stderr)."""
@@ -86,10 +91,16 @@ def data(tmp_path_factory) -> Dict[str, Path]:
     }
 
 
-TINY_RESNET18 = ["model=resnet", "model.depth=18", "model.width=0.125",
-                 "dataset.image_size=32", "dataset.batch_size=4"]
-TINY_RESNET18_YAML = ("model: {depth: 18, width: 0.125}\n"
-                      "dataset: {image_size: 32, batch_size: 4, path: %s}\n")
+TINY_RESNET18 = [
+    "model=resnet",
+    "model.depth=18",
+    "model.width=0.125",
+    "dataset.image_size=32",
+    "dataset.batch_size=4",
+]
+TINY_RESNET18_YAML = (
+    "model: {depth: 18, width: 0.125}\ndataset: {image_size: 32, batch_size: 4, path: %s}\n"
+)
 
 
 def experiment(dataset: str, model: Optional[str] = None, body: str = "") -> str:
@@ -112,29 +123,44 @@ def jobs(tmp_path_factory, data) -> Dict[str, Job]:
     (home / "mnist_1300").symlink_to(data["mnist_1300"], target_is_directory=True)
     experiments = {
         # 96 samples are 3 steps of 32: print the loss every step to see the tutorial's line.
-        "mnist": experiment("mnist", body=f"dataset: {{path: {data['mnist']}}}\n"
-                                           "trainer: {loss_print_interval: 1, "
-                                           "mode: pynative}\n"),
+        "mnist": experiment(
+            "mnist",
+            body=f"dataset: {{path: {data['mnist']}}}\n"
+            "trainer: {loss_print_interval: 1, "
+            "mode: pynative}\n",
+        ),
         "imagenet": experiment("imagenet", "resnet", TINY_RESNET18_YAML % data["images"]),
-        "imagenet_pynative": experiment("imagenet", "resnet",
-                                        TINY_RESNET18_YAML % data["images"] +
-                                        "trainer: {mode: pynative}\n"),
+        "imagenet_pynative": experiment(
+            "imagenet",
+            "resnet",
+            TINY_RESNET18_YAML % data["images"] + "trainer: {mode: pynative}\n",
+        ),
         "synthetic_resnet50": experiment(
-            "synthetic", "resnet",
+            "synthetic",
+            "resnet",
             "dataset: {image_shape: [3, 32, 32], num_classes: 4, num_samples: 128, "
-            "num_eval_samples: 32}\nmodel: {depth: 50, width: 0.125}\n"),
+            "num_eval_samples: 32}\nmodel: {depth: 50, width: 0.125}\n",
+        ),
         "synthetic_mlp": experiment("synthetic", "mlp"),
-        "synthetic_pynative": experiment("synthetic", body="dataset: {num_samples: 128, "
-                                                            "num_eval_samples: 32}\n"
-                                                            "trainer: {mode: pynative}\n"),
+        "synthetic_pynative": experiment(
+            "synthetic",
+            body="dataset: {num_samples: 128, num_eval_samples: 32}\ntrainer: {mode: pynative}\n",
+        ),
     }
-    sweep = experiment_sweep(root, experiments, *FAST, "tracking.log_models=false",
-                             "trainer.epochs=1", presets=["model_saving"],
-                             env={"DATA_PATH": "~/mnist_1300", "HOME": str(home)})
+    sweep = experiment_sweep(
+        root,
+        experiments,
+        *FAST,
+        "tracking.log_models=false",
+        "trainer.epochs=1",
+        presets=["model_saving"],
+        env={"DATA_PATH": "~/mnist_1300", "HOME": str(home)},
+    )
     return sweep.jobs
 
 
 # --- mnist ------------------------------------------------------------------------------
+
 
 @pytest.mark.e2e
 def test_mnist_from_dataset_path_trains_and_checkpoints(jobs):
@@ -149,8 +175,9 @@ def test_mnist_from_dataset_path_trains_and_checkpoints(jobs):
     # The MLflow store and its artifacts are in the working directory.
     workdir = job.run_dir.parents[3]
     assert (workdir / "mlflow.db").is_file()
-    assert job.run.info.artifact_uri.startswith(f"file://{workdir}/mlartifacts/"), \
+    assert job.run.info.artifact_uri.startswith(f"file://{workdir}/mlartifacts/"), (
         job.run.info.artifact_uri
+    )
 
 
 @pytest.mark.e2e
@@ -163,12 +190,12 @@ def test_mnist_data_path_with_tilde_is_expanded(jobs, data):
 
 
 def test_mnist_folder_missing_an_idx_file_is_refused(tmp_path, data):
-    line = assert_refused(run_cli(tmp_path, "dataset=mnist",
-                                  f"dataset.path={data['mnist_missing']}"), tmp_path)
+    line = assert_refused(
+        run_cli(tmp_path, "dataset=mnist", f"dataset.path={data['mnist_missing']}"), tmp_path
+    )
     assert line.startswith("ms_exp: error: dataset.path="), line
     assert "t10k-labels-idx1-ubyte" in line
-    for present in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                    "t10k-images-idx3-ubyte"):
+    for present in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte"):
         assert present not in line
 
 
@@ -178,12 +205,13 @@ def test_mnist_file_with_no_samples_says_so(tmp_path, split):
     (which the training split's 0 samples used to be blamed on)."""
     counts = {"train": 0, "test": 10} if split == "train" else {"train": 96, "test": 0}
     root = write_mnist(tmp_path / "mnist_empty", **counts)
-    line = assert_refused(run_cli(tmp_path, "dataset=mnist", f"dataset.path={root}"),
-                          tmp_path)
+    line = assert_refused(run_cli(tmp_path, "dataset=mnist", f"dataset.path={root}"), tmp_path)
     images = "train-images-idx3-ubyte" if split == "train" else "t10k-images-idx3-ubyte"
-    assert line == (f"ms_exp: error: dataset.path='{root}': not allowed; expected MNIST idx "
-                    f"files as MnistDataset reads them ({images} holds no samples: its "
-                    "header says 0 images)")
+    assert line == (
+        f"ms_exp: error: dataset.path='{root}': not allowed; expected MNIST idx "
+        f"files as MnistDataset reads them ({images} holds no samples: its "
+        "header says 0 images)"
+    )
 
 
 def test_mnist_without_path_or_data_path_is_refused(tmp_path):
@@ -193,6 +221,7 @@ def test_mnist_without_path_or_data_path_is_refused(tmp_path):
 
 
 # --- imagenet ---------------------------------------------------------------------------
+
 
 @pytest.mark.e2e
 def test_imagenet_folder_trains_with_one_class_per_folder(jobs):
@@ -205,25 +234,40 @@ def test_imagenet_folder_trains_with_one_class_per_folder(jobs):
 
 
 def test_imagenet_without_val_folder_is_refused(tmp_path, data):
-    line = assert_refused(run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18,
-                                  data_path=data["images_no_val"]), tmp_path)
+    line = assert_refused(
+        run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18, data_path=data["images_no_val"]),
+        tmp_path,
+    )
     assert "dataset.eval_dir" in line
 
 
 def test_imagenet_with_empty_class_folders_is_refused(tmp_path, data):
-    line = assert_refused(run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18,
-                                  data_path=data["images_empty_val"]), tmp_path)
+    line = assert_refused(
+        run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18, data_path=data["images_empty_val"]),
+        tmp_path,
+    )
     assert "dataset.eval_dir='val': not allowed; expected class folders holding images" in line
 
 
 def test_imagenet_num_classes_below_the_class_folders_is_refused(tmp_path, data):
-    line = assert_refused(run_cli(tmp_path, "dataset=imagenet", *TINY_RESNET18,
-                                  "dataset.num_classes=2", data_path=data["images"]), tmp_path)
-    assert line.endswith("dataset.num_classes=2: not allowed; expected null or at least the 3 "
-                         "class folders under train")
+    line = assert_refused(
+        run_cli(
+            tmp_path,
+            "dataset=imagenet",
+            *TINY_RESNET18,
+            "dataset.num_classes=2",
+            data_path=data["images"],
+        ),
+        tmp_path,
+    )
+    assert line.endswith(
+        "dataset.num_classes=2: not allowed; expected null or at least the 3 "
+        "class folders under train"
+    )
 
 
 # --- synthetic --------------------------------------------------------------------------
+
 
 @pytest.mark.e2e
 def test_synthetic_any_shape_trains_resnet50(jobs):
@@ -240,6 +284,7 @@ def test_synthetic_is_learnable_by_the_mlp(jobs):
 
 # --- the model-saving tutorial preset ---------------------------------------------------
 
+
 @pytest.mark.e2e
 def test_model_saving_experiment_on_mnist(jobs):
     job = jobs["model_saving"]
@@ -249,15 +294,20 @@ def test_model_saving_experiment_on_mnist(jobs):
     assert "41 steps per epoch" in out
     assert [int(step) for _, step in LOSS_LINE.findall(out)] == [20, 40]
     assert checkpoints(job) == ["best.ckpt", "checkpoint-1_41.ckpt"]
-    assert ("checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
-            "so its slice is the full set of weights") in out
+    assert (
+        "checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
+        "so its slice is the full set of weights"
+    ) in out
 
 
 # --- pynative mode ----------------------------------------------------------------------
 
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("dataset,name", [("mnist", "mnist"), ("imagenet", "imagenet_pynative"),
-                                          ("synthetic", "synthetic_pynative")])
+@pytest.mark.parametrize(
+    "dataset,name",
+    [("mnist", "mnist"), ("imagenet", "imagenet_pynative"), ("synthetic", "synthetic_pynative")],
+)
 def test_pynative_mode(jobs, dataset, name):
     """digits: tests/test_training.py::test_both_context_modes_train[pynative]."""
     job = jobs[name]

@@ -1,4 +1,5 @@
 """The default job, end to end, read back from MLflow; then evaluated with ms_exp.eval."""
+
 import re
 import shutil
 import sys
@@ -21,8 +22,9 @@ def default_run(tmp_path_factory):
 
 @pytest.mark.e2e
 def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
-    accuracy = float(re.search(r"final evaluation: eval/accuracy ([0-9.]+)",
-                               default_run.stdout).group(1))
+    accuracy = float(
+        re.search(r"final evaluation: eval/accuracy ([0-9.]+)", default_run.stdout).group(1)
+    )
     assert accuracy > 0.9  # ten digit classes: chance is 0.1
     assert "run standalone!" not in default_run.stdout  # the tutorial's init_env print: noise
     # No API ms_exp calls is one MindSpore says it will remove (it says so in a log line,
@@ -34,8 +36,9 @@ def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
     db = default_run.cwd / "mlflow.db"
     # Printed to paste into a shell where the virtual environment is not activated: the
     # executable is named by its path unless the shell would find this one.
-    command = re.search(r"^open it with: (\S+) (ui --backend-store-uri .*)$",
-                        default_run.stdout, re.M)
+    command = re.search(
+        r"^open it with: (\S+) (ui --backend-store-uri .*)$", default_run.stdout, re.M
+    )
     assert command.group(2) == f"ui --backend-store-uri sqlite:///{db} --host 127.0.0.1 --port 5000"
     assert shutil.which(command.group(1)) == str(Path(sys.executable).parent / "mlflow")
     assert default_run.run_dir.is_dir()
@@ -48,8 +51,9 @@ def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
 def test_train_epoch_time_is_the_epochs_training_not_the_evaluation(default_run):
     """MindSpore's TimeMonitor under Model.fit counts "Train epoch time" from the
     evaluation's start; ms_exp's counts the epoch's training steps."""
-    printed = [float(t) for t in re.findall(r"^Train epoch time: ([0-9.]+) ms",
-                                            default_run.stdout, re.M)]
+    printed = [
+        float(t) for t in re.findall(r"^Train epoch time: ([0-9.]+) ms", default_run.stdout, re.M)
+    ]
     steps = default_run.store.get_metric_history(default_run.run_id, "train/step_time_ms")
     last_epoch = sum(m.value for m in steps if m.step > 9 * 44)  # epoch 10: steps 397..440
     assert len(printed) == 10
@@ -70,8 +74,7 @@ def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(defa
     assert params["checkpoint.strategy.only_trainable_params"] == "True"
     # A param differs between two runs only where their experiments do: no folder of its
     # own (the strategy file is recorded inside the run's folder), no path of this machine.
-    absolute = {k: v for k, v in params.items()
-                if v.startswith("/") or str(default_run.cwd) in v}
+    absolute = {k: v for k, v in params.items() if v.startswith("/") or str(default_run.cwd) in v}
     assert absolute == {}, absolute
     assert params["checkpoint.strategy.save_file"] == "strategy.ckpt"
     assert run.data.tags["ms_exp.parallel_mode"] == "stand_alone"
@@ -95,8 +98,10 @@ def test_run_is_recorded_in_mlflow_with_params_metrics_artifacts_and_status(defa
     assert {"config/config.yaml"} <= listing("config")
     assert {"hydra/config.yaml", "hydra/hydra.yaml", "hydra/overrides.yaml"} <= listing("hydra")
     assert listing("logs") == {"logs/console.log"}  # no empty run.log beside it
-    assert listing("checkpoints/rank_0") == {"checkpoints/rank_0/checkpoint-10_44.ckpt",
-                                             "checkpoints/rank_0/best.ckpt"}
+    assert listing("checkpoints/rank_0") == {
+        "checkpoints/rank_0/checkpoint-10_44.ckpt",
+        "checkpoints/rank_0/best.ckpt",
+    }
 
 
 @pytest.mark.e2e
@@ -109,8 +114,12 @@ def test_run_directory_holds_config_logs_and_per_rank_checkpoints(default_run):
     ckpts = {p.name for p in (run_dir / "checkpoints" / "rank_0").iterdir()}
     # keep_checkpoint_max=5 of one checkpoint per epoch, the graph, and the best one.
     # best.json: what best.ckpt scored, so a resumed run keeps the better one.
-    assert ckpts == {"best.ckpt", "best.json", "checkpoint-graph.meta",
-                     *(f"checkpoint-{e}_44.ckpt" for e in range(6, 11))}
+    assert ckpts == {
+        "best.ckpt",
+        "best.json",
+        "checkpoint-graph.meta",
+        *(f"checkpoint-{e}_44.ckpt" for e in range(6, 11)),
+    }
 
 
 @pytest.mark.e2e
@@ -142,8 +151,12 @@ def test_eval_of_best_checkpoint_file_gives_the_best_accuracy(default_run):
 def test_the_default_run_records_system_metrics_and_npu_metrics_from_npu_smi(default_run):
     run = default_run.store.get_run(default_run.run_id)
     metrics = {k: v for k, v in run.data.metrics.items() if k.startswith("system/")}
-    for name in ("cpu_utilization_percentage", "system_memory_usage_megabytes",
-                 "disk_usage_megabytes", "network_receive_megabytes"):
+    for name in (
+        "cpu_utilization_percentage",
+        "system_memory_usage_megabytes",
+        "disk_usage_megabytes",
+        "network_receive_megabytes",
+    ):
         assert f"system/{name}" in metrics
     assert metrics["system/npu_0_utilization_percentage"] == 37.0
     assert metrics["system/npu_0_memory_usage_megabytes"] == 12034.0
@@ -157,10 +170,10 @@ def test_the_default_run_records_system_metrics_and_npu_metrics_from_npu_smi(def
 
 
 def test_eval_refuses_a_missing_checkpoint_in_one_line(tmp_path):
-    result = main_in_process("ms_exp.eval", ["--checkpoint", str(tmp_path / "nope.ckpt")],
-                             tmp_path)
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(tmp_path / "nope.ckpt")], tmp_path)
     assert result.rc == 2
     assert result.stderr.strip().splitlines() == [
         f"ms_exp.eval: error: --checkpoint='{tmp_path / 'nope.ckpt'}': no such file; "
-        "expected a checkpoint file that exists, or last or best with --run-id"]
+        "expected a checkpoint file that exists, or last or best with --run-id"
+    ]
     assert list(tmp_path.iterdir()) == []

@@ -1,14 +1,27 @@
 """Citations of docs/design.md hold: every ``docs/design.md#<anchor>`` that code, configs,
 tests, tools or pages cite names a section of that page, and nothing cites the design notes
 by any other name."""
+
 import re
 import unicodedata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
-SEARCHED = ("ms_exp", "conf", "experiments", "tests", "benchmarks", "tools", "docs", ".ci",
-            "examples", "pyproject.toml", "mkdocs.yml", "README.md")
+SEARCHED = (
+    "ms_exp",
+    "conf",
+    "experiments",
+    "tests",
+    "benchmarks",
+    "tools",
+    "docs",
+    ".ci",
+    "examples",
+    "pyproject.toml",
+    "mkdocs.yml",
+    "README.md",
+)
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".sh", ""}
 
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.M)
@@ -44,14 +57,19 @@ def searched_files():
             yield path
         elif path.is_dir():
             for found in sorted(path.rglob("*")):
-                if found.is_file() and found.suffix in SUFFIXES \
-                        and "__pycache__" not in found.parts:
+                if (
+                    found.is_file()
+                    and found.suffix in SUFFIXES
+                    and "__pycache__" not in found.parts
+                ):
                     yield found
 
 
 def test_the_anchor_reader_takes_explicit_ids_and_default_slugs():
-    page = "# Design\n## The pipeline {#pipeline}\n### `mlflow ui` is mlflow server\n" \
-           "```\n# not a heading\n```\n"
+    page = (
+        "# Design\n## The pipeline {#pipeline}\n### `mlflow ui` is mlflow server\n"
+        "```\n# not a heading\n```\n"
+    )
     assert anchors(page) == {"design", "pipeline", "mlflow-ui-is-mlflow-server"}
 
 
@@ -68,8 +86,10 @@ def test_every_cited_design_anchor_exists():
 
 
 def test_the_design_notes_are_cited_only_as_docs_design_md():
-    offending = [f"{path.relative_to(ROOT)}:{number}: {line.strip()[:90]}"
-                 for path in searched_files()
-                 for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-                 if ELSEWHERE.search(line)]
+    offending = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()[:90]}"
+        for path in searched_files()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if ELSEWHERE.search(line)
+    ]
     assert not offending, "\n".join(offending)

@@ -1,5 +1,6 @@
 """Dimension-reduction training: stage one's snapshots, stage two's DimReduce, the PCA
 cache, sweeps, data parallel and the refusals (issue: boost=dim_reduce)."""
+
 import math
 import os
 import re
@@ -26,8 +27,12 @@ from ms_exp.job.summary import stage_two_command
 from ms_exp.preflight.compose import compose_config, preflight
 
 # digits: 44 steps per epoch at batch 32. Snapshots from epoch 2, 6 per epoch: 12.
-STAGE_ONE = ("+experiment=dim_reduce_stage_one", "trainer.epochs=3",
-             "checkpoint.snapshots.start_epoch=2", "checkpoint.snapshots.per_epoch=6")
+STAGE_ONE = (
+    "+experiment=dim_reduce_stage_one",
+    "trainer.epochs=3",
+    "checkpoint.snapshots.start_epoch=2",
+    "checkpoint.snapshots.per_epoch=6",
+)
 STAGE_TWO = "+experiment=dim_reduce_stage_two"
 STEPS = 44
 
@@ -38,17 +43,27 @@ def stage_one(tmp_path_factory):
 
 
 def test_the_stage_two_command_follows_how_stage_one_was_given():
-    own = ["model=resnet", "dataset=synthetic", "checkpoint.snapshots.per_epoch=2",
-           "tracking.uri=sqlite:///elsewhere.db"]
+    own = [
+        "model=resnet",
+        "dataset=synthetic",
+        "checkpoint.snapshots.per_epoch=2",
+        "tracking.uri=sqlite:///elsewhere.db",
+    ]
     command = stage_two_command(compose_config(own), own, "abc")
-    assert command.endswith(" -m ms_exp.run model=resnet dataset=synthetic "
-                            "checkpoint.snapshots.per_epoch=2 tracking.uri=sqlite:///elsewhere.db "
-                            "boost=dim_reduce boost.stage_one_run_id=abc")
-    preset = ["+experiment=dim_reduce_stage_one", "trainer.epochs=3",
-              "tracking.uri=sqlite:///elsewhere.db"]
+    assert command.endswith(
+        " -m ms_exp.run model=resnet dataset=synthetic "
+        "checkpoint.snapshots.per_epoch=2 tracking.uri=sqlite:///elsewhere.db "
+        "boost=dim_reduce boost.stage_one_run_id=abc"
+    )
+    preset = [
+        "+experiment=dim_reduce_stage_one",
+        "trainer.epochs=3",
+        "tracking.uri=sqlite:///elsewhere.db",
+    ]
     assert stage_two_command(compose_config(preset), preset, "abc").endswith(
         " -m ms_exp.run +experiment=dim_reduce_stage_two tracking.uri=sqlite:///elsewhere.db "
-        "boost.stage_one_run_id=abc")
+        "boost.stage_one_run_id=abc"
+    )
     # A run that kept no snapshots, and stage two itself, have no stage two.
     assert stage_two_command(compose_config([]), [], "abc") is None
 
@@ -59,17 +74,23 @@ def test_stage_one_keeps_weight_snapshots_from_its_start_epoch_and_records_them(
 
     assert "deprecated" not in stage_one.stdout + stage_one.stderr
     # It ends with the command of stage two, from its own snapshots.
-    assert re.search(rf"^stage two, from its snapshots: \S+ -m ms_exp.run "
-                     rf"\+experiment=dim_reduce_stage_two boost.stage_one_run_id="
-                     rf"{stage_one.run_id}$", stage_one.stdout, re.M), stage_one.stdout[-1500:]
+    assert re.search(
+        rf"^stage two, from its snapshots: \S+ -m ms_exp.run "
+        rf"\+experiment=dim_reduce_stage_two boost.stage_one_run_id="
+        rf"{stage_one.run_id}$",
+        stage_one.stdout,
+        re.M,
+    ), stage_one.stdout[-1500:]
 
     snapshots = sorted((stage_one.run_dir / "snapshots").glob("*.ckpt"))
     names = sorted(p.name for p in snapshots)
-    assert names == sorted(f"snapshot-{e}_{s}.ckpt" for e in (2, 3)
-                           for s in (7, 14, 21, 28, 35, 42))
+    assert names == sorted(
+        f"snapshot-{e}_{s}.ckpt" for e in (2, 3) for s in (7, 14, 21, 28, 35, 42)
+    )
     # Weight-only (saved_network): the network's parameters, no optimizer state.
     assert set(ms.load_checkpoint(str(snapshots[0]))) == {
-        f"layer{i}.{w}" for i in (1, 2, 3) for w in ("weight", "bias")}
+        f"layer{i}.{w}" for i in (1, 2, 3) for w in ("weight", "bias")
+    }
     final = ms.load_checkpoint(str(stage_one.run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt"))
     assert any(name.startswith("moments.") for name in final)
     run = stage_one.store.get_run(stage_one.run_id)
@@ -85,10 +106,23 @@ def test_stage_one_keeps_weight_snapshots_from_its_start_epoch_and_records_them(
 # the PCA matrix, the second given a matrix of the test's; and the Optuna search preset's
 # two trials. Each process runs its jobs one after the other. One of the three jobs without
 # a given matrix computes it under the cache's lock; the others reuse it.
-STAGE_TWO_JOBS = ("-m", *FAST, STAGE_TWO, "boost.n_components=8", "trainer.loss_print_interval=1",
-                  "hydra.sweep.dir=multirun/stage_two")
-SEARCH = ("-m", *FAST, "+experiment=dim_reduce_search", "hydra.sweeper.n_trials=2",
-          "trainer.epochs=1", "boost.n_components=8", "hydra.sweep.dir=multirun/search")
+STAGE_TWO_JOBS = (
+    "-m",
+    *FAST,
+    STAGE_TWO,
+    "boost.n_components=8",
+    "trainer.loss_print_interval=1",
+    "hydra.sweep.dir=multirun/stage_two",
+)
+SEARCH = (
+    "-m",
+    *FAST,
+    "+experiment=dim_reduce_search",
+    "hydra.sweeper.n_trials=2",
+    "trainer.epochs=1",
+    "boost.n_components=8",
+    "hydra.sweep.dir=multirun/search",
+)
 # The MLP's trainable weights: layer1 64x512, layer2 512x512, layer3 512x10, and biases.
 WEIGHTS = 64 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
 
@@ -106,16 +140,26 @@ def stage_two(stage_one) -> StageTwo:
     given = cwd / "given_pca.npy"
     rows = np.random.default_rng(0).standard_normal((8, WEIGHTS)).astype(np.float32)
     np.save(given, rows / np.linalg.norm(rows, axis=1, keepdims=True))
-    commands = {"jobs": [*STAGE_TWO_JOBS, f"boost.stage_one_run_id={stage_one.run_id}",
-                         f"boost.pca_mat_path=null,{given}"],
-                "search": list(SEARCH)}
+    commands = {
+        "jobs": [
+            *STAGE_TWO_JOBS,
+            f"boost.stage_one_run_id={stage_one.run_id}",
+            f"boost.pca_mat_path=null,{given}",
+        ],
+        "search": list(SEARCH),
+    }
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started = {}
     for name, args in commands.items():
         # Files, not pipes: a job never waits for the test to read the other job's output.
         with open(cwd / f"{name}.out", "w") as out, open(cwd / f"{name}.err", "w") as err:
-            started[name] = subprocess.Popen([sys.executable, "-m", "ms_exp.run", *args],
-                                             cwd=cwd, env=env, stdout=out, stderr=err)
+            started[name] = subprocess.Popen(
+                [sys.executable, "-m", "ms_exp.run", *args],
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=err,
+            )
     results = {}
     try:
         for job in started.values():
@@ -125,15 +169,22 @@ def stage_two(stage_one) -> StageTwo:
             if job.poll() is None:
                 job.kill()
     for name, job in started.items():
-        results[name] = CliResult(subprocess.CompletedProcess(
-            job.args, job.returncode, (cwd / f"{name}.out").read_text(),
-            (cwd / f"{name}.err").read_text()), cwd)
+        results[name] = CliResult(
+            subprocess.CompletedProcess(
+                job.args,
+                job.returncode,
+                (cwd / f"{name}.out").read_text(),
+                (cwd / f"{name}.err").read_text(),
+            ),
+            cwd,
+        )
     return StageTwo(**results, given=given)
 
 
 def _pca_sources(text: str) -> list:
-    return [line.split()[2].rstrip(";") for line in text.splitlines()
-            if line.startswith("PCA matrix:")]
+    return [
+        line.split()[2].rstrip(";") for line in text.splitlines() if line.startswith("PCA matrix:")
+    ]
 
 
 def _sweep(result: CliResult):
@@ -141,8 +192,11 @@ def _sweep(result: CliResult):
     assert result.rc == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     store = result.store
     parent = store.get_run(result.field("MLflow parent run ").split()[0])
-    children = store.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-                                 order_by=["attributes.start_time ASC"])
+    children = store.search_runs(
+        ["1"],
+        f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        order_by=["attributes.start_time ASC"],
+    )
     return parent, children
 
 
@@ -159,8 +213,9 @@ def test_stage_two_has_a_finite_loss_every_step_and_logs_its_pca_once(stage_one,
         losses = store.get_metric_history(job.info.run_id, "train/loss")
         assert [m.step for m in losses] == list(range(1, 2 * STEPS + 1))
         assert all(math.isfinite(m.value) for m in losses)
-    printed = [float(line.rsplit(" ", 1)[1]) for line in result.stdout.splitlines()
-               if ", loss is " in line]
+    printed = [
+        float(line.rsplit(" ", 1)[1]) for line in result.stdout.splitlines() if ", loss is " in line
+    ]
     assert len(printed) == 2 * 2 * STEPS and all(math.isfinite(v) for v in printed)
     params = run.data.params
     assert params["boost.stage_one_run_id"] == stage_one.run_id
@@ -181,8 +236,9 @@ def test_stage_two_has_a_finite_loss_every_step_and_logs_its_pca_once(stage_one,
     assert "pca/pca_mat_n8.npy" in logged
     assert logged <= {"pca/pca_mat_n8.npy", "pca/pca_mat_n10.npy"}, logged
     # MindSpore's temporary files stayed out of the snapshot folder and were cleaned up.
-    assert sorted(p.name for p in (stage_one.run_dir / "snapshots").iterdir()
-                  if not p.name.endswith(".ckpt")) == ["ms_exp_pca", "snapshot-graph.meta"]
+    assert sorted(
+        p.name for p in (stage_one.run_dir / "snapshots").iterdir() if not p.name.endswith(".ckpt")
+    ) == ["ms_exp_pca", "snapshot-graph.meta"]
     assert sorted(p.name for p in (stage_one.cwd / "multirun").glob("*/*/pca")) == []
     assert run.data.metrics["eval/loss"] < _eval_loss(stage_one)
     # Its checkpoints load into the network again: ms_exp.eval gives the run's accuracy.
@@ -197,14 +253,23 @@ def test_boost_keys_reach_mindspore_under_their_real_names():
 
     from ms_exp.boost.dim_reduce import boost_config_dict, reset_auto_boost
 
-    cfg = OmegaConf.create({"rho": 0.4, "gamma": 0.8, "alpha": 0.002, "sigma": 0.2,
-                            "n_components": 6, "timeout": 77})
+    cfg = OmegaConf.create(
+        {"rho": 0.4, "gamma": 0.8, "alpha": 0.002, "sigma": 0.2, "n_components": 6, "timeout": 77}
+    )
     reset_auto_boost()
     boost = AutoBoost("O1", boost_config_dict(cfg, 2, "/snap", "/p.npy"))
     assert boost.boost_config["dim_reduce"] is True
-    assert (boost.rho, boost.gamma, boost.alpha, boost.sigma, boost.n_components,
-            boost.timeout, boost.device_number, boost.weight_load_dir, boost.pca_mat_path) == \
-        (0.4, 0.8, 0.002, 0.2, 6, 77, 2, "/snap", "/p.npy")
+    assert (
+        boost.rho,
+        boost.gamma,
+        boost.alpha,
+        boost.sigma,
+        boost.n_components,
+        boost.timeout,
+        boost.device_number,
+        boost.weight_load_dir,
+        boost.pca_mat_path,
+    ) == (0.4, 0.8, 0.002, 0.2, 6, 77, 2, "/snap", "/p.npy")
     reset_auto_boost()
 
 
@@ -231,8 +296,9 @@ def test_search_trials_share_one_pca_and_each_trains_with_its_own_values(stage_t
 @pytest.mark.e2e
 def test_jobs_at_the_same_time_compute_the_pca_once_and_do_not_clobber(stage_two):
     (_, (job, _)), (_, trials) = _sweep(stage_two.jobs), _sweep(stage_two.search)
-    sources = sorted([_pca_sources(stage_two.jobs.stdout)[0],
-                      *_pca_sources(stage_two.search.stdout)])
+    sources = sorted(
+        [_pca_sources(stage_two.jobs.stdout)[0], *_pca_sources(stage_two.search.stdout)]
+    )
     assert sources == ["cached", "cached", "computed"]
     tags = [run.data.tags["ms_exp.pca.source"] for run in (job, *trials)]
     assert sorted(tags) == sources
@@ -254,8 +320,14 @@ def test_a_given_pca_matrix_is_used_as_is(stage_two):
 @pytest.mark.distributed
 @pytest.mark.e2e
 def test_stage_two_data_parallel_on_two_workers(stage_one):
-    result = train(stage_one.cwd, STAGE_TWO, "parallel=data", "boost.n_components=10",
-                   "trainer.epochs=1", f"parallel.launcher.master_port={free_port()}")
+    result = train(
+        stage_one.cwd,
+        STAGE_TWO,
+        "parallel=data",
+        "boost.n_components=10",
+        "trainer.epochs=1",
+        f"parallel.launcher.master_port={free_port()}",
+    )
     logs = result.run_dir / "log_output"
     rank0 = (logs / "worker_0.log").read_text()
     rank1 = (logs / "worker_1.log").read_text()
@@ -269,8 +341,10 @@ def test_stage_two_data_parallel_on_two_workers(stage_one):
     assert run.data.metrics["eval/loss"] < _eval_loss(stage_one)
     import mindspore as ms
 
-    ranks = [ms.load_checkpoint(str(result.run_dir / f"checkpoints/rank_{r}/checkpoint-1_22.ckpt"))
-             for r in (0, 1)]
+    ranks = [
+        ms.load_checkpoint(str(result.run_dir / f"checkpoints/rank_{r}/checkpoint-1_22.ckpt"))
+        for r in (0, 1)
+    ]
     for name in ("layer1.weight", "layer3.bias"):
         np.testing.assert_array_equal(ranks[0][name].asnumpy(), ranks[1][name].asnumpy())
 
@@ -280,13 +354,15 @@ def _eval_loss(result) -> float:
 
 
 def test_dim_reduce_without_stage_one_weights_is_refused_before_anything_runs(tmp_path):
-    result = main_in_process("ms_exp.run", [*FAST, STAGE_TWO, "boost.stage_one_run_id=null"],
-                             tmp_path)
+    result = main_in_process(
+        "ms_exp.run", [*FAST, STAGE_TWO, "boost.stage_one_run_id=null"], tmp_path
+    )
     assert result.rc == 2
     assert result.stderr.strip() == (
         "ms_exp: error: boost.pretrained_weight_path=null: boost=dim_reduce needs the "
         "stage-one weights; expected stage one's final checkpoint (or "
-        "boost.stage_one_run_id=<run id>|latest); run +experiment=dim_reduce_stage_one first")
+        "boost.stage_one_run_id=<run id>|latest); run +experiment=dim_reduce_stage_one first"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -306,28 +382,39 @@ def test_bad_stage_two_inputs_are_refused_with_one_line(stage_one, tmp_path, mon
     snapshots = stage_one.run_dir / "snapshots"
     stage_one_weights = stage_one.run_dir / "checkpoints/rank_0/checkpoint-3_44.ckpt"
     cases = {
-        ("boost.weight_load_dir=/no/such/folder",):
-            "boost.weight_load_dir='/no/such/folder': not allowed; expected a folder that exists",
-        (f"boost.weight_load_dir={empty}",):
-            f"boost.weight_load_dir={str(empty)!r}: not allowed; expected a folder of stage-one "
-            "weight snapshots (*.ckpt); it has none",
-        ("boost.n_components=16",):
-            f"boost.n_components=16: not allowed; expected at most the 12 snapshots in "
-            f"{snapshots} (PCA cannot find more components than samples)",
-        (f"boost.pca_mat_path={wide}", "boost.n_components=8"):
-            f"boost.pca_mat_path={str(wide)!r}: not allowed; expected a matrix 301066 wide, one "
-            "column per trainable weight of this network (it is 8x100)",
-        ("model.hidden_size=64", "boost.n_components=8"):
-            f"boost.pretrained_weight_path={str(stage_one_weights)!r}: not allowed; expected a "
-            "checkpoint of this network (layer1.weight is [64, 512], not [64, 64]",
-        ("boost.n_components=5", "parallel=data"):
-            "boost.n_components=5: not allowed; expected a multiple of parallel.device_num (2)",
-        ("optimizer.name=momentum",):
-            "optimizer.name='momentum': not allowed; expected sgd with boost=dim_reduce",
+        (
+            "boost.weight_load_dir=/no/such/folder",
+        ): "boost.weight_load_dir='/no/such/folder': not allowed; expected a folder that exists",
+        (
+            f"boost.weight_load_dir={empty}",
+        ): f"boost.weight_load_dir={str(empty)!r}: not allowed; expected a folder of stage-one "
+        "weight snapshots (*.ckpt); it has none",
+        (
+            "boost.n_components=16",
+        ): f"boost.n_components=16: not allowed; expected at most the 12 snapshots in "
+        f"{snapshots} (PCA cannot find more components than samples)",
+        (
+            f"boost.pca_mat_path={wide}",
+            "boost.n_components=8",
+        ): f"boost.pca_mat_path={str(wide)!r}: not allowed; expected a matrix 301066 wide, one "
+        "column per trainable weight of this network (it is 8x100)",
+        (
+            "model.hidden_size=64",
+            "boost.n_components=8",
+        ): f"boost.pretrained_weight_path={str(stage_one_weights)!r}: not allowed; expected a "
+        "checkpoint of this network (layer1.weight is [64, 512], not [64, 64]",
+        (
+            "boost.n_components=5",
+            "parallel=data",
+        ): "boost.n_components=5: not allowed; expected a multiple of parallel.device_num (2)",
+        (
+            "optimizer.name=momentum",
+        ): "optimizer.name='momentum': not allowed; expected sgd with boost=dim_reduce",
         ("boost.rho=1.5",): "boost.rho=1.5: not allowed; expected a number in (0, 1)",
         ("parallel=semi_auto",): "parallel='semi_auto': not allowed; expected stand_alone or data",
-        ("boost.stage_one_run_id=0123456789abcdef",):
-            "boost.stage_one_run_id='0123456789abcdef': no such run",
+        (
+            "boost.stage_one_run_id=0123456789abcdef",
+        ): "boost.stage_one_run_id='0123456789abcdef': no such run",
     }
     for overrides, message in cases.items():
         text = _refusal(stage_one, monkeypatch, *overrides)
@@ -338,15 +425,21 @@ def test_bad_stage_two_inputs_are_refused_with_one_line(stage_one, tmp_path, mon
 def test_latest_without_any_stage_one_run_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")  # an empty store
-    with pytest.raises(InvalidConfig, match=r"^boost.stage_one_run_id='latest': there is none; "
-                       r"expected a finished stage-one run in experiment 'ms_exp'"):
+    with pytest.raises(
+        InvalidConfig,
+        match=r"^boost.stage_one_run_id='latest': there is none; "
+        r"expected a finished stage-one run in experiment 'ms_exp'",
+    ):
         preflight([STAGE_TWO])
 
 
 def test_snapshot_settings_are_checked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(InvalidConfig, match=r"^checkpoint.snapshots.start_epoch=20: not "
-                       r"allowed; expected an epoch from 1 to trainer.epochs \(12\)$"):
+    with pytest.raises(
+        InvalidConfig,
+        match=r"^checkpoint.snapshots.start_epoch=20: not "
+        r"allowed; expected an epoch from 1 to trainer.epochs \(12\)$",
+    ):
         preflight(["+experiment=dim_reduce_stage_one", "checkpoint.snapshots.start_epoch=20"])
     with pytest.raises(InvalidConfig, match=r"^checkpoint.snapshots.per_epoch=-1"):
         preflight(["checkpoint.snapshots.per_epoch=-1"])
@@ -397,11 +490,23 @@ def test_stage_two_keeps_batchnorm_statistics_of_a_resnet(tmp_path):
     smallest found that still shows it: without the fix the accuracy holds after stage
     two's first epoch and collapses in its second, and with width 0.0625 or 128 samples it
     does not collapse at all."""
-    data = ("dataset=synthetic", "dataset.image_shape=[3,32,32]", "dataset.num_samples=256",
-            "dataset.num_eval_samples=64", "model=resnet", "model.depth=18",
-            "model.width=0.125")
-    first = train(tmp_path, "+experiment=dim_reduce_stage_one", *data, "trainer.epochs=3",
-                  "checkpoint.snapshots.start_epoch=1", "checkpoint.snapshots.per_epoch=4")
+    data = (
+        "dataset=synthetic",
+        "dataset.image_shape=[3,32,32]",
+        "dataset.num_samples=256",
+        "dataset.num_eval_samples=64",
+        "model=resnet",
+        "model.depth=18",
+        "model.width=0.125",
+    )
+    first = train(
+        tmp_path,
+        "+experiment=dim_reduce_stage_one",
+        *data,
+        "trainer.epochs=3",
+        "checkpoint.snapshots.start_epoch=1",
+        "checkpoint.snapshots.per_epoch=4",
+    )
     second = train(tmp_path, STAGE_TWO, *data, "boost.n_components=8")
     before = first.store.get_run(first.run_id).data.metrics["eval/accuracy"]
     after = second.store.get_run(second.run_id).data.metrics["eval/accuracy"]

@@ -2,6 +2,7 @@
 composes with Hydra as shown, README's links lead to files that exist, and nothing in the
 repository sends a reader outside it. (``mkdocs build --strict`` in .ci/run checks the site's
 own links and anchors.)"""
+
 import re
 import shlex
 import subprocess
@@ -21,8 +22,10 @@ FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`(python -m ms_exp\.run\b[^`]*)`")
 # A command starts its line (after environment assignments) or follows `&&` or `;`: a
 # mention inside prose or a tree, "(python -m ms_exp.run)", is not one.
-COMMAND = re.compile(r"(?:^\s*|&&\s*|;\s*)(?:[A-Z_]+=\S+\s+)*"
-                     r"(?:\S*/)?python3? -m ms_exp\.run\b(.*)")
+COMMAND = re.compile(
+    r"(?:^\s*|&&\s*|;\s*)(?:[A-Z_]+=\S+\s+)*"
+    r"(?:\S*/)?python3? -m ms_exp\.run\b(.*)"
+)
 PLACEHOLDER = re.compile(r"<[^<>]+>")
 
 
@@ -44,7 +47,7 @@ def shown_commands() -> List[Shown]:
                 if COMMAND.search(line):
                     continuation = line
                     # a `\`-continued command: its lines were joined with " \n" above
-                    following = joined.split("\n")[offset + 1:]
+                    following = joined.split("\n")[offset + 1 :]
                     while continuation.endswith(" ") and following:
                         continuation += following.pop(0)
                     found.append(Shown(f"{name}:{first + offset}", continuation))
@@ -55,8 +58,9 @@ def shown_commands() -> List[Shown]:
 
 def job_overrides(command: str):
     """(overrides, multirun, config source) of a shown command, placeholders filled."""
-    arguments = shlex.split(PLACEHOLDER.sub("placeholder", COMMAND.search(command).group(1)),
-                            comments=True)
+    arguments = shlex.split(
+        PLACEHOLDER.sub("placeholder", COMMAND.search(command).group(1)), comments=True
+    )
     overrides, multirun, config_dir = [], False, None
     while arguments:
         argument = arguments.pop(0)
@@ -130,11 +134,13 @@ def test_readme_stays_short():
 
 
 def tracked_text_files() -> List[Path]:
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     suffixes = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".sh", ""}
-    return [ROOT / name for name in listed
-            if Path(name).suffix in suffixes and (ROOT / name).is_file()]
+    return [
+        ROOT / name for name in listed if Path(name).suffix in suffixes and (ROOT / name).is_file()
+    ]
 
 
 # Built from parts so that this file does not match itself.
@@ -160,8 +166,7 @@ def test_each_preset_that_reproduces_a_tutorial_cites_it_by_url():
     presets = sorted((ROOT / "experiments").glob("*.yaml"))
     citing = []
     for preset in presets:
-        header = "\n".join(line for line in preset.read_text().splitlines()
-                           if line.startswith("#"))
+        header = "\n".join(line for line in preset.read_text().splitlines() if line.startswith("#"))
         if "tutorial" in header.lower():
             assert TUTORIAL_URL.search(header), f"{preset.name} names a tutorial without its URL"
             citing.append(preset.name)
@@ -189,8 +194,9 @@ def test_the_code_names_only_the_tutorials_the_design_page_lists():
 
 # `$ ls [-A] outputs/<date>/<time>[/sub]` in a guide's text block, and the names it lists on
 # the lines below (until the next prompt or the block's end).
-LISTING = re.compile(r"^\$ ls (?:-A )?outputs/[^/\s]+/[^/\s]+(?:/(\S+))?\n((?:(?!\$ )[^`\n].*\n)+)",
-                     re.M)
+LISTING = re.compile(
+    r"^\$ ls (?:-A )?outputs/[^/\s]+/[^/\s]+(?:/(\S+))?\n((?:(?!\$ )[^`\n].*\n)+)", re.M
+)
 # One file of many: the epoch and step of a checkpoint differ with the run's length.
 NUMBERED = re.compile(r"checkpoint-\d+_\d+")
 

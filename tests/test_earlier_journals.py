@@ -2,6 +2,7 @@
 never stranded: the resumed run delivers it before it goes on, and delivering it never
 turns a run that a later attempt ended back to how the earlier attempt ended. Journals
 are fabricated in the journal's own format, for a run in a real store."""
+
 import json
 import re
 from pathlib import Path
@@ -14,9 +15,17 @@ from ms_exp.tracking.journal import OFFLINE_DIR
 from ms_exp.tracking.run_folder import RUN_RECORD
 
 # One epoch: the resumed attempt finds the run's last epoch done, as after two.
-TINY = ("trainer.progress_bar=never", "tracking.log_models=true", "trainer.epochs=1",
-        "dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
-        "model.hidden_size=8", "hydra.run.dir=run", "trainer.resume=auto")
+TINY = (
+    "trainer.progress_bar=never",
+    "tracking.log_models=true",
+    "trainer.epochs=1",
+    "dataset=synthetic",
+    "dataset.num_samples=64",
+    "dataset.num_eval_samples=32",
+    "model.hidden_size=8",
+    "hydra.run.dir=run",
+    "trainer.resume=auto",
+)
 
 
 def write_journal(run_dir: Path, uri: str, run_id: str, key: str, steps) -> Path:
@@ -24,24 +33,35 @@ def write_journal(run_dir: Path, uri: str, run_id: str, key: str, steps) -> Path
     its run, metric rows, no finish."""
     path = run_dir / OFFLINE_DIR / "20261125-120000-4242.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [{"call": "start", "tracking_uri": uri, "experiment_name": "Default",
-              "run_name": "r", "tags": {}, "run_id": run_id},
-             {"call": "log_metric_rows",
-              "rows": [[key, 0.5, 1_700_000_000_000 + step, step] for step in steps]}]
+    lines = [
+        {
+            "call": "start",
+            "tracking_uri": uri,
+            "experiment_name": "Default",
+            "run_name": "r",
+            "tags": {},
+            "run_id": run_id,
+        },
+        {
+            "call": "log_metric_rows",
+            "rows": [[key, 0.5, 1_700_000_000_000 + step, step] for step in steps],
+        },
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
 
 @pytest.mark.parametrize("ended, expected", [("FINISHED", "FINISHED"), (None, "KILLED")])
 def test_an_upload_adds_the_steps_and_keeps_how_a_later_attempt_ended_the_run(
-        tmp_path, ended, expected):
+    tmp_path, ended, expected
+):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
     client = MlflowClient(uri)
     run_id = client.create_run("0").info.run_id
     for step in range(1, 41):
         client.log_metric(run_id, "train/loss", 1.0, step=step)
-    if ended:       # the resumed attempt finished the run before the journal was uploaded
+    if ended:  # the resumed attempt finished the run before the journal was uploaded
         client.set_terminated(run_id, ended)
     journal = write_journal(tmp_path / "run", uri, run_id, "train/loss", range(41, 111))
     result = main_in_process("ms_exp.tracking.upload", [str(tmp_path / "run")], tmp_path)
@@ -50,8 +70,9 @@ def test_an_upload_adds_the_steps_and_keeps_how_a_later_attempt_ended_the_run(
     run = client.get_run(run_id)
     assert run.info.status == expected
     assert ("ms_exp.ended_by" in run.data.tags) == (ended is None)
-    assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == \
-        list(range(1, 111))
+    assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == list(
+        range(1, 111)
+    )
     assert not journal.exists()
 
 
@@ -67,16 +88,22 @@ def test_an_earlier_journal_with_a_damaged_line_is_delivered_past_it(tmp_path, c
     journal = write_journal(tmp_path / "run", uri, run_id, "train/loss", range(1, 11))
     with journal.open("a") as lines:
         lines.write('{"call": "log_metric_rows", "rows": [["train/loss", 0.5, 17\n')
-        lines.write(json.dumps({"call": "log_metric_rows",
-                                "rows": [["train/loss", 0.25, 1_700_000_000_012, 12]]}) + "\n")
+        lines.write(
+            json.dumps(
+                {"call": "log_metric_rows", "rows": [["train/loss", 0.25, 1_700_000_000_012, 12]]}
+            )
+            + "\n"
+        )
     deliver_earlier_journals(tmp_path / "run")
     out, err = capsys.readouterr()
     assert err.splitlines() == [
         f"ms_exp: warning: journal of run {run_id}: line 3 is damaged and was skipped "
-        f"(log_metric_rows, 1 metric value); kept in {journal}.damaged"]
+        f"(log_metric_rows, 1 metric value); kept in {journal}.damaged"
+    ]
     assert "metric values: 11, ended KILLED" in out
-    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "train/loss")] == \
-        [(step, 0.5) for step in range(1, 11)] + [(12, 0.25)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "train/loss")] == [
+        (step, 0.5) for step in range(1, 11)
+    ] + [(12, 0.25)]
     assert not journal.exists() and Path(f"{journal}.damaged").is_file()
 
 
@@ -97,10 +124,15 @@ def test_a_resumed_run_first_delivers_the_journal_its_earlier_attempt_left(tmp_p
 
     resumed = main_in_process("ms_exp.run", list(TINY), tmp_path)
     assert resumed.rc == 0, resumed.stderr[-3000:]
-    delivered = [line for line in resumed.stdout.splitlines()
-                 if line.startswith("delivered an earlier attempt's journal: ")]
-    assert delivered == [f"delivered an earlier attempt's journal: run {run_id} (experiment "
-                         f"1) in {uri}: metric values: 3, ended FINISHED (from {journal})"]
+    delivered = [
+        line
+        for line in resumed.stdout.splitlines()
+        if line.startswith("delivered an earlier attempt's journal: ")
+    ]
+    assert delivered == [
+        f"delivered an earlier attempt's journal: run {run_id} (experiment "
+        f"1) in {uri}: metric values: 3, ended FINISHED (from {journal})"
+    ]
     assert resumed.stdout.index(delivered[0]) < resumed.stdout.index("resuming the run in")
     client = MlflowClient(uri)
     assert sorted(m.step for m in client.get_metric_history(run_id, "probe/offline")) == [1, 2, 3]

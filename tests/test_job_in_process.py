@@ -2,6 +2,7 @@
 on tiny data, as lightning-hydra-template runs its train function, so every stage of a job
 (config -> checks -> plan -> built objects -> training -> records) runs in the unit lane.
 The end-to-end lane runs the same jobs as a user's command would, in their own processes."""
+
 import pickle
 import re
 from types import SimpleNamespace
@@ -11,8 +12,14 @@ from conftest import main_in_process, migrated_store
 from datafiles import write_image_folder
 from mlflow import MlflowClient
 
-TINY = ("trainer.progress_bar=never", "trainer.epochs=2", "dataset=synthetic",
-        "dataset.num_samples=64", "dataset.num_eval_samples=32", "model.hidden_size=8")
+TINY = (
+    "trainer.progress_bar=never",
+    "trainer.epochs=2",
+    "dataset=synthetic",
+    "dataset.num_samples=64",
+    "dataset.num_eval_samples=32",
+    "model.hidden_size=8",
+)
 
 
 @pytest.fixture(scope="module")
@@ -20,12 +27,14 @@ def job(tmp_path_factory):
     """A tiny job recorded in MLflow with its models, one of them registered."""
     cwd = tmp_path_factory.mktemp("job")
     (cwd / "mlflow.db").write_bytes(migrated_store().read_bytes())
-    result = main_in_process("ms_exp.run", [*TINY, "tracking.log_models=true",
-                                            "tracking.register_model=tiny"], cwd)
+    result = main_in_process(
+        "ms_exp.run", [*TINY, "tracking.log_models=true", "tracking.register_model=tiny"], cwd
+    )
     assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_id = re.search(r"^MLflow run (\w+)", result.stdout, re.M).group(1)
-    return SimpleNamespace(result=result, cwd=cwd, run_id=run_id,
-                           store=MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}"))
+    return SimpleNamespace(
+        result=result, cwd=cwd, run_id=run_id, store=MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    )
 
 
 def test_an_in_process_job_trains_and_is_recorded_with_its_models(job):
@@ -37,10 +46,13 @@ def test_an_in_process_job_trains_and_is_recorded_with_its_models(job):
     assert steps == [1, 2, 3, 4]
     assert [m.step for m in job.store.get_metric_history(job.run_id, "eval/accuracy")] == [2, 4]
     run_dir = job.cwd / run.data.tags["ms_exp.run_dir"]
-    assert {p.name for p in (run_dir / "checkpoints/rank_0").glob("*.ckpt")} >= \
-        {"best.ckpt", "checkpoint-2_2.ckpt"}
+    assert {p.name for p in (run_dir / "checkpoints/rank_0").glob("*.ckpt")} >= {
+        "best.ckpt",
+        "checkpoint-2_2.ckpt",
+    }
     models = job.store.search_logged_models(
-        [run.info.experiment_id], filter_string=f"source_run_id = '{job.run_id}'")
+        [run.info.experiment_id], filter_string=f"source_run_id = '{job.run_id}'"
+    )
     assert {m.name for m in models} == {"best", "last"}
     (version,) = job.store.search_model_versions("name = 'tiny'")
     assert version.run_id == job.run_id
@@ -51,10 +63,12 @@ def test_the_same_config_again_is_skipped_when_asked(job, monkeypatch):
 
     checked = []
     real = validate.validate_config
-    monkeypatch.setattr(validate, "validate_config",
-                        lambda cfg, choices: checked.append(1) or real(cfg, choices))
-    again = main_in_process("ms_exp.run", [*TINY, "tracking.log_models=true",
-                                           "tracking.skip_finished=true"], job.cwd)
+    monkeypatch.setattr(
+        validate, "validate_config", lambda cfg, choices: checked.append(1) or real(cfg, choices)
+    )
+    again = main_in_process(
+        "ms_exp.run", [*TINY, "tracking.log_models=true", "tracking.skip_finished=true"], job.cwd
+    )
     assert again.rc == 0, again.stderr[-3000:]
     assert f"skipped: run {job.run_id}" in again.stdout
     # Checked once in this process: by the preflight, not again by Hydra's job function.
@@ -68,16 +82,17 @@ def test_a_job_is_checked_again_only_when_it_differs_from_the_one_checked(monkey
 
     checked = []
     real = validate.validate_config
-    monkeypatch.setattr(validate, "validate_config",
-                        lambda cfg, choices: checked.append(1) or real(cfg, choices))
+    monkeypatch.setattr(
+        validate, "validate_config", lambda cfg, choices: checked.append(1) or real(cfg, choices)
+    )
     cfg = compose_config([*TINY, "optimizer.lr=0.0123"], return_hydra_config=True)
     choices = cfg.hydra.runtime.choices
     with hydra_config_of(cfg, "."):
-        validate.validate(cfg, choices)              # the preflight
-        validate.validate_once(without_hydra(cfg), choices)   # the job, same config
+        validate.validate(cfg, choices)  # the preflight
+        validate.validate_once(without_hydra(cfg), choices)  # the job, same config
         assert checked == [1]
         changed = without_hydra(cfg)
-        changed.optimizer.lr = 0.0456                # a value a sweeper made up
+        changed.optimizer.lr = 0.0456  # a value a sweeper made up
         validate.validate_once(changed, choices)
     assert checked == [1, 1]
 
@@ -90,13 +105,24 @@ def test_eval_of_the_run_gives_its_final_accuracy(job):
 
 
 def test_the_functional_loop_in_pynative_mode_trains_on_an_image_folder(tmp_path):
-    images = write_image_folder(tmp_path / "images", per_class_train=4, per_class_val=2,
-                                size=16)
-    result = main_in_process("ms_exp.run", [
-        "trainer.progress_bar=never", "trainer.epochs=1", "trainer.loop=functional",
-        "trainer.mode=pynative", "tracking.enabled=false", "dataset=imagenet",
-        f"dataset.path={images}", "dataset.image_size=16", "dataset.batch_size=4",
-        "model.hidden_size=8", "trainer.loss_print_interval=1"], tmp_path / "work")
+    images = write_image_folder(tmp_path / "images", per_class_train=4, per_class_val=2, size=16)
+    result = main_in_process(
+        "ms_exp.run",
+        [
+            "trainer.progress_bar=never",
+            "trainer.epochs=1",
+            "trainer.loop=functional",
+            "trainer.mode=pynative",
+            "tracking.enabled=false",
+            "dataset=imagenet",
+            f"dataset.path={images}",
+            "dataset.image_size=16",
+            "dataset.batch_size=4",
+            "model.hidden_size=8",
+            "trainer.loss_print_interval=1",
+        ],
+        tmp_path / "work",
+    )
     assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "12 training and 6 held-out samples of shape (3, 16, 16), 3 classes" in result.stdout
     assert re.findall(r"^epoch: 1 step: (\d+), loss is", result.stdout, re.M) == ["1", "2", "3"]
@@ -114,7 +140,7 @@ def test_ranks_agree_on_the_first_proposed_stop_step(tmp_path):
     path = stop_step_file(tmp_path)
     assert agreed_stop_step(path) is None
     assert propose_stop_step(path, 7) == 7
-    assert propose_stop_step(path, 8) == 7     # the later rank stops where the first said
+    assert propose_stop_step(path, 8) == 7  # the later rank stops where the first said
     assert list(tmp_path.iterdir()) == [path]  # no proposal's part file left behind
     clear_stop_step(tmp_path)
     assert agreed_stop_step(path) is None
@@ -124,11 +150,14 @@ def test_a_sweeps_best_child_follows_the_direction_and_skips_unfinished_jobs():
     from ms_exp.tracking.registry import best_child
 
     def child(status, **metrics):
-        return SimpleNamespace(info=SimpleNamespace(status=status),
-                               data=SimpleNamespace(metrics=metrics))
+        return SimpleNamespace(
+            info=SimpleNamespace(status=status), data=SimpleNamespace(metrics=metrics)
+        )
 
-    a, b = child("FINISHED", **{"eval/accuracy": 0.5, "eval/loss": 0.2}), \
-        child("FINISHED", **{"eval/accuracy": 0.9, "eval/loss": 0.4})
+    a, b = (
+        child("FINISHED", **{"eval/accuracy": 0.5, "eval/loss": 0.2}),
+        child("FINISHED", **{"eval/accuracy": 0.9, "eval/loss": 0.4}),
+    )
     failed = child("FAILED", **{"eval/accuracy": 1.0})
     assert best_child([a, b, failed], None) == (b, "eval/accuracy")
     assert best_child([a, b], "eval/loss") == (a, "eval/loss")

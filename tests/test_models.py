@@ -1,4 +1,5 @@
 """A run's checkpoints as MLflow models, the Model Registry, and evaluating a model."""
+
 import json
 import os
 import shutil
@@ -18,8 +19,9 @@ SHORT = ("trainer.epochs=2", "tracking.log_models=true")
 
 def logged_models(client, run_id):
     run = client.get_run(run_id)
-    found = client.search_logged_models([run.info.experiment_id],
-                                        filter_string=f"source_run_id = '{run_id}'")
+    found = client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'"
+    )
     return {m.name: m for m in found}
 
 
@@ -49,8 +51,7 @@ def test_best_and_last_are_logged_models_of_the_run(registered):
         assert model.params["input_shape"] == "[1, 8, 8]"
         metrics = {m.key: m for m in model.metrics}
         assert {"eval/accuracy", "eval/loss"} <= set(metrics)
-        assert all(m.model_id == model.model_id and m.run_id == run_id
-                   for m in metrics.values())
+        assert all(m.model_id == model.model_id and m.run_id == run_id for m in metrics.values())
     best_metrics = {m.key: m.value for m in models["best"].metrics}
     assert best_metrics["eval/accuracy"] == pytest.approx(best_accuracy, abs=1e-4)
     assert run.data.tags["ms_exp.model.best"] == models["best"].model_id
@@ -59,11 +60,19 @@ def test_best_and_last_are_logged_models_of_the_run(registered):
 @pytest.mark.e2e
 def test_model_artifacts_hold_checkpoint_config_mindir_and_mlmodel(registered, tmp_path):
     model = logged_models(registered.store, registered.run_id)["best"]
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
-                                                     dst_path=str(tmp_path)))
+    local = Path(
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=model.artifact_location, dst_path=str(tmp_path)
+        )
+    )
     files = {p.name for p in local.rglob("*") if p.is_file()}
-    assert {"MLmodel", "checkpoint.ckpt", "config.yaml", "model.mindir",
-            "input_example.json"} <= files
+    assert {
+        "MLmodel",
+        "checkpoint.ckpt",
+        "config.yaml",
+        "model.mindir",
+        "input_example.json",
+    } <= files
     assert not [name for name in files if name.endswith((".pkl", ".pickle"))]
     mlmodel = yaml.safe_load((local / "MLmodel").read_text())
     flavor = mlmodel["flavors"]["mindspore"]
@@ -84,8 +93,9 @@ rebuilt = mlflow.pyfunc.load_model(d).predict(x)
 np.testing.assert_allclose(graph, rebuilt, rtol=1e-5, atol=1e-5)
 print('same', graph.shape)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "same (2, 10)" in done.stdout
 
@@ -94,8 +104,9 @@ print('same', graph.shape)
 def test_the_run_folder_holds_what_the_tracking_guide_shows(registered):
     from tests.test_docs import assert_listed_as_shown
 
-    assert_listed_as_shown(registered.run_dir, "tracking.md",
-                           ["", "checkpoints/rank_0", "models/best"])
+    assert_listed_as_shown(
+        registered.run_dir, "tracking.md", ["", "checkpoints/rank_0", "models/best"]
+    )
 
 
 @pytest.mark.e2e
@@ -106,15 +117,34 @@ def test_mlflows_own_predict_command_serves_a_logged_model(registered, tmp_path)
     import numpy as np
 
     model = logged_models(registered.store, registered.run_id)["best"]
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
-                                                     dst_path=str(tmp_path)))
+    local = Path(
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=model.artifact_location, dst_path=str(tmp_path)
+        )
+    )
     given, answer = local / "serving_input_example.json", tmp_path / "predictions.json"
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "mlflow"), "models", "predict",
-         "-m", f"models:/{model.model_id}", "-i", str(given), "-t", "json", "-o", str(answer),
-         "--env-manager", "local"],
-        cwd=registered.cwd, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{registered.cwd / 'mlflow.db'}"})
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "models",
+            "predict",
+            "-m",
+            f"models:/{model.model_id}",
+            "-i",
+            str(given),
+            "-t",
+            "json",
+            "-o",
+            str(answer),
+            "--env-manager",
+            "local",
+        ],
+        cwd=registered.cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{registered.cwd / 'mlflow.db'}"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     predicted = np.array(json.loads(answer.read_text())["predictions"], dtype=np.float32)
     x = ms.Tensor(np.array(json.loads(given.read_text())["inputs"], dtype=np.float32))
@@ -124,8 +154,7 @@ def test_mlflows_own_predict_command_serves_a_logged_model(registered, tmp_path)
 
 
 @pytest.mark.e2e
-def test_register_model_versions_and_eval_model_and_a_sweep_registers_its_best_job_once(
-        registered):
+def test_register_model_versions_and_eval_model_and_a_sweep_registers_its_best_job_once(registered):
     cwd = registered.cwd
     assert "registered model digits_mlp version 1 (models:/digits_mlp/1)" in registered.stdout
     evaluated = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/1"], cwd)
@@ -140,21 +169,33 @@ def test_register_model_versions_and_eval_model_and_a_sweep_registers_its_best_j
     missing = main_in_process("ms_exp.eval", ["--model", "models:/digits_mlp/9"], cwd)
     assert missing.rc == 2
     assert "registered model digits_mlp has versions 1" in missing.stderr
-    both = main_in_process("ms_exp.eval", ["--model", "models:/digits_mlp/1", "--checkpoint",
-                                           "best"], cwd)
+    both = main_in_process(
+        "ms_exp.eval", ["--model", "models:/digits_mlp/1", "--checkpoint", "best"], cwd
+    )
     assert both.rc == 2 and "--model alone" in both.stderr
 
     # A sweep registers its best job once: the registered model's next version.
-    sweep = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", "trainer.epochs=1",
-                                   "optimizer.lr=0.001,0.1",
-                                   "tracking.register_model=digits_mlp"], cwd, timeout=600)
+    sweep = run_cli(
+        "ms_exp.run",
+        [
+            "-m",
+            "trainer.progress_bar=never",
+            "trainer.epochs=1",
+            "optimizer.lr=0.001,0.1",
+            "tracking.register_model=digits_mlp",
+        ],
+        cwd,
+        timeout=600,
+    )
     assert sweep.rc == 0, sweep.stderr[-3000:]
     assert "registered model digits_mlp version 2 (models:/digits_mlp/2)" in sweep.stdout
     client = sweep.store
     versions = client.search_model_versions("name = 'digits_mlp'")
     assert sorted(int(v.version) for v in versions) == [1, 2]
-    runs = client.search_runs([client.get_experiment_by_name("ms_exp").experiment_id],
-                              filter_string="tags.`ms_exp.sweep.id` != ''")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("ms_exp").experiment_id],
+        filter_string="tags.`ms_exp.sweep.id` != ''",
+    )
     assert len(runs) == 2
     best = max(runs, key=lambda r: r.data.metrics["eval/accuracy"])
     assert client.get_model_version("digits_mlp", "2").run_id == best.info.run_id
@@ -164,15 +205,22 @@ def test_register_model_versions_and_eval_model_and_a_sweep_registers_its_best_j
     assert parent.data.tags["ms_exp.registered_model"] == "digits_mlp/2"
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["tracking.register_model=a/b"], "without '/' or ':'"),
-    (["tracking.register_model=x:y"], "without '/' or ':'"),
-    (["tracking.register_model=.."], "registered-model name"),
-    (["tracking.register_model=ok", "tracking.log_models=false"],
-     "null while tracking.log_models=false"),
-    (["tracking.register_model=ok", "tracking.enabled=false"],
-     "null while tracking.enabled=false"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["tracking.register_model=a/b"], "without '/' or ':'"),
+        (["tracking.register_model=x:y"], "without '/' or ':'"),
+        (["tracking.register_model=.."], "registered-model name"),
+        (
+            ["tracking.register_model=ok", "tracking.log_models=false"],
+            "null while tracking.log_models=false",
+        ),
+        (
+            ["tracking.register_model=ok", "tracking.enabled=false"],
+            "null while tracking.enabled=false",
+        ),
+    ],
+)
 def test_bad_register_model_is_refused(workdir, overrides, message):
     result = main_in_process("ms_exp.run", overrides, workdir)
     assert result.rc == 2
@@ -196,16 +244,22 @@ def test_the_mlmodel_file_is_written_from_the_saved_example_once(tmp_path):
 
     images, ids = np.ones((2, 1, 8, 8), np.float32), np.arange(2, dtype=np.int32)
     save_example(tmp_path, [images, ids], np.zeros((2, 10), np.float32))
-    spec = {"flavor": "mindspore", "fields": {"checkpoint": "checkpoint.ckpt", "inputs": 2},
-            "loader_module": "ms_exp.job.model_package"}
+    spec = {
+        "flavor": "mindspore",
+        "fields": {"checkpoint": "checkpoint.ckpt", "inputs": 2},
+        "loader_module": "ms_exp.job.model_package",
+    }
     write_mlmodel(tmp_path, spec)
     mlmodel = yaml.safe_load((tmp_path / "MLmodel").read_text())
     assert mlmodel["flavors"]["mindspore"] == {"checkpoint": "checkpoint.ckpt", "inputs": 2}
     assert mlmodel["flavors"]["python_function"]["loader_module"] == "ms_exp.job.model_package"
-    inputs = {spec["name"]: spec["tensor-spec"] for spec in
-              json.loads(mlmodel["signature"]["inputs"])}
-    assert inputs == {"input_0": {"dtype": "float32", "shape": [-1, 1, 8, 8]},
-                      "input_1": {"dtype": "int32", "shape": [-1]}}
+    inputs = {
+        spec["name"]: spec["tensor-spec"] for spec in json.loads(mlmodel["signature"]["inputs"])
+    }
+    assert inputs == {
+        "input_0": {"dtype": "float32", "shape": [-1, 1, 8, 8]},
+        "input_1": {"dtype": "int32", "shape": [-1]},
+    }
     assert json.loads(mlmodel["signature"]["outputs"])[0]["tensor-spec"]["shape"] == [-1, 10]
     assert (tmp_path / "input_example.json").is_file()
     assert not (tmp_path / EXAMPLE_ARRAYS).exists()
@@ -215,8 +269,7 @@ def test_the_mlmodel_file_is_written_from_the_saved_example_once(tmp_path):
     assert (tmp_path / "MLmodel").read_text() == written
 
 
-def test_a_model_whose_mlmodel_cannot_be_written_is_one_warning_not_a_failed_run(
-        tmp_path, capsys):
+def test_a_model_whose_mlmodel_cannot_be_written_is_one_warning_not_a_failed_run(tmp_path, capsys):
     from mlflow import MlflowClient
 
     from ms_exp.tracking.tracker import Tracker
@@ -224,11 +277,20 @@ def test_a_model_whose_mlmodel_cannot_be_written_is_one_warning_not_a_failed_run
     shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker.start(client, "models", "r", {})
-    (tmp_path / "best").mkdir()     # no example arrays in it
-    tracker.log_model("best", tmp_path / "best", {}, {}, None, {},
-                      {"flavor": "mindspore", "fields": {}, "loader_module": "x"})
-    (warning,) = [line for line in capsys.readouterr().err.splitlines()
-                  if line.startswith("ms_exp:")]
-    assert warning.startswith("ms_exp: warning: no MLflow model 'best' logged for this run "
-                              "(FileNotFoundError: "), warning
+    (tmp_path / "best").mkdir()  # no example arrays in it
+    tracker.log_model(
+        "best",
+        tmp_path / "best",
+        {},
+        {},
+        None,
+        {},
+        {"flavor": "mindspore", "fields": {}, "loader_module": "x"},
+    )
+    (warning,) = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("ms_exp:")
+    ]
+    assert warning.startswith(
+        "ms_exp: warning: no MLflow model 'best' logged for this run (FileNotFoundError: "
+    ), warning
     assert client.search_logged_models([tracker.experiment_id]) == []

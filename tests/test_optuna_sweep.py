@@ -1,6 +1,7 @@
 """``hydra/sweeper=optuna``: an Optuna study in a database that the same command resumes,
 several sweep commands share, whose trials a pruner stops after an epoch, and a sweep that
 stops at its first failed job when asked (``sweep.fail_fast``)."""
+
 import json
 import os
 import shutil
@@ -20,8 +21,12 @@ from ms_exp.preflight.compose import compose_config, preflight
 
 OPTUNA = ("hydra/sweeper=optuna", "hydra.sweeper.study_name=s")
 # Two training steps a job, on a small network: what a trial's job does, the least of it.
-DATA = ("dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
-        "model.hidden_size=8")
+DATA = (
+    "dataset=synthetic",
+    "dataset.num_samples=64",
+    "dataset.num_eval_samples=32",
+    "model.hidden_size=8",
+)
 TINY = (*FAST, "trainer.epochs=1", *DATA)
 SPACE = "optimizer.lr=interval(0.01,0.2)"
 
@@ -54,8 +59,9 @@ def with_store(folder: Path) -> Path:
 
 def sweep(folder: Path, *overrides: str, timeout: int = 300):
     with_store(folder)
-    result = run_cli("ms_exp.run", ["-m", *OPTUNA, *TINY, SPACE, *overrides], folder,
-                     timeout=timeout)
+    result = run_cli(
+        "ms_exp.run", ["-m", *OPTUNA, *TINY, SPACE, *overrides], folder, timeout=timeout
+    )
     assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -63,28 +69,44 @@ def sweep(folder: Path, *overrides: str, timeout: int = 300):
 # ---------------------------------------------------------------------------------------------
 # Config and refusals
 
+
 def test_the_sweeper_takes_hydras_key_names_and_its_pruners_and_samplers():
-    cfg = compose_config(["hydra/sweeper=optuna", "hydra/sweeper/pruner=median",
-                          "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=3",
-                          "hydra.sweeper.n_trials=7", "hydra.sweeper.study_name=x",
-                          "hydra.sweeper.storage=sqlite:////tmp/x.db"],
-                         return_hydra_config=True)
+    cfg = compose_config(
+        [
+            "hydra/sweeper=optuna",
+            "hydra/sweeper/pruner=median",
+            "hydra/sweeper/sampler=random",
+            "hydra.sweeper.sampler.seed=3",
+            "hydra.sweeper.n_trials=7",
+            "hydra.sweeper.study_name=x",
+            "hydra.sweeper.storage=sqlite:////tmp/x.db",
+        ],
+        return_hydra_config=True,
+    )
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_ == "hydra_plugins.ms_exp_optuna_sweeper.optuna_sweeper.OptunaSweeper"
-    assert (sweeper.n_trials, sweeper.study_name, sweeper.storage, sweeper.direction.name) == \
-        (7, "x", "sqlite:////tmp/x.db", "maximize")
+    assert (sweeper.n_trials, sweeper.study_name, sweeper.storage, sweeper.direction.name) == (
+        7,
+        "x",
+        "sqlite:////tmp/x.db",
+        "maximize",
+    )
     assert sweeper.sampler == {"_target_": "optuna.samplers.RandomSampler", "seed": 3}
     assert sweeper.pruner._target_ == "optuna.pruners.MedianPruner"
-    for pruner, target in [("none", "NopPruner"), ("successive_halving",
-                                                   "SuccessiveHalvingPruner"),
-                           ("hyperband", "HyperbandPruner")]:
-        composed = compose_config(["hydra/sweeper=optuna", f"hydra/sweeper/pruner={pruner}"],
-                                  return_hydra_config=True)
+    for pruner, target in [
+        ("none", "NopPruner"),
+        ("successive_halving", "SuccessiveHalvingPruner"),
+        ("hyperband", "HyperbandPruner"),
+    ]:
+        composed = compose_config(
+            ["hydra/sweeper=optuna", f"hydra/sweeper/pruner={pruner}"], return_hydra_config=True
+        )
         assert composed.hydra.sweeper.pruner._target_ == f"optuna.pruners.{target}"
     tpe = compose_config(["hydra/sweeper=optuna"], return_hydra_config=True)
     assert tpe.hydra.sweeper.sampler._target_ == "optuna.samplers.TPESampler"
-    brute = compose_config(["hydra/sweeper=optuna", "hydra/sweeper/sampler=brute_force"],
-                           return_hydra_config=True)
+    brute = compose_config(
+        ["hydra/sweeper=optuna", "hydra/sweeper/sampler=brute_force"], return_hydra_config=True
+    )
     assert brute.hydra.sweeper.sampler._target_ == "optuna.samplers.BruteForceSampler"
 
 
@@ -92,21 +114,25 @@ def test_the_sweeper_takes_hydras_key_names_and_its_pruners_and_samplers():
 def test_every_pruner_option_prunes_a_trial_far_behind_the_others(pruner):
     from hydra.utils import instantiate
 
-    cfg = compose_config(["hydra/sweeper=optuna", f"hydra/sweeper/pruner={pruner}"],
-                         return_hydra_config=True)
+    cfg = compose_config(
+        ["hydra/sweeper=optuna", f"hydra/sweeper/pruner={pruner}"], return_hydra_config=True
+    )
     # Hyperband puts a trial into a bracket by a hash of the study's name and the trial's
     # number: a fixed name.
-    found = optuna.create_study(study_name="pruners", direction="maximize",
-                                pruner=instantiate(cfg.hydra.sweeper.pruner),
-                                sampler=optuna.samplers.RandomSampler(seed=0))
-    for _ in range(8):   # trials that improve epoch by epoch, as training does; asked after
-        trial = found.ask()      # every epoch, as ms_exp's jobs ask (pruners keep rungs)
+    found = optuna.create_study(
+        study_name="pruners",
+        direction="maximize",
+        pruner=instantiate(cfg.hydra.sweeper.pruner),
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
+    for _ in range(8):  # trials that improve epoch by epoch, as training does; asked after
+        trial = found.ask()  # every epoch, as ms_exp's jobs ask (pruners keep rungs)
         for epoch in range(1, 10):
             trial.report(0.5 + 0.05 * epoch, epoch)
             trial.should_prune()
         found.tell(trial, 0.95)
     pruned = 0
-    for _ in range(4):   # trials far behind (Hyperband leaves some brackets unpruned)
+    for _ in range(4):  # trials far behind (Hyperband leaves some brackets unpruned)
         behind = found.ask()
         for epoch in range(1, 9):
             behind.report(0.01, epoch)
@@ -126,67 +152,96 @@ def test_the_job_returns_the_sweep_metric_or_the_first_default_it_logged():
     assert objective_value({"eval/loss": 0.3}, "eval/top_5") is None
 
 
-@pytest.mark.parametrize("overrides, line", [
-    (["hydra.sweeper.n_trials=0", SPACE],
-     "hydra.sweeper.n_trials=0: not allowed; expected an integer >= 1"),
-    (["hydra.sweeper.n_jobs=2", SPACE],
-     "hydra.sweeper.n_jobs=2: not allowed; expected 1 with Hydra's basic launcher"),
-    (["hydra/sweeper/pruner=median", "parallel=data", SPACE],
-     "hydra/sweeper/pruner='MedianPruner': not allowed; expected none for a distributed job"),
-    (["hydra.sweeper.storage=not a url", SPACE],
-     "hydra.sweeper.storage='not a url': not allowed; expected a database URL"),
-    # The password is in no line either: Hydra would write the URL into every job's record.
-    (["hydra.sweeper.storage=postgresql://ms_exp:s3cret@127.0.0.1/optuna", SPACE],
-     "hydra.sweeper.storage='postgresql://ms_exp:***@127.0.0.1/optuna': a password in the URL "
-     "would be written into the sweep's Hydra records and MLflow artifacts; expected a "
-     "database URL without a password, the password in PGPASSWORD or ~/.pgpass (libpq reads "
-     "them)"),
-    (["hydra.sweeper.storage=postgresql://ms_exp:s3/cret@127.0.0.1/optuna", SPACE],
-     "hydra.sweeper.storage='postgresql://ms_exp:***@127.0.0.1/optuna': a password in the URL "
-     "would be written"),
-    (["+hydra.sweeper.sampler.bogus=1", SPACE],
-     "hydra.sweeper.sampler='optuna.samplers.TPESampler': "),
-    ([], "hydra.sweeper.params=null: nothing to search; expected a search space"),
-])
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (
+            ["hydra.sweeper.n_trials=0", SPACE],
+            "hydra.sweeper.n_trials=0: not allowed; expected an integer >= 1",
+        ),
+        (
+            ["hydra.sweeper.n_jobs=2", SPACE],
+            "hydra.sweeper.n_jobs=2: not allowed; expected 1 with Hydra's basic launcher",
+        ),
+        (
+            ["hydra/sweeper/pruner=median", "parallel=data", SPACE],
+            "hydra/sweeper/pruner='MedianPruner': not allowed; expected none for a distributed job",
+        ),
+        (
+            ["hydra.sweeper.storage=not a url", SPACE],
+            "hydra.sweeper.storage='not a url': not allowed; expected a database URL",
+        ),
+        # The password is in no line either: Hydra would write the URL into every job's record.
+        (
+            ["hydra.sweeper.storage=postgresql://ms_exp:s3cret@127.0.0.1/optuna", SPACE],
+            "hydra.sweeper.storage='postgresql://ms_exp:***@127.0.0.1/optuna': a password in the URL "
+            "would be written into the sweep's Hydra records and MLflow artifacts; expected a "
+            "database URL without a password, the password in PGPASSWORD or ~/.pgpass (libpq reads "
+            "them)",
+        ),
+        (
+            ["hydra.sweeper.storage=postgresql://ms_exp:s3/cret@127.0.0.1/optuna", SPACE],
+            "hydra.sweeper.storage='postgresql://ms_exp:***@127.0.0.1/optuna': a password in the URL "
+            "would be written",
+        ),
+        (
+            ["+hydra.sweeper.sampler.bogus=1", SPACE],
+            "hydra.sweeper.sampler='optuna.samplers.TPESampler': ",
+        ),
+        ([], "hydra.sweeper.params=null: nothing to search; expected a search space"),
+    ],
+)
 def test_bad_optuna_settings_are_refused_before_anything_runs(tmp_path, overrides, line):
     with pytest.raises(ConfigError) as refused:
-        preflight(["hydra/sweeper=optuna", f"hydra.sweep.dir={tmp_path}/sweep", *overrides],
-                  multirun=True)
+        preflight(
+            ["hydra/sweeper=optuna", f"hydra.sweep.dir={tmp_path}/sweep", *overrides], multirun=True
+        )
     assert str(refused.value).startswith(line)
     assert "\n" not in str(refused.value) and list(tmp_path.iterdir()) == []
 
 
 def test_an_existing_study_of_the_other_direction_or_a_dead_server_is_refused(tmp_path):
-    optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}",
-                        direction="minimize")
+    optuna.create_study(
+        study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}", direction="minimize"
+    )
     sweep_dir = f"hydra.sweep.dir={tmp_path}/sweep"
     with pytest.raises(ConfigError) as refused:
-        preflight([*OPTUNA, SPACE, sweep_dir, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
-                  multirun=True)
+        preflight(
+            [*OPTUNA, SPACE, sweep_dir, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
+            multirun=True,
+        )
     assert str(refused.value) == (
         f"hydra.sweeper.direction='maximize': not allowed; expected minimize, the direction "
         f"study s in sqlite:///{tmp_path / 'optuna.db'} was created with (or another "
-        f"hydra.sweeper.study_name)")
+        f"hydra.sweeper.study_name)"
+    )
     from conftest import free_port
 
     dead = f"postgresql://ms_exp@127.0.0.1:{free_port()}/x"
-    with pytest.raises(ConfigError, match=r"^hydra.sweeper.storage='postgresql://ms_exp"
-                                          r"@127.0.0.1:\d+/x': .*; expected a database Optuna "
-                                          r"can open$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^hydra.sweeper.storage='postgresql://ms_exp"
+        r"@127.0.0.1:\d+/x': .*; expected a database Optuna "
+        r"can open$",
+    ):
         preflight([*OPTUNA, SPACE, sweep_dir, f"hydra.sweeper.storage={dead}"], multirun=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["optuna.db"]
 
 
 def test_a_refused_setting_is_one_line_and_exit_2(tmp_path):
-    result = main_in_process("ms_exp.run", ["-m", *OPTUNA, "hydra.sweeper.n_trials=0", SPACE],
-                             tmp_path)
+    result = main_in_process(
+        "ms_exp.run", ["-m", *OPTUNA, "hydra.sweeper.n_trials=0", SPACE], tmp_path
+    )
     assert (result.rc, result.stderr) == (
-        2, "ms_exp: error: hydra.sweeper.n_trials=0: not allowed; expected an integer >= 1\n")
+        2,
+        "ms_exp: error: hydra.sweeper.n_trials=0: not allowed; expected an integer >= 1\n",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------------------------
 # A study in a database: resumed, extended, shared
+
 
 def _states_so_far(folder) -> list:
     """The trials' states, read without writing: optuna.load_study would create the
@@ -197,26 +252,31 @@ def _states_so_far(folder) -> list:
 def _heartbeat_ages_s(folder) -> list:
     """Seconds since each trial's last heartbeat, by the database's clock at the database's
     resolution (whole seconds), as Optuna measures it to find the stale ones."""
-    return [age for (age,) in _read(folder, "SELECT strftime('%s', CURRENT_TIMESTAMP) - "
-                                            "strftime('%s', heartbeat) FROM trial_heartbeats")]
+    return [
+        age
+        for (age,) in _read(
+            folder,
+            "SELECT strftime('%s', CURRENT_TIMESTAMP) - "
+            "strftime('%s', heartbeat) FROM trial_heartbeats",
+        )
+    ]
 
 
 def _read(folder, query: str) -> list:
     try:
         db = sqlite3.connect(f"file:{folder / 'optuna.db'}?mode=ro", uri=True)
-    except sqlite3.OperationalError:     # no file yet
+    except sqlite3.OperationalError:  # no file yet
         return []
     try:
         return db.execute(query).fetchall()
-    except sqlite3.OperationalError:     # no table yet
+    except sqlite3.OperationalError:  # no table yet
         return []
     finally:
         db.close()
 
 
 @pytest.mark.e2e
-def test_a_killed_sweep_resumes_its_running_trial_failed_and_the_same_command_resumes_it(
-        tmp_path):
+def test_a_killed_sweep_resumes_its_running_trial_failed_and_the_same_command_resumes_it(tmp_path):
     """A study in a database across commands: a sweep killed with its process group in its
     first trial and run again at once (its trial fails at once: its process is gone, though
     its heartbeat is not old yet; its parent and trial runs end KILLED); the same command
@@ -224,24 +284,42 @@ def test_a_killed_sweep_resumes_its_running_trial_failed_and_the_same_command_re
     nothing left to run); a larger n_trials extends it. The study minimises another metric
     than the default."""
     seed = "hydra.sweeper.sampler.seed=1"
-    beat = "hydra.sweeper.heartbeat_interval=60"    # not old before the test ends
+    beat = "hydra.sweeper.heartbeat_interval=60"  # not old before the test ends
     minimize = ("sweep.metric=eval/loss", "hydra.sweeper.direction=minimize")
     concurrent = ("hydra/launcher=concurrent", "hydra.sweeper.n_jobs=2")
-    command = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *FAST, *DATA, SPACE, seed,
-               beat, *minimize, "hydra.sweeper.n_trials=2", "trainer.epochs=1000",
-               "trainer.loss_print_interval=1"]
-    process = subprocess.Popen(command, cwd=with_store(tmp_path), start_new_session=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "ms_exp.run",
+        "-m",
+        *OPTUNA,
+        *FAST,
+        *DATA,
+        SPACE,
+        seed,
+        beat,
+        *minimize,
+        "hydra.sweeper.n_trials=2",
+        "trainer.epochs=1000",
+        "trainer.loss_print_interval=1",
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=with_store(tmp_path),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         seen = []
-        for line in process.stdout:     # the trial trains (and has beaten its heartbeat)
+        for line in process.stdout:  # the trial trains (and has beaten its heartbeat)
             seen.append(line)
             if line.startswith("epoch: 1 step: 1"):
                 break
         else:
-            pytest.fail("the sweep ended before its first trial trained:\n"
-                        + "".join(seen[-50:]))
+            pytest.fail("the sweep ended before its first trial trained:\n" + "".join(seen[-50:]))
         assert _states_so_far(tmp_path) == ["RUNNING"] and _heartbeat_ages_s(tmp_path)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
@@ -250,16 +328,20 @@ def test_a_killed_sweep_resumes_its_running_trial_failed_and_the_same_command_re
     assert states(study(tmp_path)) == {0: "RUNNING"}
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     left = client.search_runs(["1"], "attributes.status = 'RUNNING'")
-    assert len(left) == 2       # the killed sweep's parent and its trial's run
+    assert len(left) == 2  # the killed sweep's parent and its trial's run
 
     # Three trials, two at a time in joblib's worker processes (one runs a second job).
     resumed = sweep(tmp_path, "hydra.sweeper.n_trials=3", seed, beat, *minimize, *concurrent)
-    assert "trials 0 were RUNNING when their worker stopped (its process is gone, or it " \
+    assert (
+        "trials 0 were RUNNING when their worker stopped (its process is gone, or it "
         "stopped sending heartbeats): marked FAIL" in resumed.stdout
-    (ended,) = [line for line in resumed.stdout.splitlines()
-                if line.endswith(" were RUNNING, their process gone: marked KILLED")]
-    assert set(ended[len("runs "):].split(" were")[0].split(", ")) == \
-        {r.info.run_id for r in left}
+    )
+    (ended,) = [
+        line
+        for line in resumed.stdout.splitlines()
+        if line.endswith(" were RUNNING, their process gone: marked KILLED")
+    ]
+    assert set(ended[len("runs ") :].split(" were")[0].split(", ")) == {r.info.run_id for r in left}
     assert {client.get_run(r.info.run_id).info.status for r in left} == {"KILLED"}
     assert states(study(tmp_path)) == {0: "FAIL", 1: "COMPLETE", 2: "COMPLETE", 3: "COMPLETE"}
     # optuna.db beside mlflow.db
@@ -292,11 +374,21 @@ def test_a_killed_sweep_resumes_its_running_trial_failed_and_the_same_command_re
 @pytest.mark.e2e
 def test_two_sweep_commands_share_one_study_and_no_trial_runs_twice(tmp_path):
     def start(seed: int, folder: str):
-        args = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *TINY, SPACE,
-                "hydra.sweeper.n_trials=4", f"hydra.sweeper.sampler.seed={seed}",
-                f"hydra.sweep.dir={folder}"]
-        return subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        args = [
+            sys.executable,
+            "-m",
+            "ms_exp.run",
+            "-m",
+            *OPTUNA,
+            *TINY,
+            SPACE,
+            "hydra.sweeper.n_trials=4",
+            f"hydra.sweeper.sampler.seed={seed}",
+            f"hydra.sweep.dir={folder}",
+        ]
+        return subprocess.Popen(
+            args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     workers = [start(1, "a"), start(2, "b")]
     outputs = [w.communicate(timeout=400)[0] for w in workers]
@@ -314,25 +406,38 @@ def test_two_sweep_commands_share_one_study_and_no_trial_runs_twice(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert {client.get_run(p).data.tags["ms_exp.optuna.study"] for p in parents} == {"s"}
     # each worker's folders are its trials' numbers
-    folders = {int(p.name) for d in ("a", "b") for p in (tmp_path / d).iterdir()
-               if p.name.isdigit()}
+    folders = {
+        int(p.name) for d in ("a", "b") for p in (tmp_path / d).iterdir() if p.name.isdigit()
+    }
     assert folders == set(runs)
 
 
 @pytest.mark.server
 @pytest.mark.e2e
 def test_workers_share_a_study_in_postgresql_and_its_password_is_recorded_nowhere(
-        tmp_path, postgres):
+    tmp_path, postgres
+):
     postgres, password = postgres
     env = {**os.environ, "PGPASSWORD": password}
     storage = f"hydra.sweeper.storage={postgres}"
 
     def start(seed: int, folder: str):
-        args = [sys.executable, "-m", "ms_exp.run", "-m", *OPTUNA, *TINY, SPACE, storage,
-                "hydra.sweeper.n_trials=3", f"hydra.sweeper.sampler.seed={seed}",
-                f"hydra.sweep.dir={folder}"]
-        return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        args = [
+            sys.executable,
+            "-m",
+            "ms_exp.run",
+            "-m",
+            *OPTUNA,
+            *TINY,
+            SPACE,
+            storage,
+            "hydra.sweeper.n_trials=3",
+            f"hydra.sweeper.sampler.seed={seed}",
+            f"hydra.sweep.dir={folder}",
+        ]
+        return subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     workers = [start(1, "a"), start(2, "b")]
     outputs = [w.communicate(timeout=400)[0] for w in workers]
@@ -358,37 +463,63 @@ def test_workers_share_a_study_in_postgresql_and_its_password_is_recorded_nowher
     assert password not in "".join(outputs)
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not [p for p in files if password.encode() in p.read_bytes()]
-    recorded = {str(p.relative_to(tmp_path)) for p in files
-                if f"storage: {postgres}\n".encode() in p.read_bytes()}
+    recorded = {
+        str(p.relative_to(tmp_path))
+        for p in files
+        if f"storage: {postgres}\n".encode() in p.read_bytes()
+    }
     hydra_records = {str(p.relative_to(tmp_path)) for p in tmp_path.glob("*/*/.hydra/hydra.yaml")}
     assert hydra_records and {"a/multirun.yaml", "b/multirun.yaml", *hydra_records} <= recorded
-    assert [name for name in recorded if name.startswith("mlartifacts/")
-            and name.endswith("/artifacts/hydra/hydra.yaml")], recorded
-    for pattern in ("*/*/config.yaml", "*/*/console.log", "*/*/.hydra/overrides.yaml",
-                    "mlartifacts/*/*/artifacts/config/config.yaml"):
+    assert [
+        name
+        for name in recorded
+        if name.startswith("mlartifacts/") and name.endswith("/artifacts/hydra/hydra.yaml")
+    ], recorded
+    for pattern in (
+        "*/*/config.yaml",
+        "*/*/console.log",
+        "*/*/.hydra/overrides.yaml",
+        "mlartifacts/*/*/artifacts/config/config.yaml",
+    ):
         assert list(tmp_path.glob(pattern)), pattern
 
 
 # ---------------------------------------------------------------------------------------------
 # Pruning
 
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("launcher", [
-    "basic",
-    # the pool's worker process: the pruned trial comes back pickled from another process,
-    # as from joblib's or submitit's (submitit's job processes run a user's sweep in
-    # tests/test_user_project.py)
-    "pool"])
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "basic",
+        # the pool's worker process: the pruned trial comes back pickled from another process,
+        # as from joblib's or submitit's (submitit's job processes run a user's sweep in
+        # tests/test_user_project.py)
+        "pool",
+    ],
+)
 def test_a_trial_worse_than_the_median_after_an_epoch_is_pruned(tmp_path, launcher):
     # Trial 0 (the sampler's seed orders the two values) trains with a good rate; trial 1,
     # whose rate barely moves the weights, is behind it after epoch 1 (of 2: it is pruned
     # before its end).
-    result = run_cli("ms_exp.run", [
-        "-m", *OPTUNA, *FAST, f"hydra/launcher={launcher}", "trainer.epochs=2",
-        "optimizer.lr=choice(0.1,0.0001)",
-        "hydra.sweeper.n_trials=2", "hydra/sweeper/sampler=brute_force",
-        "hydra.sweeper.sampler.seed=1", "hydra/sweeper/pruner=median",
-        "hydra.sweeper.pruner.n_startup_trials=1"], with_store(tmp_path))
+    result = run_cli(
+        "ms_exp.run",
+        [
+            "-m",
+            *OPTUNA,
+            *FAST,
+            f"hydra/launcher={launcher}",
+            "trainer.epochs=2",
+            "optimizer.lr=choice(0.1,0.0001)",
+            "hydra.sweeper.n_trials=2",
+            "hydra/sweeper/sampler=brute_force",
+            "hydra.sweeper.sampler.seed=1",
+            "hydra/sweeper/pruner=median",
+            "hydra.sweeper.pruner.n_startup_trials=1",
+        ],
+        with_store(tmp_path),
+    )
     assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Optuna study s pruned trial 1 after epoch 1 (eval/accuracy " in result.stdout
     assert "Error executing job" not in result.stdout + result.stderr
@@ -403,7 +534,7 @@ def test_a_trial_worse_than_the_median_after_an_epoch_is_pruned(tmp_path, launch
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     history = client.get_metric_history(pruned.info.run_id, "eval/accuracy")
     assert [m.value for m in history] == [found.trials[1].intermediate_values[1]]
-    assert (pruned.info.artifact_uri and "train/loss" in pruned.data.metrics)
+    assert pruned.info.artifact_uri and "train/loss" in pruned.data.metrics
     parent = client.get_run(pruned.data.tags["mlflow.parentRunId"])
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["sweep/pruned_jobs"] == 1.0
@@ -447,10 +578,15 @@ def failing_sweeps(tmp_path_factory):
     """Name -> (exit status, what it printed, its folder, parent run, child runs)."""
     root = tmp_path_factory.mktemp("failing")
     cases = [(str(root / name), ["-m", *TINY, *args]) for name, args in FAILING_SWEEPS.items()]
-    for folder, _ in cases:     # each with a store of its own
+    for folder, _ in cases:  # each with a store of its own
         with_store(Path(folder))
-    done = subprocess.run([sys.executable, "-c", FAILING, json.dumps(cases)], cwd=root,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING, json.dumps(cases)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     printed = done.stdout.split("=== sweep in ")[1:]
     assert len(printed) == len(cases), done.stdout[-3000:]
@@ -482,8 +618,9 @@ def test_fail_fast_starts_no_job_after_the_first_failed_one(failing_sweeps, fail
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("fail_fast, trials", [("true", 1), ("false", 2)])
-def test_fail_fast_stops_the_optuna_study_at_its_first_failed_trial(failing_sweeps, fail_fast,
-                                                                     trials):
+def test_fail_fast_stops_the_optuna_study_at_its_first_failed_trial(
+    failing_sweeps, fail_fast, trials
+):
     code, _, folder, parent, children = failing_sweeps[f"optuna-{fail_fast}"]
     assert code == 1
     assert states(study(folder)) == {n: "FAIL" for n in range(trials)}

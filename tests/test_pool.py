@@ -3,6 +3,7 @@ life. Read back from each job's own environment (a callback of the test's, a mod
 working folder that the pool's worker processes import as a user's) and from MLflow: never
 two running jobs on one device, a failed job's device goes to the next job, the Optuna
 sweeper through the pool, and Ctrl-C or a killed launcher ending every job."""
+
 import contextlib
 import json
 import os
@@ -21,7 +22,7 @@ from mlflow import MlflowClient
 # A user's callback: what the job's process was given, written where the test reads it; it
 # fails the job whose learning rate is fail_at_lr, and tells a waiting test through the
 # named pipe ``announce`` that the job has started training.
-PROBE = '''
+PROBE = """
 import json, os
 from mindspore.train import Callback
 
@@ -45,9 +46,11 @@ class Probe(Callback):
                 fifo.write(f"{os.getpid()}\\n")
         if self.lr == self.fail_at_lr:
             raise RuntimeError(f"probe: job with lr={self.lr} fails on purpose")
-'''
-PROBE_ARGS = ("+trainer.callbacks.probe._target_=probe.Probe",
-              "+trainer.callbacks.probe.lr=${optimizer.lr}")
+"""
+PROBE_ARGS = (
+    "+trainer.callbacks.probe._target_=probe.Probe",
+    "+trainer.callbacks.probe.lr=${optimizer.lr}",
+)
 
 
 def project(folder: Path) -> Path:
@@ -77,7 +80,8 @@ def assert_one_job_at_a_time_per_device(runs) -> None:
         on_it.sort(key=lambda r: r.info.start_time)
         for earlier, later in zip(on_it, on_it[1:]):
             assert earlier.info.end_time <= later.info.start_time, (
-                f"device {device}: {earlier.info.run_name} and {later.info.run_name} overlap")
+                f"device {device}: {earlier.info.run_name} and {later.info.run_name} overlap"
+            )
 
 
 @pytest.fixture(scope="module")
@@ -85,12 +89,23 @@ def sweep(tmp_path_factory):
     """Four jobs on a pool of two (fake) GPUs, 3 and 5, on this CPU machine; the job with
     lr=0.02 fails in its first callback."""
     folder = project(tmp_path_factory.mktemp("pool"))
-    result = run_cli("ms_exp.run", [
-        "-m", *FAST, "hydra/launcher=pool", "hydra.launcher.accelerator=GPU",
-        "hydra.launcher.devices=[3,5]", "trainer.device_target=CPU", "trainer.epochs=1",
-        *PROBE_ARGS, f"+trainer.callbacks.probe.folder={folder / 'seen'}",
-        "+trainer.callbacks.probe.fail_at_lr=0.02",
-        "optimizer.lr=0.01,0.02,0.03,0.04"], folder)
+    result = run_cli(
+        "ms_exp.run",
+        [
+            "-m",
+            *FAST,
+            "hydra/launcher=pool",
+            "hydra.launcher.accelerator=GPU",
+            "hydra.launcher.devices=[3,5]",
+            "trainer.device_target=CPU",
+            "trainer.epochs=1",
+            *PROBE_ARGS,
+            f"+trainer.callbacks.probe.folder={folder / 'seen'}",
+            "+trainer.callbacks.probe.fail_at_lr=0.02",
+            "optimizer.lr=0.01,0.02,0.03,0.04",
+        ],
+        folder,
+    )
     return result, folder
 
 
@@ -107,8 +122,10 @@ def test_each_job_sees_only_its_own_device_and_records_it(sweep):
     # One worker process per device, kept from job to job (MindSpore imported twice, not 4
     # times), a failed job's included.
     assert len({s["pid"] for s in seen}) == 2
-    assert "hydra/launcher=pool: GPU devices 3, 5, one per rank: up to 2 single-device " \
-           "jobs at once" in result.stdout
+    assert (
+        "hydra/launcher=pool: GPU devices 3, 5, one per rank: up to 2 single-device "
+        "jobs at once" in result.stdout
+    )
     assert "job #0 (lr=0.01) on GPU devices 3 (process " in result.stdout
 
 
@@ -132,26 +149,43 @@ def test_a_failed_job_gives_its_device_to_the_next_and_the_sweep_says_so(sweep):
     assert [r.data.params["optimizer.lr"] for r in failed] == ["0.02"]
     assert "probe: job with lr=0.02 fails on purpose" in failed[0].data.tags["ms_exp.error"]
     device = failed[0].data.tags["ms_exp.devices"]
-    later = [r for r in runs if r.data.tags["ms_exp.devices"] == device
-             and r.info.start_time >= failed[0].info.end_time]
+    later = [
+        r
+        for r in runs
+        if r.data.tags["ms_exp.devices"] == device and r.info.start_time >= failed[0].info.end_time
+    ]
     assert later and all(r.info.status == "FINISHED" for r in later)
     assert sum(r.info.status == "FINISHED" for r in runs) == 3
     assert "FAILED, 3 of 4 jobs finished" in result.stdout
     per_device = result.field("jobs per device:")
     for share in ("3", "5"):
-        names = [r.info.run_name for r in sorted(runs, key=lambda r: r.info.start_time)
-                 if r.data.tags["ms_exp.devices"] == share]
+        names = [
+            r.info.run_name
+            for r in sorted(runs, key=lambda r: r.info.start_time)
+            if r.data.tags["ms_exp.devices"] == share
+        ]
         assert f"{share}: {len(names)} ({', '.join(names)})" in per_device
 
 
 @pytest.mark.e2e
 def test_an_optuna_sweep_through_the_pool_starts_a_trial_when_a_core_is_free(tmp_path):
     folder = project(tmp_path)
-    result = run_cli("ms_exp.run", [
-        "-m", *FAST, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
-        "hydra.sweeper.n_jobs=2", "hydra/launcher=pool", "trainer.epochs=1",
-        *PROBE_ARGS, f"+trainer.callbacks.probe.folder={folder / 'seen'}",
-        "optimizer.lr=interval(0.01,0.1)"], folder)
+    result = run_cli(
+        "ms_exp.run",
+        [
+            "-m",
+            *FAST,
+            "hydra/sweeper=optuna",
+            "hydra.sweeper.n_trials=3",
+            "hydra.sweeper.n_jobs=2",
+            "hydra/launcher=pool",
+            "trainer.epochs=1",
+            *PROBE_ARGS,
+            f"+trainer.callbacks.probe.folder={folder / 'seen'}",
+            "optimizer.lr=interval(0.01,0.1)",
+        ],
+        folder,
+    )
     assert result.rc == 0, result.stderr[-3000:]
     runs = job_runs(folder)
     assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
@@ -170,11 +204,25 @@ def start_long_sweep(folder: Path, announce: Path) -> subprocess.Popen:
     """Two jobs long enough to be stopped while both train; in a session of its own, as a
     terminal's foreground job is a process group of its own."""
     return subprocess.Popen(
-        [sys.executable, "-m", "ms_exp.run", "-m", *FAST, "hydra/launcher=pool",
-         "trainer.epochs=200", *PROBE_ARGS, f"+trainer.callbacks.probe.folder={folder / 'seen'}",
-         f"+trainer.callbacks.probe.announce={announce}", "optimizer.lr=0.01,0.02"],
-        cwd=folder, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
-        stdout=(folder / "console.txt").open("w"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "ms_exp.run",
+            "-m",
+            *FAST,
+            "hydra/launcher=pool",
+            "trainer.epochs=200",
+            *PROBE_ARGS,
+            f"+trainer.callbacks.probe.folder={folder / 'seen'}",
+            f"+trainer.callbacks.probe.announce={announce}",
+            "optimizer.lr=0.01,0.02",
+        ],
+        cwd=folder,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+        stdout=(folder / "console.txt").open("w"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 @contextlib.contextmanager
@@ -221,8 +269,9 @@ def wait_until_gone(folder: Path, timeout: float = 240) -> None:
         try:
             for fd in fds:
                 left = deadline - time.monotonic()
-                assert left > 0 and select.select([fd], [], [], left)[0], \
+                assert left > 0 and select.select([fd], [], [], left)[0], (
                     f"{processes_in(folder)} outlived the sweep"
+                )
         finally:
             for fd in fds:
                 os.close(fd)
@@ -234,8 +283,11 @@ def processes_in(folder: Path) -> list:
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == folder and \
-                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            if (
+                proc.name.isdigit()
+                and Path(os.readlink(proc / "cwd")) == folder
+                and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
                 found.append(int(proc.name))
         except OSError:
             continue
@@ -250,10 +302,10 @@ def test_ctrl_c_or_a_killed_launcher_ends_every_job(tmp_path, how):
         sweep = start_long_sweep(folder, fifo)
         wait_for_both_jobs(reader, sweep, folder)
     if how == "ctrl_c":
-        os.killpg(sweep.pid, signal.SIGINT)       # what a terminal's Ctrl-C sends
+        os.killpg(sweep.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
         assert sweep.wait(timeout=240) == 130, (folder / "console.txt").read_text()[-3000:]
     else:
-        sweep.kill()                               # SIGKILL to the launching process alone
+        sweep.kill()  # SIGKILL to the launching process alone
         sweep.wait(timeout=60)
     wait_until_gone(folder)
     runs = job_runs(folder)

@@ -1,6 +1,7 @@
 """The device pool's logic in this process: what a pool holds on each kind of machine (the
 vendors' listing tools faked on the PATH), what a job is told, how shares are handed out and
 given back (workers faked: no process), and the refusals before a sweep starts."""
+
 import os
 import stat
 import threading
@@ -42,7 +43,7 @@ def test_the_pool_is_what_the_vendor_tool_lists_or_the_cpu_cores(tmp_path, monke
     assert pool_units("GPU", None) == [0, 1, 2, 3]
     fake_tool(tmp_path, "npu-smi", "        Total Count                    : 2\n\n" + NPU_SMI)
     assert pool_units("Ascend", None) == [0, 1]
-    assert pool_units("GPU", [6, 7]) == [6, 7]          # given: nothing is asked
+    assert pool_units("GPU", [6, 7]) == [6, 7]  # given: nothing is asked
     # Inside a SLURM allocation (or any launch that set it): only the devices it names.
     assert pool_units("GPU", None, {"CUDA_VISIBLE_DEVICES": "2,5"}) == [2, 5]
     assert pool_units("Ascend", None, {"ASCEND_RT_VISIBLE_DEVICES": "4"}) == [4]
@@ -70,22 +71,31 @@ def test_which_devices_auto_means(tmp_path, monkeypatch):
 
 
 def test_a_job_sees_only_its_share():
-    assert share_environment("GPU", (2, 3)) == {"MS_EXP_DEVICES": "2,3",
-                                                "CUDA_VISIBLE_DEVICES": "2,3"}
-    assert share_environment("Ascend", (5,)) == {"MS_EXP_DEVICES": "5",
-                                                 "ASCEND_RT_VISIBLE_DEVICES": "5"}
+    assert share_environment("GPU", (2, 3)) == {
+        "MS_EXP_DEVICES": "2,3",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+    }
+    assert share_environment("Ascend", (5,)) == {
+        "MS_EXP_DEVICES": "5",
+        "ASCEND_RT_VISIBLE_DEVICES": "5",
+    }
     assert share_environment("CPU", (0, 1)) == {"MS_EXP_DEVICES": "0,1", "OMP_NUM_THREADS": "2"}
     assert units_per_job("GPU", 4, 3) == 4 and units_per_job("CPU", 2, 3) == 6
 
 
 class FakeWorker:
     """A worker without a process: its job ends when the test says so."""
+
     started: list = []
 
     def __init__(self, share, stop_timeout):
         self.share = share
-        self.process = SimpleNamespace(pid=1000 + len(FakeWorker.started), exitcode=-9,
-                                       is_alive=lambda: not self.closed, join=lambda *a: None)
+        self.process = SimpleNamespace(
+            pid=1000 + len(FakeWorker.started),
+            exitcode=-9,
+            is_alive=lambda: not self.closed,
+            join=lambda *a: None,
+        )
         self.stopping = False
         self.closed = False
         FakeWorker.started.append(self)
@@ -93,8 +103,8 @@ class FakeWorker:
     def run(self, order):
         from hydra.core.utils import JobReturn, JobStatus
 
-        outcome = order.task_function(self.share.units)   # the test's stand-in for the job
-        if outcome in ("died", "exited"):   # killed (SIGKILL), or the job called os._exit(0)
+        outcome = order.task_function(self.share.units)  # the test's stand-in for the job
+        if outcome in ("died", "exited"):  # killed (SIGKILL), or the job called os._exit(0)
             self.process.exitcode = -9 if outcome == "died" else 0
             raise EOFError
         result = JobReturn(overrides=list(order.overrides))
@@ -120,9 +130,8 @@ def order(number, job):
     return dispatch.JobOrder(number, [f"job={number}"], None, None, job, {}, {})
 
 
-def test_shares_are_held_one_job_at_a_time_and_workers_kept(fake_workers, capsys,
-                                                             monkeypatch):
-    monkeypatch.setenv("MS_EXP_SWEPT_KEYS", '["job"]')   # as the sweep's parent sets it
+def test_shares_are_held_one_job_at_a_time_and_workers_kept(fake_workers, capsys, monkeypatch):
+    monkeypatch.setenv("MS_EXP_SWEPT_KEYS", '["job"]')  # as the sweep's parent sets it
     pool = dispatch.DevicePool("GPU", [0, 1], stop_timeout=1)
     running, most, lock = set(), [0], threading.Lock()
 
@@ -149,18 +158,21 @@ def test_shares_are_held_one_job_at_a_time_and_workers_kept(fake_workers, capsys
 def test_a_failed_or_dead_job_gives_its_share_back(fake_workers):
     pool = dispatch.DevicePool("CPU", [0], stop_timeout=1)
     outcomes = iter(["died", "failed", "ok"])
-    results = dispatch.launch_jobs(pool, [order(n, lambda share: next(outcomes))
-                                          for n in range(3)], lambda i: 1, False)
+    results = dispatch.launch_jobs(
+        pool, [order(n, lambda share: next(outcomes)) for n in range(3)], lambda i: 1, False
+    )
     assert [r.status.name for r in results] == ["FAILED", "FAILED", "COMPLETED"]
     assert "its worker process 1000 was killed by SIGKILL" in str(results[0]._return_value)
     # The dead worker is replaced; the failed job's worker is kept for the next job.
     assert len(fake_workers) == 2 and fake_workers[0].closed and not fake_workers[1].closed
 
 
-@pytest.mark.parametrize("outcome, how", [("died", "was killed by SIGKILL"),
-                                           ("exited", "exited with code 0")])
-def test_a_job_whose_worker_died_is_one_line_and_no_traceback(fake_workers, capsys, monkeypatch,
-                                                              outcome, how):
+@pytest.mark.parametrize(
+    "outcome, how", [("died", "was killed by SIGKILL"), ("exited", "exited with code 0")]
+)
+def test_a_job_whose_worker_died_is_one_line_and_no_traceback(
+    fake_workers, capsys, monkeypatch, outcome, how
+):
     """Its worker killed, or ended by the job's own os._exit(0): one line as it is found,
     naming the job, the process and how it ended. Hydra's basic sweeper, reading it as the
     sweep's failure, ends the sweep (exit status 1) with nothing more; the Optuna sweeper
@@ -175,7 +187,7 @@ def test_a_job_whose_worker_died_is_one_line_and_no_traceback(fake_workers, caps
     with pytest.raises(dispatch.WorkerDied) as failure:
         lost.return_value
     assert str(failure.value) == line
-    lost.ends_sweep = True     # what the launcher sets for Hydra's basic sweeper
+    lost.ends_sweep = True  # what the launcher sets for Hydra's basic sweeper
     with pytest.raises(SystemExit) as ended:
         run_and_report(lambda: lost.return_value)
     assert ended.value.code == 1 and capsys.readouterr().err == ""
@@ -184,7 +196,7 @@ def test_a_job_whose_worker_died_is_one_line_and_no_traceback(fake_workers, caps
 def test_a_worker_that_died_while_idle_is_replaced_before_a_job_is_sent(fake_workers):
     pool = dispatch.DevicePool("CPU", [0], stop_timeout=1)
     pool.warm(1)
-    fake_workers[0].closed = True          # killed while waiting for a job
+    fake_workers[0].closed = True  # killed while waiting for a job
     (result,) = dispatch.launch_jobs(pool, [order(0, lambda share: "ok")], lambda i: 1, False)
     assert result.status.name == "COMPLETED"
     assert len(fake_workers) == 2 and not fake_workers[1].closed
@@ -192,52 +204,79 @@ def test_a_worker_that_died_while_idle_is_replaced_before_a_job_is_sent(fake_wor
 
 def test_fail_fast_starts_no_job_after_a_failure(fake_workers):
     pool = dispatch.DevicePool("CPU", [0], stop_timeout=1)
-    results = dispatch.launch_jobs(pool, [order(0, lambda share: "failed"),
-                                          order(1, lambda share: "ok")], lambda i: 1, True)
+    results = dispatch.launch_jobs(
+        pool, [order(0, lambda share: "failed"), order(1, lambda share: "ok")], lambda i: 1, True
+    )
     assert results[1].status.name == "FAILED"
     assert isinstance(results[1]._return_value, dispatch.NotStarted)
-    assert "job #1 was not started: another job of the sweep failed (sweep.fail_fast)" \
-        in str(results[1]._return_value)
+    assert "job #1 was not started: another job of the sweep failed (sweep.fail_fast)" in str(
+        results[1]._return_value
+    )
 
 
 def test_a_multi_rank_job_waits_for_enough_free_devices(fake_workers):
     pool = dispatch.DevicePool("GPU", [0, 1, 2], stop_timeout=1)
-    results = dispatch.launch_jobs(pool, [order(n, lambda share: share) for n in range(3)],
-                                   lambda i: [2, 1, 2][i], False)
+    results = dispatch.launch_jobs(
+        pool, [order(n, lambda share: share) for n in range(3)], lambda i: [2, 1, 2][i], False
+    )
     shares = [r.return_value for r in results]
     assert [len(s) for s in shares] == [2, 1, 2]
 
 
 def test_jobs_per_device_in_start_order():
     def run(name, start, devices):
-        return SimpleNamespace(info=SimpleNamespace(run_name=name, run_id=name, start_time=start),
-                               data=SimpleNamespace(tags={"ms_exp.devices": devices}
-                                                    if devices else {}))
+        return SimpleNamespace(
+            info=SimpleNamespace(run_name=name, run_id=name, start_time=start),
+            data=SimpleNamespace(tags={"ms_exp.devices": devices} if devices else {}),
+        )
+
     runs = [run("c", 3, "1"), run("a", 1, "0"), run("b", 2, "1"), run("other", 0, None)]
     assert jobs_per_device(runs) == {"0": ["a"], "1": ["b", "c"]}
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["hydra.launcher.accelerator=TPU"],
-     "hydra.launcher.accelerator='TPU': not allowed; expected one of auto, Ascend, GPU, CPU"),
-    (["hydra.launcher.devices=[0,0]"],
-     "hydra.launcher.devices=[0, 0]: not allowed; expected null or a list of distinct ids"),
-    (["hydra.launcher.devices=[4096]"],
-     "hydra.launcher.devices=[4096]: not allowed; expected CPU cores this process may run on"),
-    (["hydra.launcher.cores_per_job=0"],
-     "hydra.launcher.cores_per_job=0: not allowed; expected an integer >= 1"),
-    (["hydra.launcher.accelerator=GPU"],
-     "hydra/launcher=pool: nvidia-smi is not on the PATH to list the GPU devices; expected "
-     "hydra.launcher.devices=[0,1,...]"),
-    (["hydra.launcher.accelerator=GPU", "hydra.launcher.devices=[0]", "parallel=data",
-      "parallel.device_num=2"],
-     "parallel.device_num=2: job #0 needs 2 GPU devices; expected at most the pool's 1 GPU "
-     "devices (0)"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["hydra.launcher.accelerator=TPU"],
+            "hydra.launcher.accelerator='TPU': not allowed; expected one of auto, Ascend, GPU, CPU",
+        ),
+        (
+            ["hydra.launcher.devices=[0,0]"],
+            "hydra.launcher.devices=[0, 0]: not allowed; expected null or a list of distinct ids",
+        ),
+        (
+            ["hydra.launcher.devices=[4096]"],
+            "hydra.launcher.devices=[4096]: not allowed; expected CPU cores this process may run on",
+        ),
+        (
+            ["hydra.launcher.cores_per_job=0"],
+            "hydra.launcher.cores_per_job=0: not allowed; expected an integer >= 1",
+        ),
+        (
+            ["hydra.launcher.accelerator=GPU"],
+            "hydra/launcher=pool: nvidia-smi is not on the PATH to list the GPU devices; expected "
+            "hydra.launcher.devices=[0,1,...]",
+        ),
+        (
+            [
+                "hydra.launcher.accelerator=GPU",
+                "hydra.launcher.devices=[0]",
+                "parallel=data",
+                "parallel.device_num=2",
+            ],
+            "parallel.device_num=2: job #0 needs 2 GPU devices; expected at most the pool's 1 GPU "
+            "devices (0)",
+        ),
+    ],
+)
 def test_a_pool_that_cannot_run_the_sweep_is_refused_first(tmp_path, overrides, message):
-    result = main_in_process("ms_exp.run", ["-m", "hydra/launcher=pool", *overrides,
-                                            "optimizer.lr=0.1,0.2"], tmp_path,
-                             env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": None})
+    result = main_in_process(
+        "ms_exp.run",
+        ["-m", "hydra/launcher=pool", *overrides, "optimizer.lr=0.1,0.2"],
+        tmp_path,
+        env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": None},
+    )
     assert result.rc == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"ms_exp: error: {message}")
@@ -248,10 +287,10 @@ def test_fail_fast_sends_the_pool_every_job_at_once_but_batches_for_others():
     from ms_exp.preflight.compose import compose_config
     from ms_exp.search.checks import fail_fast_overrides
 
-    pool = compose_config(["hydra/launcher=pool", "sweep.fail_fast=true"],
-                          return_hydra_config=True)
+    pool = compose_config(["hydra/launcher=pool", "sweep.fail_fast=true"], return_hydra_config=True)
     assert pool.hydra.launcher.cores_per_job == 1 and pool.hydra.launcher.devices is None
     assert fail_fast_overrides(pool, []) == []
-    joblib = compose_config(["hydra/launcher=concurrent", "sweep.fail_fast=true"],
-                            return_hydra_config=True)
+    joblib = compose_config(
+        ["hydra/launcher=concurrent", "sweep.fail_fast=true"], return_hydra_config=True
+    )
     assert fail_fast_overrides(joblib, []) == ["hydra.sweeper.max_batch_size=2"]

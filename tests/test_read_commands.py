@@ -3,6 +3,7 @@ missing store is one line naming what was wrong, the store searched and what is 
 exit 2, and nothing is created where they ran; merge says what it merged and writes a CRC;
 eval names the checkpoint it evaluated as the user can find it, and evaluates a merged
 checkpoint it is given as it is."""
+
 import re
 import shlex
 import shutil
@@ -26,7 +27,7 @@ def one_line(result, prog: str) -> str:
     assert result.rc == 2, result.stdout[-2000:] + result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), result.stderr[-3000:]
-    return lines[0][len(f"{prog}: error: "):]
+    return lines[0][len(f"{prog}: error: ") :]
 
 
 def nothing_created(cwd: Path) -> None:
@@ -37,18 +38,29 @@ def nothing_created(cwd: Path) -> None:
 def store(tmp_path_factory):
     """A store holding a sweep's parent run, its two jobs and an evaluation of one job."""
     root = tmp_path_factory.mktemp("store")
-    shutil.copyfile(migrated_store(), root / "mlflow.db")    # spares MLflow's migrations
+    shutil.copyfile(migrated_store(), root / "mlflow.db")  # spares MLflow's migrations
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = ensure_experiment(client, "ms_exp")
     parent = client.create_run(experiment, tags={"ms_exp.sweep": "true"}, run_name="sweep")
-    jobs = [client.create_run(experiment, run_name=f"job-{n}",
-                              tags={"mlflow.parentRunId": parent.info.run_id})
-            for n in range(2)]
-    evaluation = client.create_run(experiment, run_name="eval-mlp-checkpoint-1_45", tags={
-        "mlflow.parentRunId": jobs[0].info.run_id, "ms_exp.evaluated_checkpoint": "x"})
-    return SimpleNamespace(uri=uri, experiment=experiment, parent=parent.info.run_id,
-                           jobs=[j.info.run_id for j in jobs], evaluation=evaluation.info.run_id)
+    jobs = [
+        client.create_run(
+            experiment, run_name=f"job-{n}", tags={"mlflow.parentRunId": parent.info.run_id}
+        )
+        for n in range(2)
+    ]
+    evaluation = client.create_run(
+        experiment,
+        run_name="eval-mlp-checkpoint-1_45",
+        tags={"mlflow.parentRunId": jobs[0].info.run_id, "ms_exp.evaluated_checkpoint": "x"},
+    )
+    return SimpleNamespace(
+        uri=uri,
+        experiment=experiment,
+        parent=parent.info.run_id,
+        jobs=[j.info.run_id for j in jobs],
+        evaluation=evaluation.info.run_id,
+    )
 
 
 UNKNOWN = "0123456789abcdef0123456789abcdef"
@@ -60,25 +72,28 @@ def test_eval_of_a_run_without_a_store_names_the_store_and_creates_none(tmp_path
     assert one_line(result, "ms_exp.eval") == (
         f"--run-id='{UNKNOWN}': no MLflow store at {tmp_path / 'mlflow.db'} (searched "
         f"sqlite:///{tmp_path / 'mlflow.db'}; nothing was created); expected the id of a run "
-        "in an existing store (run this where the job ran, or pass --tracking-uri)")
+        "in an existing store (run this where the job ran, or pass --tracking-uri)"
+    )
     nothing_created(tmp_path)
 
 
 def test_eval_with_a_file_store_that_does_not_exist_creates_none(tmp_path):
     uri = (tmp_path / "mlruns").as_uri()
-    result = main_in_process("ms_exp.eval", ["--run-id", UNKNOWN, "--tracking-uri", uri],
-                             tmp_path)
+    result = main_in_process("ms_exp.eval", ["--run-id", UNKNOWN, "--tracking-uri", uri], tmp_path)
     assert f"no MLflow store at {tmp_path / 'mlruns'} (searched {uri}" in one_line(
-        result, "ms_exp.eval")
+        result, "ms_exp.eval"
+    )
     nothing_created(tmp_path)
 
 
 def test_eval_of_a_sweeps_parent_run_names_its_jobs(store, tmp_path):
-    result = main_in_process("ms_exp.eval", ["--run-id", store.parent, "--tracking-uri", store.uri],
-                     tmp_path)
+    result = main_in_process(
+        "ms_exp.eval", ["--run-id", store.parent, "--tracking-uri", store.uri], tmp_path
+    )
     assert one_line(result, "ms_exp.eval") == (
         f"--run-id='{store.parent}': this is the parent run of a sweep (2 jobs), not a job's "
-        f"run; expected the run of one of its jobs: {', '.join(store.jobs)}")
+        f"run; expected the run of one of its jobs: {', '.join(store.jobs)}"
+    )
     nothing_created(tmp_path)
 
 
@@ -89,14 +104,21 @@ def test_eval_of_an_id_of_the_wrong_kind_says_what_it_is(store, kind, workdir, c
 
     run_id, said = {
         "unknown": (UNKNOWN, f"no such run in {store.uri}; expected {JOB_RUN} in that store"),
-        "experiment": (store.experiment,
-                       f"not a run id: it is the id of experiment 'ms_exp'; expected {JOB_RUN}"),
-        "name": ("job-1", f"not a run id: it is the name of run {store.jobs[1]}; "
-                          f"expected {JOB_RUN}"),
+        "experiment": (
+            store.experiment,
+            f"not a run id: it is the id of experiment 'ms_exp'; expected {JOB_RUN}",
+        ),
+        "name": (
+            "job-1",
+            f"not a run id: it is the name of run {store.jobs[1]}; expected {JOB_RUN}",
+        ),
         "garbage": ("hello there", f"not a run id; expected {JOB_RUN}"),
-        "evaluation": (store.evaluation, "this is an evaluation's run (ms_exp.eval), not a "
-                                         f"job's run; expected the run it evaluated, "
-                                         f"{store.jobs[0]}"),
+        "evaluation": (
+            store.evaluation,
+            "this is an evaluation's run (ms_exp.eval), not a "
+            f"job's run; expected the run it evaluated, "
+            f"{store.jobs[0]}",
+        ),
     }[kind]
     rc = evaluation.main(["--run-id", run_id, "--tracking-uri", store.uri])
     out, err = capsys.readouterr()
@@ -105,18 +127,27 @@ def test_eval_of_an_id_of_the_wrong_kind_says_what_it_is(store, kind, workdir, c
     nothing_created(workdir)
 
 
-@pytest.mark.parametrize("args, said", [
-    (["--run-id", UNKNOWN, "--checkpoint", "bets"],
-     "--checkpoint='bets': no such file (did you mean best?); expected last or best (of "
-     "--run-id), or a checkpoint file that exists"),
-    (["--checkpoint", "lats"],
-     "--checkpoint='lats': no such file (did you mean last?); expected a checkpoint file that "
-     "exists, or last or best with --run-id"),
-    (["--checkpoint", "best"],
-     "--checkpoint='best': needs --run-id; expected a checkpoint file that exists (last and "
-     "best name a checkpoint of --run-id)"),
-    ([], "--run-id=null: missing; expected --run-id <run id> or --checkpoint <file>"),
-])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ["--run-id", UNKNOWN, "--checkpoint", "bets"],
+            "--checkpoint='bets': no such file (did you mean best?); expected last or best (of "
+            "--run-id), or a checkpoint file that exists",
+        ),
+        (
+            ["--checkpoint", "lats"],
+            "--checkpoint='lats': no such file (did you mean last?); expected a checkpoint file that "
+            "exists, or last or best with --run-id",
+        ),
+        (
+            ["--checkpoint", "best"],
+            "--checkpoint='best': needs --run-id; expected a checkpoint file that exists (last and "
+            "best name a checkpoint of --run-id)",
+        ),
+        ([], "--run-id=null: missing; expected --run-id <run id> or --checkpoint <file>"),
+    ],
+)
 def test_eval_checkpoint_flag_is_checked_before_any_store(args, said, tmp_path):
     assert one_line(main_in_process("ms_exp.eval", args, tmp_path), "ms_exp.eval") == said
     nothing_created(tmp_path)
@@ -125,20 +156,25 @@ def test_eval_checkpoint_flag_is_checked_before_any_store(args, said, tmp_path):
 def test_merge_and_report_and_rerun_of_a_run_without_a_store_create_none(store, tmp_path):
     merge = main_in_process("ms_exp.ckpt", ["merge", UNKNOWN], tmp_path)
     assert one_line(merge, "ms_exp.ckpt").startswith(
-        f"run {UNKNOWN}: no MLflow store at {tmp_path / 'mlflow.db'} (searched sqlite:///")
-    parent = main_in_process("ms_exp.ckpt", ["merge", store.parent, "--tracking-uri", store.uri],
-                     tmp_path)
+        f"run {UNKNOWN}: no MLflow store at {tmp_path / 'mlflow.db'} (searched sqlite:///"
+    )
+    parent = main_in_process(
+        "ms_exp.ckpt", ["merge", store.parent, "--tracking-uri", store.uri], tmp_path
+    )
     assert one_line(parent, "ms_exp.ckpt") == (
         f"run {store.parent}: this is the parent run of a sweep (2 jobs), not a job's run; "
-        f"expected the run of one of its jobs: {', '.join(store.jobs)}")
+        f"expected the run of one of its jobs: {', '.join(store.jobs)}"
+    )
     report = main_in_process("ms_exp.report", [store.parent], tmp_path)
     assert one_line(report, "ms_exp.report") == (
         f"no MLflow store at {tmp_path / 'mlflow.db'} (searched sqlite:///"
         f"{tmp_path / 'mlflow.db'}; nothing was created): run this where the sweep ran, or "
-        "pass --tracking-uri")
+        "pass --tracking-uri"
+    )
     missing = (tmp_path / "mlruns").as_uri()
-    rerun = main_in_process("ms_exp.run", ["--from-run", UNKNOWN, f"tracking.uri={missing}"],
-                            tmp_path)
+    rerun = main_in_process(
+        "ms_exp.run", ["--from-run", UNKNOWN, f"tracking.uri={missing}"], tmp_path
+    )
     assert f"no MLflow store at {tmp_path / 'mlruns'}" in one_line(rerun, "ms_exp")
     nothing_created(tmp_path)
 
@@ -167,37 +203,64 @@ def slices(tmp_path_factory):
     state = {p.name: p.asnumpy() for p in network.trainable_params()}
     state["global_step"] = np.array([10], np.int32)
     root = tmp_path_factory.mktemp("slices")
-    written = write_sliced_checkpoints(state, operator_layouts(network, tutorial, 8), 8,
-                                       root / "checkpoints", "checkpoint", "checkpoint-1_10.ckpt")
-    strategy = write_strategy_file(root / "strategy.ckpt", written,
-                                   op_strategies=operator_strategies(network, tutorial, 8))
+    written = write_sliced_checkpoints(
+        state,
+        operator_layouts(network, tutorial, 8),
+        8,
+        root / "checkpoints",
+        "checkpoint",
+        "checkpoint-1_10.ckpt",
+    )
+    strategy = write_strategy_file(
+        root / "strategy.ckpt", written, op_strategies=operator_strategies(network, tutorial, 8)
+    )
     return root, Path(strategy), state
 
 
 def load_with_crc_check(path: Path) -> subprocess.CompletedProcess:
     """Load ``path`` as a user would, with MindSpore's CRC check, in a fresh process so that
     MindSpore's warnings reach its stderr."""
-    return subprocess.run([sys.executable, "-c", "import sys, mindspore as ms; "
-                           "ms.load_checkpoint(sys.argv[1], crc_check=True); print('loaded')",
-                           str(path)], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, mindspore as ms; "
+            "ms.load_checkpoint(sys.argv[1], crc_check=True); print('loaded')",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_merge_says_what_it_merged_and_writes_a_crc(slices, tmp_path):
     from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
     root, strategy, state = slices
-    result = main_in_process("ms_exp.ckpt", ["merge", str(root / "checkpoints"), "--strategy",
-                                     str(strategy), "--output", str(tmp_path / "merged")],
-                     tmp_path)
+    result = main_in_process(
+        "ms_exp.ckpt",
+        [
+            "merge",
+            str(root / "checkpoints"),
+            "--strategy",
+            str(strategy),
+            "--output",
+            str(tmp_path / "merged"),
+        ],
+        tmp_path,
+    )
     assert result.rc == 0, result.stderr[-3000:]
     merged = tmp_path / "merged" / "rank_0" / "checkpoint0.ckpt"
     assert result.stdout.strip().splitlines() == [
         f"merged checkpoint-1_10.ckpt (epoch 1, step 10 of the epoch) of ranks 0-7 "
         f"({root / 'checkpoints'}) with the strategy file {strategy}",
-        str(merged)]
+        str(merged),
+    ]
     loaded = load_with_crc_check(merged)
-    assert loaded.stdout.strip() == "loaded" and "crc" not in loaded.stderr.lower(), \
-        loaded.stderr[-2000:]
+    assert loaded.stdout.strip() == "loaded" and "crc" not in loaded.stderr.lower(), loaded.stderr[
+        -2000:
+    ]
     weights = {k: v.asnumpy() for k, v in load_verified(merged).items()}
     assert weights.keys() == state.keys()
     for name, full in state.items():
@@ -257,11 +320,19 @@ def sliced_run_directory(run_dir: Path) -> DictConfig:
     ms.set_seed(1)
     network = create_network(job.model, declared_spec(job.dataset))
     state = {p.name: p.asnumpy() for p in network.trainable_params()}
-    written = write_sliced_checkpoints(state, operator_layouts(network, strategies, 8), 8,
-                                       run_dir / "checkpoints", "checkpoint",
-                                       "checkpoint-1_10.ckpt")
-    write_strategy_file(run_dir / "strategy.ckpt", written,
-                        op_strategies=operator_strategies(network, strategies, 8))
+    written = write_sliced_checkpoints(
+        state,
+        operator_layouts(network, strategies, 8),
+        8,
+        run_dir / "checkpoints",
+        "checkpoint",
+        "checkpoint-1_10.ckpt",
+    )
+    write_strategy_file(
+        run_dir / "strategy.ckpt",
+        written,
+        op_strategies=operator_strategies(network, strategies, 8),
+    )
     return OmegaConf.load(run_dir / "config.yaml")
 
 
@@ -271,9 +342,11 @@ def evaluated_files(monkeypatch) -> List[Path]:
 
     loaded: List[Path] = []
     real = evaluation.prepare
-    monkeypatch.setattr(evaluation, "prepare",
-                        lambda cfg, checkpoint: loaded.append(Path(checkpoint)) or
-                        real(cfg, checkpoint))
+    monkeypatch.setattr(
+        evaluation,
+        "prepare",
+        lambda cfg, checkpoint: loaded.append(Path(checkpoint)) or real(cfg, checkpoint),
+    )
     return loaded
 
 
@@ -285,7 +358,8 @@ def command_of(line: str, module: str) -> List[str]:
 
 
 def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """As a sliced run's last lines say: merge (its default output), then eval that file;
     the file is evaluated as it is, found in its run directory, and named by ``ckpt=``."""
     from ms_exp.job.outputs import sliced_checkpoint_lines
@@ -296,7 +370,8 @@ def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     merged_file = run_dir / "checkpoints" / "merged" / "rank_0" / "checkpoint0.ckpt"
     assert lines[2:] == [
         f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge {run_dir}",
-        f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint {merged_file}"]
+        f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint {merged_file}",
+    ]
     work = tmp_path / "work"
     merged = main_in_process("ms_exp.ckpt", command_of(lines[2], "ms_exp.ckpt"), work)
     assert merged.rc == 0, merged.stderr[-3000:]
@@ -305,9 +380,10 @@ def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     result = main_in_process("ms_exp.eval", command_of(lines[3], "ms_exp.eval"), work)
     assert result.rc == 0, result.stderr[-3000:]
     assert loaded == [merged_file]
-    assert "for this evaluation" not in result.stdout     # not merged again
-    assert re.search(r"^result: \{.*'accuracy'.*\} ckpt= (.*)$", result.stdout,
-                     re.M).group(1) == str(merged_file)
+    assert "for this evaluation" not in result.stdout  # not merged again
+    assert re.search(r"^result: \{.*'accuracy'.*\} ckpt= (.*)$", result.stdout, re.M).group(
+        1
+    ) == str(merged_file)
 
 
 def test_a_merge_by_run_id_is_evaluated_as_it_is_with_that_run_id(tmp_path, monkeypatch):
@@ -316,11 +392,12 @@ def test_a_merge_by_run_id_is_evaluated_as_it_is_with_that_run_id(tmp_path, monk
     flag that says the file's network."""
     run_dir = tmp_path / "outputs" / "run"
     sliced_run_directory(run_dir)
-    shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")    # spares MLflow's migrations
+    shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")  # spares MLflow's migrations
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run = client.create_run(ensure_experiment(client, "ms_exp"),
-                            tags={"ms_exp.run_dir": str(run_dir)}).info.run_id
+    run = client.create_run(
+        ensure_experiment(client, "ms_exp"), tags={"ms_exp.run_dir": str(run_dir)}
+    ).info.run_id
     client.log_artifact(run, str(run_dir / "config.yaml"), "config")
     client.set_terminated(run)
     work = tmp_path / "work"
@@ -328,16 +405,16 @@ def test_a_merge_by_run_id_is_evaluated_as_it_is_with_that_run_id(tmp_path, monk
     assert merged.rc == 0, merged.stderr[-3000:]
     merged_file = work / "merged" / run / "rank_0" / "checkpoint0.ckpt"
     assert merged.stdout.strip().splitlines()[-1] == str(merged_file)
-    relative = f"merged/{run}/rank_0/checkpoint0.ckpt"     # as the user types it, in work/
+    relative = f"merged/{run}/rank_0/checkpoint0.ckpt"  # as the user types it, in work/
 
     loaded = evaluated_files(monkeypatch)
-    result = main_in_process("ms_exp.eval", ["--run-id", run, "--checkpoint", relative,
-                                             "--tracking-uri", uri], work)
+    result = main_in_process(
+        "ms_exp.eval", ["--run-id", run, "--checkpoint", relative, "--tracking-uri", uri], work
+    )
     assert result.rc == 0, result.stderr[-3000:]
     assert loaded == [Path(relative)]
     assert "for this evaluation" not in result.stdout
-    assert re.search(r"^result: .* ckpt= (.*)$", result.stdout, re.M).group(1) == \
-        str(merged_file)
+    assert re.search(r"^result: .* ckpt= (.*)$", result.stdout, re.M).group(1) == str(merged_file)
     assert f"(child of {run})" in result.stdout
 
     alone = main_in_process("ms_exp.eval", ["--checkpoint", relative], work)
@@ -345,7 +422,8 @@ def test_a_merge_by_run_id_is_evaluated_as_it_is_with_that_run_id(tmp_path, monk
         f"--checkpoint='{relative}': not in a run directory (<run dir>/checkpoints/rank_<r>/ "
         "or <run dir>/checkpoints/merged/rank_<r>/), so no config.yaml says which network it "
         f"holds; expected --run-id {run} with it (the run it was merged from), or --config "
-        "<the run's config.yaml>")
+        "<the run's config.yaml>"
+    )
 
 
 def test_eval_of_one_ranks_slice_says_how_to_merge_it_and_evaluates_nothing(tmp_path):
@@ -360,6 +438,7 @@ def test_eval_of_one_ranks_slice_says_how_to_merge_it_and_evaluates_nothing(tmp_
         f"--checkpoint='{piece}': one rank's slice of a sliced run (checkpoint=sliced); "
         f"expected a whole checkpoint: merge the slices with {python_command()} -m "
         f"ms_exp.ckpt merge {run_dir}, then pass --checkpoint {merged} (or --run-id <run id> "
-        "without --checkpoint: its last step, merged)")
+        "without --checkpoint: its last step, merged)"
+    )
     nothing_created(work)
     assert not (run_dir / "checkpoints" / "merged").exists()

@@ -1,4 +1,5 @@
 """Every run records what produced it; ``--from-run`` produces it again, bit for bit."""
+
 import json
 import re
 import subprocess
@@ -63,7 +64,8 @@ def _busy_cores(count: int):
 
 @pytest.mark.e2e
 def test_from_run_on_a_loaded_machine_reproduces_the_weights_bit_for_bit_and_links_the_runs(
-        original):
+    original,
+):
     """What docs/guides/reproducing.md promises: MindSpore's CPU kernels flush some values
     below float32's smallest normal number to zero and keep others, depending on how the
     work was split among threads, so momentum values under 1.2e-38 may be 0.0 in one run
@@ -80,15 +82,15 @@ def test_from_run_on_a_loaded_machine_reproduces_the_weights_bit_for_bit_and_lin
     if "differences from run" in again.stdout:  # a dirty tree here, then and now
         listed = differences(again.stdout)
         assert "dataset fingerprint" not in listed and "config " not in listed
-        assert all("uncommitted changes" in line
-                   for line in listed.splitlines() if line.strip())
+        assert all("uncommitted changes" in line for line in listed.splitlines() if line.strip())
     else:
         assert "same code, packages, data and config as the original run" in again.stdout
     then, now = weights(original, LAST), weights(again, LAST)
     # The optimizer state went through the range where the flush depends on the load:
     # values decaying 0.5 a step, some already below 1e-30 at the end.
-    moments = np.abs(np.concatenate([v.ravel() for k, v in then.items()
-                                     if k.startswith("moments.")]))
+    moments = np.abs(
+        np.concatenate([v.ravel() for k, v in then.items() if k.startswith("moments.")])
+    )
     assert np.any((moments > 0) & (moments < 1e-30))
     assert_same_training_state(then, now)
     run = again.store.get_run(again.run_id)
@@ -128,8 +130,11 @@ def test_changed_packages_and_data_are_listed_before_rerunning(tmp_path):
     recorded = OmegaConf.create(OmegaConf.to_container(cfg, enum_to_str=True))
     before = provenance.dataset_fingerprint(cfg.dataset)["digest"]
     tags = {"ms_exp.version.numpy": "0.0.1", "ms_exp.dataset_fingerprint": before}
-    assert not [line for line in list_differences(tags, recorded, cfg, [])
-                if "dataset" in line or "config " in line]
+    assert not [
+        line
+        for line in list_differences(tags, recorded, cfg, [])
+        if "dataset" in line or "config " in line
+    ]
     write_mnist(data, train=64, test=32, seed=5)  # same files, other pixels
     section = "\n".join(list_differences(tags, recorded, cfg, []))
     assert "numpy 0.0.1 then, " in section
@@ -150,7 +155,8 @@ def test_unknown_run_id_or_store_is_one_line(original, tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"ms_exp: error: --from-run={'0' * 32}: no MLflow store at {tmp_path / 'mlflow.db'}; "
         "expected the id of a run in an existing store (name the run's store with "
-        "tracking.uri=...)"]
+        "tracking.uri=...)"
+    ]
     assert list(tmp_path.iterdir()) == []
     result = main_in_process("ms_exp.run", ["--from-run", "0" * 32], original.cwd)
     assert result.rc == 2
@@ -158,13 +164,16 @@ def test_unknown_run_id_or_store_is_one_line(original, tmp_path):
     assert line.startswith(f"ms_exp: error: --from-run={'0' * 32}: no such run in sqlite:///")
 
 
-@pytest.mark.parametrize("refusal", [
-    "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
-    "datasets.name, datasets.digest",
-    # A team server on PostgreSQL, as its answer reads (a concurrent sweep hit it there).
-    "BAD_REQUEST: (psycopg.errors.UniqueViolation) duplicate key value violates unique "
-    'constraint "dataset_pk"',
-])
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+        "datasets.name, datasets.digest",
+        # A team server on PostgreSQL, as its answer reads (a concurrent sweep hit it there).
+        "BAD_REQUEST: (psycopg.errors.UniqueViolation) duplicate key value violates unique "
+        'constraint "dataset_pk"',
+    ],
+)
 def test_a_dataset_registered_by_two_jobs_at_once_is_retried_not_fatal(refusal):
     """The race a joblib sweep hit: MLflow's SQL store checks for the dataset, then inserts
     it, so the second of two concurrent jobs failed on the UNIQUE constraint."""

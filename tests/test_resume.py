@@ -1,6 +1,7 @@
 """Resuming: a run killed again and again ends with the weights of one never killed, and
 nothing half-written is ever loaded. Which run and checkpoint a job continues from is
 logic, tested on fabricated run folders; the kills at exact moments are in test_survival.py."""
+
 import json
 import os
 import random
@@ -36,8 +37,13 @@ from ms_exp.preflight.trainer import validate_resume_fits
 # 2 epochs of 22 steps (batch 64), a checkpoint every 5 steps, the last two kept: every
 # checkpoint but the epochs' last is in the middle of an epoch.
 STEPS_PER_EPOCH = 22
-JOB = ("trainer.epochs=2", "dataset.batch_size=64", "checkpoint.save_checkpoint_steps=5",
-       "checkpoint.keep_checkpoint_max=2", "trainer.loss_print_interval=1")
+JOB = (
+    "trainer.epochs=2",
+    "dataset.batch_size=64",
+    "checkpoint.save_checkpoint_steps=5",
+    "checkpoint.keep_checkpoint_max=2",
+    "trainer.loss_print_interval=1",
+)
 TOTAL_STEPS = 2 * STEPS_PER_EPOCH
 STEP_LINE = re.compile(r"epoch: (\d+) step: (\d+), loss is")
 
@@ -53,15 +59,20 @@ def reference(tmp_path_factory):
     result = train(tmp_path_factory.mktemp("reference"), *JOB, "trainer.resume=auto")
     final = result.run_dir / f"checkpoints/rank_0/checkpoint-2_{STEPS_PER_EPOCH}.ckpt"
     (run,) = result.store.search_runs(["1"])
-    return SimpleNamespace(result=result, weights=weights(final),
-                           accuracy=run.data.metrics["eval/accuracy"])
+    return SimpleNamespace(
+        result=result, weights=weights(final), accuracy=run.data.metrics["eval/accuracy"]
+    )
 
 
 def _start(cwd: Path, resume: str = "auto") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ms_exp.run", *FAST, *JOB,
-                             f"trainer.resume={resume}"], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "ms_exp.run", *FAST, *JOB, f"trainer.resume={resume}"],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def _run_until_step(process: subprocess.Popen, step: int) -> str:
@@ -77,7 +88,8 @@ def _run_until_step(process: subprocess.Popen, step: int) -> str:
 
 @pytest.mark.e2e
 def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights(
-        reference, tmp_path):
+    reference, tmp_path
+):
     # With nothing unfinished, resume=auto started a new run.
     assert "no unfinished run of this config" in reference.result.stdout
 
@@ -89,12 +101,13 @@ def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights
     # training advances: in epoch 1, in epoch 2 (either may fall at the epochs' boundary).
     halves = [2, TOTAL_STEPS // 2, TOTAL_STEPS - 2]
     moments = [("after", rng.uniform(0.5, 3.0))] + [
-        ("step", rng.randrange(low, high)) for low, high in zip(halves, halves[1:])]
+        ("step", rng.randrange(low, high)) for low, high in zip(halves, halves[1:])
+    ]
     logs = []
     for kind, when in moments:
         process = _start(work)
         if kind == "after":
-            try:    # a random moment, not an event: a job ending before it fails below
+            try:  # a random moment, not an event: a job ending before it fails below
                 process.wait(timeout=when)
             except subprocess.TimeoutExpired:
                 pass
@@ -105,9 +118,12 @@ def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights
         assert process.returncode == -signal.SIGKILL, logs[-1][-2000:]
 
     # A save killed half-way: the newest checkpoint name holds a truncated file.
-    (run_dir,) = {p.parent for p in work.glob("outputs/*/*/run.json")
-                  if (p.parent / "checkpoints/rank_0").is_dir()
-                  and any((p.parent / "checkpoints/rank_0").glob("checkpoint-*.ckpt"))}
+    (run_dir,) = {
+        p.parent
+        for p in work.glob("outputs/*/*/run.json")
+        if (p.parent / "checkpoints/rank_0").is_dir()
+        and any((p.parent / "checkpoints/rank_0").glob("checkpoint-*.ckpt"))
+    }
     folder = run_dir / "checkpoints/rank_0"
     newest = max(folder.glob("checkpoint-*.ckpt"), key=lambda p: p.stat().st_mtime)
     epoch, step = map(int, re.match(r"checkpoint-(\d+)_(\d+)", newest.name).groups())
@@ -141,8 +157,7 @@ def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights
     assert run.data.tags["ms_exp.run_dir"] == str(run_dir)
     assert "ms_exp.resumed_from" in run.data.tags
     # Every step once: none lost before a checkpoint, none logged again after it.
-    steps_logged = Counter(m.step for m in client.get_metric_history(run.info.run_id,
-                                                                      "train/loss"))
+    steps_logged = Counter(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
     assert steps_logged == Counter(range(1, TOTAL_STEPS + 1))
     assert run.data.metrics["eval/accuracy"] == pytest.approx(reference.accuracy)
 
@@ -171,19 +186,22 @@ def test_an_explicit_checkpoint_extends_the_same_run_with_more_epochs(reference)
 
 # -- which run and checkpoint a job continues from: fabricated run folders ------------------
 
+
 def _checkpoint(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     ms.save_checkpoint(nn.Dense(2, 2), str(path), crc_check=True)
 
 
-def _run_folder(root: Path, name: str, digest: str, status: str, started: float,
-                checkpoints=(), ranks: int = 1) -> Path:
+def _run_folder(
+    root: Path, name: str, digest: str, status: str, started: float, checkpoints=(), ranks: int = 1
+) -> Path:
     """A run directory as a job leaves it: its run.json and checkpoints in each rank
     folder."""
     run_dir = root / "outputs" / "2026-11-25" / name
     run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps(
-        {"started": started, "digest": digest, "status": status, "updated": started}))
+    (run_dir / "run.json").write_text(
+        json.dumps({"started": started, "digest": digest, "status": status, "updated": started})
+    )
     for rank in range(ranks):
         for checkpoint in checkpoints:
             _checkpoint(run_dir / "checkpoints" / f"rank_{rank}" / checkpoint)
@@ -191,25 +209,33 @@ def _run_folder(root: Path, name: str, digest: str, status: str, started: float,
 
 
 def _cfg(resume, ranks: int = 1):
-    return OmegaConf.create({"trainer": {"resume": resume},
-                             "checkpoint": {"prefix": "checkpoint"},
-                             "parallel": {"device_num": ranks}})
+    return OmegaConf.create(
+        {
+            "trainer": {"resume": resume},
+            "checkpoint": {"prefix": "checkpoint"},
+            "parallel": {"device_num": ranks},
+        }
+    )
 
 
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def test_resume_auto_continues_the_newest_unfinished_run_of_the_config(
-        workdir, capsys):
+def test_resume_auto_continues_the_newest_unfinished_run_of_the_config(workdir, capsys):
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     new_dir = workdir / "outputs" / "2026-11-25" / "new"
     _run_folder(workdir, "finished", "d", "FINISHED", 5.0, ["checkpoint-1_10.ckpt"])
     _run_folder(workdir, "other-config", "e", "RUNNING", 6.0, ["checkpoint-1_10.ckpt"])
-    killed = _run_folder(workdir, "killed", "d", "RUNNING", 3.0,
-                         ["checkpoint-1_5.ckpt", "checkpoint-1_10.ckpt",
-                          "checkpoint-2_5.ckpt"])
-    failed = _run_folder(workdir, "failed", "d", "FAILED", 4.0)     # no checkpoint
+    killed = _run_folder(
+        workdir,
+        "killed",
+        "d",
+        "RUNNING",
+        3.0,
+        ["checkpoint-1_5.ckpt", "checkpoint-1_10.ckpt", "checkpoint-2_5.ckpt"],
+    )
+    failed = _run_folder(workdir, "failed", "d", "FAILED", 4.0)  # no checkpoint
     assert unfinished_runs(workdir / "outputs", "d") == [failed.resolve(), killed.resolve()]
     torn = killed / "checkpoints/rank_0/checkpoint-2_5.ckpt"
     _truncate(torn)
@@ -232,13 +258,13 @@ def test_resume_auto_without_an_unfinished_run_starts_a_new_one(workdir, capsys)
     assert find_resume_point(_cfg("auto"), new_dir, "d", "sqlite:///unused.db") is None
     assert capsys.readouterr().out.strip() == (
         "trainer.resume=auto: no unfinished run of this config under "
-        f"{workdir / 'outputs'}; starting a new run")
+        f"{workdir / 'outputs'}; starting a new run"
+    )
     # Nor is an unset trainer.resume anything to continue.
     assert find_resume_point(_cfg(None), new_dir, "d", "sqlite:///unused.db") is None
 
 
-def test_resume_auto_names_a_rank_folder_that_is_a_file_and_starts_a_new_run(workdir,
-                                                                             capsys):
+def test_resume_auto_names_a_rank_folder_that_is_a_file_and_starts_a_new_run(workdir, capsys):
     broken = _run_folder(workdir, "broken", "d", "RUNNING", 5.0)
     (broken / "checkpoints").mkdir()
     (broken / "checkpoints/rank_0").write_text("not a folder\n")
@@ -246,29 +272,39 @@ def test_resume_auto_names_a_rank_folder_that_is_a_file_and_starts_a_new_run(wor
     assert find_resume_point(_cfg("auto"), new_dir, "d", "sqlite:///unused.db") is None
     assert capsys.readouterr().out.splitlines()[0] == (
         f"trainer.resume=auto: {broken.resolve()} did not finish but has no good checkpoint "
-        f"to continue from ({broken.resolve()}/checkpoints/rank_0 is a file, not a folder)")
+        f"to continue from ({broken.resolve()}/checkpoints/rank_0 is a file, not a folder)"
+    )
     assert (broken / "checkpoints/rank_0").read_text() == "not a folder\n"
 
 
 def test_an_explicit_checkpoint_or_run_directory_names_the_run_whatever_its_status(workdir):
     """(An MLflow run id names the run through its ms_exp.run_dir tag: the last job of
     test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights.)"""
-    run_dir = _run_folder(workdir, "done", "d", "FINISHED", 1.0,
-                          ["checkpoint-1_20.ckpt", "checkpoint-1_44.ckpt",
-                           "checkpoint-2_44.ckpt"]).resolve()
+    run_dir = _run_folder(
+        workdir,
+        "done",
+        "d",
+        "FINISHED",
+        1.0,
+        ["checkpoint-1_20.ckpt", "checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt"],
+    ).resolve()
     new_dir = workdir / "outputs" / "2026-11-25" / "new"
     uri = "sqlite:///unused.db"
     # A checkpoint file: that one, though newer ones exist, from another config too.
     named = run_dir / "checkpoints/rank_0/checkpoint-1_20.ckpt"
-    assert find_resume_point(_cfg(str(named)), new_dir, "other", uri) == \
-        ResumePoint(run_dir, "checkpoint-1_20.ckpt", 1, 20)
+    assert find_resume_point(_cfg(str(named)), new_dir, "other", uri) == ResumePoint(
+        run_dir, "checkpoint-1_20.ckpt", 1, 20
+    )
     # A run directory: its newest.
-    assert find_resume_point(_cfg(str(run_dir)), new_dir, "other", uri) == \
-        ResumePoint(run_dir, "checkpoint-2_44.ckpt", 2, 44)
+    assert find_resume_point(_cfg(str(run_dir)), new_dir, "other", uri) == ResumePoint(
+        run_dir, "checkpoint-2_44.ckpt", 2, 44
+    )
     # A named checkpoint that does not read back whole is refused, not replaced.
     _truncate(named)
-    with pytest.raises(ResumeError, match="no checkpoint checkpoint-1_20.ckpt that reads "
-                                          "back whole in all 1 rank folders"):
+    with pytest.raises(
+        ResumeError,
+        match="no checkpoint checkpoint-1_20.ckpt that reads back whole in all 1 rank folders",
+    ):
         find_resume_point(_cfg(str(named)), new_dir, "other", uri)
     assert not list(workdir.glob("*.db"))
 
@@ -289,26 +325,30 @@ def _run_of_the_default_network(root: Path) -> Path:
 
 @pytest.mark.parametrize("target", ["run folder", "checkpoint file"])
 def test_a_resume_whose_checkpoint_does_not_fit_the_network_is_refused_before_it_starts(
-        tmp_path, target):
+    tmp_path, target
+):
     """Another shape (model.hidden_size other than the run's) is refused by the preflight,
     in one line naming the parameter and both shapes: before, the job reopened the run,
     failed in restore with a traceback and ended the FINISHED run FAILED. The checkpoint
     compared is the one the job would continue from: a run folder's newest that reads back
     whole (the torn one is skipped, not renamed)."""
     run_dir = _run_of_the_default_network(tmp_path / "earlier")
-    value = run_dir if target == "run folder" else \
-        run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
+    value = (
+        run_dir if target == "run folder" else run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
+    )
     before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
     cwd = tmp_path / "cwd"
-    result = main_in_process("ms_exp.run", [*FAST, f"trainer.resume={value}",
-                                            "model.hidden_size=64"], cwd)
+    result = main_in_process(
+        "ms_exp.run", [*FAST, f"trainer.resume={value}", "model.hidden_size=64"], cwd
+    )
     assert result.rc == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert result.stderr.splitlines() == [
         f"ms_exp: error: trainer.resume='{value}': not allowed; expected a checkpoint of the "
         "network the config builds (layer1.weight is [64, 512] in checkpoint-1_44.ckpt, "
-        "[64, 64] in the network: is an override such as model.* other than the run's?)"]
+        "[64, 64] in the network: is an override such as model.* other than the run's?)"
+    ]
     assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before
-    assert list(cwd.iterdir()) == []    # no run folder, no MLflow store
+    assert list(cwd.iterdir()) == []  # no run folder, no MLflow store
 
 
 def test_a_checkpoint_that_fits_or_holds_one_ranks_slice_passes_the_shape_check(tmp_path):
@@ -316,17 +356,31 @@ def test_a_checkpoint_that_fits_or_holds_one_ranks_slice_passes_the_shape_check(
     shapes than the network's, and are not compared."""
     run_dir = _run_of_the_default_network(tmp_path)
     validate_resume_fits(compose_config([f"trainer.resume={run_dir}"]))
-    validate_resume_fits(compose_config([f"trainer.resume={run_dir}", "model.hidden_size=64",
-                                         "parallel=semi_auto", "parallel.device_num=1",
-                                         "checkpoint=sliced"]))
+    validate_resume_fits(
+        compose_config(
+            [
+                f"trainer.resume={run_dir}",
+                "model.hidden_size=64",
+                "parallel=semi_auto",
+                "parallel.device_num=1",
+                "checkpoint=sliced",
+            ]
+        )
+    )
     with pytest.raises(ConfigError, match=r"layer1.weight is \[64, 512\]"):
-        validate_resume_fits(compose_config([f"trainer.resume={run_dir}",
-                                             "model.hidden_size=64"]))
+        validate_resume_fits(compose_config([f"trainer.resume={run_dir}", "model.hidden_size=64"]))
 
 
 def test_the_checkpoint_continued_from_is_one_every_rank_holds_whole(tmp_path, capsys):
-    run_dir = _run_folder(tmp_path, "ranks", "d", "RUNNING", 1.0,
-                          ["checkpoint-1_10.ckpt", "checkpoint-1_20.ckpt"], ranks=2)
+    run_dir = _run_folder(
+        tmp_path,
+        "ranks",
+        "d",
+        "RUNNING",
+        1.0,
+        ["checkpoint-1_10.ckpt", "checkpoint-1_20.ckpt"],
+        ranks=2,
+    )
     # Rank 1 was killed before writing step 30, rank 0 wrote it.
     _checkpoint(run_dir / "checkpoints/rank_0/checkpoint-1_30.ckpt")
     assert newest_good_checkpoint(run_dir, "checkpoint", 2) == "checkpoint-1_20.ckpt"
@@ -344,5 +398,9 @@ def test_a_resumed_job_leaves_out_the_steps_the_run_has_only_with_the_same_confi
     logged = {"step": 40, "eval": 22}
     point = ResumePoint(Path("/r"), "checkpoint-2_18.ckpt", 2, 18, logged=logged)
     assert point.not_to_log_again == {}
-    assert ResumePoint(Path("/r"), "checkpoint-2_18.ckpt", 2, 18, logged=logged,
-                       same_config=True).not_to_log_again == logged
+    assert (
+        ResumePoint(
+            Path("/r"), "checkpoint-2_18.ckpt", 2, 18, logged=logged, same_config=True
+        ).not_to_log_again
+        == logged
+    )

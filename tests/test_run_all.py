@@ -1,5 +1,6 @@
 """benchmarks/run_all.py puts each benchmark's results table into its docs page, refuses a
 page without its marked block, and the committed pages show the committed results."""
+
 import importlib
 import subprocess
 import sys
@@ -18,25 +19,30 @@ def test_splices_the_results_between_the_markers(tmp_path):
     docs.mkdir()
     (results / "loops.md").write_text("| a |\n|---|\n| 1 |\n")
     page = docs / "loops.md"
-    page.write_text("# Loops\n\n<!-- results: loops -->\nold table\n<!-- /results: loops -->\n"
-                    "\nprose after\n")
+    page.write_text(
+        "# Loops\n\n<!-- results: loops -->\nold table\n<!-- /results: loops -->\n\nprose after\n"
+    )
     guides = tmp_path / "guides"
     guides.mkdir()
     quoting = guides / "training-loops.md"
     quoting.write_text("# Guide\n<!-- results: loops -->\n<!-- /results: loops -->\n")
     (guides / "other.md").write_text("# Other\n")
     assert run_all.update_pages(["loops"], docs, results, guides) == {"loops": True}
-    assert page.read_text() == ("# Loops\n\n<!-- results: loops -->\n\n| a |\n|---|\n| 1 |\n"
-                                "\n<!-- /results: loops -->\n\nprose after\n")
-    assert quoting.read_text() == ("# Guide\n<!-- results: loops -->\n\n| a |\n|---|\n"
-                                   "| 1 |\n\n<!-- /results: loops -->\n")
+    assert page.read_text() == (
+        "# Loops\n\n<!-- results: loops -->\n\n| a |\n|---|\n| 1 |\n"
+        "\n<!-- /results: loops -->\n\nprose after\n"
+    )
+    assert quoting.read_text() == (
+        "# Guide\n<!-- results: loops -->\n\n| a |\n|---|\n| 1 |\n\n<!-- /results: loops -->\n"
+    )
     assert (guides / "other.md").read_text() == "# Other\n"
     assert run_all.update_pages(["loops"], docs, results, guides) == {"loops": False}
 
 
 def test_refuses_a_page_without_its_block(tmp_path):
-    (tmp_path / "loops.md").write_text("# Loops\n\n<!-- results: overhead -->\n"
-                                       "<!-- /results: overhead -->\n")
+    (tmp_path / "loops.md").write_text(
+        "# Loops\n\n<!-- results: overhead -->\n<!-- /results: overhead -->\n"
+    )
     with pytest.raises(SystemExit) as refused:
         run_all.check_page("loops", tmp_path)
     assert "has no '<!-- results: loops -->'" in str(refused.value)
@@ -60,7 +66,11 @@ def test_every_page_shows_its_latest_results():
 
 
 def test_docs_only_run_changes_nothing():
-    done = subprocess.run([sys.executable, "benchmarks/run_all.py", "--docs-only"], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/run_all.py", "--docs-only"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("already up to date") == len(run_all.BENCHMARKS), done.stdout

@@ -2,6 +2,7 @@
 prints (MLflow 3's training view, a sweep's compare page and runs table), the view a sweep
 shares through its experiment, the experiment's kind, the swept keys as tags and params free
 of each run's own folder. The browser test (tests/test_ui.py) opens these addresses."""
+
 import json
 import shutil
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -45,10 +46,12 @@ def test_every_printed_address_opens_the_training_view(tmp_path):
     assert address == f"  then browse to http://127.0.0.1:5000/#/experiments/4/runs/abc?{VIEW}"
     # A tracking server serves its own UI: its address, nothing to start.
     assert ui_lines("http://mlflow.example:5000/", "4", "abc") == [
-        f"open it in a browser: http://mlflow.example:5000/#/experiments/4/runs/abc?{VIEW}"]
+        f"open it in a browser: http://mlflow.example:5000/#/experiments/4/runs/abc?{VIEW}"
+    ]
     # A store with no UI of its own (a database server) only says how to open it.
     assert ui_lines("postgresql://db/mlflow", "4", "abc") == [
-        "open it with: open postgresql://db/mlflow in a browser"]
+        "open it with: open postgresql://db/mlflow in a browser"
+    ]
 
 
 def test_the_compare_address_lists_the_runs_url_encoded():
@@ -70,26 +73,37 @@ def test_a_large_sweep_compares_its_best_jobs_and_shares_a_table_of_all(client):
     _, query = _route(lines[2].split(": ", 1)[1])
     assert json.loads(unquote(query["runs"])) == ranked[:COMPARED_AT_MOST]
     route, query = _route(lines[3].split(": ", 1)[1])
-    assert (route, query) == (f"/experiments/{experiment}/runs",
-                              {"viewStateShareKey": "key", "workflowType": "machine_learning"})
+    assert (route, query) == (
+        f"/experiments/{experiment}/runs",
+        {"viewStateShareKey": "key", "workflowType": "machine_learning"},
+    )
 
 
 def test_a_sweeps_shared_view_shows_its_jobs_swept_keys_and_objective(client):
     experiment = ensure_experiment(client, "swept")
-    key = share_sweep_view(client, experiment, "p1", ["boost.rho", "boost.gamma"], "eval/loss",
-                           lowest_first=True)
+    key = share_sweep_view(
+        client, experiment, "p1", ["boost.rho", "boost.gamma"], "eval/loss", lowest_first=True
+    )
     view = json.loads(client.get_experiment(experiment).tags[SHARED_VIEW_TAG + key])
     assert view == {
         "searchFilter": "tags.`mlflow.parentRunId` = 'p1'",
-        "orderByKey": "metrics.`eval/loss`", "orderByAsc": True,
-        "selectedColumns": ["params.`boost.rho`", "params.`boost.gamma`", "metrics.`eval/loss`",
-                            "attributes.`Duration`"]}
+        "orderByKey": "metrics.`eval/loss`",
+        "orderByAsc": True,
+        "selectedColumns": [
+            "params.`boost.rho`",
+            "params.`boost.gamma`",
+            "metrics.`eval/loss`",
+            "attributes.`Duration`",
+        ],
+    }
     # The filter is MLflow's own search syntax: it finds the sweep's jobs and nothing else.
     parent = client.create_run(experiment).info.run_id
     share_sweep_view(client, experiment, parent, [], "eval/loss", True)
     view = json.loads(client.get_experiment(experiment).tags[SHARED_VIEW_TAG + parent])
-    jobs = {client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
-            for _ in range(2)}
+    jobs = {
+        client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+        for _ in range(2)
+    }
     client.create_run(experiment)
     found = client.search_runs([experiment], view["searchFilter"])
     assert {r.info.run_id for r in found} == jobs
@@ -118,12 +132,23 @@ def test_a_jobs_swept_values_are_tags_the_ui_groups_by(monkeypatch):
 def test_paths_inside_the_run_folder_are_recorded_relative_to_it(tmp_path):
     run = tmp_path / "multirun" / "3"
     run.mkdir(parents=True)
-    params = {"strategy": f"{run}/strategy.ckpt", "folder": str(run), "deeper": f"{run}/a/b.csv",
-              "beside": f"{run}x/y", "data": "/data/train.npy", "number": 3,
-              "metric": "eval/accuracy", "climbing": f"{run}/../2/x"}
+    params = {
+        "strategy": f"{run}/strategy.ckpt",
+        "folder": str(run),
+        "deeper": f"{run}/a/b.csv",
+        "beside": f"{run}x/y",
+        "data": "/data/train.npy",
+        "number": 3,
+        "metric": "eval/accuracy",
+        "climbing": f"{run}/../2/x",
+    }
     # Another job's folder (through "..") and a folder that only begins alike stay whole.
     assert relative_to_run(params, run) == {
-        **params, "strategy": "strategy.ckpt", "folder": ".", "deeper": "a/b.csv"}
+        **params,
+        "strategy": "strategy.ckpt",
+        "folder": ".",
+        "deeper": "a/b.csv",
+    }
     # A run folder reached through a symbolic link is the same folder.
     link = tmp_path / "link"
     link.symlink_to(run)

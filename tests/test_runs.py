@@ -2,6 +2,7 @@
 two-job sweep, two plain runs and a run resumed with more epochs, all trained in this
 process (``main_in_process``), read back by the commands' main() and compared with what
 MLflow holds; and each refusal, one line and exit 2 with nothing created."""
+
 import io
 import json
 import re
@@ -16,8 +17,14 @@ from mlflow import MlflowClient
 import ms_exp.runs
 from ms_exp.tracking.compare import RUN_COLUMNS, CompareError
 
-TINY = (*FAST, "trainer.epochs=2", "dataset=synthetic", "dataset.num_samples=64",
-        "dataset.num_eval_samples=32", "model.hidden_size=8")
+TINY = (
+    *FAST,
+    "trainer.epochs=2",
+    "dataset=synthetic",
+    "dataset.num_samples=64",
+    "dataset.num_eval_samples=32",
+    "model.hidden_size=8",
+)
 METRICS = ["eval/accuracy", "eval/loss", "eval/top_5_accuracy", "train/loss"]
 PROG = "ms_exp.runs"
 # In-process, but five training jobs (about 40 s) are more than the fast lane's budget holds.
@@ -43,12 +50,20 @@ def store(tmp_path_factory):
     assert trained(cwd, "trainer.epochs=3", "trainer.resume=resumed") == resumed
     uri = f"sqlite:///{cwd / 'mlflow.db'}"
     client = MlflowClient(uri)
-    children = client.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent}'",
-                                  order_by=["attributes.start_time ASC"])
-    return SimpleNamespace(cwd=cwd, uri=uri, client=client, parent=parent,
-                           sweep_dir=client.get_run(parent).data.tags["ms_exp.sweep.dir"],
-                           jobs=[c.info.run_id for c in children], wide=wide, fast=fast,
-                           resumed=resumed)
+    children = client.search_runs(
+        ["1"], f"tags.mlflow.parentRunId = '{parent}'", order_by=["attributes.start_time ASC"]
+    )
+    return SimpleNamespace(
+        cwd=cwd,
+        uri=uri,
+        client=client,
+        parent=parent,
+        sweep_dir=client.get_run(parent).data.tags["ms_exp.sweep.dir"],
+        jobs=[c.info.run_id for c in children],
+        wide=wide,
+        fast=fast,
+        resumed=resumed,
+    )
 
 
 def ran(store, *args: str, cwd=None):
@@ -66,7 +81,7 @@ def one_line(result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{PROG}: error: "), result.stderr
     assert result.stdout == ""
-    return lines[0][len(f"{PROG}: error: "):]
+    return lines[0][len(f"{PROG}: error: ") :]
 
 
 def newest_first(store):
@@ -76,29 +91,38 @@ def newest_first(store):
 
 # -- list -----------------------------------------------------------------------------------
 
+
 def test_list_shows_every_job_newest_first_with_only_the_keys_that_differ(store):
     runs = newest_first(store)
-    assert [r.info.run_id for r in runs] == [store.resumed, store.fast, store.wide,
-                                             *reversed(store.jobs)]
+    assert [r.info.run_id for r in runs] == [
+        store.resumed,
+        store.fast,
+        store.wide,
+        *reversed(store.jobs),
+    ]
     rows = json.loads(ok(ran(store, "list", "--format", "json")))
     assert [row["run_id"] for row in rows] == [r.info.run_id for r in runs]
-    assert list(rows[0]) == [*RUN_COLUMNS, "model.hidden_size", "optimizer.lr",
-                             "trainer.epochs", *METRICS]
+    assert list(rows[0]) == [
+        *RUN_COLUMNS,
+        "model.hidden_size",
+        "optimizer.lr",
+        "trainer.epochs",
+        *METRICS,
+    ]
     for row, run in zip(rows, runs):
         assert row["name"] == run.info.run_name and row["status"] == "FINISHED"
         assert {m: row[m] for m in METRICS} == {m: run.data.metrics[m] for m in METRICS}
         assert row["duration_s"] == (run.info.end_time - run.info.start_time) / 1000
-        assert {k: row[k] for k in ("model.hidden_size", "optimizer.lr", "trainer.epochs")} \
-            == {k: run.data.params[k] for k in ("model.hidden_size", "optimizer.lr",
-                                                "trainer.epochs")}
+        assert {k: row[k] for k in ("model.hidden_size", "optimizer.lr", "trainer.epochs")} == {
+            k: run.data.params[k] for k in ("model.hidden_size", "optimizer.lr", "trainer.epochs")
+        }
     assert [row["optimizer.lr"] for row in rows] == ["0.05", "0.3", "0.05", "0.2", "0.01"]
     # The resumed run keeps the params it started with (MLflow's params do not change).
     assert rows[0]["trainer.epochs"] == "1"
 
 
 def test_the_resumed_run_is_one_row_holding_its_last_evaluation(store):
-    frame = ms_exp.runs.table(tracking_uri=store.uri, filter="tags.`ms_exp.resumed_from` "
-                                                              "LIKE '%'")
+    frame = ms_exp.runs.table(tracking_uri=store.uri, filter="tags.`ms_exp.resumed_from` LIKE '%'")
     assert list(frame["run_id"]) == [store.resumed]
     history = store.client.get_metric_history(store.resumed, "eval/loss")
     assert [m.step for m in history] == [2, 4, 6]
@@ -108,9 +132,11 @@ def test_the_resumed_run_is_one_row_holding_its_last_evaluation(store):
 def test_the_table_for_a_notebook_is_the_listed_one(store):
     frame = ms_exp.runs.table(tracking_uri=store.uri)
     assert isinstance(frame, pandas.DataFrame)
-    listed = pandas.read_csv(io.StringIO(ok(ran(store, "list", "--format", "csv"))),
-                             dtype={"model.hidden_size": str, "optimizer.lr": str,
-                                    "trainer.epochs": str}, float_precision="round_trip")
+    listed = pandas.read_csv(
+        io.StringIO(ok(ran(store, "list", "--format", "csv"))),
+        dtype={"model.hidden_size": str, "optimizer.lr": str, "trainer.epochs": str},
+        float_precision="round_trip",
+    )
     assert list(listed.columns) == list(frame.columns)
     assert list(listed["run_id"]) == list(frame["run_id"])
     for column in [*METRICS, "optimizer.lr"]:
@@ -126,13 +152,25 @@ def test_list_of_a_sweep_shows_its_swept_key(store):
         assert [row.split()[0] for row in rows] == list(reversed(store.jobs))
         for row, run_id in zip(rows, reversed(store.jobs)):
             run = store.client.get_run(run_id)
-            assert row.split()[-2:] == [run.data.params["optimizer.lr"],
-                                        f"{run.data.metrics['eval/accuracy']:.4f}"]
+            assert row.split()[-2:] == [
+                run.data.params["optimizer.lr"],
+                f"{run.data.metrics['eval/accuracy']:.4f}",
+            ]
 
 
 def test_list_by_experiment_filter_and_markdown(store):
-    out = ok(ran(store, "list", "--experiment", "ms_exp", "--filter",
-                 "params.optimizer.lr = '0.3'", "--format", "markdown"))
+    out = ok(
+        ran(
+            store,
+            "list",
+            "--experiment",
+            "ms_exp",
+            "--filter",
+            "params.optimizer.lr = '0.3'",
+            "--format",
+            "markdown",
+        )
+    )
     header, rule, row = out.splitlines()
     assert header.startswith("| run_id ") and rule.startswith("|:--")
     # One run: no key differs.
@@ -143,6 +181,7 @@ def test_list_by_experiment_filter_and_markdown(store):
 
 
 # -- best -----------------------------------------------------------------------------------
+
 
 def expected_best(store, metric: str, lowest: bool, ids=None):
     """By MLflow's values; of equal values the run that started first."""
@@ -158,19 +197,23 @@ def best_of(store, *args: str) -> dict:
     return fields
 
 
-@pytest.mark.parametrize("args, metric, lowest", [
-    ((), "eval/accuracy", False),
-    (("--metric", "eval/loss"), "eval/loss", True),
-    (("--metric", "eval/loss", "--max"), "eval/loss", False),
-    (("--metric", "eval/accuracy", "--min"), "eval/accuracy", True),
-])
+@pytest.mark.parametrize(
+    "args, metric, lowest",
+    [
+        ((), "eval/accuracy", False),
+        (("--metric", "eval/loss"), "eval/loss", True),
+        (("--metric", "eval/loss", "--max"), "eval/loss", False),
+        (("--metric", "eval/accuracy", "--min"), "eval/accuracy", True),
+    ],
+)
 def test_best_picks_the_best_run_by_the_metrics_direction(store, args, metric, lowest):
     best = expected_best(store, metric, lowest)
     fields = best_of(store, *args)
     assert fields["run_id"] == best.info.run_id
     value = best.data.metrics[metric]
-    assert fields[metric].startswith(f"{value:.6g}, the {'lowest' if lowest else 'highest'} "
-                                     "of 5 finished runs (")
+    assert fields[metric].startswith(
+        f"{value:.6g}, the {'lowest' if lowest else 'highest'} of 5 finished runs ("
+    )
     assert fields["overrides"].split() == best.data.tags["ms_exp.overrides"].split()
     checkpoint = Path(fields["best checkpoint"])
     assert checkpoint == Path(best.data.tags["ms_exp.run_dir"]) / "checkpoints/rank_0/best.ckpt"
@@ -185,6 +228,7 @@ def test_best_of_a_sweep_is_one_of_its_jobs(store):
 
 # -- diff -----------------------------------------------------------------------------------
 
+
 def markdown_rows(text: str, title: str):
     block = text.split(title, 1)[1].strip().split("\n\n")[0].splitlines()[2:]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in block]
@@ -194,11 +238,14 @@ def test_diff_shows_only_the_keys_that_differ_the_metrics_and_the_checkpoints(st
     out = ok(ran(store, "diff", store.wide, store.fast))
     assert out.startswith(f"A: {store.wide} (")
     assert "config: 2 of " in out
-    assert markdown_rows(out, "keys differ") == [["model.hidden_size", "16", "8"],
-                                                 ["optimizer.lr", "0.05", "0.3"]]
+    assert markdown_rows(out, "keys differ") == [
+        ["model.hidden_size", "16", "8"],
+        ["optimizer.lr", "0.05", "0.3"],
+    ]
     a, b = (store.client.get_run(i).data.metrics for i in (store.wide, store.fast))
     assert markdown_rows(out, "final metrics:") == [
-        [m, f"{a[m]:.4f}", f"{b[m]:.4f}", f"{b[m] - a[m]:+.4f}"] for m in METRICS]
+        [m, f"{a[m]:.4f}", f"{b[m]:.4f}", f"{b[m] - a[m]:+.4f}"] for m in METRICS
+    ]
     checkpoints = markdown_rows(out, "checkpoints:")
     assert [row[0] for row in checkpoints] == ["best", "last"]
     for path in (p for row in checkpoints for p in row[1:]):
@@ -222,43 +269,74 @@ def test_diff_of_a_run_with_itself_says_the_config_is_the_same(store):
 UNKNOWN = "0123456789abcdef0123456789abcdef"
 
 
-@pytest.mark.parametrize("args, said", [
-    (("list", "--experiment", "nope"), "--experiment: nope: no such experiment in {uri}; "
-                                       "expected one of: Default, ms_exp"),
-    (("list", "--sweep", UNKNOWN), f"--sweep: {UNKNOWN}: no run '{UNKNOWN}' in {{uri}}; "
-                                   "expected the parent run id or the folder of a sweep: "
-                                   "{parent} (sweep-run-"),
-    (("best", "--sweep", "{fast}"), "--sweep: {fast}: run {fast} is not the parent run of a "
-                                    "sweep; expected the parent run id or the folder of a "
-                                    "sweep: {parent} (sweep-run-"),
-    (("list", "--metric", "eval/acc"), "--metric: eval/acc: no run logged it (did you mean "
-                                       "eval/accuracy?); expected one the runs logged: "
-                                       "checkpoint/bytes_rank_0, "),
-    (("best", "--metric", "f1"), "--metric: f1: no run logged it; expected one the runs "
-                                 "logged: checkpoint/bytes_rank_0, "),
-    (("list", "--filter", "params.lr == '1'"), "--filter: params.lr == '1': "),
-    (("diff", UNKNOWN, "{fast}"), f"RUN_A: {UNKNOWN}: no such run in {{uri}}; expected the "
-                                  "id of a job's run (32 hex digits, printed as 'MLflow run "
-                                  "<id>' by the job) in that store (the newest: {resumed} ("),
-    (("diff", "{fast}", "ms_exp"), "RUN_B: ms_exp: not a run id; expected the id of a job's "
-                                   "run (32 hex digits, printed as 'MLflow run <id>' by the "
-                                   "job) (the newest: {resumed} ("),
-    (("diff", "{fast}", "{parent}"), "RUN_B: {parent}: this is the parent run of a sweep (2 "
-                                     "jobs), not a job's run; expected the run of one of its "
-                                     "jobs: "),
-    (("best", "--filter", "attributes.status = 'FAILED'"),
-     "no finished run in the store ({uri}); expected runs that finished (statuses: no runs)"),
-])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ("list", "--experiment", "nope"),
+            "--experiment: nope: no such experiment in {uri}; expected one of: Default, ms_exp",
+        ),
+        (
+            ("list", "--sweep", UNKNOWN),
+            f"--sweep: {UNKNOWN}: no run '{UNKNOWN}' in {{uri}}; "
+            "expected the parent run id or the folder of a sweep: "
+            "{parent} (sweep-run-",
+        ),
+        (
+            ("best", "--sweep", "{fast}"),
+            "--sweep: {fast}: run {fast} is not the parent run of a "
+            "sweep; expected the parent run id or the folder of a "
+            "sweep: {parent} (sweep-run-",
+        ),
+        (
+            ("list", "--metric", "eval/acc"),
+            "--metric: eval/acc: no run logged it (did you mean "
+            "eval/accuracy?); expected one the runs logged: "
+            "checkpoint/bytes_rank_0, ",
+        ),
+        (
+            ("best", "--metric", "f1"),
+            "--metric: f1: no run logged it; expected one the runs "
+            "logged: checkpoint/bytes_rank_0, ",
+        ),
+        (("list", "--filter", "params.lr == '1'"), "--filter: params.lr == '1': "),
+        (
+            ("diff", UNKNOWN, "{fast}"),
+            f"RUN_A: {UNKNOWN}: no such run in {{uri}}; expected the "
+            "id of a job's run (32 hex digits, printed as 'MLflow run "
+            "<id>' by the job) in that store (the newest: {resumed} (",
+        ),
+        (
+            ("diff", "{fast}", "ms_exp"),
+            "RUN_B: ms_exp: not a run id; expected the id of a job's "
+            "run (32 hex digits, printed as 'MLflow run <id>' by the "
+            "job) (the newest: {resumed} (",
+        ),
+        (
+            ("diff", "{fast}", "{parent}"),
+            "RUN_B: {parent}: this is the parent run of a sweep (2 "
+            "jobs), not a job's run; expected the run of one of its "
+            "jobs: ",
+        ),
+        (
+            ("best", "--filter", "attributes.status = 'FAILED'"),
+            "no finished run in the store ({uri}); expected runs that finished (statuses: no runs)",
+        ),
+    ],
+)
 def test_what_is_unknown_is_refused_in_one_line_naming_what_exists(store, args, said):
-    names = {"uri": store.uri, "fast": store.fast, "parent": store.parent,
-             "resumed": store.resumed}
+    names = {"uri": store.uri, "fast": store.fast, "parent": store.parent, "resumed": store.resumed}
     line = one_line(ran(store, *(a.format(**names) for a in args)))
     assert line.startswith(said.format(**names)), line
 
 
 def test_a_missing_store_is_refused_and_not_created(tmp_path):
-    for args in (["list"], ["best"], ["diff", UNKNOWN, UNKNOWN],
-                 ["list", "--tracking-uri", f"sqlite:///{tmp_path / 'other.db'}"]):
+    for args in (
+        ["list"],
+        ["best"],
+        ["diff", UNKNOWN, UNKNOWN],
+        ["list", "--tracking-uri", f"sqlite:///{tmp_path / 'other.db'}"],
+    ):
         line = one_line(main_in_process("ms_exp.runs", args, tmp_path))
         assert line.startswith("--tracking-uri: sqlite:///"), line
         assert "(searched sqlite:///" in line and "nothing was created" in line
@@ -285,13 +363,20 @@ def test_best_of_an_optuna_sweep_goes_the_way_the_sweep_optimised(tmp_path):
     (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
     client = MlflowClient(uri)
     experiment = client.create_experiment("study")
-    parent = client.create_run(experiment, run_name="sweep", tags={
-        "ms_exp.sweep": "true", "ms_exp.sweep.metric": "eval/loss",
-        "ms_exp.optuna.direction": "maximize"}).info.run_id
+    parent = client.create_run(
+        experiment,
+        run_name="sweep",
+        tags={
+            "ms_exp.sweep": "true",
+            "ms_exp.sweep.metric": "eval/loss",
+            "ms_exp.optuna.direction": "maximize",
+        },
+    ).info.run_id
     ids = []
     for number, loss in enumerate((1.0, 2.0, 0.5)):
-        run = client.create_run(experiment, run_name=f"trial-{number}",
-                                tags={"mlflow.parentRunId": parent})
+        run = client.create_run(
+            experiment, run_name=f"trial-{number}", tags={"mlflow.parentRunId": parent}
+        )
         client.log_metric(run.info.run_id, "eval/loss", loss)
         client.log_metric(run.info.run_id, "eval/accuracy", loss / 10)
         client.set_terminated(run.info.run_id)

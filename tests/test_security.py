@@ -7,6 +7,7 @@ create a marker file) through the project's own code paths and check that the ma
 appears; source scans (``ast``, so a comment or a docstring cannot fool them) check that no
 module could do it elsewhere.
 """
+
 import ast
 import os
 import pickle
@@ -66,15 +67,20 @@ def pickle_file(path: Path, marker: Path) -> Path:
 
 # Values that create ./PWNED if they ever reach ``sh -c`` (no "/": they also name folders).
 MARKER = "PWNED"
-SHELL_PAYLOADS = [f"; touch {MARKER}", f"$(touch {MARKER})", f"`touch {MARKER}`",
-                  f"| touch {MARKER}", f"&& touch {MARKER}"]
+SHELL_PAYLOADS = [
+    f"; touch {MARKER}",
+    f"$(touch {MARKER})",
+    f"`touch {MARKER}`",
+    f"| touch {MARKER}",
+    f"&& touch {MARKER}",
+]
 
 
 def argv_recorder(folder: Path, name: str) -> Path:
     """An executable that writes its arguments, NUL-separated, to $ARGV_FILE."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / name
-    script.write_text("#!/bin/sh\nprintf '%s\\0' \"$@\" > \"$ARGV_FILE\"\n")
+    script.write_text('#!/bin/sh\nprintf \'%s\\0\' "$@" > "$ARGV_FILE"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return script
 
@@ -89,8 +95,12 @@ def recorded_argv(path: Path) -> List[str]:
 
 def test_printed_mlflow_ui_command_binds_loopback_for_every_local_store(tmp_path):
     """What ms_exp.run and ms_exp.report print after "open it with:"."""
-    stores = [resolve_tracking_uri(None, tmp_path), f"sqlite:///{tmp_path}/other.db",
-              f"file://{tmp_path}/mlruns", str(tmp_path / "mlruns")]
+    stores = [
+        resolve_tracking_uri(None, tmp_path),
+        f"sqlite:///{tmp_path}/other.db",
+        f"file://{tmp_path}/mlruns",
+        str(tmp_path / "mlruns"),
+    ]
     for uri in stores:
         argv = shlex.split(ui_command(uri))
         assert Path(argv[0]).name == "mlflow" and argv[1] == "ui", uri
@@ -112,11 +122,21 @@ def test_printed_mlflow_ui_command_is_safe_to_paste_into_a_shell(tmp_path, monke
     for payload in SHELL_PAYLOADS:
         uri = f"sqlite:///{tmp_path}/a b{payload}/mlflow.db"
         argv_file = tmp_path / "argv"
-        env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
-               "ARGV_FILE": str(argv_file)}
+        env = {
+            **os.environ,
+            "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+            "ARGV_FILE": str(argv_file),
+        }
         subprocess.run(["sh", "-c", ui_command(uri)], env=env, check=True, cwd=tmp_path)
-        assert recorded_argv(argv_file) == ["ui", "--backend-store-uri", uri,
-                                            "--host", LOOPBACK, "--port", "5000"]
+        assert recorded_argv(argv_file) == [
+            "ui",
+            "--backend-store-uri",
+            uri,
+            "--host",
+            LOOPBACK,
+            "--port",
+            "5000",
+        ]
         assert not marker.exists(), payload
 
 
@@ -133,8 +153,11 @@ def pasted_argv(line: str, prefix: str, tmp_path: Path, program: str) -> List[st
     fake_bin = tmp_path / "bin"
     argv_recorder(fake_bin, program)
     argv_file = tmp_path / "argv"
-    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
-           "ARGV_FILE": str(argv_file)}
+    env = {
+        **os.environ,
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+        "ARGV_FILE": str(argv_file),
+    }
     subprocess.run(["bash", "-c", command], env=env, check=True, cwd=tmp_path)
     assert not (tmp_path / MARKER).exists(), command
     return recorded_argv(argv_file)
@@ -150,11 +173,13 @@ def test_printed_upload_command_is_safe_to_paste_into_a_shell(tmp_path):
     for run_id in (None, "abc123"):
         line = offline_note("http://127.0.0.1:9", journal, run_id)
         assert pasted_argv(line, "upload with: ", tmp_path, "python") == [
-            "-m", "ms_exp.tracking.upload", str(run_dir)]
+            "-m",
+            "ms_exp.tracking.upload",
+            str(run_dir),
+        ]
 
 
-def test_printed_criteo_commands_are_safe_to_paste_into_a_shell(tmp_path, monkeypatch,
-                                                                capsys):
+def test_printed_criteo_commands_are_safe_to_paste_into_a_shell(tmp_path, monkeypatch, capsys):
     """``train on it:`` of the converter and ``convert it:`` of the sample writer: the
     folder reaches the program as one argument, and Hydra reads the path back verbatim."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -163,8 +188,9 @@ def test_printed_criteo_commands_are_safe_to_paste_into_a_shell(tmp_path, monkey
     from ms_exp.data.criteo_sample import main as sample_main
 
     out_dir = str(tmp_path / HOSTILE_DIR / "criteo")
-    argv = pasted_argv(f"train on it: {train_command(out_dir)}", "train on it: ", tmp_path,
-                       "python")
+    argv = pasted_argv(
+        f"train on it: {train_command(out_dir)}", "train on it: ", tmp_path, "python"
+    )
     assert argv[:4] == ["-m", "ms_exp.run", "model=wide_deep", "dataset=criteo"]
     assert OverridesParser.create().parse_override(argv[4]).value() == out_dir
 
@@ -172,10 +198,15 @@ def test_printed_criteo_commands_are_safe_to_paste_into_a_shell(tmp_path, monkey
     monkeypatch.chdir(tmp_path / HOSTILE_DIR)
     out_file = tmp_path / HOSTILE_DIR / "sample.txt"
     assert sample_main([str(out_file), "--lines", "5"]) == 0
-    line = next(text for text in capsys.readouterr().out.splitlines()
-                if text.startswith("convert it: "))
+    line = next(
+        text for text in capsys.readouterr().out.splitlines() if text.startswith("convert it: ")
+    )
     assert pasted_argv(line, "convert it: ", tmp_path, "python") == [
-        "-m", "ms_exp.data.criteo_convert", str(out_file), "OUT_DIR"]
+        "-m",
+        "ms_exp.data.criteo_convert",
+        str(out_file),
+        "OUT_DIR",
+    ]
 
 
 def test_printed_mlflow_ui_command_runs_without_an_activated_environment(monkeypatch):
@@ -198,8 +229,13 @@ def test_printed_python_command_runs_without_an_activated_environment(monkeypatc
     for path, printed in (("/usr/bin:/bin", str(own)), (f"{own.parent}:/usr/bin:/bin", "python")):
         monkeypatch.setenv("PATH", path)
         assert shlex.split(python_command()) == [printed]
-        ran = subprocess.run(f"{python_command()} -c 'import sys; print(sys.prefix)'",
-                             shell=True, env={"PATH": path}, capture_output=True, text=True)
+        ran = subprocess.run(
+            f"{python_command()} -c 'import sys; print(sys.prefix)'",
+            shell=True,
+            env={"PATH": path},
+            capture_output=True,
+            text=True,
+        )
         assert ran.stdout.strip() == sys.prefix, (path, ran.stderr)
 
 
@@ -220,16 +256,22 @@ def test_msrun_keeps_a_user_given_master_addr(tmp_path):
 
 
 def _string_elements(node: ast.AST) -> List[str]:
-    return [e.value for e in getattr(node, "elts", [])
-            if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return [
+        e.value
+        for e in getattr(node, "elts", [])
+        if isinstance(e, ast.Constant) and isinstance(e.value, str)
+    ]
 
 
 def _docstrings(tree: ast.AST) -> set:
-    return {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
-                                 ast.AsyncFunctionDef))
-            and node.body and isinstance(node.body[0], ast.Expr)
-            and isinstance(node.body[0].value, ast.Constant)}
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
 
 
 # "mlflow ui", "mlflow server --port 1", "python -m http.server": not "mlflow server did not".
@@ -247,7 +289,7 @@ def server_commands_without_loopback(source: str, strings: bool = True) -> List[
             words = _string_elements(node)
             if "mlflow" in words and ({"server", "ui"} & set(words)):
                 host = words.index("--host") if "--host" in words else -1
-                if host < 0 or words[host + 1:host + 2] != [LOOPBACK]:
+                if host < 0 or words[host + 1 : host + 2] != [LOOPBACK]:
                     bad.append(f"line {node.lineno}: {words}")
             if "http.server" in words:
                 bad.append(f"line {node.lineno}: {words}")
@@ -255,14 +297,17 @@ def server_commands_without_loopback(source: str, strings: bool = True) -> List[
             continue
         if isinstance(node, ast.JoinedStr):
             parts.update(id(value) for value in node.values)
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}"
-                           for v in node.values)
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             text = node.value
         else:
             continue
-        if id(node) not in docs and id(node) not in parts and \
-                SERVER_COMMAND.search(text) and f"--host {LOOPBACK}" not in text:
+        if (
+            id(node) not in docs
+            and id(node) not in parts
+            and SERVER_COMMAND.search(text)
+            and f"--host {LOOPBACK}" not in text
+        ):
             bad.append(f"line {node.lineno}: {text!r}")
     return bad
 
@@ -280,18 +325,22 @@ def test_no_server_in_the_project_binds_anything_but_loopback():
         if path.name == Path(__file__).name:
             continue
         # Tests may quote a printed command to check it; only what they start counts.
-        bad = server_commands_without_loopback(path.read_text(),
-                                               strings=path.parent.name != "tests")
+        bad = server_commands_without_loopback(
+            path.read_text(), strings=path.parent.name != "tests"
+        )
         if bad:
             found[str(path.relative_to(ROOT))] = bad
     assert found == {}
-    texts = [*project_files((*PROJECT_DIRS, "tests")), *(ROOT / "conf").rglob("*.yaml"),
-             ROOT / "README.md"]
-    assert [str(p) for p in texts
-            if p.name != Path(__file__).name and "0.0.0.0" in p.read_text()] == []
+    texts = [
+        *project_files((*PROJECT_DIRS, "tests")),
+        *(ROOT / "conf").rglob("*.yaml"),
+        ROOT / "README.md",
+    ]
+    assert [
+        str(p) for p in texts if p.name != Path(__file__).name and "0.0.0.0" in p.read_text()
+    ] == []
     servers = {"http.server", "socketserver", "wsgiref.simple_server", "xmlrpc.server"}
-    assert [(str(p), m) for p in project_files() for m in imported_modules(p)
-            if m in servers] == []
+    assert [(str(p), m) for p in project_files() for m in imported_modules(p) if m in servers] == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,9 +350,13 @@ def test_no_server_in_the_project_binds_anything_but_loopback():
 def _hostile_parallel(tmp_path: Path):
     payloads = SHELL_PAYLOADS
     # Hydra's override grammar: single-quoted strings keep ; $( ` | & as they are.
-    cfg = compose_config(["parallel=data",
-                          f"parallel.launcher.master_addr='127.0.0.1{payloads[0]}'",
-                          f"parallel.launcher.log_dir='logs{''.join(payloads[1:])}'"])
+    cfg = compose_config(
+        [
+            "parallel=data",
+            f"parallel.launcher.master_addr='127.0.0.1{payloads[0]}'",
+            f"parallel.launcher.log_dir='logs{''.join(payloads[1:])}'",
+        ]
+    )
     assert cfg.parallel.launcher.master_addr == f"127.0.0.1{payloads[0]}"
     run_dir = tmp_path / f"run{payloads[1]}"
     run_dir.mkdir()
@@ -319,8 +372,11 @@ def test_shell_metacharacters_in_config_reach_msrun_verbatim(tmp_path, monkeypat
     # Stand in for the interpreter launch() starts msrun with (`python -m mindspore...`).
     monkeypatch.setattr(sys, "executable", str(argv_recorder(tmp_path / "bin", "python3")))
     launch(parallel, run_dir, {"ARGV_FILE": str(argv_file)})
-    assert recorded_argv(argv_file) == ["-m", "mindspore.parallel.cluster.run",
-                                        *msrun_arguments(parallel, run_dir)]
+    assert recorded_argv(argv_file) == [
+        "-m",
+        "mindspore.parallel.cluster.run",
+        *msrun_arguments(parallel, run_dir),
+    ]
     assert any("touch" in arg for arg in recorded_argv(argv_file))
     assert not marker.exists()
 
@@ -334,8 +390,11 @@ def test_shell_metacharacters_in_config_are_quoted_in_the_saved_msrun_command(tm
     fake_bin = tmp_path / "bin"
     argv_recorder(fake_bin, "msrun")
     argv_file = tmp_path / "argv"
-    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
-           "ARGV_FILE": str(argv_file)}
+    env = {
+        **os.environ,
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+        "ARGV_FILE": str(argv_file),
+    }
     subprocess.run(["bash", str(run_dir / COMMAND_FILE)], env=env, check=True, cwd=tmp_path)
     assert recorded_argv(argv_file) == msrun_arguments(parallel, run_dir)
     assert not marker.exists()
@@ -356,8 +415,9 @@ def _aliases(tree: ast.AST) -> Dict[str, str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                names[alias.asname or alias.name.split(".")[0]] = \
+                names[alias.asname or alias.name.split(".")[0]] = (
                     alias.name if alias.asname else alias.name.split(".")[0]
+                )
         elif isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
@@ -382,10 +442,22 @@ def calls(tree: ast.AST) -> Iterator[Tuple[str, ast.Call]]:
             yield _dotted(node.func, aliases), node
 
 
-SHELL_CALLS = {"os.system", "os.popen", "subprocess.getoutput", "subprocess.getstatusoutput",
-               "pty.spawn", "asyncio.create_subprocess_shell", "commands.getoutput"}
-PROCESS_CALLS = {"subprocess.run", "subprocess.Popen", "subprocess.call",
-                 "subprocess.check_call", "subprocess.check_output"}
+SHELL_CALLS = {
+    "os.system",
+    "os.popen",
+    "subprocess.getoutput",
+    "subprocess.getstatusoutput",
+    "pty.spawn",
+    "asyncio.create_subprocess_shell",
+    "commands.getoutput",
+}
+PROCESS_CALLS = {
+    "subprocess.run",
+    "subprocess.Popen",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+}
 
 
 def _is_text(node: ast.AST) -> bool:
@@ -399,8 +471,9 @@ def _is_text(node: ast.AST) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         if _dotted(node.func, {}) == "shlex.join":
             return True
-        return node.func.attr in ("format", "join") and \
-            isinstance(node.func.value, (ast.Constant, ast.JoinedStr))
+        return node.func.attr in ("format", "join") and isinstance(
+            node.func.value, (ast.Constant, ast.JoinedStr)
+        )
     return False
 
 
@@ -414,21 +487,28 @@ def shell_uses(source: str) -> List[str]:
                 if isinstance(target, ast.Name):
                     assigned.setdefault(target.id, []).append(node.value)
         elif isinstance(node, (ast.AnnAssign, ast.arg)) and node.annotation is not None:
-            name = node.target.id if isinstance(node, ast.AnnAssign) and \
-                isinstance(node.target, ast.Name) else getattr(node, "arg", None)
+            name = (
+                node.target.id
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                else getattr(node, "arg", None)
+            )
             if name and isinstance(node.annotation, ast.Name) and node.annotation.id == "str":
                 assigned.setdefault(name, []).append(ast.Constant(""))
     bad = []
     for name, call in calls(tree):
         for keyword in call.keywords:
-            if keyword.arg == "shell" and not (isinstance(keyword.value, ast.Constant)
-                                               and keyword.value.value is False):
+            if keyword.arg == "shell" and not (
+                isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+            ):
                 bad.append(f"line {call.lineno}: {name}(shell=...)")
         if name in SHELL_CALLS or name.startswith(("os.exec", "os.spawn", "os.posix_spawn")):
             bad.append(f"line {call.lineno}: {name}")
         if name in PROCESS_CALLS:
-            command = call.args[0] if call.args else next(
-                (k.value for k in call.keywords if k.arg == "args"), None)
+            command = (
+                call.args[0]
+                if call.args
+                else next((k.value for k in call.keywords if k.arg == "args"), None)
+            )
             values = assigned.get(command.id, []) if isinstance(command, ast.Name) else [command]
             if any(v is not None and _is_text(v) for v in values):
                 bad.append(f"line {call.lineno}: {name} with a string command")
@@ -442,9 +522,11 @@ def test_the_shell_scan_catches_shell_use_and_ignores_comments():
     assert shell_uses("def f(line: str):\n    import subprocess\n    subprocess.call(line)")
     assert shell_uses("import os\nos.system('ls')")
     assert shell_uses("from os import popen\npopen('ls')")
-    assert not shell_uses("import subprocess\n# subprocess.run('ls', shell=True)\n"
-                          "subprocess.run(['ls', '-l'], shell=False)\n"
-                          "'''os.system(\"ls\")'''")
+    assert not shell_uses(
+        "import subprocess\n# subprocess.run('ls', shell=True)\n"
+        "subprocess.run(['ls', '-l'], shell=False)\n"
+        "'''os.system(\"ls\")'''"
+    )
 
 
 def test_no_module_hands_a_command_line_to_a_shell():
@@ -499,10 +581,14 @@ def test_a_pickled_pca_matrix_is_refused_without_unpickling(tmp_path, monkeypatc
     np.save(objects, np.array([Detonator(marker)] * 2, dtype=object), allow_pickle=True)
     bare = pickle_file(tmp_path / "bare.npy", marker)
     for matrix in (objects, bare):
-        message = _refusal(f"boost.pretrained_weight_path={weights}",
-                           f"boost.pca_mat_path={matrix}", "boost.n_components=2")
-        assert message.startswith(f"boost.pca_mat_path={str(matrix)!r}: not allowed; "
-                                  "expected a .npy file of numbers ("), message
+        message = _refusal(
+            f"boost.pretrained_weight_path={weights}",
+            f"boost.pca_mat_path={matrix}",
+            "boost.n_components=2",
+        )
+        assert message.startswith(
+            f"boost.pca_mat_path={str(matrix)!r}: not allowed; expected a .npy file of numbers ("
+        ), message
         with pytest.raises(ValueError):
             np.load(matrix)  # numpy's default, as mindspore.boost.base reads the matrix
         assert not marker.exists()
@@ -546,17 +632,22 @@ def test_a_pickled_stage_one_checkpoint_is_refused_without_unpickling(tmp_path, 
     marker = tmp_path / "PWNED"
     evil = pickle_file(tmp_path / "final.ckpt", marker)
     message = _refusal(f"boost.pretrained_weight_path={evil}")
-    assert message.startswith(f"boost.pretrained_weight_path={str(evil)!r}: not allowed; "
-                              "expected a "), message
+    assert message.startswith(
+        f"boost.pretrained_weight_path={str(evil)!r}: not allowed; expected a "
+    ), message
     assert "MindSpore checkpoint" in message
     snapshots = tmp_path / "snapshots"
     snapshots.mkdir()
     snapshot = pickle_file(snapshots / "snapshot-1_1.ckpt", marker)
     weights = _stage_two_weights(tmp_path / "stage_one.ckpt")
-    message = _refusal(f"boost.pretrained_weight_path={weights}",
-                       f"boost.weight_load_dir={snapshots}", "boost.n_components=1")
-    assert message.startswith(f"boost.weight_load_dir={str(snapshot)!r}: not allowed; "
-                              "expected a "), message
+    message = _refusal(
+        f"boost.pretrained_weight_path={weights}",
+        f"boost.weight_load_dir={snapshots}",
+        "boost.n_components=1",
+    )
+    assert message.startswith(
+        f"boost.weight_load_dir={str(snapshot)!r}: not allowed; expected a "
+    ), message
     assert "MindSpore checkpoint" in message
     assert not marker.exists()
 
@@ -567,13 +658,25 @@ def test_ckpt_merge_refuses_pickled_checkpoints_and_strategy_files(tmp_path, cap
     from ms_exp.parallel.layout import Layout, write_strategy_file
 
     marker = tmp_path / "PWNED"
-    strategy = write_strategy_file(tmp_path / "strategy.ckpt",
-                                   {"layer1.weight": Layout((2,), (0,), (4,))})
+    strategy = write_strategy_file(
+        tmp_path / "strategy.ckpt", {"layer1.weight": Layout((2,), (0,), (4,))}
+    )
     for rank in (0, 1):
         (tmp_path / "ckpts" / f"rank_{rank}").mkdir(parents=True)
         pickle_file(tmp_path / "ckpts" / f"rank_{rank}" / "checkpoint-1_1.ckpt", marker)
-    assert main(["merge", str(tmp_path / "ckpts"), "--strategy", str(strategy),
-                 "--output", str(tmp_path / "merged")]) == 2
+    assert (
+        main(
+            [
+                "merge",
+                str(tmp_path / "ckpts"),
+                "--strategy",
+                str(strategy),
+                "--output",
+                str(tmp_path / "merged"),
+            ]
+        )
+        == 2
+    )
     rank0 = (tmp_path / "ckpts" / "rank_0" / "checkpoint-1_1.ckpt").resolve()
     error = capsys.readouterr().err
     assert error.startswith("ms_exp.ckpt: error: ") and str(rank0) in error, error
@@ -581,7 +684,8 @@ def test_ckpt_merge_refuses_pickled_checkpoints_and_strategy_files(tmp_path, cap
     evil_strategy = pickle_file(tmp_path / "evil_strategy.ckpt", marker)
     assert main(["merge", str(tmp_path / "ckpts"), "--strategy", str(evil_strategy)]) == 2
     assert capsys.readouterr().err.startswith(
-        f"ms_exp.ckpt: error: cannot read strategy file (--strategy) {evil_strategy}: ")
+        f"ms_exp.ckpt: error: cannot read strategy file (--strategy) {evil_strategy}: "
+    )
     assert not marker.exists()
     assert not (tmp_path / "merged").exists()
 
@@ -594,20 +698,41 @@ def test_eval_refuses_a_pickled_checkpoint_without_unpickling(tmp_path):
     marker = tmp_path / "PWNED"
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints" / "rank_0").mkdir(parents=True)
-    cfg = compose_config(["dataset=synthetic", "checkpoint=none", "dataset.num_samples=64",
-                          "dataset.num_eval_samples=32", "tracking.enabled=false"])
+    cfg = compose_config(
+        [
+            "dataset=synthetic",
+            "checkpoint=none",
+            "dataset.num_samples=64",
+            "dataset.num_eval_samples=32",
+            "tracking.enabled=false",
+        ]
+    )
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     evil = pickle_file(run_dir / "checkpoints" / "rank_0" / "checkpoint-1_1.ckpt", marker)
-    done = subprocess.run([sys.executable, "-m", "ms_exp.eval", "--checkpoint", str(evil)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "GLOG_v": "3"})
+    done = subprocess.run(
+        [sys.executable, "-m", "ms_exp.eval", "--checkpoint", str(evil)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "GLOG_v": "3"},
+    )
     assert done.returncode != 0
     assert str(evil) in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
     assert not marker.exists()
 
 
-UNPICKLERS = {"pickle", "cPickle", "_pickle", "dill", "joblib", "cloudpickle", "shelve",
-              "marshal", "torch"}
+UNPICKLERS = {
+    "pickle",
+    "cPickle",
+    "_pickle",
+    "dill",
+    "joblib",
+    "cloudpickle",
+    "shelve",
+    "marshal",
+    "torch",
+}
 
 
 def test_the_pool_unpickles_only_what_its_own_pipe_brings():
@@ -618,9 +743,11 @@ def test_the_pool_unpickles_only_what_its_own_pipe_brings():
         for name, call in calls(ast.parse(path.read_text())):
             if name == "cloudpickle.loads":
                 (argument,) = call.args
-                loads.append(isinstance(argument, ast.Call)
-                             and isinstance(argument.func, ast.Attribute)
-                             and argument.func.attr == "recv_bytes")
+                loads.append(
+                    isinstance(argument, ast.Call)
+                    and isinstance(argument.func, ast.Attribute)
+                    and argument.func.attr == "recv_bytes"
+                )
     assert loads and all(loads)
 
 
@@ -633,12 +760,23 @@ def test_no_module_imports_an_unpickler_or_evaluates_text():
     found = []
     for path in project_files():
         where = path.relative_to(ROOT)
-        found += [f"{where}: import {m}" for m in imported_modules(path)
-                  if m.split(".")[0] in UNPICKLERS
-                  and not (m == "cloudpickle" and where.parts[:2] == ("ms_exp", "pool"))]
+        found += [
+            f"{where}: import {m}"
+            for m in imported_modules(path)
+            if m.split(".")[0] in UNPICKLERS
+            and not (m == "cloudpickle" and where.parts[:2] == ("ms_exp", "pool"))
+        ]
         for name, call in calls(ast.parse(path.read_text())):
-            if name in ("eval", "exec", "compile", "yaml.load", "yaml.unsafe_load",
-                        "yaml.full_load", "yaml.load_all", "yaml.unsafe_load_all"):
+            if name in (
+                "eval",
+                "exec",
+                "compile",
+                "yaml.load",
+                "yaml.unsafe_load",
+                "yaml.full_load",
+                "yaml.load_all",
+                "yaml.unsafe_load_all",
+            ):
                 found.append(f"{where}:{call.lineno}: {name}")
     assert found == []
 
@@ -647,40 +785,61 @@ def test_no_module_imports_an_unpickler_or_evaluates_text():
 # Credentials in a store's URI: found in each form SQLAlchemy, libpq or MLflow would use
 
 
-CREDENTIAL_NAMES = ("password", "passwd", "pwd", "token", "access_token", "secret", "api_key",
-                    "sslpassword")
+CREDENTIAL_NAMES = (
+    "password",
+    "passwd",
+    "pwd",
+    "token",
+    "access_token",
+    "secret",
+    "api_key",
+    "sslpassword",
+)
 
 
-@pytest.mark.parametrize("uri, shown", [
-    *[(f"mysql://ms_exp@db/mlflow?{name}=s3cret", f"mysql://ms_exp@db/mlflow?{name}=***")
-      for name in CREDENTIAL_NAMES],
-    ("http://127.0.0.1:5000/?x=1&Access_Token=s3cret&y=2",
-     "http://127.0.0.1:5000/?x=1&Access_Token=***&y=2"),
-    ("HTTPS://127.0.0.1:5000?TOKEN=s3cret", "HTTPS://127.0.0.1:5000?TOKEN=***"),
-    # SQLAlchemy decodes the name, and ends the value only at "&".
-    ("postgresql://ms_exp@db/mlflow?pass%77ord=s3cret",
-     "postgresql://ms_exp@db/mlflow?pass%77ord=***"),
-    ("postgresql://ms_exp@db/mlflow?password=s3cret;x#y&sslmode=require",
-     "postgresql://ms_exp@db/mlflow?password=***&sslmode=require"),
-    ("postgresql://ms_exp@db/mlflow?password=", "postgresql://ms_exp@db/mlflow?password=***"),
-    # libpq's keyword/value string: what follows the password is hidden too.
-    ("host=db password=s3cret dbname=mlflow", "host=db password=***"),
-    ("host=db password = 's3cret x' dbname=mlflow", "host=db password = ***"),
-    # user:password@, as before
-    ("http://alice:s3cret@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
-    ("http://alice:s3cret/x?y@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
-    ("postgresql://ms_exp:s3cret%40x%2Fy@db/mlflow", "postgresql://ms_exp:***@db/mlflow"),
-    ("postgresql://ms_exp:${oc.env:S3CRET}@db/mlflow", "postgresql://ms_exp:***@db/mlflow"),
-    ("http://alice:@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
-    ("http://alice:s3cret@127.0.0.1:5000?token=s3cret",
-     "http://alice:***@127.0.0.1:5000?token=***"),
-    # No credential: accepted as it is.
-    ("http://127.0.0.1:5000?foo=1", None),
-    ("postgresql://ms_exp@db/mlflow?sslmode=require&passfile=/home/u/.pgpass&tokens=2", None),
-    ("sqlite:////tmp/runs/mlflow.db", None),
-    ("sqlite:///mlflow.db", None),
-    ("host=db user=ms_exp dbname=mlflow", None),
-])
+@pytest.mark.parametrize(
+    "uri, shown",
+    [
+        *[
+            (f"mysql://ms_exp@db/mlflow?{name}=s3cret", f"mysql://ms_exp@db/mlflow?{name}=***")
+            for name in CREDENTIAL_NAMES
+        ],
+        (
+            "http://127.0.0.1:5000/?x=1&Access_Token=s3cret&y=2",
+            "http://127.0.0.1:5000/?x=1&Access_Token=***&y=2",
+        ),
+        ("HTTPS://127.0.0.1:5000?TOKEN=s3cret", "HTTPS://127.0.0.1:5000?TOKEN=***"),
+        # SQLAlchemy decodes the name, and ends the value only at "&".
+        (
+            "postgresql://ms_exp@db/mlflow?pass%77ord=s3cret",
+            "postgresql://ms_exp@db/mlflow?pass%77ord=***",
+        ),
+        (
+            "postgresql://ms_exp@db/mlflow?password=s3cret;x#y&sslmode=require",
+            "postgresql://ms_exp@db/mlflow?password=***&sslmode=require",
+        ),
+        ("postgresql://ms_exp@db/mlflow?password=", "postgresql://ms_exp@db/mlflow?password=***"),
+        # libpq's keyword/value string: what follows the password is hidden too.
+        ("host=db password=s3cret dbname=mlflow", "host=db password=***"),
+        ("host=db password = 's3cret x' dbname=mlflow", "host=db password = ***"),
+        # user:password@, as before
+        ("http://alice:s3cret@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
+        ("http://alice:s3cret/x?y@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
+        ("postgresql://ms_exp:s3cret%40x%2Fy@db/mlflow", "postgresql://ms_exp:***@db/mlflow"),
+        ("postgresql://ms_exp:${oc.env:S3CRET}@db/mlflow", "postgresql://ms_exp:***@db/mlflow"),
+        ("http://alice:@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
+        (
+            "http://alice:s3cret@127.0.0.1:5000?token=s3cret",
+            "http://alice:***@127.0.0.1:5000?token=***",
+        ),
+        # No credential: accepted as it is.
+        ("http://127.0.0.1:5000?foo=1", None),
+        ("postgresql://ms_exp@db/mlflow?sslmode=require&passfile=/home/u/.pgpass&tokens=2", None),
+        ("sqlite:////tmp/runs/mlflow.db", None),
+        ("sqlite:///mlflow.db", None),
+        ("host=db user=ms_exp dbname=mlflow", None),
+    ],
+)
 def test_a_credential_in_a_store_uri_is_refused_and_shown_masked(uri, shown):
     refusal = password_refusal("tracking.uri", uri)
     typed = without_passwords(f"override 'tracking.uri={uri}': Hydra's parser says: {uri}; ...")
@@ -698,6 +857,10 @@ def test_a_credential_in_a_store_uri_is_refused_and_shown_masked(uri, shown):
 def test_the_recorded_command_line_hides_every_password():
     from ms_exp.tracking.provenance import command_line
 
-    line = command_line(["dataset.path=https://alice:s3cret@data.example/x",
-                         "+x.url=https://data.example/y?token=s3cret"])
+    line = command_line(
+        [
+            "dataset.path=https://alice:s3cret@data.example/x",
+            "+x.url=https://data.example/y?token=s3cret",
+        ]
+    )
     assert "s3cret" not in line and line.count("***") == 2

@@ -1,5 +1,6 @@
 """The MLflow sidecar killed under a job: the job stops saying so (it used to point at an
 error "printed above" that a killed process never prints)."""
+
 import signal
 
 import pytest
@@ -19,4 +20,5 @@ def test_a_killed_sidecar_is_named_with_its_signal(tmp_path):
         tracker.finish("FINISHED")
     assert str(failed.value) == (
         f"the MLflow sidecar process (pid {pid}) was killed by SIGKILL before answering; "
-        "the run keeps what it had delivered (continue it with trainer.resume=auto)")
+        "the run keeps what it had delivered (continue it with trainer.resume=auto)"
+    )

@@ -7,6 +7,7 @@ job records what its checkpoints cost (``checkpoint/save_time_s``, ``checkpoint/
 One sweep (``lr_sweep``: four jobs, two at a time in joblib's worker processes, on a fresh
 store) serves every test that reads a finished sweep; the test that re-runs it with
 ``tracking.skip_finished=true`` comes last."""
+
 import csv
 import json
 import os
@@ -27,8 +28,12 @@ from ms_exp import report
 from ms_exp.tracking import sweep
 
 # Two training steps a job, on a small network.
-DATA = ("dataset=synthetic", "dataset.num_samples=64", "dataset.num_eval_samples=32",
-        "model.hidden_size=8")
+DATA = (
+    "dataset=synthetic",
+    "dataset.num_samples=64",
+    "dataset.num_eval_samples=32",
+    "model.hidden_size=8",
+)
 TINY = (*FAST, "trainer.epochs=1", *DATA)
 PLOTS = {"eval_accuracy_vs_optimizer.lr.png", "train_loss.png"}
 
@@ -70,8 +75,7 @@ def lr_sweep(tmp_path_factory):
     result = run_cli("ms_exp.run", ["-m", *SWEEP], cwd)
     assert result.rc == 0, result.stdout[-2000:] + result.stderr[-2000:]
     client = result.store
-    result.everywhere = client.search_runs([e.experiment_id
-                                            for e in client.search_experiments()])
+    result.everywhere = client.search_runs([e.experiment_id for e in client.search_experiments()])
     parent, children = parent_and_children(client)
     return result, client, parent, children
 
@@ -84,13 +88,19 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
     assert {c.data.tags.get("mlflow.parentRunId") for c in children} == {parent.info.run_id}
     assert parent.info.status == "FINISHED"
     assert parent.info.run_name.startswith("sweep-run-")
-    assert parent.data.metrics == {"sweep/jobs": 4.0, "sweep/finished_jobs": 4.0,
-                                   "sweep/failed_jobs": 0.0, "sweep/pruned_jobs": 0.0,
-                                   "sweep/skipped_jobs": 0.0}
+    assert parent.data.metrics == {
+        "sweep/jobs": 4.0,
+        "sweep/finished_jobs": 4.0,
+        "sweep/failed_jobs": 0.0,
+        "sweep/pruned_jobs": 0.0,
+        "sweep/skipped_jobs": 0.0,
+    }
     # The sweep's overrides are the parent's params; each child is named by its values
     # and tagged with the sweep's id.
-    assert parent.data.params == {**dict(o.split("=", 1) for o in TINY),
-                                  "optimizer.lr": ",".join(LRS)}
+    assert parent.data.params == {
+        **dict(o.split("=", 1) for o in TINY),
+        "optimizer.lr": ",".join(LRS),
+    }
     assert sorted(c.info.run_name for c in children) == [f"lr={lr}" for lr in LRS]
     assert {c.data.tags["ms_exp.sweep.id"] for c in children} == {parent.info.run_id}
     tags = parent.data.tags
@@ -98,22 +108,24 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
     assert "-m trainer.progress_bar=never" in tags["ms_exp.command"]
     assert "ms_exp.sweep.failed_jobs" not in tags
     # The job folders are multirun/<date>/<time>/0 to /3.
-    assert {str(Path(c.data.tags["ms_exp.run_dir"]).parent)
-            for c in children} == {tags["ms_exp.sweep.dir"]}
-    assert sorted(Path(c.data.tags["ms_exp.run_dir"]).relative_to(cwd).parts[::3]
-                  for c in children) == [("multirun", str(n)) for n in range(4)]
+    assert {str(Path(c.data.tags["ms_exp.run_dir"]).parent) for c in children} == {
+        tags["ms_exp.sweep.dir"]
+    }
+    assert sorted(
+        Path(c.data.tags["ms_exp.run_dir"]).relative_to(cwd).parts[::3] for c in children
+    ) == [("multirun", str(n)) for n in range(4)]
 
     # The sweep ends saying where its jobs, its report and its parent run are.
     run_id, experiment = parent.info.run_id, parent.info.experiment_id
-    report_dir = Path(client.get_run(run_id).info.artifact_uri[len("file://"):]) / "report"
+    report_dir = Path(client.get_run(run_id).info.artifact_uri[len("file://") :]) / "report"
     end = result.stdout.splitlines()[-9:]
     assert end[:4] == [
         f"sweep folder: {tags['ms_exp.sweep.dir']} (a folder per job, by number)",
-        "sweep report: eval_accuracy_vs_optimizer.lr.png, summary.csv, summary.md, "
-        "train_loss.png",
+        "sweep report: eval_accuracy_vs_optimizer.lr.png, summary.csv, summary.md, train_loss.png",
         f"  in {report_dir}",
         f"MLflow parent run {run_id} (experiment {experiment}, FINISHED, 4 of 4 jobs "
-        f"finished) in sqlite:///{cwd.resolve() / 'mlflow.db'}"]
+        f"finished) in sqlite:///{cwd.resolve() / 'mlflow.db'}",
+    ]
     assert (report_dir / "summary.md").is_file()
     assert end[4].startswith("report again: ") and end[4].endswith(f" -m ms_exp.report {run_id}")
     assert end[5].startswith("open it with: ") and "ui --backend-store-uri" in end[5]
@@ -121,31 +133,43 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
     view = "workflowType=machine_learning"  # MLflow 3's training view, not its GenAI one
     assert end[6] == f"  then browse to {ui}/experiments/{experiment}/runs/{run_id}?{view}"
     # The jobs best first on one compare page, and the runs table of the jobs alone.
-    compare = re.fullmatch(rf"  compare its jobs: {re.escape(ui)}/compare-runs\?runs=(\S+)"
-                           rf"&experiments=(\S+)&{view}", end[7])
+    compare = re.fullmatch(
+        rf"  compare its jobs: {re.escape(ui)}/compare-runs\?runs=(\S+)"
+        rf"&experiments=(\S+)&{view}",
+        end[7],
+    )
     assert compare, end[7]
     ranked = json.loads(unquote(compare.group(1)))
     assert json.loads(unquote(compare.group(2))) == [experiment]
     accuracy = {c.info.run_id: c.data.metrics["eval/accuracy"] for c in children}
     assert sorted(ranked) == sorted(accuracy)
     assert [accuracy[r] for r in ranked] == sorted(accuracy.values(), reverse=True)
-    assert end[8] == (f"  its jobs in a table, swept keys and eval/accuracy as columns: "
-                      f"{ui}/experiments/{experiment}/runs?viewStateShareKey={run_id}&{view}")
-    shared = json.loads(client.get_experiment(experiment).tags[
-        f"mlflow.sharedViewState.{run_id}"])
+    assert end[8] == (
+        f"  its jobs in a table, swept keys and eval/accuracy as columns: "
+        f"{ui}/experiments/{experiment}/runs?viewStateShareKey={run_id}&{view}"
+    )
+    shared = json.loads(client.get_experiment(experiment).tags[f"mlflow.sharedViewState.{run_id}"])
     assert shared["searchFilter"] == f"tags.`mlflow.parentRunId` = '{run_id}'"
     assert shared["selectedColumns"][:2] == ["params.`optimizer.lr`", "metrics.`eval/accuracy`"]
     # As printed, in a shell of the PATH the sweep ran with: the command says `python` where
     # that PATH finds this interpreter by the name (its virtual environment activated), else
     # its path. Both kinds of shell: test_security.py's
     # test_printed_python_command_runs_without_an_activated_environment.
-    again = subprocess.run(end[4][len("report again: "):], shell=True, cwd=cwd,
-                           env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        end[4][len("report again: ") :],
+        shell=True,
+        cwd=cwd,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0 and f"({run_id}): 4 jobs" in again.stdout, again.stderr
 
     rows = summary_rows(client, parent.info.run_id, tmp_path)
-    assert {"run_id", "run_name", "status", "optimizer.lr", "eval/accuracy",
-            "train/loss"} <= set(rows[0])
+    assert {"run_id", "run_name", "status", "optimizer.lr", "eval/accuracy", "train/loss"} <= set(
+        rows[0]
+    )
     assert sorted(r["optimizer.lr"] for r in rows) == list(LRS)
     assert {r["run_id"] for r in rows} == {c.info.run_id for c in children}
     by_id = {c.info.run_id: c for c in children}
@@ -159,8 +183,9 @@ def test_sweep_is_one_parent_run_with_the_jobs_as_children(lr_sweep, tmp_path):
 def test_report_of_a_sweep_folder_is_logged_into_its_parent_run(lr_sweep, tmp_path):
     result, client, parent, children = lr_sweep
     # In-process: the command line itself runs in the test above ("report again").
-    report_run = main_in_process("ms_exp.report", [parent.data.tags["ms_exp.sweep.dir"]],
-                                 result.cwd)
+    report_run = main_in_process(
+        "ms_exp.report", [parent.data.tags["ms_exp.sweep.dir"]], result.cwd
+    )
     assert report_run.rc == 0, report_run.stderr[-3000:]
     assert "| run_name | job | status | optimizer.lr | eval/accuracy |" in report_run.stdout
     assert "mlflow ui --backend-store-uri" in report_run.stdout
@@ -197,8 +222,9 @@ def test_report_by_parent_id_or_job_folder_and_another_metric(lr_sweep, tmp_path
     rows = summary_rows(client, run_id, tmp_path)
     losses = [float(r["train/loss"]) for r in rows]
     assert losses == sorted(losses)
-    assert "train_loss_vs_optimizer.lr.png" in \
-        {Path(a.path).name for a in client.list_artifacts(run_id, "report")}
+    assert "train_loss_vs_optimizer.lr.png" in {
+        Path(a.path).name for a in client.list_artifacts(run_id, "report")
+    }
 
     job = Path(parent.data.tags["ms_exp.sweep.dir"]) / "1"
     by_job = main_in_process("ms_exp.report", [str(job)], result.cwd)
@@ -290,8 +316,13 @@ print("RESULT " + json.dumps({"sweep": code, "left": left, "single": single, "fa
 def later_commands(lr_sweep, tmp_path_factory):
     """FAILING_SWEEP's process: ``(what it ended with, its folder)``."""
     folder = with_store(tmp_path_factory.mktemp("failing"))
-    done = subprocess.run([sys.executable, "-c", FAILING_SWEEP, str(lr_sweep[0].cwd), *TINY],
-                          cwd=folder, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING_SWEEP, str(lr_sweep[0].cwd), *TINY],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return done, folder
 
 
@@ -301,8 +332,14 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(later_commands, 
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")]
     assert line, done.stdout[-2000:] + done.stderr[-3000:]
     # Hydra runs the whole batch, then exits 1 for the failed job.
-    assert json.loads(line[0][len("RESULT "):]) == \
-        {"sweep": 1, "left": None, "single": 0, "failed": 1, "untracked": 0, "rerun": 0}
+    assert json.loads(line[0][len("RESULT ") :]) == {
+        "sweep": 1,
+        "left": None,
+        "single": 0,
+        "failed": 1,
+        "untracked": 0,
+        "rerun": 0,
+    }
     assert "OSError: disk went away" in done.stderr
     # Neither the sweep's failed job nor a failed single run upsets the sweep's callback.
     assert "Callback" not in done.stderr and "MissingMandatoryValue" not in done.stderr
@@ -310,9 +347,13 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(later_commands, 
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     parent, others = parent_and_children(client)
     assert parent.info.status == "FAILED"
-    assert parent.data.metrics == {"sweep/jobs": 2.0, "sweep/finished_jobs": 1.0,
-                                   "sweep/failed_jobs": 1.0, "sweep/pruned_jobs": 0.0,
-                                   "sweep/skipped_jobs": 0.0}
+    assert parent.data.metrics == {
+        "sweep/jobs": 2.0,
+        "sweep/finished_jobs": 1.0,
+        "sweep/failed_jobs": 1.0,
+        "sweep/pruned_jobs": 0.0,
+        "sweep/skipped_jobs": 0.0,
+    }
     # The job's overrides as Hydra's basic sweeper writes them (false as False).
     job = " ".join(TINY).replace("=false", "=False")
     assert parent.data.tags["ms_exp.sweep.failed_jobs"] == f"#1 {job} dataset.data_seed=1"
@@ -320,17 +361,17 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(later_commands, 
     assert "mlflow.parentRunId" not in after.data.tags and after.info.status == "FINISHED"
     (single_failed,) = [r for r in others if r.info.run_name == "failed"]
     assert "mlflow.parentRunId" not in single_failed.data.tags
-    children = {r.data.params["dataset.data_seed"]: r for r in others
-                if r not in (after, single_failed)}
-    assert {seed: c.info.status for seed, c in children.items()} == \
-        {"0": "FINISHED", "1": "FAILED"}
-    assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id
-               for c in children.values())
+    children = {
+        r.data.params["dataset.data_seed"]: r for r in others if r not in (after, single_failed)
+    }
+    assert {seed: c.info.status for seed, c in children.items()} == {"0": "FINISHED", "1": "FAILED"}
+    assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children.values())
     rows = summary_rows(client, parent.info.run_id, tmp_path)
-    assert {r["dataset.data_seed"]: r["status"] for r in rows} == \
-        {"0": "FINISHED", "1": "FAILED"}
-    assert f"MLflow parent run {parent.info.run_id} (experiment 1, FAILED, 1 of 2 jobs " \
-           f"finished) in sqlite:///{folder.resolve() / 'mlflow.db'}" in done.stdout
+    assert {r["dataset.data_seed"]: r["status"] for r in rows} == {"0": "FINISHED", "1": "FAILED"}
+    assert (
+        f"MLflow parent run {parent.info.run_id} (experiment 1, FAILED, 1 of 2 jobs "
+        f"finished) in sqlite:///{folder.resolve() / 'mlflow.db'}" in done.stdout
+    )
 
     # A sweep without tracking records nothing.
     untracked = folder / "untracked"
@@ -366,11 +407,26 @@ def test_a_failed_job_is_counted_without_a_callback_warning(num, recwarn):
 def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
     # Ctrl-C. (Once MindSpore runs, its native handler turns SIGINT into SIGTERM anyway.)
     # Two steps an epoch, a loss line each: the second epoch shows within a few steps.
-    args = [sys.executable, "-m", "ms_exp.run", "-m", *FAST, *DATA, "trainer.epochs=1000",
-            "trainer.loss_print_interval=1", "checkpoint=none", "optimizer.lr=0.01,0.1"]
-    process = subprocess.Popen(args, cwd=with_store(tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    args = [
+        sys.executable,
+        "-m",
+        "ms_exp.run",
+        "-m",
+        *FAST,
+        *DATA,
+        "trainer.epochs=1000",
+        "trainer.loss_print_interval=1",
+        "checkpoint=none",
+        "optimizer.lr=0.01,0.1",
+    ]
+    process = subprocess.Popen(
+        args,
+        cwd=with_store(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     deadline = time.time() + 240
     for line in process.stdout:
         if line.startswith("epoch: 2 "):
@@ -380,14 +436,17 @@ def test_interrupted_sweep_is_killed_with_its_running_job(tmp_path):
     rest = process.communicate(timeout=120)[0]
     assert process.returncode == 130, rest[-3000:]
 
-    parent, children = parent_and_children(
-        MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    parent, children = parent_and_children(MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}"))
     assert parent.info.status == "KILLED"
     assert [c.info.status for c in children] == ["KILLED"]  # the second job never started
     # One job had started (its run is KILLED); none finished or failed.
-    assert parent.data.metrics == {"sweep/jobs": 1.0, "sweep/finished_jobs": 0.0,
-                                   "sweep/failed_jobs": 0.0, "sweep/pruned_jobs": 0.0,
-                                   "sweep/skipped_jobs": 0.0}
+    assert parent.data.metrics == {
+        "sweep/jobs": 1.0,
+        "sweep/finished_jobs": 0.0,
+        "sweep/failed_jobs": 0.0,
+        "sweep/pruned_jobs": 0.0,
+        "sweep/skipped_jobs": 0.0,
+    }
 
 
 def test_jobs_that_record_elsewhere_get_no_parent(monkeypatch):
@@ -409,8 +468,10 @@ def test_concurrent_jobs_on_a_fresh_store_lose_no_runs(lr_sweep):
     "Default"."""
     result, _, parent, children = lr_sweep
     assert len(result.everywhere) == 5
-    assert {r.info.run_id for r in result.everywhere} == \
-        {parent.info.run_id, *(c.info.run_id for c in children)}
+    assert {r.info.run_id for r in result.everywhere} == {
+        parent.info.run_id,
+        *(c.info.run_id for c in children),
+    }
     assert sorted(c.info.run_name for c in children) == [f"lr={lr}" for lr in LRS]
     assert {c.info.status for c in children} == {"FINISHED"}
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
@@ -429,8 +490,9 @@ def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(lr_sweep, later_
     assert '"rerun": 0' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     again = done.stdout.split("=== rerun\n", 1)[1].split("=== rerun end\n", 1)[0]
     assert again.count("already finished with this config") == 2
-    sweeps = client.search_runs(["1"], "tags.`ms_exp.sweep` = 'true'",
-                                order_by=["attributes.start_time DESC"])
+    sweeps = client.search_runs(
+        ["1"], "tags.`ms_exp.sweep` = 'true'", order_by=["attributes.start_time DESC"]
+    )
     assert [s.info.run_id for s in sweeps[1:]] == [first_parent.info.run_id]
     latest = sweeps[0]
     children = client.search_runs(["1"], f"tags.mlflow.parentRunId = '{latest.info.run_id}'")
@@ -438,8 +500,11 @@ def test_rerunning_a_sweep_skips_the_jobs_that_already_finished(lr_sweep, later_
     assert latest.data.metrics["sweep/skipped_jobs"] == 2
     assert latest.data.metrics["sweep/jobs"] == 3
     skipped = {k for k in latest.data.tags if k.startswith("ms_exp.sweep.skipped.")}
-    assert skipped == {f"ms_exp.sweep.skipped.{c.info.run_id}" for c in first_children
-                       if c.data.params["optimizer.lr"] in ("0.01", "0.1")}
+    assert skipped == {
+        f"ms_exp.sweep.skipped.{c.info.run_id}"
+        for c in first_children
+        if c.data.params["optimizer.lr"] in ("0.01", "0.1")
+    }
 
 
 def test_launcher_presets_compose_to_hydras_plugins():
@@ -448,6 +513,7 @@ def test_launcher_presets_compose_to_hydras_plugins():
     slurm = compose_config(["hydra/launcher=slurm"], return_hydra_config=True).hydra.launcher
     assert slurm._target_.endswith("SlurmLauncher")
     assert (slurm.tasks_per_node, slurm.timeout_min) == (1, 240)
-    concurrent = compose_config(["hydra/launcher=concurrent"],
-                                return_hydra_config=True).hydra.launcher
+    concurrent = compose_config(
+        ["hydra/launcher=concurrent"], return_hydra_config=True
+    ).hydra.launcher
     assert concurrent._target_.endswith("JoblibLauncher") and concurrent.n_jobs == 2

@@ -1,5 +1,6 @@
 """System metrics: MLflow's monitor in the job's sidecar, Ascend NPUs through npu-smi, and
 MindSpore's device-memory figures."""
+
 import os
 import shutil
 import stat
@@ -88,29 +89,36 @@ def system_metrics(result) -> dict:
 
 # -- npu-smi's table --------------------------------------------------------------------------
 
+
 def test_npu_smi_table_of_a_training_server_gives_ai_core_and_hbm_per_npu():
-    assert parse_npu_smi_info(NPU_SMI_910B) == {"npu_0": (37.0, 12034.0, 65536.0),
-                                                "npu_1": (0.0, 3357.0, 65536.0)}
+    assert parse_npu_smi_info(NPU_SMI_910B) == {
+        "npu_0": (37.0, 12034.0, 65536.0),
+        "npu_1": (0.0, 3357.0, 65536.0),
+    }
 
 
 def test_npu_smi_table_of_a_two_chip_card_names_each_chip_and_reads_its_memory():
-    assert parse_npu_smi_info(NPU_SMI_310P_DUO) == {"npu_1_chip_0": (12.0, 1782.0, 44280.0),
-                                                    "npu_1_chip_1": (0.0, 1709.0, 43693.0)}
+    assert parse_npu_smi_info(NPU_SMI_310P_DUO) == {
+        "npu_1_chip_0": (12.0, 1782.0, 44280.0),
+        "npu_1_chip_1": (0.0, 1709.0, 43693.0),
+    }
 
 
-@pytest.mark.parametrize("body", ["echo 'dcmi model initialized failed' >&2; exit 3\n",
-                                  "echo 'Usage: npu-smi info'\n"],
-                         ids=["nonzero exit", "no table"])
-def test_a_broken_npu_smi_is_warned_of_once_and_gives_no_npu_metrics(tmp_path, monkeypatch,
-                                                                     capsys, body):
+@pytest.mark.parametrize(
+    "body",
+    ["echo 'dcmi model initialized failed' >&2; exit 3\n", "echo 'Usage: npu-smi info'\n"],
+    ids=["nonzero exit", "no table"],
+)
+def test_a_broken_npu_smi_is_warned_of_once_and_gives_no_npu_metrics(
+    tmp_path, monkeypatch, capsys, body
+):
     monkeypatch.setenv("PATH", with_path(fake_npu_smi(tmp_path / "bin", body))["PATH"])
     assert NPUMonitor.if_available() is None
     warning = capsys.readouterr().err.strip().splitlines()
     assert len(warning) == 1 and warning[0].startswith("ms_exp: warning: `npu-smi info` cannot")
 
 
-def test_npu_smi_failing_mid_run_is_warned_of_once_then_left_alone(tmp_path, monkeypatch,
-                                                                   capsys):
+def test_npu_smi_failing_mid_run_is_warned_of_once_then_left_alone(tmp_path, monkeypatch, capsys):
     folder = printing(tmp_path / "bin", NPU_SMI_910B)
     monkeypatch.setenv("PATH", with_path(folder)["PATH"])
     monitor = NPUMonitor.if_available()
@@ -124,6 +132,7 @@ def test_npu_smi_failing_mid_run_is_warned_of_once_then_left_alone(tmp_path, mon
 
 # -- the monitor, from a run id and a tracking URI (what ms_exp.autolog() uses) ---------------
 
+
 def test_start_system_metrics_logs_samples_and_a_resumed_run_continues_their_steps(tmp_path):
     uri = migrated_copy(tmp_path)
     client = MlflowClient(uri)
@@ -133,8 +142,7 @@ def test_start_system_metrics_logs_samples_and_a_resumed_run_continues_their_ste
         monitor = start_system_metrics(run_id, uri, 0.2, resume=resume)
         time.sleep(1.0)
         monitor.finish()
-    steps = [m.step for m in client.get_metric_history(run_id,
-                                                       "system/cpu_utilization_percentage")]
+    steps = [m.step for m in client.get_metric_history(run_id, "system/cpu_utilization_percentage")]
     assert len(steps) >= 4 and steps == sorted(steps) and len(set(steps)) == len(steps)
 
 
@@ -152,17 +160,26 @@ def test_device_memory_is_not_logged_on_cpu():
 
 # -- a job (a job's samples and npu-smi's figures: test_default_run.py, in the default run) --
 
+
 @pytest.mark.e2e
 def test_a_job_with_no_interval_and_no_models_records_neither(workdir):
-    result = train(workdir, "trainer.epochs=1", "tracking.system_metrics_interval=null",
-                   "tracking.log_models=false")
+    result = train(
+        workdir,
+        "trainer.epochs=1",
+        "tracking.system_metrics_interval=null",
+        "tracking.log_models=false",
+    )
     # The training process's own total stays.
     assert set(system_metrics(result)) == {"system/peak_host_memory_mb"}
     # tracking.log_models=false: no MLflow model, and no model folder in the run directory.
     client = result.store
     experiment_id = client.get_run(result.run_id).info.experiment_id
-    assert client.search_logged_models(
-        [experiment_id], filter_string=f"source_run_id = '{result.run_id}'") == []
+    assert (
+        client.search_logged_models(
+            [experiment_id], filter_string=f"source_run_id = '{result.run_id}'"
+        )
+        == []
+    )
     assert not (result.run_dir / "models").exists()
 
 

@@ -9,6 +9,7 @@ model, and the rows in PostgreSQL itself. The password is found in no param, tag
 or line the sweep printed. Each request the server answers checks alice's password (a slow
 hash by design): the read-back asks for each thing once.
 """
+
 import json
 import os
 import secrets
@@ -29,9 +30,16 @@ from ms_exp.tracking.params import flatten, param_value, relative_to_run
 
 SWEPT = ("optimizer.lr=0.01,0.1",)
 # Twelve training steps a job, on a small network; models logged (FAST turns them off).
-JOB = (*FAST, "tracking.log_models=true", "trainer.epochs=1", "dataset=synthetic",
-       "dataset.num_samples=96", "dataset.batch_size=8", "dataset.num_eval_samples=32",
-       "model.hidden_size=8")
+JOB = (
+    *FAST,
+    "tracking.log_models=true",
+    "trainer.epochs=1",
+    "dataset=synthetic",
+    "dataset.num_samples=96",
+    "dataset.batch_size=8",
+    "dataset.num_eval_samples=32",
+    "model.hidden_size=8",
+)
 TEAM_USER = "alice"
 
 
@@ -50,16 +58,27 @@ def team_server(tmp_path_factory):
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
             # As a busy team server runs: a user's password is checked against its slow
             # hash once per five minutes, not on every one of a job's requests.
-            "auth_cache_ttl_seconds = 300\n")
+            "auth_cache_ttl_seconds = 300\n"
+        )
         artifacts = root / "artifacts"
         # The database password reaches the server as it reaches any libpq client.
-        with mlflow_server(root, "--app-name", "basic-auth", "--backend-store-uri", database,
-                           "--artifacts-destination", str(artifacts), "--workers", "2",
-                           env={"PGPASSWORD": db_password,
-                                "MLFLOW_AUTH_CONFIG_PATH": str(auth_config),
-                                # Signs the auth app's CSRF tokens: one per server.
-                                "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}
-                           ) as url:
+        with mlflow_server(
+            root,
+            "--app-name",
+            "basic-auth",
+            "--backend-store-uri",
+            database,
+            "--artifacts-destination",
+            str(artifacts),
+            "--workers",
+            "2",
+            env={
+                "PGPASSWORD": db_password,
+                "MLFLOW_AUTH_CONFIG_PATH": str(auth_config),
+                # Signs the auth app's CSRF tokens: one per server.
+                "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+            },
+        ) as url:
             user_password = _add_user(url, admin_password)
             yield url, database, db_password, artifacts, user_password
 
@@ -88,13 +107,25 @@ def as_team_member(team_server, monkeypatch):
 @pytest.mark.server
 @pytest.mark.e2e
 def test_a_concurrent_sweep_against_the_team_server_is_read_back_whole(
-        tmp_path, team_server, as_team_member):
+    tmp_path, team_server, as_team_member
+):
     url, database, db_password, artifacts, password = team_server
     credentials = {"MLFLOW_TRACKING_USERNAME": TEAM_USER, "MLFLOW_TRACKING_PASSWORD": password}
-    result = run_cli("ms_exp.run", ["-m", *JOB, "hydra/launcher=concurrent",
-                                    "hydra.launcher.n_jobs=2", f"tracking.uri={url}",
-                                    "tracking.register_model=team_mlp", *SWEPT],
-                     tmp_path, env=credentials, timeout=600)
+    result = run_cli(
+        "ms_exp.run",
+        [
+            "-m",
+            *JOB,
+            "hydra/launcher=concurrent",
+            "hydra.launcher.n_jobs=2",
+            f"tracking.uri={url}",
+            "tracking.register_model=team_mlp",
+            *SWEPT,
+        ],
+        tmp_path,
+        env=credentials,
+        timeout=600,
+    )
     assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
     client = as_team_member
     experiment = client.get_experiment_by_name("ms_exp")
@@ -112,8 +143,13 @@ def test_a_concurrent_sweep_against_the_team_server_is_read_back_whole(
 
     histories = _metric_histories(url, (TEAM_USER, password), children)
     for child in children:
-        _read_back_job(client, child, histories[child.info.run_id],
-                       tmp_path / "read_back" / child.info.run_id, artifacts)
+        _read_back_job(
+            client,
+            child,
+            histories[child.info.run_id],
+            tmp_path / "read_back" / child.info.run_id,
+            artifacts,
+        )
     _read_back_models(client, experiment.experiment_id, children, tmp_path / "models")
     steps = sum(len(histories[c.info.run_id]["train/loss"]) for c in children)
     _in_postgresql(database, db_password, [r.info.run_id for r in runs], steps)
@@ -123,8 +159,11 @@ def test_a_concurrent_sweep_against_the_team_server_is_read_back_whole(
     for run in runs:
         recorded = [*run.data.params.values(), *run.data.tags.values()]
         assert not [value for value in recorded if password in value], run.info.run_name
-    assert not [path for path in artifacts.rglob("*")
-                if path.is_file() and password.encode() in path.read_bytes()]
+    assert not [
+        path
+        for path in artifacts.rglob("*")
+        if path.is_file() and password.encode() in path.read_bytes()
+    ]
     # Nor the database's, and neither is in any file: the jobs' folders, all that was
     # downloaded from the server and the server's own artifact folder, and every row of the
     # database (params, tags and inputs of runs and models included).
@@ -137,12 +176,20 @@ def test_a_concurrent_sweep_against_the_team_server_is_read_back_whole(
 
 # Every place a job, Hydra or the read-back writes a file (relative to the sweep's working
 # folder): each must hold a file the scan reads.
-WRITTEN = ("multirun/*/*/multirun.yaml", "multirun/*/*/*/.hydra/config.yaml",
-           "multirun/*/*/*/.hydra/hydra.yaml", "multirun/*/*/*/.hydra/overrides.yaml",
-           "multirun/*/*/*/config.yaml", "multirun/*/*/*/console.log",
-           "read_back/*/config/config.yaml", "read_back/*/hydra/hydra.yaml",
-           "read_back/*/hydra/config.yaml", "read_back/*/hydra/overrides.yaml",
-           "read_back/*/logs/console.log", "models/*/**/config.yaml")
+WRITTEN = (
+    "multirun/*/*/multirun.yaml",
+    "multirun/*/*/*/.hydra/config.yaml",
+    "multirun/*/*/*/.hydra/hydra.yaml",
+    "multirun/*/*/*/.hydra/overrides.yaml",
+    "multirun/*/*/*/config.yaml",
+    "multirun/*/*/*/console.log",
+    "read_back/*/config/config.yaml",
+    "read_back/*/hydra/hydra.yaml",
+    "read_back/*/hydra/config.yaml",
+    "read_back/*/hydra/overrides.yaml",
+    "read_back/*/logs/console.log",
+    "models/*/**/config.yaml",
+)
 
 
 def _nowhere_on_disk(secrets_, folder: Path, artifacts: Path) -> None:
@@ -151,19 +198,28 @@ def _nowhere_on_disk(secrets_, folder: Path, artifacts: Path) -> None:
     files = [p for root in (folder, artifacts) for p in root.rglob("*") if p.is_file()]
     missing = [pattern for pattern in WRITTEN if not any(folder.glob(pattern))]
     assert not missing, missing
-    leaked = [(str(path), n) for path in files for n, secret in enumerate(secrets_)
-              if secret.encode() in path.read_bytes()]
+    leaked = [
+        (str(path), n)
+        for path in files
+        for n, secret in enumerate(secrets_)
+        if secret.encode() in path.read_bytes()
+    ]
     assert not leaked
 
 
 def _in_no_row(secrets_, database: str, password: str) -> None:
     """None of ``secrets_`` is in any row of any table of the database."""
     with psycopg.connect(database, password=password) as connection:
-        tables = [row[0] for row in connection.execute(
-            "select table_name from information_schema.tables where table_schema = 'public'")]
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "select table_name from information_schema.tables where table_schema = 'public'"
+            )
+        ]
         for table in tables:
-            rows = "\n".join(row[0] for row in connection.execute(
-                f'select t::text from "{table}" t'))
+            rows = "\n".join(
+                row[0] for row in connection.execute(f'select t::text from "{table}" t')
+            )
             assert not [n for n, secret in enumerate(secrets_) if secret in rows], table
 
 
@@ -173,9 +229,12 @@ def _metric_histories(url, auth, runs) -> dict:
     keys = sorted({key for run in runs for key in run.data.metrics})
     found = {run.info.run_id: {} for run in runs}
     for key in keys:
-        response = requests.get(f"{url}/ajax-api/2.0/mlflow/metrics/get-history-bulk",
-                                params={"run_id": list(found), "metric_key": key},
-                                auth=auth, timeout=60)
+        response = requests.get(
+            f"{url}/ajax-api/2.0/mlflow/metrics/get-history-bulk",
+            params={"run_id": list(found), "metric_key": key},
+            auth=auth,
+            timeout=60,
+        )
         assert response.status_code == 200, response.text[:500]
         for metric in response.json().get("metrics", []):
             found[metric["run_id"]].setdefault(key, []).append(metric)
@@ -190,9 +249,10 @@ def _read_back_job(client, run, histories, local, artifacts) -> None:
     run_dir = Path(run.data.tags["ms_exp.run_dir"])
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     # The config's paths inside the run's folder are recorded relative to it.
-    assert run.data.params == {key: param_value(value) for key, value in
-                               relative_to_run(flatten(config), run_dir).items()}
-    assert set(histories) == set(run.data.metrics)   # none without its history
+    assert run.data.params == {
+        key: param_value(value) for key, value in relative_to_run(flatten(config), run_dir).items()
+    }
+    assert set(histories) == set(run.data.metrics)  # none without its history
     steps = sorted(m["step"] for m in histories["train/loss"])
     assert steps == list(range(1, len(steps) + 1)) and len(steps) > 10
     assert "eval/accuracy" in run.data.metrics
@@ -207,8 +267,9 @@ def _read_back_job(client, run, histories, local, artifacts) -> None:
     assert files == {str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()}
     for name in files:
         assert (downloaded / name).read_bytes() == (kept / name).read_bytes(), name
-    assert (downloaded / "config" / "config.yaml").read_bytes() == \
-        (run_dir / "config.yaml").read_bytes()
+    assert (downloaded / "config" / "config.yaml").read_bytes() == (
+        run_dir / "config.yaml"
+    ).read_bytes()
     for name in checkpoints:
         mine = run_dir / "checkpoints" / name.split("/", 1)[1]
         assert (downloaded / name).read_bytes() == mine.read_bytes(), name
@@ -222,27 +283,32 @@ def _read_back_models(client, experiment_id, children, local) -> None:
     for model in models:
         assert model.status == LoggedModelStatus.READY, model
         by_run.setdefault(model.source_run_id, set()).add(model.name)
-        path = Path(mlflow.artifacts.download_artifacts(
-            artifact_uri=model.artifact_location, dst_path=str(local / model.model_id),
-            tracking_uri=client.tracking_uri))
+        path = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=model.artifact_location,
+                dst_path=str(local / model.model_id),
+                tracking_uri=client.tracking_uri,
+            )
+        )
         files = {p.name for p in path.rglob("*") if p.is_file()}
         assert {"MLmodel", "model.mindir", "checkpoint.ckpt", "config.yaml"} <= files, files
     assert by_run == {c.info.run_id: {"best", "last"} for c in children}
     versions = client.search_model_versions("name = 'team_mlp'")
     assert [v.version for v in versions] == ["1"]
     best = max(c.data.metrics["eval/accuracy"] for c in children)
-    assert versions[0].run_id in {c.info.run_id for c in children
-                                  if c.data.metrics["eval/accuracy"] == best}
+    assert versions[0].run_id in {
+        c.info.run_id for c in children if c.data.metrics["eval/accuracy"] == best
+    }
 
 
 def _in_postgresql(database, password, run_ids, steps) -> None:
     """The runs are rows of the PostgreSQL database, not of some local file: every
     train/loss value the jobs logged is a row."""
     with psycopg.connect(database, password=password) as connection:
-        stored = {row[0]: row[1] for row in connection.execute(
-            "select run_uuid, status from runs")}
+        stored = {row[0]: row[1] for row in connection.execute("select run_uuid, status from runs")}
         metrics = connection.execute(
-            "select count(*) from metrics where key = 'train/loss'").fetchone()[0]
+            "select count(*) from metrics where key = 'train/loss'"
+        ).fetchone()[0]
     assert stored == {run_id: "FINISHED" for run_id in run_ids}
     assert metrics == steps
 
@@ -265,21 +331,30 @@ for folder, username, password in cases:
         code = exit.code
     print(f"=== exit {code}", flush=True)
 """
-REFUSALS = [("", "", 401, "MLFLOW_TRACKING_USERNAME is not set"),
-            (TEAM_USER, "not-her-password", 401, "check them")]
+REFUSALS = [
+    ("", "", 401, "MLFLOW_TRACKING_USERNAME is not set"),
+    (TEAM_USER, "not-her-password", 401, "check them"),
+]
 
 
 @pytest.fixture(scope="module")
 def refused_jobs(team_server, tmp_path_factory):
     """(username, password) -> (exit status, stdout, stderr) of a job with them."""
     root = tmp_path_factory.mktemp("refused")
-    cases = [(str(root / str(n)), username, password)
-             for n, (username, password, _, _) in enumerate(REFUSALS)]
+    cases = [
+        (str(root / str(n)), username, password)
+        for n, (username, password, _, _) in enumerate(REFUSALS)
+    ]
     for folder, _, _ in cases:
         Path(folder).mkdir()
-    done = subprocess.run([sys.executable, "-c", REFUSED, json.dumps(cases), *JOB,
-                           f"tracking.uri={team_server[0]}"], cwd=root, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED, json.dumps(cases), *JOB, f"tracking.uri={team_server[0]}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     stdouts = done.stdout.split("=== job in ")[1:]
     stderrs = done.stderr.split("=== job in ")[1:]
@@ -287,8 +362,8 @@ def refused_jobs(team_server, tmp_path_factory):
     found = {}
     for (folder, username, password), out, err in zip(cases, stdouts, stderrs):
         assert out.startswith(f"{folder}\n") and err.startswith(f"{folder}\n")
-        out, exit_line = out[len(folder) + 1:].rsplit("=== exit ", 1)
-        found[username, password] = (int(exit_line.split()[0]), out, err[len(folder) + 1:])
+        out, exit_line = out[len(folder) + 1 :].rsplit("=== exit ", 1)
+        found[username, password] = (int(exit_line.split()[0]), out, err[len(folder) + 1 :])
     return found
 
 
@@ -296,14 +371,16 @@ def refused_jobs(team_server, tmp_path_factory):
 @pytest.mark.e2e
 @pytest.mark.parametrize("username, password, status, hint", REFUSALS)
 def test_a_job_the_server_does_not_let_in_stops_before_training_in_one_line(
-        refused_jobs, team_server, username, password, status, hint):
+    refused_jobs, team_server, username, password, status, hint
+):
     url = team_server[0]
     rc, stdout, stderr = refused_jobs[username, password]
     assert rc == 1
     assert stderr.strip().splitlines()[-1] == (
         f"ms_exp: error: tracking.uri={url}: no MLflow run could be created: the server "
         f"refused the job's credentials (HTTP {status}): it reads them from "
-        f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD ({hint})")
+        f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD ({hint})"
+    )
     assert "Traceback" not in stderr and "epoch: 1" not in stdout
     if password:
         assert password not in stdout + stderr
@@ -316,12 +393,18 @@ def test_a_job_the_server_does_not_let_in_stops_before_training_in_one_line(
 # team-server.md). Each command is ``main()`` in this process: the refusal comes before any
 # job, so a process of its own would add nothing but its start.
 
-REFUSED_LINE = ("{key}='{shown}': a password in {key} would be written into the run's records "
-                "and printed; expected a URI without a password, {where}")
-TO_MLFLOW = ("the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, which "
-             "MLflow sends to the server")
-TO_LIBPQ = ("the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), which the "
-            "database client reads")
+REFUSED_LINE = (
+    "{key}='{shown}': a password in {key} would be written into the run's records "
+    "and printed; expected a URI without a password, {where}"
+)
+TO_MLFLOW = (
+    "the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, which "
+    "MLflow sends to the server"
+)
+TO_LIBPQ = (
+    "the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), which the "
+    "database client reads"
+)
 # A user who wrote the password into the URI has none in MLflow's variables.
 NO_CREDENTIALS = {"MLFLOW_TRACKING_USERNAME": None, "MLFLOW_TRACKING_PASSWORD": None}
 NO_RUN = "0123456789abcdef0123456789abcdef"
@@ -336,10 +419,11 @@ def _recorded(client) -> tuple:
     from mlflow.entities import ViewType
 
     experiments = client.search_experiments(view_type=ViewType.ALL)
-    runs = client.search_runs([e.experiment_id for e in experiments],
-                              run_view_type=ViewType.ALL)
-    return (sorted((e.experiment_id, e.name) for e in experiments),
-            sorted(r.info.run_id for r in runs))
+    runs = client.search_runs([e.experiment_id for e in experiments], run_view_type=ViewType.ALL)
+    return (
+        sorted((e.experiment_id, e.name) for e in experiments),
+        sorted(r.info.run_id for r in runs),
+    )
 
 
 def _stored(database: str, password: str) -> tuple:
@@ -347,16 +431,24 @@ def _stored(database: str, password: str) -> tuple:
     request to the server checks alice's password, a slow hash), and the row count of every
     table in the database's public schema."""
     with psycopg.connect(database, password=password) as connection:
-        names = [row[0] for row in connection.execute(
-            "select table_name from information_schema.tables where table_schema = 'public'")]
-        counts = {name: connection.execute(f'select count(*) from "{name}"').fetchone()[0]
-                  for name in names}
+        names = [
+            row[0]
+            for row in connection.execute(
+                "select table_name from information_schema.tables where table_schema = 'public'"
+            )
+        ]
+        counts = {
+            name: connection.execute(f'select count(*) from "{name}"').fetchone()[0]
+            for name in names
+        }
         if "runs" not in counts:
             return None, counts
         experiments = connection.execute("select experiment_id, name from experiments")
         runs = connection.execute("select run_uuid from runs")
-        return (sorted((str(i), name) for i, name in experiments),
-                sorted(row[0] for row in runs)), counts
+        return (
+            sorted((str(i), name) for i, name in experiments),
+            sorted(row[0] for row in runs),
+        ), counts
 
 
 def _with_password(url: str, user: str, password: str) -> str:
@@ -380,9 +472,10 @@ def _assert_refused(result, secret: str, line: str, before: set) -> None:
 @pytest.mark.e2e
 @pytest.mark.parametrize("where", ["server up", "server down", "postgresql"])
 def test_a_password_in_tracking_uri_is_refused_before_anything_reaches_the_store(
-        tmp_path, team_server, as_team_member, where):
+    tmp_path, team_server, as_team_member, where
+):
     url, database, db_password, _, password = team_server
-    if where == "postgresql":   # the server's own store, which a job could open itself
+    if where == "postgresql":  # the server's own store, which a job could open itself
         uri, secret, hint = _with_password(database, "ms_exp", db_password), db_password, TO_LIBPQ
     else:
         port = url.rsplit(":", 1)[1] if where == "server up" else free_port()
@@ -392,11 +485,18 @@ def test_a_password_in_tracking_uri_is_refused_before_anything_reaches_the_store
     folder.mkdir()
     (folder / "notes.txt").write_text("the user's own file\n")
     before = _tree(folder)
-    result = main_in_process("ms_exp.run", [*JOB, f"tracking.uri={uri}",
-                                            "tracking.experiment_name=refused"],
-                             folder, env=NO_CREDENTIALS)
-    _assert_refused(result, secret, REFUSED_LINE.format(
-        key="tracking.uri", shown=uri.replace(secret, "***"), where=hint), before)
+    result = main_in_process(
+        "ms_exp.run",
+        [*JOB, f"tracking.uri={uri}", "tracking.experiment_name=refused"],
+        folder,
+        env=NO_CREDENTIALS,
+    )
+    _assert_refused(
+        result,
+        secret,
+        REFUSED_LINE.format(key="tracking.uri", shown=uri.replace(secret, "***"), where=hint),
+        before,
+    )
     assert _recorded(as_team_member) == stored
     assert _stored(database, db_password) == (stored, rows)
 
@@ -414,7 +514,8 @@ def optuna_database(team_server):
 @pytest.mark.server
 @pytest.mark.e2e
 def test_a_password_in_the_sweeps_optuna_storage_is_refused_before_any_job(
-        tmp_path, team_server, as_team_member, optuna_database):
+    tmp_path, team_server, as_team_member, optuna_database
+):
     url, database, db_password, _, password = team_server
     storage = _with_password(optuna_database, "ms_exp", db_password)
     stored, rows = _stored(database, db_password)
@@ -422,16 +523,32 @@ def test_a_password_in_the_sweeps_optuna_storage_is_refused_before_any_job(
     folder.mkdir()
     before = _tree(folder)
     result = main_in_process(
-        "ms_exp.run", ["-m", "hydra/sweeper=optuna", "hydra.sweeper.study_name=leak",
-                       f"hydra.sweeper.storage={storage}", "hydra.sweeper.n_trials=1",
-                       "optimizer.lr=interval(0.01,0.2)", *JOB, f"tracking.uri={url}",
-                       "tracking.experiment_name=refused"], folder,
-        env={"MLFLOW_TRACKING_USERNAME": TEAM_USER, "MLFLOW_TRACKING_PASSWORD": password})
-    _assert_refused(result, db_password, (
-        f"hydra.sweeper.storage='{storage.replace(db_password, '***')}': a password in the "
-        "URL would be written into the sweep's Hydra records and MLflow artifacts; expected a "
-        "database URL without a password, the password in PGPASSWORD or ~/.pgpass (libpq "
-        "reads them)"), before)
+        "ms_exp.run",
+        [
+            "-m",
+            "hydra/sweeper=optuna",
+            "hydra.sweeper.study_name=leak",
+            f"hydra.sweeper.storage={storage}",
+            "hydra.sweeper.n_trials=1",
+            "optimizer.lr=interval(0.01,0.2)",
+            *JOB,
+            f"tracking.uri={url}",
+            "tracking.experiment_name=refused",
+        ],
+        folder,
+        env={"MLFLOW_TRACKING_USERNAME": TEAM_USER, "MLFLOW_TRACKING_PASSWORD": password},
+    )
+    _assert_refused(
+        result,
+        db_password,
+        (
+            f"hydra.sweeper.storage='{storage.replace(db_password, '***')}': a password in the "
+            "URL would be written into the sweep's Hydra records and MLflow artifacts; expected a "
+            "database URL without a password, the password in PGPASSWORD or ~/.pgpass (libpq "
+            "reads them)"
+        ),
+        before,
+    )
     assert not (folder / "multirun").exists()
     # No study, not even Optuna's tables: the storage was never opened.
     assert _stored(optuna_database, db_password) == (None, {})
@@ -441,15 +558,19 @@ def test_a_password_in_the_sweeps_optuna_storage_is_refused_before_any_job(
 
 @pytest.mark.server
 @pytest.mark.e2e
-@pytest.mark.parametrize("module, args, key", [
-    ("ms_exp.eval", ["--run-id", NO_RUN], "--tracking-uri"),
-    ("ms_exp.report", [NO_RUN], "--tracking-uri"),
-    ("ms_exp.ckpt", ["merge", NO_RUN], "--tracking-uri"),
-    ("ms_exp.tracking.upload", ["."], "--tracking-uri"),
-    ("ms_exp.report", [NO_RUN, "--tracking-uri", "<server>"], "--optuna-storage"),
-])
+@pytest.mark.parametrize(
+    "module, args, key",
+    [
+        ("ms_exp.eval", ["--run-id", NO_RUN], "--tracking-uri"),
+        ("ms_exp.report", [NO_RUN], "--tracking-uri"),
+        ("ms_exp.ckpt", ["merge", NO_RUN], "--tracking-uri"),
+        ("ms_exp.tracking.upload", ["."], "--tracking-uri"),
+        ("ms_exp.report", [NO_RUN, "--tracking-uri", "<server>"], "--optuna-storage"),
+    ],
+)
 def test_the_read_commands_refuse_a_password_in_a_store_uri_of_the_live_server(
-        tmp_path, team_server, as_team_member, optuna_database, module, args, key):
+    tmp_path, team_server, as_team_member, optuna_database, module, args, key
+):
     url, database, db_password, _, password = team_server
     args = [url if arg == "<server>" else arg for arg in args]
     if key == "--tracking-uri":
@@ -462,8 +583,12 @@ def test_the_read_commands_refuse_a_password_in_a_store_uri_of_the_live_server(
     folder.mkdir()
     before = _tree(folder)
     result = main_in_process(module, [*args, key, uri], folder, env=NO_CREDENTIALS)
-    _assert_refused(result, secret, REFUSED_LINE.format(
-        key=key, shown=uri.replace(secret, "***"), where=hint), before)
+    _assert_refused(
+        result,
+        secret,
+        REFUSED_LINE.format(key=key, shown=uri.replace(secret, "***"), where=hint),
+        before,
+    )
     assert _recorded(as_team_member) == stored
     assert _stored(database, db_password) == (stored, rows)
     assert _stored(optuna_database, db_password) == (None, {})

@@ -1,5 +1,6 @@
 """Every tracker declares every member of ``RunTracker`` (ms_exp/tracking/interface.py) with
 the same parameter names; ``DisabledTracker`` and ``JournalTracker`` work when called."""
+
 import inspect
 from typing import Dict, List, Union
 
@@ -12,18 +13,37 @@ from ms_exp.tracking.sidecar import SidecarTracker
 from ms_exp.tracking.tracker import Tracker
 
 ATTRIBUTES = {"enabled", "run_id", "experiment_id", "offline_journal"}
-METHODS = {"log_params", "log_metrics", "set_tags", "log_artifact", "log_artifacts",
-           "log_artifact_to", "record_provenance", "log_model", "wait_for_run", "flush",
-           "finish"}
-SYNTHETIC = {"name": "synthetic", "num_samples": 8, "num_eval_samples": 4, "num_classes": 2,
-             "noise": 0.1, "data_seed": 1, "image_shape": [1, 2, 2]}
+METHODS = {
+    "log_params",
+    "log_metrics",
+    "set_tags",
+    "log_artifact",
+    "log_artifacts",
+    "log_artifact_to",
+    "record_provenance",
+    "log_model",
+    "wait_for_run",
+    "flush",
+    "finish",
+}
+SYNTHETIC = {
+    "name": "synthetic",
+    "num_samples": 8,
+    "num_eval_samples": 4,
+    "num_classes": 2,
+    "noise": 0.1,
+    "data_seed": 1,
+    "image_shape": [1, 2, 2],
+}
 
 
 def declared() -> Dict[str, object]:
     """What RunTracker declares: name -> its function (a method) or property (an attribute)."""
-    return {name: value for name, value in vars(RunTracker).items()
-            if not name.startswith("_") and (inspect.isfunction(value)
-                                             or isinstance(value, property))}
+    return {
+        name: value
+        for name, value in vars(RunTracker).items()
+        if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, property))
+    }
 
 
 def interface_gaps(tracker: Union[type, object]) -> List[str]:
@@ -53,8 +73,10 @@ def interface_gaps(tracker: Union[type, object]) -> List[str]:
             other = got[parameter.name]
             if other.kind != parameter.kind:
                 gaps.append(f"{name}: {parameter.name} is {other.kind}, not {parameter.kind}")
-            if parameter.default is not inspect.Parameter.empty and \
-                    other.default is inspect.Parameter.empty:
+            if (
+                parameter.default is not inspect.Parameter.empty
+                and other.default is inspect.Parameter.empty
+            ):
                 gaps.append(f"{name}: {parameter.name} has no default")
     return gaps
 
@@ -67,9 +89,17 @@ def test_the_interface_is_what_the_training_code_calls():
 
 @pytest.fixture
 def journal_tracker(tmp_path):
-    journal = Journal(tmp_path / "run" / "mlflow-offline" / "job.jsonl", {
-        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment_name": "interface",
-        "run_name": "journaled", "tags": {}, "parent_run_id": None, "run_id": None})
+    journal = Journal(
+        tmp_path / "run" / "mlflow-offline" / "job.jsonl",
+        {
+            "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+            "experiment_name": "interface",
+            "run_name": "journaled",
+            "tags": {},
+            "parent_run_id": None,
+            "run_id": None,
+        },
+    )
     yield JournalTracker(journal)
     journal.close()
 
@@ -94,8 +124,11 @@ def test_every_tracker_declares_the_whole_interface(implementation, journal_trac
 
 def test_a_member_renamed_or_gone_is_caught():
     """__getattr__ copied along: it does not hide what is missing."""
-    members = {name: value for name, value in vars(DisabledTracker).items()
-               if name not in ("__dict__", "__weakref__")}
+    members = {
+        name: value
+        for name, value in vars(DisabledTracker).items()
+        if name not in ("__dict__", "__weakref__")
+    }
     assert "__getattr__" in members and interface_gaps(type("Same", (), members)) == []
     renamed = {**members, "flush_all": members["flush"]}
     del renamed["flush"]
@@ -104,14 +137,19 @@ def test_a_member_renamed_or_gone_is_caught():
     def finish(self, state):
         pass
 
-    assert interface_gaps(type("Reworded", (), {**members, "finish": finish})) == \
-        ["finish: parameters ['self', 'state'], not ['self', 'status']"]
+    assert interface_gaps(type("Reworded", (), {**members, "finish": finish})) == [
+        "finish: parameters ['self', 'state'], not ['self', 'status']"
+    ]
 
 
 def test_disabled_tracker_does_nothing_but_write_the_provenance(workdir):
     tracker = DisabledTracker()
-    assert (tracker.enabled, tracker.run_id, tracker.experiment_id, tracker.offline_journal) \
-        == (False, None, None, None)
+    assert (tracker.enabled, tracker.run_id, tracker.experiment_id, tracker.offline_journal) == (
+        False,
+        None,
+        None,
+        None,
+    )
     artifact = workdir / "file.txt"
     artifact.write_text("x")
     assert tracker.log_params({"a": 1}) is None
@@ -124,15 +162,18 @@ def test_disabled_tracker_does_nothing_but_write_the_provenance(workdir):
     assert tracker.flush() is None
     tracker.record_provenance(SYNTHETIC, workdir, "python -m ms_exp.run")
     # (and project.diff when the checkout has changes)
-    assert {p.name for p in (workdir / "provenance").iterdir()} >= \
-        {"requirements.txt", "dataset.json"}
+    assert {p.name for p in (workdir / "provenance").iterdir()} >= {
+        "requirements.txt",
+        "dataset.json",
+    }
     assert tracker.finish("FINISHED") is None
     assert tracker.finish(None) is None
     assert {p.name for p in workdir.iterdir()} == {"file.txt", "provenance"}
 
 
-def test_journal_tracker_keeps_every_call_as_a_call_tracker_takes(journal_tracker, tmp_path,
-                                                                  monkeypatch):
+def test_journal_tracker_keeps_every_call_as_a_call_tracker_takes(
+    journal_tracker, tmp_path, monkeypatch
+):
     tracker = journal_tracker
     path = tracker.journal.path
     run_dir = path.parent.parent
@@ -155,8 +196,18 @@ def test_journal_tracker_keeps_every_call_as_a_call_tracker_takes(journal_tracke
     tracker.journal.close()
     calls = read(path)
     assert [call["call"] for call in calls] == [
-        "start", "log_params", "log_metrics", "set_tags", "log_artifact", "log_artifacts",
-        "log_artifact_to", "set_tags", "log_artifacts", "log_dataset", "finish"]
+        "start",
+        "log_params",
+        "log_metrics",
+        "set_tags",
+        "log_artifact",
+        "log_artifacts",
+        "log_artifact_to",
+        "set_tags",
+        "log_artifacts",
+        "log_dataset",
+        "finish",
+    ]
     assert calls[2] == {"call": "log_metrics", "metrics": {"train/loss": 0.5}, "step": 3}
     assert calls[4]["path"] == str(artifact.absolute())
     # The upload replays each line as Tracker.<call>(**arguments) (recorder.replay).

@@ -1,5 +1,6 @@
 """The job's MLflow sidecar seen from the job: what MLflow refuses reaches the user and the
 run, a store that cannot be opened stops the job before training."""
+
 import pytest
 from mlflow import MlflowClient
 
@@ -26,7 +27,7 @@ def test_a_refused_call_fails_the_run_with_one_warning(tmp_path, capfd, monkeypa
     assert run.info.status == "FAILED"
     assert run.data.tags["ms_exp.error"].startswith("MLflow refused log_params")
     assert run.data.params["optimizer.lr"] == "0.1"
-    assert run.data.metrics["train/loss"] == 1.5     # what was accepted is kept
+    assert run.data.metrics["train/loss"] == 1.5  # what was accepted is kept
 
 
 @pytest.mark.e2e
@@ -35,10 +36,13 @@ def test_a_store_that_cannot_be_opened_stops_the_job_before_training(tmp_path):
     blocker.write_text("not a folder")
     uri = f"sqlite:///{blocker / 'mlflow.db'}"
     tracker = SidecarTracker(uri, "exp", "nowhere", {})
-    with pytest.raises(TrackingFailed, match=r"tracking.uri=sqlite:///.*/file/mlflow.db: "
-                                             r"no MLflow run could be created"):
+    with pytest.raises(
+        TrackingFailed,
+        match=r"tracking.uri=sqlite:///.*/file/mlflow.db: "
+        r"no MLflow run could be created",
+    ):
         tracker.wait_for_run()
-    tracker.finish("FAILED")    # nothing to end: returns, the job's own error stands
+    tracker.finish("FAILED")  # nothing to end: returns, the job's own error stands
 
 
 @pytest.mark.e2e
@@ -56,8 +60,9 @@ def test_everything_sent_is_in_the_store_after_flush(tmp_path):
     history = client.get_metric_history(tracker.run_id, "train/loss")
     assert [m.step for m in history] == list(range(1, 301))
     assert client.get_run(tracker.run_id).info.status == "RUNNING"
-    assert ([a.path for a in client.list_artifacts(tracker.run_id, "config")]
-            == ["config/config.yaml"])
+    assert [a.path for a in client.list_artifacts(tracker.run_id, "config")] == [
+        "config/config.yaml"
+    ]
     tracker.finish("FINISHED")
     run = client.get_run(tracker.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["ms_exp.placement"] == "device"

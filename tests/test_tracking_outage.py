@@ -6,6 +6,7 @@ One real ``mlflow server`` serves the module; the tests reach it through a TCP r
 port of their own, and stopping the relay is the server dying for the client (its
 connections dropped, new ones refused) without paying the server's 10-20 s start again.
 """
+
 import secrets
 import select
 import shutil
@@ -32,9 +33,15 @@ def server(tmp_path_factory):
     migrating a new store."""
     root = tmp_path_factory.mktemp("server")
     shutil.copyfile(migrated_store(), root / "server.db")
-    with mlflow_server(root, "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-                       "--artifacts-destination", str(root / "artifacts"),
-                       "--workers", "1") as url:
+    with mlflow_server(
+        root,
+        "--backend-store-uri",
+        f"sqlite:///{root / 'server.db'}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
+        "--workers",
+        "1",
+    ) as url:
         # Its first request opens the store: paid here, not by the first test.
         MlflowClient(url).search_experiments()
         yield int(url.rsplit(":", 1)[1])
@@ -123,12 +130,23 @@ def upload(run_dir: Path, cwd: Path, env=None):
 def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_path):
     # A team member's credentials, as a server with basic auth asks for (this one ignores
     # them): they are in neither the journal nor any other file of the run, nor printed.
-    credentials = {"MLFLOW_TRACKING_USERNAME": "alice",
-                   "MLFLOW_TRACKING_PASSWORD": secrets.token_hex(12)}
+    credentials = {
+        "MLFLOW_TRACKING_USERNAME": "alice",
+        "MLFLOW_TRACKING_PASSWORD": secrets.token_hex(12),
+    }
     password = credentials["MLFLOW_TRACKING_PASSWORD"]
-    job = run_cli("ms_exp.run", [*FAST, "trainer.epochs=1", "tracking.log_models=true",
-                                 f"tracking.uri={relay.uri}",
-                                 "tracking.experiment_name=outage"], tmp_path, env=credentials)
+    job = run_cli(
+        "ms_exp.run",
+        [
+            *FAST,
+            "trainer.epochs=1",
+            "tracking.log_models=true",
+            f"tracking.uri={relay.uri}",
+            "tracking.experiment_name=outage",
+        ],
+        tmp_path,
+        env=credentials,
+    )
     assert job.rc == 0, job.stderr[-3000:]
     (warning,) = warnings_in(job.stderr)
     assert f"tracking.uri={relay.uri} is unreachable" in warning
@@ -138,8 +156,10 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     assert warning.endswith(command)
     (journal,) = journals_in(run_dir)
     assert str(journal) in warning
-    assert (f"MLflow run not recorded yet: {relay.uri} was unreachable; kept in {journal}; "
-            f"upload with: {command}") in job.stdout
+    assert (
+        f"MLflow run not recorded yet: {relay.uri} was unreachable; kept in {journal}; "
+        f"upload with: {command}"
+    ) in job.stdout
 
     # The models wait in the run directory, their MLmodel file written when they are logged.
     best = run_dir / "models" / "best"
@@ -152,8 +172,9 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     uploaded = upload(run_dir, tmp_path, env=credentials)
     assert password not in uploaded.stdout + uploaded.stderr
     assert uploaded.rc == 0, uploaded.stderr
-    (delivered,) = [line for line in uploaded.stdout.splitlines()
-                    if line.startswith("delivered to run ")]
+    (delivered,) = [
+        line for line in uploaded.stdout.splitlines() if line.startswith("delivered to run ")
+    ]
     assert "ended FINISHED" in delivered and str(journal) in delivered
     assert "models: 2" in delivered
     run_id = delivered.split()[3]
@@ -163,8 +184,9 @@ def test_a_server_down_at_start_keeps_the_run_for_the_upload_command(relay, tmp_
     assert password not in repr([run.data.params, run.data.tags])
     assert run.data.params["trainer.epochs"] == "1"
     assert "eval/accuracy" in run.data.metrics and "train/loss" in run.data.metrics
-    assert run.data.tags["ms_exp.command"].endswith(f"tracking.uri={relay.uri} "
-                                                    "tracking.experiment_name=outage")
+    assert run.data.tags["ms_exp.command"].endswith(
+        f"tracking.uri={relay.uri} tracking.experiment_name=outage"
+    )
     assert [a.path for a in client.list_artifacts(run_id, "config")] == ["config/config.yaml"]
     assert client.get_experiment(run.info.experiment_id).name == "outage"
     assert not journals_in(run_dir)
@@ -200,7 +222,7 @@ def test_a_server_dying_mid_run_gets_every_step_once_when_it_returns(relay, tmp_
         tracker.log_metrics({"train/loss": 1 / step}, step=step)
     tracker.set_tags({"ms_exp.placement": "device"})
     tracker.flush()
-    assert time.monotonic() - started < 10     # noticed in seconds, not MLflow's minutes
+    assert time.monotonic() - started < 10  # noticed in seconds, not MLflow's minutes
     assert tracker.run_id == run_id
     journal = tracker.offline_journal
     assert journal is not None and journal.parent.parent == tmp_path
@@ -228,7 +250,7 @@ def test_a_journal_kept_at_the_end_is_uploaded_once(relay, tmp_path, capfd):
     tracker.flush()
     relay.stop()
     tracker.log_metrics({"train/loss": 0.5}, step=2)
-    tracker.finish("FINISHED")          # still down: the journal stays, nothing raised
+    tracker.finish("FINISHED")  # still down: the journal stays, nothing raised
     assert tracker.kept_journal is not None and tracker.kept_journal.is_file()
     assert len(warnings_in(capfd.readouterr().err)) == 1
     run_id = tracker.run_id
@@ -252,8 +274,9 @@ def test_rank_zero_of_a_distributed_job_shares_the_jobs_journal(relay, tmp_path,
     relay.start()
     job = SidecarTracker(relay.uri, "outage-ranks", "data", {}, offline_dir=tmp_path)
     run_id = job.run_id
-    rank0 = SidecarTracker(relay.uri, None, None, {}, run_id=run_id, journal=job.journal,
-                           ends_run=False)
+    rank0 = SidecarTracker(
+        relay.uri, None, None, {}, run_id=run_id, journal=job.journal, ends_run=False
+    )
     for step in range(1, 6):
         rank0.log_metrics({"train/loss": 1 / step}, step=step)
     rank0.flush()
@@ -264,7 +287,7 @@ def test_rank_zero_of_a_distributed_job_shares_the_jobs_journal(relay, tmp_path,
     rank0.finish(None)
     job.set_tags({"ms_exp.parallel_mode": "data"})
     assert job.offline_journal == job.journal
-    assert len(warnings_in(capfd.readouterr().err)) == 1     # rank 0's; the job joins quietly
+    assert len(warnings_in(capfd.readouterr().err)) == 1  # rank 0's; the job joins quietly
 
     relay.start()
     job.finish("FINISHED")
@@ -281,9 +304,17 @@ def finished_journal(tmp_path: Path, steps: int) -> Path:
     from ms_exp.tracking.journal import Journal
 
     shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
-    journal = Journal(tmp_path / "mlflow-offline" / "job.jsonl", {
-        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment_name": "exp",
-        "run_name": "cut", "tags": {}, "parent_run_id": None, "run_id": None})
+    journal = Journal(
+        tmp_path / "mlflow-offline" / "job.jsonl",
+        {
+            "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+            "experiment_name": "exp",
+            "run_name": "cut",
+            "tags": {},
+            "parent_run_id": None,
+            "run_id": None,
+        },
+    )
     for step in range(1, steps + 1):
         journal.write("log_metric_rows", rows=[["train/loss", 1 / step, 1000 + step, step]])
     journal.write("finish", status="FINISHED")
@@ -297,7 +328,7 @@ def damage_line(journal: Path, number: int, text=None, last: bool = False) -> by
     too (a job killed while writing it). Returns the line's new text."""
     lines = journal.read_bytes().split(b"\n")
     line = lines[number - 1]
-    lines[number - 1] = line[:len(line) // 2] if text is None else text
+    lines[number - 1] = line[: len(line) // 2] if text is None else text
     journal.write_bytes(b"\n".join(lines[:number] if last else lines))
     return lines[number - 1]
 
@@ -317,17 +348,19 @@ def dying_store(monkeypatch, at_step: int):
         deliver(tracker, rows)
 
     monkeypatch.setattr(Tracker, "log_metric_rows", store_dies)
-    for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-                "MLFLOW_HTTP_REQUEST_TIMEOUT"):
-        monkeypatch.setenv(key, "1")    # what the upload sets stays in this test
+    for key in (
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    ):
+        monkeypatch.setenv(key, "1")  # what the upload sets stays in this test
     return lambda: monkeypatch.setattr(Tracker, "log_metric_rows", deliver)
 
 
 def the_run(tmp_path: Path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
-    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id,
-                                                                     "train/loss")]
+    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
     return run, history
 
 
@@ -347,14 +380,18 @@ def test_an_upload_cut_short_goes_on_where_it_stopped(tmp_path, monkeypatch, cap
     assert not list((tmp_path / "mlflow-offline").iterdir())
 
 
-@pytest.mark.parametrize("damaged, held", [
-    (None, "log_metric_rows, 1 metric value"),
-    (b'["train/loss", 0.5, 1011, 11]', "what it held cannot be told from its text")])
+@pytest.mark.parametrize(
+    "damaged, held",
+    [
+        (None, "log_metric_rows, 1 metric value"),
+        (b'["train/loss", 0.5, 1011, 11]', "what it held cannot be told from its text"),
+    ],
+)
 def test_a_damaged_line_costs_that_line_only(tmp_path, damaged, held):
     """One line of a finished run's journal is torn, or JSON but not a call: the run gets
     every other step and ends FINISHED, the line is named and kept, the journal goes."""
     journal = finished_journal(tmp_path, 88)
-    text = damage_line(journal, 12, damaged)        # step 11's
+    text = damage_line(journal, 12, damaged)  # step 11's
     result = main_in_process("ms_exp.tracking.upload", [str(tmp_path)], tmp_path)
     assert result.rc == 0, result.stderr
     run, history = the_run(tmp_path)
@@ -364,14 +401,16 @@ def test_a_damaged_line_costs_that_line_only(tmp_path, damaged, held):
     kept = Path(f"{journal}.damaged")
     assert result.stderr.splitlines() == [
         f"{WARNING}journal of run {run.info.run_id}: line 12 is damaged and was skipped "
-        f"({held}); kept in {kept}"]
+        f"({held}); kept in {kept}"
+    ]
     assert not journal.exists() and not Path(f"{journal}.delivered").exists()
     assert kept.read_bytes() == b"line 12: " + text + b"\n"
     assert not journals_in(tmp_path)
 
 
 def test_an_upload_cut_short_after_a_damaged_line_delivers_each_step_once(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     from ms_exp.tracking import upload
 
     journal = finished_journal(tmp_path, 88)
@@ -397,15 +436,15 @@ def test_a_journal_whose_start_line_is_damaged_creates_no_run(tmp_path):
     assert result.rc == 2
     assert result.stderr.splitlines() == [
         f"ms_exp: error: {journal}: its start line (line 1) is damaged, so which run it is "
-        "for cannot be told; nothing delivered"]
-    assert MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_experiment_by_name(
-        "exp") is None
+        "for cannot be told; nothing delivered"
+    ]
+    assert MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_experiment_by_name("exp") is None
     assert journal.exists()
 
 
 def test_a_last_line_cut_off_by_a_killed_job_is_named_and_left_out(tmp_path):
     journal = finished_journal(tmp_path, 4)
-    damage_line(journal, 5, last=True)            # step 4's, while the job was killed
+    damage_line(journal, 5, last=True)  # step 4's, while the job was killed
     result = main_in_process("ms_exp.tracking.upload", [str(tmp_path)], tmp_path)
     assert result.rc == 0, result.stderr
     run, history = the_run(tmp_path)
@@ -413,7 +452,8 @@ def test_a_last_line_cut_off_by_a_killed_job_is_named_and_left_out(tmp_path):
     assert run.info.status == "KILLED"
     assert result.stderr.splitlines() == [
         f"{WARNING}journal of run {run.info.run_id}: line 5, the last, is cut off (its job "
-        "ended while writing it) and was left out (a log_metric_rows call)"]
+        "ended while writing it) and was left out (a log_metric_rows call)"
+    ]
     assert not journal.exists() and not Path(f"{journal}.damaged").exists()
 
 
@@ -422,7 +462,8 @@ def test_upload_without_a_journal_is_a_one_line_error(tmp_path):
     assert result.rc == 2
     assert result.stderr.strip().splitlines() == [
         f"ms_exp: error: RUN_DIR={tmp_path}: nothing to upload (no mlflow-offline/*.jsonl "
-        "journal there)"]
+        "journal there)"
+    ]
 
 
 @pytest.mark.e2e

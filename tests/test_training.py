@@ -1,5 +1,6 @@
 """Training behaviour a user notices: both context modes, the checkpoint and tracking
 options, optimizers and schedules, and how a run ends (KILLED, FAILED)."""
+
 import contextlib
 import io
 import math
@@ -28,24 +29,34 @@ JOBS = {
     "graph": "trainer: {epochs: 2, mode: graph}\n",
     # A step in PyNative mode costs tens of graph-mode steps: one epoch, at a rate that
     # learns in it.
-    "pynative": ("trainer: {epochs: 1, mode: pynative}\noptimizer: {lr: 0.2}\n"
-                 "tracking: {log_checkpoints: none}\n"),
+    "pynative": (
+        "trainer: {epochs: 1, mode: pynative}\noptimizer: {lr: 0.2}\n"
+        "tracking: {log_checkpoints: none}\n"
+    ),
     "sliced": "defaults:\n  - override /checkpoint: sliced\ntrainer: {epochs: 2}\n",
-    "checkpoint_none": ("defaults:\n  - override /checkpoint: none\n"
-                        "trainer: {epochs: 1, progress_bar: always}\n"),
-    "checkpoint_steps": ("trainer: {epochs: 2, progress_bar: never}\n"
-                         "checkpoint: {save_checkpoint_steps: 10, keep_checkpoint_max: 2, "
-                         "keep_best: false, prefix: digits}\n"),
-    "sgd": ("trainer: {epochs: 2}\noptimizer: {name: sgd, lr: 0.1}\n"
-            "tracking: {log_checkpoints: all}\n"),
+    "checkpoint_none": (
+        "defaults:\n  - override /checkpoint: none\ntrainer: {epochs: 1, progress_bar: always}\n"
+    ),
+    "checkpoint_steps": (
+        "trainer: {epochs: 2, progress_bar: never}\n"
+        "checkpoint: {save_checkpoint_steps: 10, keep_checkpoint_max: 2, "
+        "keep_best: false, prefix: digits}\n"
+    ),
+    "sgd": (
+        "trainer: {epochs: 2}\noptimizer: {name: sgd, lr: 0.1}\ntracking: {log_checkpoints: all}\n"
+    ),
     "adam": "trainer: {epochs: 2}\noptimizer: {name: adam, lr: 0.001, weight_decay: 0.0001}\n",
-    "cosine_warmup_smoothing": ("trainer: {epochs: 2}\n"
-                                "optimizer: {schedule: cosine, warmup_epochs: 1}\n"
-                                "loss: {label_smoothing: 0.1}\n"),
-    "linear_softmax_ce_no_shuffle": ("trainer: {epochs: 2}\noptimizer: {schedule: linear}\n"
-                                     "loss: {name: softmax_cross_entropy}\n"
-                                     "dataset: {shuffle: false, drop_remainder: false, "
-                                     "num_parallel_workers: 2}\n"),
+    "cosine_warmup_smoothing": (
+        "trainer: {epochs: 2}\n"
+        "optimizer: {schedule: cosine, warmup_epochs: 1}\n"
+        "loss: {label_smoothing: 0.1}\n"
+    ),
+    "linear_softmax_ce_no_shuffle": (
+        "trainer: {epochs: 2}\noptimizer: {schedule: linear}\n"
+        "loss: {name: softmax_cross_entropy}\n"
+        "dataset: {shuffle: false, drop_remainder: false, "
+        "num_parallel_workers: 2}\n"
+    ),
     # Compared with a job of another process (test_seed_makes_runs_repeatable); the last
     # job of the sweep, after every other one has run in this process.
     "seed": "trainer: {epochs: 1, seed: 7}\n",
@@ -55,8 +66,14 @@ JOBS = {
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     # Hydra's flags come before the overrides, as argparse wants them.
-    return experiment_sweep(tmp_path_factory.mktemp("sweep"), JOBS, "tracking.log_models=false",
-                            "parallel=stand_alone", "boost=off", "placement=device")
+    return experiment_sweep(
+        tmp_path_factory.mktemp("sweep"),
+        JOBS,
+        "tracking.log_models=false",
+        "parallel=stand_alone",
+        "boost=off",
+        "placement=device",
+    )
 
 
 def final_accuracy(job) -> float:
@@ -66,8 +83,11 @@ def final_accuracy(job) -> float:
 def checkpoint_weights(path):
     import mindspore as ms
 
-    return {name: p.asnumpy() for name, p in ms.load_checkpoint(str(path)).items()
-            if name.startswith("layer")}
+    return {
+        name: p.asnumpy()
+        for name, p in ms.load_checkpoint(str(path)).items()
+        if name.startswith("layer")
+    }
 
 
 @pytest.mark.e2e
@@ -118,8 +138,7 @@ def test_checkpoint_none_saves_nothing_and_eval_says_why(sweep):
     assert job.store.list_artifacts(job.run_id, "checkpoints") == []
     refused = main_in_process("ms_exp.eval", ["--run-id", job.run_id], sweep.result.cwd)
     assert refused.rc == 2
-    assert "--checkpoint='last': not allowed; expected a checkpoint the run saved" in \
-        refused.stderr
+    assert "--checkpoint='last': not allowed; expected a checkpoint the run saved" in refused.stderr
 
 
 @pytest.mark.e2e
@@ -132,22 +151,38 @@ def test_checkpoint_steps_and_keep_max_reach_model_checkpoint(sweep):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("choice,job,expected", [
-    ("all", "sgd", {"checkpoint-1_44.ckpt", "checkpoint-2_44.ckpt", "best.ckpt", "best.json",
-                    "checkpoint-graph.meta"}),
-    ("last", "graph", {"checkpoint-2_44.ckpt", "best.ckpt"}),
-    ("none", "pynative", set()),
-], ids=["all", "last", "none"])
+@pytest.mark.parametrize(
+    "choice,job,expected",
+    [
+        (
+            "all",
+            "sgd",
+            {
+                "checkpoint-1_44.ckpt",
+                "checkpoint-2_44.ckpt",
+                "best.ckpt",
+                "best.json",
+                "checkpoint-graph.meta",
+            },
+        ),
+        ("last", "graph", {"checkpoint-2_44.ckpt", "best.ckpt"}),
+        ("none", "pynative", set()),
+    ],
+    ids=["all", "last", "none"],
+)
 def test_log_checkpoints_setting_decides_what_mlflow_keeps(sweep, choice, job, expected):
     job = sweep[job]
     assert job.run.data.params["tracking.log_checkpoints"] == choice
-    logged = {a.path.rsplit("/", 1)[-1]
-              for a in job.store.list_artifacts(job.run_id, "checkpoints/rank_0")}
+    logged = {
+        a.path.rsplit("/", 1)[-1]
+        for a in job.store.list_artifacts(job.run_id, "checkpoints/rank_0")
+    }
     assert logged == expected
     # What MLflow does not keep stays in the run directory all the same.
     epochs = int(job.run.data.params["trainer.epochs"])
-    assert {f"checkpoint-{epochs}_44.ckpt", "best.ckpt"} <= \
-        {p.name for p in (job.run_dir / "checkpoints/rank_0").iterdir()}
+    assert {f"checkpoint-{epochs}_44.ckpt", "best.ckpt"} <= {
+        p.name for p in (job.run_dir / "checkpoints/rank_0").iterdir()
+    }
 
 
 @pytest.mark.e2e
@@ -160,17 +195,26 @@ def test_tracking_disabled_trains_without_a_store(untracked):
 @pytest.fixture(scope="module")
 def untracked(tmp_path_factory):
     """A job of its own process without tracking, seeded as the sweep's last job."""
-    return train(tmp_path_factory.mktemp("untracked"), "trainer.epochs=1",
-                 "tracking.enabled=false", "trainer.seed=7")
+    return train(
+        tmp_path_factory.mktemp("untracked"),
+        "trainer.epochs=1",
+        "tracking.enabled=false",
+        "trainer.seed=7",
+    )
 
 
 @pytest.mark.e2e
 def test_tracking_uri_and_names_are_used(tmp_path):
     store = tmp_path / "team" / "store.db"
     store.parent.mkdir()
-    result = train(tmp_path, "trainer.epochs=1", f"tracking.uri=sqlite:///{store}",
-                   "tracking.experiment_name=digits-study", "tracking.run_name=first",
-                   "tracking.log_every_n_steps=4")
+    result = train(
+        tmp_path,
+        "trainer.epochs=1",
+        f"tracking.uri=sqlite:///{store}",
+        "tracking.experiment_name=digits-study",
+        "tracking.run_name=first",
+        "tracking.log_every_n_steps=4",
+    )
     client = MlflowClient(f"sqlite:///{store}")
     experiment = client.get_experiment_by_name("digits-study")
     (run,) = client.search_runs([experiment.experiment_id])
@@ -182,26 +226,34 @@ def test_tracking_uri_and_names_are_used(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("job", ["sgd", "adam", "cosine_warmup_smoothing",
-                                 "linear_softmax_ce_no_shuffle"],
-                         ids=["sgd", "adam", "cosine-warmup-smoothing",
-                              "linear-softmax-ce-no-shuffle"])
+@pytest.mark.parametrize(
+    "job",
+    ["sgd", "adam", "cosine_warmup_smoothing", "linear_softmax_ce_no_shuffle"],
+    ids=["sgd", "adam", "cosine-warmup-smoothing", "linear-softmax-ce-no-shuffle"],
+)
 def test_optimizers_losses_and_schedules_train(sweep, job):
     job = sweep[job]
     assert final_accuracy(job) > 0.5
     params = job.run.data.params
     expected = {
         "sgd": {"optimizer.name": "sgd", "optimizer.lr": "0.1"},
-        "adam": {"optimizer.name": "adam", "optimizer.lr": "0.001",
-                 "optimizer.weight_decay": "0.0001"},
-        "cosine_warmup_smoothing": {"optimizer.schedule": "cosine",
-                                    "optimizer.warmup_epochs": "1",
-                                    "loss.label_smoothing": "0.1"},
-        "linear_softmax_ce_no_shuffle": {"optimizer.schedule": "linear",
-                                         "loss.name": "softmax_cross_entropy",
-                                         "dataset.shuffle": "False",
-                                         "dataset.drop_remainder": "False",
-                                         "dataset.num_parallel_workers": "2"},
+        "adam": {
+            "optimizer.name": "adam",
+            "optimizer.lr": "0.001",
+            "optimizer.weight_decay": "0.0001",
+        },
+        "cosine_warmup_smoothing": {
+            "optimizer.schedule": "cosine",
+            "optimizer.warmup_epochs": "1",
+            "loss.label_smoothing": "0.1",
+        },
+        "linear_softmax_ce_no_shuffle": {
+            "optimizer.schedule": "linear",
+            "loss.name": "softmax_cross_entropy",
+            "dataset.shuffle": "False",
+            "dataset.drop_remainder": "False",
+            "dataset.num_parallel_workers": "2",
+        },
     }[job.name]
     assert {key: params[key] for key in expected} == expected
 
@@ -221,7 +273,8 @@ def test_learning_rate_schedules_follow_warmup_then_decay():
     assert cosine[10] == pytest.approx(0.8 * (0.5 * (1 + math.cos(math.pi * 0.94 / 3)) + 1e-5))
     assert cosine[-1] < 0.01
     assert cosine[25] == pytest.approx(
-        0.8 * (15 / 30 * 0.5 * (1 + math.cos(math.pi * 0.94 * 25 / 30)) + 1e-5))
+        0.8 * (15 / 30 * 0.5 * (1 + math.cos(math.pi * 0.94 * 25 / 30)) + 1e-5)
+    )
     linear = rates("optimizer.schedule=linear")
     assert linear[0] == pytest.approx(0.8) and linear[20] == pytest.approx(0.4)
     assert rates("optimizer.schedule=constant") == [0.8] * 40
@@ -229,16 +282,24 @@ def test_learning_rate_schedules_follow_warmup_then_decay():
     from ms_exp.models.mlp import Network
 
     network = Network(4, 2, 3)
-    kinds = {name: type(create_optimizer(compose_config([f"optimizer.name={name}"]).optimizer,
-                                         network, 10, 1)).__name__
-             for name in ("sgd", "momentum", "adam")}
+    kinds = {
+        name: type(
+            create_optimizer(compose_config([f"optimizer.name={name}"]).optimizer, network, 10, 1)
+        ).__name__
+        for name in ("sgd", "momentum", "adam")
+    }
     assert kinds == {"sgd": "SGD", "momentum": "Momentum", "adam": "Adam"}
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("setting,job,shown", [("always", "checkpoint_none", True),
-                                               ("auto", "graph", False),
-                                               ("never", "checkpoint_steps", False)])
+@pytest.mark.parametrize(
+    "setting,job,shown",
+    [
+        ("always", "checkpoint_none", True),
+        ("auto", "graph", False),
+        ("never", "checkpoint_steps", False),
+    ],
+)
 def test_progress_bar_only_where_asked_and_never_in_captured_logs(sweep, setting, job, shown):
     job = sweep[job]
     assert job.run.data.params["trainer.progress_bar"] == setting
@@ -278,16 +339,19 @@ def test_multirun_gives_one_finished_mlflow_run_per_job(sweep):
     jobs = sweep.jobs.values()
     # Each job's own values: those of its experiment file, the defaults elsewhere.
     lr = {job.name: job.run.data.params["optimizer.lr"] for job in jobs}
-    assert lr == {**{name: "0.05" for name in JOBS}, "pynative": "0.2", "sgd": "0.1",
-                  "adam": "0.001"}
+    assert lr == {
+        **{name: "0.05" for name in JOBS},
+        "pynative": "0.2",
+        "sgd": "0.1",
+        "adam": "0.001",
+    }
     assert {job.run.info.status for job in jobs} == {"FINISHED"}
     assert sweep.parent.info.status == "FINISHED"
     job_dirs = sorted(int(job.run_dir.name) for job in jobs)
     assert job_dirs == list(range(len(JOBS)))
     assert all(job.run_dir.parent.parent.parent.name == "multirun" for job in jobs)
     # In the order of the command line's values.
-    assert [job.name for job in sorted(jobs, key=lambda job: int(job.run_dir.name))] == \
-        list(JOBS)
+    assert [job.name for job in sorted(jobs, key=lambda job: int(job.run_dir.name))] == list(JOBS)
 
 
 @pytest.mark.e2e
@@ -303,11 +367,24 @@ def test_seed_makes_runs_repeatable(sweep, untracked):
 
 
 def _start_long_run(tmp_path, checkpoint="none"):
-    args = [sys.executable, "-m", "ms_exp.run", *FAST, "trainer.epochs=500",
-            "dataset=synthetic", "dataset.num_samples=4096", f"checkpoint={checkpoint}"]
-    process = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True,
-                               env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"})
+    args = [
+        sys.executable,
+        "-m",
+        "ms_exp.run",
+        *FAST,
+        "trainer.epochs=500",
+        "dataset=synthetic",
+        "dataset.num_samples=4096",
+        f"checkpoint={checkpoint}",
+    ]
+    process = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"},
+    )
     seen = []
     deadline = time.time() + 120
     for line in process.stdout:
@@ -338,8 +415,7 @@ def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signu
     (run,) = client.search_runs(["1"])
     assert run.info.status == "KILLED"
     # MindSpore's native SIGINT handler re-raises Ctrl-C as SIGTERM once training runs.
-    assert run.data.tags["ms_exp.ended_by"] in ("received signal SIGTERM",
-                                                 "received signal SIGINT")
+    assert run.data.tags["ms_exp.ended_by"] in ("received signal SIGTERM", "received signal SIGINT")
     history = client.get_metric_history(run.info.run_id, "train/loss")  # flushed first
     assert max(m.step for m in history) == (epoch - 1) * 128 + step
     deadline = time.time() + 30
@@ -373,8 +449,11 @@ def test_a_killed_job_leaves_no_run_running_and_no_process_behind(tmp_path):
 
 def _sidecars_of(pid: int):
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [child for child in children
-            if b"ms_exp.tracking.sidecar" in Path(f"/proc/{child}/cmdline").read_bytes()]
+    return [
+        child
+        for child in children
+        if b"ms_exp.tracking.sidecar" in Path(f"/proc/{child}/cmdline").read_bytes()
+    ]
 
 
 @pytest.mark.e2e
@@ -394,12 +473,12 @@ cfg = compose_config(["trainer.epochs=1"])
 OmegaConf.update(cfg, "checkpoint.strategy.save_file", "")
 run_job(cfg, "run")
 """
-    crashed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                             text=True)
+    crashed = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True
+    )
     assert crashed.returncode == 1 and "OSError: disk went away" in crashed.stderr
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs(["1"])
     assert run.info.status == "FAILED"
     assert run.data.tags["ms_exp.error"] == "OSError: disk went away"
-    assert {a.path for a in client.list_artifacts(run.info.run_id, "logs")} == \
-        {"logs/console.log"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "logs")} == {"logs/console.log"}

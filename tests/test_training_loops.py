@@ -1,6 +1,7 @@
 """trainer.loop=model and functional: the same weights from the same config, each loss part
 its own MLflow metric, mixed precision and loss scaling in both, the overflow check, the
 gradient reducer, sink mode on CPU, and a functional run resumed by the shared machinery."""
+
 import numpy as np
 import pytest
 from conftest import FAST, free_port, train
@@ -23,25 +24,31 @@ def assert_same_weights(a, b, atol=1e-6):
 
 
 def history(result, key):
-    return [(m.step, m.value) for m in sorted(result.store.get_metric_history(result.run_id, key),
-                                               key=lambda m: m.step)]
+    return [
+        (m.step, m.value)
+        for m in sorted(result.store.get_metric_history(result.run_id, key), key=lambda m: m.step)
+    ]
 
 
 # The tutorial's Trainer case, two losses (PARTS).
-TWO_LOSSES = ("loss: {parts: {loss1: {name: cross_entropy}, "
-              "loss2: {name: softmax_cross_entropy, weight: 0.5}}}\n")
+TWO_LOSSES = (
+    "loss: {parts: {loss1: {name: cross_entropy}, "
+    "loss2: {name: softmax_cross_entropy, weight: 0.5}}}\n"
+)
 # Stage one of the dimension-reduction tutorial on a small ResNet (see the test).
-RESNET_O2 = ("defaults:\n  - override /model: resnet\n  - override /dataset: synthetic\n"
-             "model: {depth: 18, width: 0.125}\n"
-             "dataset: {image_shape: [3, 32, 32], num_samples: 256, num_eval_samples: 64}\n"
-             "amp: {level: O2, loss_scale: fixed, loss_scale_value: 1024}\n")
+RESNET_O2 = (
+    "defaults:\n  - override /model: resnet\n  - override /dataset: synthetic\n"
+    "model: {depth: 18, width: 0.125}\n"
+    "dataset: {image_shape: [3, 32, 32], num_samples: 256, num_eval_samples: 64}\n"
+    "amp: {level: O2, loss_scale: fixed, loss_scale_value: 1024}\n"
+)
 JOBS = {
     "model": TWO_LOSSES + "trainer: {epochs: 2, loop: model}\n",
     "functional": TWO_LOSSES + "trainer: {epochs: 2, loop: functional}\n",
     # Resumed for a second epoch by a process of its own.
     "functional_first_epoch": TWO_LOSSES + "trainer: {epochs: 1, loop: functional}\n",
-    "resnet_model_sink": RESNET_O2 + ("trainer: {epochs: 2, dataset_sink_mode: true, "
-                                      "sink_size: 3}\n"),
+    "resnet_model_sink": RESNET_O2
+    + ("trainer: {epochs: 2, dataset_sink_mode: true, sink_size: 3}\n"),
     "resnet_functional": RESNET_O2 + "trainer: {epochs: 2, loop: functional}\n",
 }
 
@@ -68,13 +75,15 @@ def test_both_loops_train_the_same_weights(sweep):
 @pytest.mark.e2e
 def test_each_loss_part_is_its_own_metric(sweep):
     functional = sweep["functional"]
-    total, loss1, loss2 = (history(functional, f"train/{name}")
-                           for name in ("loss", "loss1", "loss2"))
+    total, loss1, loss2 = (
+        history(functional, f"train/{name}") for name in ("loss", "loss1", "loss2")
+    )
     assert [step for step, _ in total] == list(range(1, 89))
     assert [step for step, _ in loss1] == [step for step, _ in loss2] == list(range(1, 89))
     # The total is the weighted sum of the parts, which are logged unweighted.
-    np.testing.assert_allclose([v for _, v in total],
-                               [a + 0.5 * b for (_, a), (_, b) in zip(loss1, loss2)], rtol=1e-5)
+    np.testing.assert_allclose(
+        [v for _, v in total], [a + 0.5 * b for (_, a), (_, b) in zip(loss1, loss2)], rtol=1e-5
+    )
     assert "loss is" in functional.console and ", loss1 is" in functional.console
     # An evaluation after every epoch, which picked best.ckpt.
     assert [step for step, _ in history(functional, "eval/accuracy")] == [44, 88]
@@ -82,15 +91,21 @@ def test_each_loss_part_is_its_own_metric(sweep):
     # Model's train step reports the total only; it trained the same weighted sum.
     model = sweep["model"]
     assert history(model, "train/loss1") == []
-    np.testing.assert_allclose([v for _, v in history(model, "train/loss")],
-                               [v for _, v in total], rtol=1e-5)
+    np.testing.assert_allclose(
+        [v for _, v in history(model, "train/loss")], [v for _, v in total], rtol=1e-5
+    )
 
 
 @pytest.mark.e2e
 def test_a_functional_run_resumes_where_it_stopped(sweep):
     first = sweep["functional_first_epoch"]
-    resumed = train(sweep.result.cwd, "trainer.epochs=2", PARTS, "trainer.loop=functional",
-                    f"trainer.resume={first.run_dir}")
+    resumed = train(
+        sweep.result.cwd,
+        "trainer.epochs=2",
+        PARTS,
+        "trainer.loop=functional",
+        f"trainer.resume={first.run_dir}",
+    )
     assert resumed.run_id == first.run_id
     assert_same_weights(weights(resumed), weights(sweep["functional"]))
     assert [step for step, _ in history(resumed, "train/loss2")] == list(range(1, 89))
@@ -103,8 +118,9 @@ def test_mixed_precision_and_a_fixed_loss_scale_are_the_same_in_both_loops(sweep
     on a small ResNet. The model run also asks for sink mode, which the CPU does not have."""
     model, functional = sweep["resnet_model_sink"], sweep["resnet_functional"]
     # Weights, batch-norm statistics, momenta: the same.
-    assert_same_weights(weights(model, "checkpoint-2_8.ckpt"),
-                        weights(functional, "checkpoint-2_8.ckpt"), atol=1e-5)
+    assert_same_weights(
+        weights(model, "checkpoint-2_8.ckpt"), weights(functional, "checkpoint-2_8.ckpt"), atol=1e-5
+    )
     assert "amp level O2, loss scale fixed 1024" in model.console
     params = model.run.data.params
     assert (params["amp.level"], params["amp.loss_scale"]) == ("O2", "fixed")
@@ -120,8 +136,14 @@ def test_the_functional_loop_reduces_gradients_across_ranks(tmp_path):
     """Each rank reads its own half of the data; with the gradient reducer both ranks take
     the same steps and end with the same weights. With amp O1, which MindSpore implements
     by rewriting the network's source into ./rewritten_network: the run's folder."""
-    result = train(tmp_path, "parallel=data", "trainer.loop=functional", "trainer.epochs=1",
-                   "amp.level=O1", f"parallel.launcher.master_port={free_port()}")
+    result = train(
+        tmp_path,
+        "parallel=data",
+        "trainer.loop=functional",
+        "trainer.epochs=1",
+        "amp.level=O1",
+        f"parallel.launcher.master_port={free_port()}",
+    )
     rank0 = weights(result, "checkpoint-1_22.ckpt", 0)
     assert_same_weights(rank0, weights(result, "checkpoint-1_22.ckpt", 1), atol=0)
     assert not (tmp_path / "rewritten_network").exists()
@@ -130,12 +152,21 @@ def test_the_functional_loop_reduces_gradients_across_ranks(tmp_path):
 
 # --- in process: the casts, the overflow check ----------------------------------------
 
-@pytest.mark.parametrize("level, keep_bn, dense_fp16, batch_norm", [
-    ("O0", None, False, "Float32"), ("O1", None, True, "Float32"),
-    ("O2", None, True, "Float32"), ("O2", False, True, "Float16"),
-    ("O3", None, True, "Float16"), ("O3", True, True, "Float32")])
-def test_the_functional_loop_casts_the_network_as_model_does(level, keep_bn, dense_fp16,
-                                                              batch_norm, workdir):
+
+@pytest.mark.parametrize(
+    "level, keep_bn, dense_fp16, batch_norm",
+    [
+        ("O0", None, False, "Float32"),
+        ("O1", None, True, "Float32"),
+        ("O2", None, True, "Float32"),
+        ("O2", False, True, "Float16"),
+        ("O3", None, True, "Float16"),
+        ("O3", True, True, "Float32"),
+    ],
+)
+def test_the_functional_loop_casts_the_network_as_model_does(
+    level, keep_bn, dense_fp16, batch_norm, workdir
+):
     """Which layers compute in float16: Dense from O1 on (its output is rounded to float16
     precision), batch norm only where keep_batchnorm_fp32 (O2's default) does not keep it
     float32."""
@@ -182,9 +213,13 @@ def tiny_trainer(amp_overrides, steps=3):
     optimizer = nn.Momentum(network.trainable_params(), 0.1, 0.9)
     trainer = create_loop(cfg, network, optimizer, classification_metrics(4), 4, None)
     rng = np.random.RandomState(0)
-    data = ds.NumpySlicesDataset({"x": rng.randn(8 * steps, 8).astype(np.float32),
-                                  "y": (np.arange(8 * steps) % 4).astype(np.int32)},
-                                 shuffle=False).batch(8)
+    data = ds.NumpySlicesDataset(
+        {
+            "x": rng.randn(8 * steps, 8).astype(np.float32),
+            "y": (np.arange(8 * steps) % 4).astype(np.int32),
+        },
+        shuffle=False,
+    ).batch(8)
     return trainer, network, data
 
 
@@ -200,20 +235,22 @@ def test_steps_whose_gradients_overflow_are_skipped_and_the_dynamic_scale_drops(
     assert trainer.overflow_steps == 3
     for p, old in zip(network.trainable_params(), before):
         np.testing.assert_array_equal(p.asnumpy(), old)
-    assert trainer.scaler.scale_value.asnumpy() == 2**30 / 2**3     # halved at each
+    assert trainer.scaler.scale_value.asnumpy() == 2**30 / 2**3  # halved at each
 
     # The same scale when the network is float32 (O0): nothing overflows, every step is
     # taken, and the scale (after fewer than scale_window good steps) stays.
-    trainer, network, data = tiny_trainer(["amp.loss_scale=dynamic",
-                                           f"amp.loss_scale_value={2**30}"])
+    trainer, network, data = tiny_trainer(
+        ["amp.loss_scale=dynamic", f"amp.loss_scale_value={2**30}"]
+    )
     trainer.fit(1, data)
     assert trainer.overflow_steps == 0
     assert not np.array_equal(network.trainable_params()[0].asnumpy(), before[0])
     assert trainer.scaler.scale_value.asnumpy() == 2**30
 
     # scale_window good steps in a row raise the scale by scale_factor: 3 steps, window 2.
-    trainer, network, data = tiny_trainer(["amp.loss_scale=dynamic", "amp.scale_window=2",
-                                           "amp.scale_factor=4"])
+    trainer, network, data = tiny_trainer(
+        ["amp.loss_scale=dynamic", "amp.scale_window=2", "amp.scale_factor=4"]
+    )
     trainer.fit(1, data)
     assert trainer.overflow_steps == 0
     assert trainer.scaler.scale_value.asnumpy() == 1024 * 4
@@ -221,8 +258,9 @@ def test_steps_whose_gradients_overflow_are_skipped_and_the_dynamic_scale_drops(
 
 @pytest.mark.e2e  # as the test above: two functional steps compiled (5-9 s), no job
 def test_a_fixed_scale_skips_overflowing_steps_only_with_drop_overflow_update():
-    trainer, network, data = tiny_trainer(["amp.loss_scale=fixed",
-                                           "amp.drop_overflow_update=true", *OVERFLOWING])
+    trainer, network, data = tiny_trainer(
+        ["amp.loss_scale=fixed", "amp.drop_overflow_update=true", *OVERFLOWING]
+    )
     before = network.trainable_params()[0].asnumpy().copy()
     trainer.fit(1, data)
     assert trainer.overflow_steps == 3

@@ -8,6 +8,7 @@ The browser is Debian's ``chromium`` package at an explicit path, because browse
 installs it. A missing browser fails this test rather than skipping it, so CI cannot go green
 without it. The screenshot is kept in test-artifacts/mlflow_ui_sweep.png.
 """
+
 import re
 from pathlib import Path
 
@@ -27,8 +28,9 @@ SERVER_START_S = 120
 def sweep(tmp_path):
     """A finished two-job sweep in sqlite:///<tmp_path>/mlflow.db: (what it printed,
     experiment id, parent run, child runs)."""
-    result = run_cli("ms_exp.run", ["-m", *FAST, "trainer.epochs=1", "optimizer.lr=0.01,0.1"],
-                     tmp_path)
+    result = run_cli(
+        "ms_exp.run", ["-m", *FAST, "trainer.epochs=1", "optimizer.lr=0.01,0.1"], tmp_path
+    )
     assert result.rc == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     client = result.store
     experiment_id = client.get_experiment_by_name("ms_exp").experiment_id
@@ -44,17 +46,26 @@ def sweep(tmp_path):
 def mlflow_ui(tmp_path, sweep):
     """``mlflow server`` on the sweep's store at a free local port; yields its base URL."""
     # One worker is plenty for one browser and starts faster than the default 4.
-    with mlflow_server(tmp_path, "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                       "--workers", "1", start_s=SERVER_START_S) as url:
+    with mlflow_server(
+        tmp_path,
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--workers",
+        "1",
+        start_s=SERVER_START_S,
+    ) as url:
         yield url
 
 
 def require_chromium() -> None:
     if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium package "
-                    "(apt-get install -y --no-install-recommends chromium; .ci/run does). "
-                    "`playwright install` browser downloads do not work here "
-                    "(docs/design.md#browser-from-apt).", pytrace=False)
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium package "
+            "(apt-get install -y --no-install-recommends chromium; .ci/run does). "
+            "`playwright install` browser downloads do not work here "
+            "(docs/design.md#browser-from-apt).",
+            pytrace=False,
+        )
 
 
 @pytest.fixture
@@ -62,9 +73,11 @@ def page():
     require_chromium()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
+            executable_path=str(CHROMIUM),
+            headless=True,
             # Containers often have a small /dev/shm; Chromium crashes when it runs out.
-            args=["--disable-dev-shm-usage"])
+            args=["--disable-dev-shm-usage"],
+        )
         try:
             page = browser.new_page(viewport={"width": 1920, "height": 1000})
             page.set_default_timeout(UI_TIMEOUT_MS)
@@ -99,11 +112,11 @@ def test_a_sweeps_printed_addresses_open_its_jobs_compared_in_the_mlflow_ui(requ
         _close_assistant_panel(page)
         expect(page.get_by_text("Model training", exact=True)).to_be_visible()
         for column in ("optimizer.lr", "eval/accuracy"):
-            expect(page.get_by_role("columnheader", name=column, exact=True).first) \
-                .to_be_visible()
+            expect(page.get_by_role("columnheader", name=column, exact=True).first).to_be_visible()
         for child in children:
-            link = page.locator(f'a[href^="#/experiments/{experiment_id}/runs/'
-                                f'{child.info.run_id}"]')
+            link = page.locator(
+                f'a[href^="#/experiments/{experiment_id}/runs/{child.info.run_id}"]'
+            )
             expect(link).to_have_text(child.info.run_name)
         for lr in lrs:
             expect(page.get_by_role("gridcell", name=lr, exact=True)).to_be_visible()
@@ -118,24 +131,29 @@ def test_a_sweeps_printed_addresses_open_its_jobs_compared_in_the_mlflow_ui(requ
             expect(page.get_by_text(child.info.run_name, exact=True).first).to_be_visible()
         ordered = _page_order(page, children)
         expect(_compare_row(page, "optimizer.lr").get_by_role("cell")).to_have_text(
-            [c.data.params["optimizer.lr"] for c in ordered])
+            [c.data.params["optimizer.lr"] for c in ordered]
+        )
         expect(page.get_by_title("Plot chart").filter(has_text="eval/accuracy")).to_be_visible()
         shown = [float(v) for v in page.evaluate(METRIC_VALUES, "eval/accuracy")]
-        assert shown == pytest.approx([c.data.metrics["eval/accuracy"] for c in ordered],
-                                      abs=1e-3)
+        assert shown == pytest.approx([c.data.metrics["eval/accuracy"] for c in ordered], abs=1e-3)
         # The swept key against the metric, drawn (MLflow's plots are Plotly's).
         expect(page.locator(".js-plotly-plot").first).to_be_visible()
         _save_screenshot(page, tmp_path, SCREENSHOT)
 
         # A job's own page, from the address printed for a run: its value, its parent.
         child = children[0]
-        page.goto(f"{mlflow_ui}/#/experiments/{experiment_id}/runs/{child.info.run_id}"
-                  "?workflowType=machine_learning")
+        page.goto(
+            f"{mlflow_ui}/#/experiments/{experiment_id}/runs/{child.info.run_id}"
+            "?workflowType=machine_learning"
+        )
         expect(page.get_by_role("heading", name=child.info.run_name, exact=True)).to_be_visible()
-        assert _table_value(page, "Search parameters", "optimizer.lr") == \
-            child.data.params["optimizer.lr"]
+        assert (
+            _table_value(page, "Search parameters", "optimizer.lr")
+            == child.data.params["optimizer.lr"]
+        )
         expect(page.get_by_role("link", name=parent_name, exact=True)).to_have_attribute(
-            "href", re.compile(f"^#/experiments/{experiment_id}/runs/{parent_id}"))
+            "href", re.compile(f"^#/experiments/{experiment_id}/runs/{parent_id}")
+        )
         expect(page.get_by_text("Finished", exact=True)).to_be_visible()
     except BaseException:
         _save_screenshot(page, tmp_path, "mlflow_ui_failure.png")
@@ -145,16 +163,20 @@ def test_a_sweeps_printed_addresses_open_its_jobs_compared_in_the_mlflow_ui(requ
 def _address(printed: str, label: str, mlflow_ui: str) -> str:
     """The address the sweep printed after ``label``, on the test's server: ms_exp prints
     the one of the ``mlflow ui`` command it prints, on port 5000."""
-    found = re.search(rf"^  {re.escape(label)}[^:]*: (http://127\.0\.0\.1:5000)(/\S+)$",
-                      printed, re.M)
+    found = re.search(
+        rf"^  {re.escape(label)}[^:]*: (http://127\.0\.0\.1:5000)(/\S+)$", printed, re.M
+    )
     assert found, printed[-3000:]
     return mlflow_ui + found.group(2)
 
 
 def _compare_row(page, name: str):
     """The compare page's table row of a param, found by its heading cell."""
-    return page.get_by_role("row").filter(
-        has=page.get_by_role("rowheader", name=name, exact=True)).first
+    return (
+        page.get_by_role("row")
+        .filter(has=page.get_by_role("rowheader", name=name, exact=True))
+        .first
+    )
 
 
 # The compare page's metrics are two virtualised grids, names and values, whose cells of one

@@ -1,6 +1,7 @@
 """A user's own project (examples/my_project: its network, data, callback and conf/ folder)
 trained through ms_exp from the checkout's install, everywhere the built-in options work;
 and its bad components refused in one line before any run exists."""
+
 import importlib
 import shutil
 import sys
@@ -22,8 +23,11 @@ SNAPSHOTS = ("checkpoint.snapshots.start_epoch=1", "checkpoint.snapshots.per_epo
 def copy_example(folder: Path) -> Path:
     """A copy of the example project, so its runs write into a scratch folder."""
     copy = folder / "my_project"
-    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("__pycache__", "outputs",
-                                                                 "multirun", "mlflow.db"))
+    shutil.copytree(
+        EXAMPLE,
+        copy,
+        ignore=shutil.ignore_patterns("__pycache__", "outputs", "multirun", "mlflow.db"),
+    )
     return copy
 
 
@@ -48,6 +52,7 @@ def project(tmp_path, monkeypatch) -> Path:
 def refusal(project, capfd):
     """``refusal(*overrides)``: ``python -m ms_exp.run`` of the project refused before any
     run exists (in-process: the refusal happens before any job starts); its one line."""
+
     def refused(*overrides: str) -> str:
         importlib.invalidate_caches()  # modules a test has just written
         capfd.readouterr()
@@ -59,6 +64,7 @@ def refusal(project, capfd):
         assert capfd.readouterr().err == ""
         assert not (project / "outputs").exists() and not (project / "mlflow.db").exists()
         return lines[0]
+
     return refused
 
 
@@ -78,64 +84,101 @@ def write_module(project: Path, name: str, source: str) -> None:
 
 def test_a_model_target_that_does_not_import_is_refused(refusal):
     line = refusal("model._target_=my_project.nets.NoSuchNet")
-    assert line.startswith("ms_exp: error: model._target_='my_project.nets.NoSuchNet': "
-                           "does not import")
+    assert line.startswith(
+        "ms_exp: error: model._target_='my_project.nets.NoSuchNet': does not import"
+    )
 
 
 def test_unknown_and_missing_arguments_name_the_parameters(project, refusal):
     line = refusal("+model.depth=3")
-    assert line == ("ms_exp: error: model.depth=3: is not an argument of the target; expected "
-                    "a parameter of my_project.nets.TinyNet: input_shape, num_classes, hidden")
-    write_module(project, "strict", """
+    assert line == (
+        "ms_exp: error: model.depth=3: is not an argument of the target; expected "
+        "a parameter of my_project.nets.TinyNet: input_shape, num_classes, hidden"
+    )
+    write_module(
+        project,
+        "strict",
+        """
         from my_project.nets import TinyNet
 
         def net(input_shape, num_classes, width):
             return TinyNet(input_shape, num_classes, width)
-    """)
+    """,
+    )
     line = refusal("model._target_=my_project.strict.net", "~model.hidden")
-    assert line == ("ms_exp: error: model.width='missing': not allowed; expected a value: "
-                    "my_project.strict.net requires 'width' (its parameters: input_shape, "
-                    "num_classes, width)")
+    assert line == (
+        "ms_exp: error: model.width='missing': not allowed; expected a value: "
+        "my_project.strict.net requires 'width' (its parameters: input_shape, "
+        "num_classes, width)"
+    )
 
 
 def test_a_model_that_returns_no_cell_is_refused(project, refusal):
-    write_module(project, "wrong", """
+    write_module(
+        project,
+        "wrong",
+        """
         def net(input_shape, num_classes, hidden=8):
             return [input_shape, num_classes]
-    """)
+    """,
+    )
     line = refusal("model._target_=my_project.wrong.net")
-    assert line == ("ms_exp: error: model._target_='my_project.wrong.net': returned a list; "
-                    "expected a mindspore.nn.Cell (a Cell class, or a function returning one)")
+    assert line == (
+        "ms_exp: error: model._target_='my_project.wrong.net': returned a list; "
+        "expected a mindspore.nn.Cell (a Cell class, or a function returning one)"
+    )
 
 
 def test_a_dataset_that_returns_something_else_is_refused(project, refusal):
-    write_module(project, "wrong", """
+    write_module(
+        project,
+        "wrong",
+        """
         def data(split, size=4):
             return {"x": list(range(size))}
-    """)
-    line = refusal("dataset._target_=my_project.wrong.data", "~dataset.samples",
-                   "~dataset.features", "~dataset.classes")
-    assert line == ("ms_exp: error: dataset._target_='my_project.wrong.data': returned a "
-                    "dict for split='train'; expected a pair of numpy arrays (x, y), or a "
-                    "mindspore.dataset dataset of unbatched (data, label) samples")
+    """,
+    )
+    line = refusal(
+        "dataset._target_=my_project.wrong.data",
+        "~dataset.samples",
+        "~dataset.features",
+        "~dataset.classes",
+    )
+    assert line == (
+        "ms_exp: error: dataset._target_='my_project.wrong.data': returned a "
+        "dict for split='train'; expected a pair of numpy arrays (x, y), or a "
+        "mindspore.dataset dataset of unbatched (data, label) samples"
+    )
     # The target's own error, in one line, after the keys and values it was given.
     line = refusal("+dataset.spread=-1")
-    assert line == ("ms_exp: error: dataset._target_='my_project.data.blobs': failed to "
-                    "build with dataset.samples=512, dataset.features=16, dataset.classes=4, "
-                    "dataset.spread=-1: ValueError: scale < 0; expected values of these keys "
-                    "that my_project.data.blobs accepts")
+    assert line == (
+        "ms_exp: error: dataset._target_='my_project.data.blobs': failed to "
+        "build with dataset.samples=512, dataset.features=16, dataset.classes=4, "
+        "dataset.spread=-1: ValueError: scale < 0; expected values of these keys "
+        "that my_project.data.blobs accepts"
+    )
 
 
 def test_a_dataset_without_split_is_refused(project, refusal):
-    write_module(project, "wrong", """
+    write_module(
+        project,
+        "wrong",
+        """
         def data(size=4):
             return None
-    """)
-    line = refusal("dataset._target_=my_project.wrong.data", "~dataset.samples",
-                   "~dataset.features", "~dataset.classes")
-    assert line == ("ms_exp: error: dataset._target_='my_project.wrong.data': does not take "
-                    "'split', which ms_exp passes; expected a callable taking 'split' (its "
-                    "parameters: size)")
+    """,
+    )
+    line = refusal(
+        "dataset._target_=my_project.wrong.data",
+        "~dataset.samples",
+        "~dataset.features",
+        "~dataset.classes",
+    )
+    assert line == (
+        "ms_exp: error: dataset._target_='my_project.wrong.data': does not take "
+        "'split', which ms_exp passes; expected a callable taking 'split' (its "
+        "parameters: size)"
+    )
 
 
 def test_shard_strategies_are_checked_against_the_users_operators(refusal):
@@ -144,8 +187,7 @@ def test_shard_strategies_are_checked_against_the_users_operators(refusal):
     assert "nosuch" in line and "TinyNet" in line
 
 
-def test_the_examples_semi_auto_option_fits_its_network_on_its_four_ranks(project,
-                                                                         monkeypatch):
+def test_the_examples_semi_auto_option_fits_its_network_on_its_four_ranks(project, monkeypatch):
     """The example's own strategy, 2 x 2 on 4 ranks, passes every check against TinyNet (the
     end-to-end test below trains the option on 2 ranks)."""
     from ms_exp.preflight.compose import ConfigSource, preflight
@@ -195,16 +237,16 @@ def test_the_example_trains_and_is_recorded_with_its_targets(trained):
 @pytest.mark.e2e
 def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
     # The run's config names the project's targets: trusted as the project's --config-dir.
-    evaluated = run_cli("ms_exp.eval", ["--run-id", trained.run_id, "--config-dir", "conf"],
-                        trained.cwd)
+    evaluated = run_cli(
+        "ms_exp.eval", ["--run-id", trained.run_id, "--config-dir", "conf"], trained.cwd
+    )
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
     accuracy = trained.store.get_run(trained.run_id).data.metrics["eval/accuracy"]
     assert f"'accuracy': {accuracy}" in evaluated.stdout
     again = train(trained.cwd, "--from-run", trained.run_id, "--config-dir", "conf")
     assert again.store.get_run(again.run_id).data.metrics["eval/accuracy"] == accuracy
     # Without the snapshots: a snapshot series cannot be continued.
-    longer = train(trained.cwd, *OWN, *TINY, "trainer.epochs=3",
-                   f"trainer.resume={trained.run_id}")
+    longer = train(trained.cwd, *OWN, *TINY, "trainer.epochs=3", f"trainer.resume={trained.run_id}")
     assert "resuming" in longer.stdout.lower()
     history = longer.store.get_metric_history(trained.run_id, "eval/accuracy")
     assert [m.step for m in history][-1] > [m.step for m in history][0]
@@ -223,11 +265,21 @@ def test_a_submitit_sweep_of_dim_reduce_stage_two_over_the_users_data_argument(t
     """submitit's job processes import the project's modules, and stage two of a dimension
     reduction trains the user's network from the example's run and its snapshots: one
     parent, a child per value of the user's dataset argument."""
-    result = train(trained.cwd, "-m", *OWN[:2], "+experiment=dim_reduce_stage_two", *OWN[2:],
-                   *TINY, "trainer.epochs=1", f"boost.stage_one_run_id={trained.run_id}",
-                   "boost.n_components=4", "+dataset.spread=0.5,1.0",
-                   "hydra/launcher=submitit_local", "tracking.experiment_name=sweep_submitit",
-                   "hydra.sweep.dir=multirun/submitit_local")
+    result = train(
+        trained.cwd,
+        "-m",
+        *OWN[:2],
+        "+experiment=dim_reduce_stage_two",
+        *OWN[2:],
+        *TINY,
+        "trainer.epochs=1",
+        f"boost.stage_one_run_id={trained.run_id}",
+        "boost.n_components=4",
+        "+dataset.spread=0.5,1.0",
+        "hydra/launcher=submitit_local",
+        "tracking.experiment_name=sweep_submitit",
+        "hydra.sweep.dir=multirun/submitit_local",
+    )
     children = _sweep_jobs(result, "sweep_submitit")
     assert sorted(r.data.params["dataset.spread"] for r in children) == ["0.5", "1.0"]
     for run in children:

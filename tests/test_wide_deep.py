@@ -2,6 +2,7 @@
 the tutorial's wide/deep loss lines, both losses and AUC in MLflow, host kernels and host
 tables under placement=host_device, data parallel with 2 msrun workers, the preset, the
 large-table setting, and the refusals."""
+
 import json
 import re
 from pathlib import Path
@@ -15,10 +16,20 @@ from training_jobs import Job
 from ms_exp.run import main
 
 # Small sizes and a livelier deep learning rate so two epochs on 3,600 samples learn.
-TINY = ("model=wide_deep", "dataset=criteo", "dataset.batch_size=256", "model.emb_dim=8",
-        "model.deep_layers=[64,32]", "model.deep_lr=0.003", "trainer.epochs=2")
-LOSS_LINE = re.compile(r"^epoch: (\d+) step: (\d+), wide_loss is ([\d.e-]+), "
-                       r"deep_loss is ([\d.e-]+)$", re.M)
+TINY = (
+    "model=wide_deep",
+    "dataset=criteo",
+    "dataset.batch_size=256",
+    "model.emb_dim=8",
+    "model.deep_layers=[64,32]",
+    "model.deep_lr=0.003",
+    "trainer.epochs=2",
+)
+LOSS_LINE = re.compile(
+    r"^epoch: (\d+) step: (\d+), wide_loss is ([\d.e-]+), "
+    r"deep_loss is ([\d.e-]+)$",
+    re.M,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +40,19 @@ def criteo(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("criteo")
     write_criteo_text(root / "train.txt", 4000, seed=0, malformed=3)
-    assert convert([str(root / "train.txt"), str(root / "mr"), "--threshold", "5",
-                    "--samples-per-record", "8"]) == 0
+    assert (
+        convert(
+            [
+                str(root / "train.txt"),
+                str(root / "mr"),
+                "--threshold",
+                "5",
+                "--samples-per-record",
+                "8",
+            ]
+        )
+        == 0
+    )
     return root / "mr"
 
 
@@ -43,23 +65,35 @@ def placements(tmp_path_factory, criteo):
     """Both placements, two epochs each, as one sweep (one process): its parent run, and
     the jobs by placement."""
     cwd = tmp_path_factory.mktemp("placements")
-    result = run_cli("ms_exp.run", ["-m", "trainer.progress_bar=never", *TINY,
-                                    f"dataset.path={criteo}", "trainer.loss_print_interval=1",
-                                    "placement=device,host_device"], cwd)
+    result = run_cli(
+        "ms_exp.run",
+        [
+            "-m",
+            "trainer.progress_bar=never",
+            *TINY,
+            f"dataset.path={criteo}",
+            "trainer.loss_print_interval=1",
+            "placement=device,host_device",
+        ],
+        cwd,
+    )
     assert result.rc == 0, result.stderr[-3000:]
     store = result.store
     experiment = store.get_experiment_by_name("ms_exp")
     runs = store.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    jobs = {run.data.params["placement.mode"]: Job(run.data.params["placement.mode"], run, store)
-            for run in children}
+    jobs = {
+        run.data.params["placement.mode"]: Job(run.data.params["placement.mode"], run, store)
+        for run in children
+    }
     return result, parents, children, jobs
 
 
 @pytest.mark.e2e
-def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc(placements,
-                                                                               criteo):
+def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc(
+    placements, criteo
+):
     cli, _, _, jobs = placements
     result = jobs["host_device"]
     steps = 3585 // 256  # the converter's train split, drop_remainder
@@ -69,8 +103,9 @@ def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc
     wide, deep = metric(result, "train/wide_loss"), metric(result, "train/deep_loss")
     assert len(wide) == len(deep) == 2 * steps
     # The printed values are the logged ones; deep_loss adds the L2 term on top.
-    assert float(lines[-1][2]) == pytest.approx(wide[-1]) and float(lines[-1][3]) == \
-        pytest.approx(deep[-1])
+    assert float(lines[-1][2]) == pytest.approx(wide[-1]) and float(lines[-1][3]) == pytest.approx(
+        deep[-1]
+    )
     assert all(d > w for w, d in zip(wide, deep))
     assert metric(result, "train/loss") == wide  # train/loss is the log loss
     auc = metric(result, "eval/auc")
@@ -78,19 +113,20 @@ def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc
     run = result.run
     assert run.data.tags["ms_exp.placement"] == "host_device"
     assert set(run.data.tags["ms_exp.placement.host_params"].split(",")) == {
-        "wide_embedding.embedding_table", "deep_embedding.embedding_table"}
+        "wide_embedding.embedding_table",
+        "deep_embedding.embedding_table",
+    }
     vocab = json.loads((criteo / "criteo_meta.json").read_text())["vocab_size"]
-    assert run.data.metrics["placement/host_table_mb"] == pytest.approx(
-        vocab * (8 + 1) * 4 / 2**20)
+    assert run.data.metrics["placement/host_table_mb"] == pytest.approx(vocab * (8 + 1) * 4 / 2**20)
     assert run.data.metrics["system/peak_host_memory_mb"] > 100
     assert "(auc " in result.field("best checkpoint:")
 
     # The inference flow reproduces the run's AUC from the saved best checkpoint.
-    evaluated = run_cli("ms_exp.eval", ["--run-id", result.run_id, "--checkpoint", "best"],
-                        cli.cwd)
+    evaluated = run_cli("ms_exp.eval", ["--run-id", result.run_id, "--checkpoint", "best"], cli.cwd)
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
-    assert float(re.search(r"'auc': ([\d.]+)", evaluated.stdout).group(1)) == \
-        pytest.approx(max(auc), abs=1e-6)
+    assert float(re.search(r"'auc': ([\d.]+)", evaluated.stdout).group(1)) == pytest.approx(
+        max(auc), abs=1e-6
+    )
 
 
 @pytest.mark.e2e
@@ -114,24 +150,34 @@ def test_placements_build_the_tutorials_kernels_and_train_the_same_loss(criteo):
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     cfg = OmegaConf.structured(WideDeepModel(emb_dim=8, deep_layers=[16]))
     rng = np.random.default_rng(0)
-    batch = (ms.Tensor(rng.integers(0, 500, (32, 39)).astype(np.int32)),
-             ms.Tensor(rng.random((32, 39)).astype(np.float32)),
-             ms.Tensor((rng.random((32, 1)) < 0.3).astype(np.float32)))
+    batch = (
+        ms.Tensor(rng.integers(0, 500, (32, 39)).astype(np.int32)),
+        ms.Tensor(rng.random((32, 39)).astype(np.float32)),
+        ms.Tensor((rng.random((32, 1)) < 0.3).astype(np.float32)),
+    )
     losses = {}
     for host in (False, True):
         ms.set_seed(3)
-        network = wide_deep((39,), 500, Placement(host_tables=host), emb_dim=cfg.emb_dim,
-                            deep_layers=cfg.deep_layers)
+        network = wide_deep(
+            (39,),
+            500,
+            Placement(host_tables=host),
+            emb_dim=cfg.emb_dim,
+            deep_layers=cfg.deep_layers,
+        )
         step = create_train_step(cfg, network, Placement(host_tables=host))
         lookups = [network.wide_embedding, network.deep_embedding]
-        assert {(t.target, t.sparse) for t in lookups} == {("CPU", True) if host
-                                                             else ("DEVICE", False)}
+        assert {(t.target, t.sparse) for t in lookups} == {
+            ("CPU", True) if host else ("DEVICE", False)
+        }
         wide_opt, deep_opt = step.wide_optimizer, step.deep_optimizer
         assert type(wide_opt).__name__ == "FTRL"
         assert type(deep_opt).__name__ == ("LazyAdam" if host else "Adam")
         if host:  # the tutorial's primitive_target CPU on the fused sparse kernels
-            for optimizer, kernel in ((wide_opt, "FusedSparseFtrl"),
-                                      (deep_opt, "FusedSparseLazyAdam")):
+            for optimizer, kernel in (
+                (wide_opt, "FusedSparseFtrl"),
+                (deep_opt, "FusedSparseLazyAdam"),
+            ):
                 assert optimizer.sparse_opt.name == kernel
                 assert optimizer.sparse_opt.attrs["primitive_target"] == "CPU"
         wide_names = {p.name for p in step.wide_params}
@@ -144,15 +190,28 @@ def test_placements_build_the_tutorials_kernels_and_train_the_same_loss(criteo):
 @pytest.mark.e2e
 @pytest.mark.parametrize("placement", ["device", "host_device"])
 def test_data_parallel_two_workers_end_with_the_same_weights(tmp_path, criteo, placement):
-    result = train(tmp_path, *TINY, f"dataset.path={criteo}", f"placement={placement}",
-                   "parallel=data", f"parallel.launcher.master_port={free_port()}",
-                   "trainer.epochs=1")
+    result = train(
+        tmp_path,
+        *TINY,
+        f"dataset.path={criteo}",
+        f"placement={placement}",
+        "parallel=data",
+        f"parallel.launcher.master_port={free_port()}",
+        "trainer.epochs=1",
+    )
     import mindspore as ms
 
-    ranks = [ms.load_checkpoint(str(next((result.run_dir / f"checkpoints/rank_{r}")
-                                         .glob("checkpoint-1_*.ckpt")))) for r in (0, 1)]
-    for name in ("wide_embedding.embedding_table", "deep_embedding.embedding_table",
-                 "deep_layers.0.weight"):
+    ranks = [
+        ms.load_checkpoint(
+            str(next((result.run_dir / f"checkpoints/rank_{r}").glob("checkpoint-1_*.ckpt")))
+        )
+        for r in (0, 1)
+    ]
+    for name in (
+        "wide_embedding.embedding_table",
+        "deep_embedding.embedding_table",
+        "deep_layers.0.weight",
+    ):
         np.testing.assert_array_equal(ranks[0][name].asnumpy(), ranks[1][name].asnumpy())
     run = result.store.get_run(result.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["ms_exp.placement"] == placement
@@ -161,9 +220,15 @@ def test_data_parallel_two_workers_end_with_the_same_weights(tmp_path, criteo, p
 
 @pytest.mark.e2e
 def test_hybrid_preset_and_a_table_of_millions_of_rows(tmp_path, criteo):
-    result = train(tmp_path, "+experiment=wide_deep_hybrid", "dataset.batch_size=256",
-                   "model.emb_dim=4", "model.deep_layers=[16]", "model.vocab_size=2000000",
-                   env={"DATA_PATH": str(criteo)})
+    result = train(
+        tmp_path,
+        "+experiment=wide_deep_hybrid",
+        "dataset.batch_size=256",
+        "model.emb_dim=4",
+        "model.deep_layers=[16]",
+        "model.vocab_size=2000000",
+        env={"DATA_PATH": str(criteo)},
+    )
     run = result.store.get_run(result.run_id)
     assert run.data.params["placement.mode"] == "host_device"
     assert run.data.params["trainer.epochs"] == "1" and run.info.run_name == "wide_deep_hybrid"
@@ -173,28 +238,40 @@ def test_hybrid_preset_and_a_table_of_millions_of_rows(tmp_path, criteo):
 
 
 BAD = {
-    "host tables without tables": (["placement=host_device"],
-                                   "placement='host_device': not allowed; expected a model "
-                                   "with embedding tables to keep on the host "
-                                   "(model=wide_deep); model=mlp has none, use placement=device"),
-    "wide_deep on images": (["model=wide_deep"],
-                            "model='wide_deep': not allowed; expected dataset=criteo"),
-    "criteo with an image model": (["dataset=criteo", "DATA"],
-                                   "dataset='criteo': not allowed; expected model=wide_deep"),
-    "semi_auto wide_deep": (["model=wide_deep", "dataset=criteo", "DATA", "parallel=semi_auto"],
-                            "parallel='semi_auto': not allowed; expected stand_alone or data"),
-    "optimizer it does not read": (["model=wide_deep", "dataset=criteo", "DATA",
-                                    "optimizer.lr=0.1"],
-                                   "optimizer.lr=0.1: not allowed; expected its default 0.05 "
-                                   "with model=wide_deep"),
-    "tables smaller than the data": (["model=wide_deep", "dataset=criteo", "DATA",
-                                      "model.vocab_size=10"],
-                                     "model.vocab_size=10: not allowed; expected null or at "
-                                     "least the dataset's"),
-    "keep_prob 0": (["model=wide_deep", "dataset=criteo", "DATA", "model.keep_prob=0"],
-                    "model.keep_prob=0.0: not allowed; expected a number in (0, 1]"),
-    "unknown placement": (["placement=host"], "placement='host': unknown option; expected one "
-                          "of device, host_device"),
+    "host tables without tables": (
+        ["placement=host_device"],
+        "placement='host_device': not allowed; expected a model "
+        "with embedding tables to keep on the host "
+        "(model=wide_deep); model=mlp has none, use placement=device",
+    ),
+    "wide_deep on images": (
+        ["model=wide_deep"],
+        "model='wide_deep': not allowed; expected dataset=criteo",
+    ),
+    "criteo with an image model": (
+        ["dataset=criteo", "DATA"],
+        "dataset='criteo': not allowed; expected model=wide_deep",
+    ),
+    "semi_auto wide_deep": (
+        ["model=wide_deep", "dataset=criteo", "DATA", "parallel=semi_auto"],
+        "parallel='semi_auto': not allowed; expected stand_alone or data",
+    ),
+    "optimizer it does not read": (
+        ["model=wide_deep", "dataset=criteo", "DATA", "optimizer.lr=0.1"],
+        "optimizer.lr=0.1: not allowed; expected its default 0.05 with model=wide_deep",
+    ),
+    "tables smaller than the data": (
+        ["model=wide_deep", "dataset=criteo", "DATA", "model.vocab_size=10"],
+        "model.vocab_size=10: not allowed; expected null or at least the dataset's",
+    ),
+    "keep_prob 0": (
+        ["model=wide_deep", "dataset=criteo", "DATA", "model.keep_prob=0"],
+        "model.keep_prob=0.0: not allowed; expected a number in (0, 1]",
+    ),
+    "unknown placement": (
+        ["placement=host"],
+        "placement='host': unknown option; expected one of device, host_device",
+    ),
 }
 
 
@@ -214,7 +291,8 @@ def test_a_placement_sweep_is_one_parent_run_ranked_by_auc(tmp_path, placements)
     assert {c.data.params["placement.mode"] for c in children} == {"device", "host_device"}
     # The sweep report ranks Wide&Deep jobs by AUC (classifiers: by accuracy).
     assert "by eval/auc, highest first" in result.stdout
-    summary = Path(result.store.download_artifacts(parents[0].info.run_id,
-                                                   "report/summary.csv", str(tmp_path)))
+    summary = Path(
+        result.store.download_artifacts(parents[0].info.run_id, "report/summary.csv", str(tmp_path))
+    )
     header = summary.read_text().splitlines()[0].split(",")
     assert "eval/auc" in header and "eval/accuracy" not in header

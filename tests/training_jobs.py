@@ -3,6 +3,7 @@ files a test writes into its own config folder (``--config-dir``), one job per f
 jobs of a sweep run one after the other in the launching process, so each costs its
 training, not a new process with MindSpore's import and a fresh MLflow store; their
 products (console.log, checkpoints, MLflow runs) are what a single run leaves behind."""
+
 import shutil
 from pathlib import Path
 from typing import Dict, Optional, Sequence
@@ -26,9 +27,10 @@ class Job:
         """The rest of the first console line that starts with ``prefix``."""
         for line in self.console.splitlines():
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
-        raise AssertionError(f"{self.name}: no line starting {prefix!r} in:\n"
-                             f"{self.console[-3000:]}")
+                return line[len(prefix) :].strip()
+        raise AssertionError(
+            f"{self.name}: no line starting {prefix!r} in:\n{self.console[-3000:]}"
+        )
 
 
 class Sweep:
@@ -39,9 +41,14 @@ class Sweep:
         return self.jobs[name]
 
 
-def experiment_sweep(cwd: Path, experiments: Dict[str, str], *overrides: str,
-                     presets: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
-                     fresh_store: bool = False) -> Sweep:
+def experiment_sweep(
+    cwd: Path,
+    experiments: Dict[str, str],
+    *overrides: str,
+    presets: Sequence[str] = (),
+    env: Optional[Dict[str, str]] = None,
+    fresh_store: bool = False,
+) -> Sweep:
     """``python -m ms_exp.run -m --config-dir conf OVERRIDES +experiment=A,B,...`` in
     ``cwd``: ``experiments`` maps a name to the body of ``conf/experiment/<name>.yaml``
     (``# @package _global_`` is added), ``presets`` are ms_exp's own experiments swept
@@ -55,9 +62,13 @@ def experiment_sweep(cwd: Path, experiments: Dict[str, str], *overrides: str,
     if not fresh_store and not (cwd / "mlflow.db").exists():
         shutil.copyfile(migrated_store(), cwd / "mlflow.db")
     names = [*experiments, *presets]
-    result = run_cli("ms_exp.run", ["-m", "--config-dir", "conf", *overrides,
-                                    "+experiment=" + ",".join(names)], cwd, env,
-                     timeout=900)
+    result = run_cli(
+        "ms_exp.run",
+        ["-m", "--config-dir", "conf", *overrides, "+experiment=" + ",".join(names)],
+        cwd,
+        env,
+        timeout=900,
+    )
     assert result.rc == 0, f"rc={result.rc}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     store = result.store
     runs = store.search_runs(["1"])
@@ -67,8 +78,11 @@ def experiment_sweep(cwd: Path, experiments: Dict[str, str], *overrides: str,
         if run is parent or "ms_exp.sweep" in run.data.tags:
             continue
         overrides_file = Path(run.data.tags["ms_exp.run_dir"]) / ".hydra" / "overrides.yaml"
-        (name,) = [line.split("=", 1)[1].strip() for line in
-                   overrides_file.read_text().splitlines() if "+experiment=" in line]
+        (name,) = [
+            line.split("=", 1)[1].strip()
+            for line in overrides_file.read_text().splitlines()
+            if "+experiment=" in line
+        ]
         jobs[name] = Job(name, run, store)
     assert sorted(jobs) == sorted(names), (sorted(jobs), result.stdout[-3000:])
     return Sweep(result, jobs, parent)

@@ -22,6 +22,7 @@ Where each column comes from:
 Deterministic (no timestamps, the schemas' and files' own order) and quick: MindSpore is
 never imported, and Hydra composes a handful of configs that together select every option.
 """
+
 import argparse
 import ast
 import dataclasses
@@ -66,8 +67,10 @@ CLOSED_SETS: Dict[Tuple[type, str], Sequence] = {
     (schema.ResNetModel, "depth"): RESNET_DEPTHS,
 }
 # Dict-valued keys whose every value is read typed by a schema of its own.
-TYPED_VALUES: Dict[Tuple[type, str], type] = {(LossConfig, "parts"): LossPart,
-                                              (TrainerConfig, "callbacks"): CallbackEntry}
+TYPED_VALUES: Dict[Tuple[type, str], type] = {
+    (LossConfig, "parts"): LossPart,
+    (TrainerConfig, "callbacks"): CallbackEntry,
+}
 # Hydra plugins that the launcher presets in conf/hydra/launcher extend.
 PLUGIN_DOCS = {
     "joblib": "https://hydra.cc/docs/plugins/joblib_launcher/",
@@ -101,7 +104,7 @@ def read_comments(path: Path = SCHEMA_FILE) -> Dict[str, Dict[str, Comment]]:
             comments[token.start[0]] = (token.start[1], token.string)
 
     def own_line(number: int) -> bool:
-        return number in comments and not lines[number - 1][:comments[number][0]].strip()
+        return number in comments and not lines[number - 1][: comments[number][0]].strip()
 
     def above(number: int) -> List[str]:
         block = []
@@ -124,8 +127,11 @@ def read_comments(path: Path = SCHEMA_FILE) -> Dict[str, Dict[str, Comment]]:
         for statement in node.body:
             if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
                 name = statement.target.id
-            elif (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                  and isinstance(statement.targets[0], ast.Name)):
+            elif (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+            ):
                 name = statement.targets[0].id
             else:
                 continue
@@ -173,8 +179,10 @@ def missing_meanings() -> List[str]:
             comment = field_comment(owner, item.name)
             nested = dataclasses.is_dataclass(item.type) and class_intro(item.type)
             if not (comment.text or nested):
-                missing.append(f"{key} has no meaning: add a comment beside or above "
-                               f"{comment.owner}.{item.name} ({SCHEMA_SHOWN}:{comment.line})")
+                missing.append(
+                    f"{key} has no meaning: add a comment beside or above "
+                    f"{comment.owner}.{item.name} ({SCHEMA_SHOWN}:{comment.line})"
+                )
     return sorted(set(missing))
 
 
@@ -198,8 +206,11 @@ def _fields(cls: type, prefix: str) -> Iterator[Tuple[str, type, dataclasses.Fie
 
 def _sections() -> List[Tuple[str, type]]:
     """Config's sections that are not groups, in its order."""
-    return [(item.name, item.type) for item in dataclasses.fields(Config)
-            if dataclasses.is_dataclass(item.type)]
+    return [
+        (item.name, item.type)
+        for item in dataclasses.fields(Config)
+        if dataclasses.is_dataclass(item.type)
+    ]
 
 
 def _section_of(cls: type) -> str:
@@ -217,8 +228,10 @@ YAML_CONSTANTS = {"None": "null", "True": "true", "False": "false"}
 # ``ms_exp/train/optimizer.py``, ``Model(boost_level=...)``), told from words by the ``_``,
 # ``.``, ``/``, ``=`` or call parentheses in them.
 _WORD = r"(?:[A-Za-z_]|<\w+>)(?:[\w*+-]|<\w+>)*"
-IDENTIFIER = re.compile(rf"(?<![\w`/.<>*+=~-]){_WORD}(?:[./=](?:{_WORD}|\.\.\.))*"
-                        r"(?:\([^()\n]{0,60}\))?")
+IDENTIFIER = re.compile(
+    rf"(?<![\w`/.<>*+=~-]){_WORD}(?:[./=](?:{_WORD}|\.\.\.))*"
+    r"(?:\([^()\n]{0,60}\))?"
+)
 NOT_CODE = {"e.g", "i.e"}
 
 
@@ -231,7 +244,7 @@ def text(value: str, sentence: bool = False) -> str:
         value = _sentence(value)
     out, last = [], 0
     for span in CODE_SPAN.finditer(value):
-        out.append(_prose(value[last:span.start()]))
+        out.append(_prose(value[last : span.start()]))
         out.append(code(span.group(1)))
         last = span.end()
     out.append(_prose(value[last:]))
@@ -252,7 +265,7 @@ DESIGN_LINK = re.compile(r"docs/design\.md#([\w-]+)")
 def _prose(value: str) -> str:
     out, last = [], 0
     for link in DESIGN_LINK.finditer(value):
-        out.append(_names(value[last:link.start()]))
+        out.append(_names(value[last : link.start()]))
         out.append(f"[design](../design.md#{link.group(1)})")
         last = link.end()
     out.append(_names(value[last:]))
@@ -265,7 +278,7 @@ def _names(value: str) -> str:
         token = name.group(0)
         if token in NOT_CODE or not re.search(r"[_./=(]", token):
             continue
-        out.append(_escape(value[last:name.start()]))
+        out.append(_escape(value[last : name.start()]))
         out.append(code(token))
         last = name.end()
     out.append(_escape(value[last:]))
@@ -339,8 +352,9 @@ def allowed(cls: type, item: dataclasses.Field) -> str:
         choices = []
         for member in kind:
             comment = member_comment(kind, member)
-            choices.append(code(member.value)
-                           + (f": {text(comment, sentence=True)}" if comment else ""))
+            choices.append(
+                code(member.value) + (f": {text(comment, sentence=True)}" if comment else "")
+            )
         return "<br>".join(choices)
     closed = CLOSED_SETS.get((cls, item.name))
     if closed is not None:
@@ -369,8 +383,10 @@ def table(cls: type, values: Optional[dict], prefix: str = "") -> List[str]:
         if typed is not None:
             meaning = _sentence(meaning) + f" Each one's keys: `{key}.<name>` below."
         default = code(yaml_value(values[item.name]))
-        rows.append(f"| {code(key)} | {type_name(item.type)} | {default} | "
-                    f"{allowed(cls, item)} | {text(meaning, sentence=True)} |")
+        rows.append(
+            f"| {code(key)} | {type_name(item.type)} | {default} | "
+            f"{allowed(cls, item)} | {text(meaning, sentence=True)} |"
+        )
     return rows + nested
 
 
@@ -412,11 +428,11 @@ def composed() -> Tuple[dict, Dict[str, Dict[str, dict]], Dict[str, dict]]:
     presets: Dict[str, dict] = {}
     with hydra_for(ConfigSource()):
         default = compose("config", overrides=[])
-        sections = {name: OmegaConf.to_container(default[name], resolve=False)
-                    for name, _ in _sections()}
+        sections = {
+            name: OmegaConf.to_container(default[name], resolve=False) for name, _ in _sections()
+        }
         for number in range(rounds):
-            picked = {group: names[min(number, len(names) - 1)]
-                      for group, names in groups.items()}
+            picked = {group: names[min(number, len(names) - 1)] for group, names in groups.items()}
             overrides = [f"{group}={name}" for group, name in picked.items()]
             launcher = launchers[number] if number < len(launchers) else None
             if launcher:
@@ -444,8 +460,9 @@ def _blocks(blocks: List[Tuple[str, str]]) -> List[str]:
 
 def _default_option(group: str) -> str:
     defaults = yaml.safe_load((CONF_DIR / "config.yaml").read_text())["defaults"]
-    return next(str(entry[group]) for entry in defaults
-                if isinstance(entry, dict) and group in entry)
+    return next(
+        str(entry[group]) for entry in defaults if isinstance(entry, dict) and group in entry
+    )
 
 
 def render() -> str:
@@ -488,14 +505,19 @@ def render() -> str:
                 f"`_target_` names: with `{name}._target_` set, a key this table does not list "
                 f"is passed to that class as an argument (on the command line "
                 f"`+{name}.<argument>=<value>`), checked against its signature before the run "
-                "starts.", ""]
+                "starts.",
+                "",
+            ]
         out += [HEADER, *table(section, sections[name], f"{name}."), ""]
         for (owner, key), typed in TYPED_VALUES.items():
             if owner is section:
                 out += [f"#### {text(f'{name}.{key}.<name>')}", "", text(class_intro(typed)), ""]
                 if issubclass(typed, dict):
-                    out += ["A part with a `_target_` takes that class's own arguments beside "
-                            "the keys below.", ""]
+                    out += [
+                        "A part with a `_target_` takes that class's own arguments beside "
+                        "the keys below.",
+                        "",
+                    ]
                 out += [HEADER, *table(typed, None, f"{name}.{key}.<name>."), ""]
     out += [
         "## Config groups",
@@ -546,10 +568,16 @@ def render() -> str:
         node = presets[preset]
         out += [f"### hydra/launcher={preset}", ""]
         docs = PLUGIN_DOCS.get(plugin)
-        what = (f"extends Hydra's [{plugin}]({docs}) launcher" if docs else
-                f"ms_exp's own launcher (`ms_exp/pool/`), its keys typed by {code(plugin)}")
-        out += [f"File `conf/hydra/launcher/{preset}.yaml`; {what} "
-                f"(`_target_`: {code(node['_target_'])}).", ""]
+        what = (
+            f"extends Hydra's [{plugin}]({docs}) launcher"
+            if docs
+            else f"ms_exp's own launcher (`ms_exp/pool/`), its keys typed by {code(plugin)}"
+        )
+        out += [
+            f"File `conf/hydra/launcher/{preset}.yaml`; {what} "
+            f"(`_target_`: {code(node['_target_'])}).",
+            "",
+        ]
         out += _blocks(option_header(path))
         body = path.read_text().splitlines()
         start = next(n for n, line in enumerate(body) if not line.startswith("#"))
@@ -571,10 +599,10 @@ def _anchor(group: str, option: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None, page: Path = PAGE) -> int:
-    parser = argparse.ArgumentParser(prog=COMMAND,
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when the page differs from what this writes")
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when the page differs from what this writes"
+    )
     args = parser.parse_args(argv)
     generated = render()
     if args.check:

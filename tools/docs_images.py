@@ -21,6 +21,7 @@ table of a two-job sweep in the real MLflow UI, the parent expanded, ``optimizer
 with ``--rerun-ui``, it runs ``pytest tests/test_ui.py`` first (a few minutes; it needs
 Debian's chromium at /usr/bin/chromium).
 """
+
 import argparse
 import os
 import shutil
@@ -53,8 +54,10 @@ def say(message: str) -> None:
 
 def run_logged(command: List[str], cwd: Path, log: Path) -> None:
     """Run ``command`` with its output in ``log``; on failure, show the log's end and stop."""
-    say(f"running {' '.join(command[1:] if command[0] == sys.executable else command)}"
-        f"  (in {cwd}; output in {log})")
+    say(
+        f"running {' '.join(command[1:] if command[0] == sys.executable else command)}"
+        f"  (in {cwd}; output in {log})"
+    )
     with open(log, "wb") as out:
         done = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
@@ -70,8 +73,12 @@ def newest_sweep(workdir: Path) -> str:
 
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     experiments = [e.experiment_id for e in client.search_experiments()]
-    parents = client.search_runs(experiments, filter_string="tags.`ms_exp.sweep` = 'true'",
-                                 order_by=["attributes.start_time DESC"], max_results=1)
+    parents = client.search_runs(
+        experiments,
+        filter_string="tags.`ms_exp.sweep` = 'true'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not parents:
         sys.exit(f"no sweep in {workdir / 'mlflow.db'}")
     return parents[0].info.run_id
@@ -79,10 +86,12 @@ def newest_sweep(workdir: Path) -> str:
 
 def sweep_plots(workdir: Path, reuse: bool) -> None:
     if not reuse:
-        run_logged([sys.executable, "-m", "ms_exp.run", *STAGE_ONE], workdir,
-                   workdir / "stage_one.log")
-        run_logged([sys.executable, "-m", "ms_exp.run", *STAGE_TWO], workdir,
-                   workdir / "stage_two.log")
+        run_logged(
+            [sys.executable, "-m", "ms_exp.run", *STAGE_ONE], workdir, workdir / "stage_one.log"
+        )
+        run_logged(
+            [sys.executable, "-m", "ms_exp.run", *STAGE_TWO], workdir, workdir / "stage_two.log"
+        )
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
@@ -101,12 +110,17 @@ def sweep_plots(workdir: Path, reuse: bool) -> None:
 def ui_screenshot(rerun: bool) -> None:
     if rerun or not SCREENSHOT.is_file():
         if not CHROMIUM.is_file():
-            sys.exit(f"{CHROMIUM} is missing: apt-get install -y --no-install-recommends "
-                     "chromium, then run this again")
+            sys.exit(
+                f"{CHROMIUM} is missing: apt-get install -y --no-install-recommends "
+                "chromium, then run this again"
+            )
         SCREENSHOT.unlink(missing_ok=True)
         log = Path(tempfile.gettempdir()) / "docs_images_test_ui.log"
-        run_logged([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "tests/test_ui.py"], ROOT, log)
+        run_logged(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_ui.py"],
+            ROOT,
+            log,
+        )
         if not SCREENSHOT.is_file():
             sys.exit(f"tests/test_ui.py passed but left no {SCREENSHOT.relative_to(ROOT)}")
     else:
@@ -116,17 +130,28 @@ def ui_screenshot(rerun: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", choices=("sweep", "ui"), help="make only these pictures")
-    parser.add_argument("--workdir", type=Path,
-                        help="scratch folder of the sweep (default: a new temporary one)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary scratch folder (a --workdir is always kept)")
-    parser.add_argument("--reuse", action="store_true",
-                        help="use the newest sweep already in --workdir instead of running one")
-    parser.add_argument("--rerun-ui", action="store_true",
-                        help="run tests/test_ui.py even when its screenshot exists")
+    parser.add_argument(
+        "--workdir", type=Path, help="scratch folder of the sweep (default: a new temporary one)"
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary scratch folder (a --workdir is always kept)",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="use the newest sweep already in --workdir instead of running one",
+    )
+    parser.add_argument(
+        "--rerun-ui",
+        action="store_true",
+        help="run tests/test_ui.py even when its screenshot exists",
+    )
     args = parser.parse_args()
     if args.reuse and not args.workdir:
         parser.error("--reuse needs --workdir")

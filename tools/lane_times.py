@@ -5,6 +5,7 @@ MS_EXP_LANE_TIMES names it (docs/developing.md#lanes); .ci/run ends with these l
 
 A missing or empty file is said in one line, not an error: a run that stopped before its
 tests ended must still print the rest of .ci/run's summary."""
+
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -18,8 +19,9 @@ def summary(text: str) -> list:
         lane, time_s, _ = line.split("\t", 2)
         count[lane] += 1
         seconds[lane] += float(time_s)
-    return [f"lane {lane}: {count[lane]} tests, {seconds[lane]:.0f} s of test time"
-            for lane in LANES]
+    return [
+        f"lane {lane}: {count[lane]} tests, {seconds[lane]:.0f} s of test time" for lane in LANES
+    ]
 
 
 def main(argv: list) -> int:

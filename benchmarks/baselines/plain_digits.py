@@ -6,6 +6,7 @@ is the baseline the framework is measured against (benchmarks/overhead.py).
 
     python benchmarks/baselines/plain_digits.py --epochs 10 --ckpt-dir /tmp/plain_ckpt
 """
+
 import argparse
 
 import mindspore as ms
@@ -56,12 +57,18 @@ def create_dataset():
     digits = load_digits()
     images = digits.images.astype(np.float32)[..., np.newaxis]
     labels = digits.target.astype(np.int32)
-    train_x, _, train_y, _ = train_test_split(images, labels, test_size=0.2, random_state=0,
-                                              stratify=labels)
+    train_x, _, train_y, _ = train_test_split(
+        images, labels, test_size=0.2, random_state=0, stratify=labels
+    )
     dataset = ds.NumpySlicesDataset({"image": train_x, "label": train_y}, shuffle=True)
-    dataset = dataset.map([ds.vision.Rescale(1 / 16.0, 0.0),
-                           ds.vision.Normalize(mean=(MEAN,), std=(STD,)),
-                           ds.vision.HWC2CHW()], "image")
+    dataset = dataset.map(
+        [
+            ds.vision.Rescale(1 / 16.0, 0.0),
+            ds.vision.Normalize(mean=(MEAN,), std=(STD,)),
+            ds.vision.HWC2CHW(),
+        ],
+        "image",
+    )
     dataset = dataset.map(ds.transforms.TypeCast(ms.int32), "label")
     return dataset.batch(BATCH_SIZE, drop_remainder=True)
 
@@ -78,10 +85,14 @@ def main():
     network = Network()
     optimizer = nn.Momentum(network.trainable_params(), learning_rate=LR, momentum=MOMENTUM)
     model = ms.Model(network, loss_fn=nn.CrossEntropyLoss(), optimizer=optimizer)
-    config = CheckpointConfig(save_checkpoint_steps=dataset.get_dataset_size(),
-                              keep_checkpoint_max=5)
-    callbacks = [LossMonitor(args.print_every), TimeMonitor(),
-                 ModelCheckpoint(prefix="checkpoint", directory=args.ckpt_dir, config=config)]
+    config = CheckpointConfig(
+        save_checkpoint_steps=dataset.get_dataset_size(), keep_checkpoint_max=5
+    )
+    callbacks = [
+        LossMonitor(args.print_every),
+        TimeMonitor(),
+        ModelCheckpoint(prefix="checkpoint", directory=args.ckpt_dir, config=config),
+    ]
     model.train(args.epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
 
 

@@ -1,5 +1,6 @@
 """``hydra/launcher=pool``: Hydra instantiates launchers only from the ``hydra_plugins``
 package, so the class lives here and the work in ms_exp.pool."""
+
 from typing import Any, Sequence
 
 from hydra.core.utils import JobReturn
@@ -15,9 +16,11 @@ class PoolLauncher(Launcher):
         self.launch_on_pool = PoolLaunch(**settings)
 
     def setup(self, *, hydra_context, task_function, config) -> None:
-        self.launch_on_pool.setup(hydra_context=hydra_context, task_function=task_function,
-                                  config=config)
+        self.launch_on_pool.setup(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
-    def launch(self, job_overrides: Sequence[Sequence[str]],
-               initial_job_idx: int) -> Sequence[JobReturn]:
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
         return self.launch_on_pool.launch(job_overrides, initial_job_idx)

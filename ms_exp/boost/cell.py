@@ -17,6 +17,7 @@
    with stage one's statistics. ``FixedDimReduce`` restores the network's non-trainable
    parameters after each trial as well (docs/design.md#dimreduce-batchnorm).
 """
+
 import numpy as np
 from mindspore import ParameterTuple, nn, ops
 from mindspore.boost import BoostTrainOneStepCell
@@ -65,7 +66,7 @@ class FixedDimReduce(DimReduce):
         gk_local = ops.addn(gk_local)
         gk_pad = self.allgather(gk_local) if self.rank_size > 1 else gk_local
         gk_pad = ops.reshape(gk_pad, (-1, 1))
-        gk = gk_pad[0:self.n_components, :]
+        gk = gk_pad[0 : self.n_components, :]
         return gk, old_loss, gk_local
 
     def _find_rho(self, gk, dk, dn, old_loss, weight, weight_clone, rho, *inputs):
@@ -82,7 +83,8 @@ class FixedDimReduce(DimReduce):
         if self.rank_size > 1:
             new_loss = self.allreduce(new_loss) / self.rank_size
         old_loss_delta = old_loss + self.sigma * rho * ops.squeeze(
-            self.matmul(ops.transpose(gk, (1, 0)), dk))
+            self.matmul(ops.transpose(gk, (1, 0)), dk)
+        )
         if old_loss_delta > new_loss:
             _save_weight(self.sk, rho * dk)
             res = self.true_flag
@@ -107,10 +109,18 @@ class LossReturningBoostCell(BoostTrainOneStepCell):
             # Rebuilt from the tensors MindSpore already loaded: pca_list_local holds this
             # rank's rows of the PCA matrix, split per parameter.
             self.dim_reduce: DimReduce = FixedDimReduce(
-                old.network, old.optimizer, self.weights,
+                old.network,
+                old.optimizer,
+                self.weights,
                 np.concatenate([part.asnumpy() for part in old.pca_list_local], axis=1),
-                old.n_components, float(old.rho_list[1].asnumpy()), old.gamma, old.alpha,
-                old.sigma, old.rank, old.rank_size)
+                old.n_components,
+                float(old.rho_list[1].asnumpy()),
+                old.gamma,
+                old.alpha,
+                old.sigma,
+                old.rank,
+                old.rank_size,
+            )
             self.dim_reduce.keep_statistics(network.untrainable_params())
         for param in network.get_parameters():
             param.name = names.get(id(param), param.name)
@@ -123,7 +133,7 @@ class LossReturningBoostCell(BoostTrainOneStepCell):
         if self.use_grad_accumulation:
             return self.gradient_accumulation_process(loss, grads, sens, *inputs)
         if self.enable_dim_reduce:
-            return ops.depend(loss, self.dim_reduce(loss, grads, sens, self.weights,
-                                                    self.weights_clone, *inputs))
+            return ops.depend(
+                loss, self.dim_reduce(loss, grads, sens, self.weights, self.weights_clone, *inputs)
+            )
         return ops.depend(loss, self.optimizer(grads))
-

@@ -6,6 +6,7 @@ snapshot folder when ``pca_mat_path`` is not a ``.npy`` file, drops components w
 from snapshots of another network, and only fails (or waits out ``timeout``) once the
 training cell is being built.
 """
+
 from math import prod
 from pathlib import Path
 
@@ -22,50 +23,83 @@ LEVELS = ("O1", "O2")
 def validate_dim_reduce(cfg) -> None:
     boost = cfg.boost
     _check_numbers(boost)
-    require(cfg.parallel.mode in ("stand_alone", "data"), "parallel", cfg.parallel.mode,
-            "stand_alone or data with boost=dim_reduce (DimReduce is data-parallel)")
+    require(
+        cfg.parallel.mode in ("stand_alone", "data"),
+        "parallel",
+        cfg.parallel.mode,
+        "stand_alone or data with boost=dim_reduce (DimReduce is data-parallel)",
+    )
     ranks = cfg.parallel.device_num
-    require(boost.n_components % ranks == 0, "boost.n_components", boost.n_components,
-            f"a multiple of parallel.device_num ({ranks}): each rank takes an equal share "
-            "of the components")
+    require(
+        boost.n_components % ranks == 0,
+        "boost.n_components",
+        boost.n_components,
+        f"a multiple of parallel.device_num ({ranks}): each rank takes an equal share "
+        "of the components",
+    )
     _check_optimizer(cfg.optimizer)
     stage_one = resolve_stage_one(boost, cfg.tracking)
     shapes = _network_parameters(cfg)
     _check_weights(stage_one.weights, shapes)
     if boost.pca_mat_path:
-        _check_pca_matrix(Path(boost.pca_mat_path).expanduser(), boost.n_components,
-                          sum(prod(shape) for shape in shapes.values()))
+        _check_pca_matrix(
+            Path(boost.pca_mat_path).expanduser(),
+            boost.n_components,
+            sum(prod(shape) for shape in shapes.values()),
+        )
     else:
         _check_snapshot_folder(stage_one.snapshots, boost.n_components, shapes)
 
 
 def _check_numbers(boost) -> None:
     require(boost.level in LEVELS, "boost.level", boost.level, one_of(LEVELS))
-    require(0 < boost.rho < 1, "boost.rho", boost.rho,
-            "a number in (0, 1): the line search tries steps 1 and rho")
-    require(0 <= boost.gamma < 1, "boost.gamma", boost.gamma,
-            "a number in [0, 1): the residual gradient's momentum")
-    require(boost.alpha >= 0, "boost.alpha", boost.alpha,
-            "a number >= 0: the residual gradient's step")
-    require(0 < boost.sigma < 1, "boost.sigma", boost.sigma,
-            "a number in (0, 1): the line search's sufficient-decrease factor")
-    require(boost.n_components >= 1, "boost.n_components", boost.n_components,
-            "an integer >= 1")
+    require(
+        0 < boost.rho < 1,
+        "boost.rho",
+        boost.rho,
+        "a number in (0, 1): the line search tries steps 1 and rho",
+    )
+    require(
+        0 <= boost.gamma < 1,
+        "boost.gamma",
+        boost.gamma,
+        "a number in [0, 1): the residual gradient's momentum",
+    )
+    require(
+        boost.alpha >= 0, "boost.alpha", boost.alpha, "a number >= 0: the residual gradient's step"
+    )
+    require(
+        0 < boost.sigma < 1,
+        "boost.sigma",
+        boost.sigma,
+        "a number in (0, 1): the line search's sufficient-decrease factor",
+    )
+    require(boost.n_components >= 1, "boost.n_components", boost.n_components, "an integer >= 1")
     require(boost.timeout >= 1, "boost.timeout", boost.timeout, "seconds >= 1")
 
 
 def _check_optimizer(optimizer) -> None:
     """AutoBoost replaces the optimizer with SGD(learning_rate=1) whatever it is given:
     refuse settings that would be silently ignored."""
-    expected = {"name": "sgd", "lr": 1.0, "momentum": 0.0, "weight_decay": 0.0,
-                "schedule": "constant", "group_params": "false"}
+    expected = {
+        "name": "sgd",
+        "lr": 1.0,
+        "momentum": 0.0,
+        "weight_decay": 0.0,
+        "schedule": "constant",
+        "group_params": "false",
+    }
     for key, value in expected.items():
         given = optimizer[key]
         given = getattr(given, "value", given)
         shown = str(given).lower() if isinstance(given, bool) else given
-        require(shown == value, f"optimizer.{key}", given,
-                f"{value} with boost=dim_reduce (MindSpore trains stage two with "
-                "SGD(learning_rate=1) whatever is configured)")
+        require(
+            shown == value,
+            f"optimizer.{key}",
+            given,
+            f"{value} with boost=dim_reduce (MindSpore trains stage two with "
+            "SGD(learning_rate=1) whatever is configured)",
+        )
 
 
 def _network_parameters(cfg):
@@ -77,12 +111,20 @@ def _network_parameters(cfg):
 
 
 def _check_weights(path: Path, shapes) -> None:
-    require(path.is_file() and path.suffix == ".ckpt", "boost.pretrained_weight_path",
-            str(path), "a .ckpt file that exists (stage one's final checkpoint)")
+    require(
+        path.is_file() and path.suffix == ".ckpt",
+        "boost.pretrained_weight_path",
+        str(path),
+        "a .ckpt file that exists (stage one's final checkpoint)",
+    )
     mismatched = _mismatched_parameters(path, shapes, "boost.pretrained_weight_path")
-    require(not mismatched, "boost.pretrained_weight_path", str(path),
-            f"a checkpoint of this network ({mismatched}: was stage one trained with "
-            "another model or dataset?)")
+    require(
+        not mismatched,
+        "boost.pretrained_weight_path",
+        str(path),
+        f"a checkpoint of this network ({mismatched}: was stage one trained with "
+        "another model or dataset?)",
+    )
 
 
 def _mismatched_parameters(path: Path, shapes, key: str) -> str:
@@ -93,39 +135,68 @@ def _mismatched_parameters(path: Path, shapes, key: str) -> str:
         saved = load_verified(path)
     except DamagedCheckpoint as error:
         raise ConfigError(key, str(path), f"a readable MindSpore checkpoint ({error})") from None
-    problems = [f"{name} missing" if name not in saved else
-                f"{name} is {list(saved[name].shape)}, not {list(shape)}"
-                for name, shape in shapes.items()
-                if name not in saved or tuple(saved[name].shape) != shape]
+    problems = [
+        f"{name} missing"
+        if name not in saved
+        else f"{name} is {list(saved[name].shape)}, not {list(shape)}"
+        for name, shape in shapes.items()
+        if name not in saved or tuple(saved[name].shape) != shape
+    ]
     return ", ".join(problems[:3])
 
 
 def _check_pca_matrix(path: Path, n_components: int, size: int) -> None:
-    require(path.is_file() and path.suffix == ".npy", "boost.pca_mat_path", str(path),
-            "a .npy file that exists (MindSpore ignores any other path)")
+    require(
+        path.is_file() and path.suffix == ".npy",
+        "boost.pca_mat_path",
+        str(path),
+        "a .npy file that exists (MindSpore ignores any other path)",
+    )
     try:  # reads the header, not the matrix; never unpickles (object arrays are refused)
         shape = np.load(path, mmap_mode="r", allow_pickle=False).shape
     except (ValueError, OSError) as error:
-        raise ConfigError("boost.pca_mat_path", str(path), "a .npy file of numbers ("
-                          f"{str(error).splitlines()[0]})") from None
-    require(len(shape) == 2 and shape[1] == size, "boost.pca_mat_path", str(path),
-            f"a matrix {size} wide, one column per trainable weight of this network "
-            f"(it is {'x'.join(map(str, shape))})")
-    require(shape[0] >= n_components, "boost.pca_mat_path", str(path),
-            f"at least boost.n_components ({n_components}) rows (it has {shape[0]})")
+        raise ConfigError(
+            "boost.pca_mat_path",
+            str(path),
+            f"a .npy file of numbers ({str(error).splitlines()[0]})",
+        ) from None
+    require(
+        len(shape) == 2 and shape[1] == size,
+        "boost.pca_mat_path",
+        str(path),
+        f"a matrix {size} wide, one column per trainable weight of this network "
+        f"(it is {'x'.join(map(str, shape))})",
+    )
+    require(
+        shape[0] >= n_components,
+        "boost.pca_mat_path",
+        str(path),
+        f"at least boost.n_components ({n_components}) rows (it has {shape[0]})",
+    )
 
 
 def _check_snapshot_folder(folder, n_components: int, shapes) -> None:
     key = "boost.weight_load_dir"
-    require(folder is not None, key, None,
-            "stage one's snapshot folder (or boost.pca_mat_path)")
+    require(folder is not None, key, None, "stage one's snapshot folder (or boost.pca_mat_path)")
     require(folder.is_dir(), key, str(folder), "a folder that exists")
     files = snapshot_files(folder)
-    require(bool(files), key, str(folder),
-            "a folder of stage-one weight snapshots (*.ckpt); it has none")
-    require(len(files) >= n_components, "boost.n_components", n_components,
-            f"at most the {len(files)} snapshots in {folder} (PCA cannot find more "
-            "components than samples)")
+    require(
+        bool(files),
+        key,
+        str(folder),
+        "a folder of stage-one weight snapshots (*.ckpt); it has none",
+    )
+    require(
+        len(files) >= n_components,
+        "boost.n_components",
+        n_components,
+        f"at most the {len(files)} snapshots in {folder} (PCA cannot find more "
+        "components than samples)",
+    )
     mismatched = _mismatched_parameters(files[0], shapes, key)
-    require(not mismatched, key, str(folder),
-            f"snapshots of this network ({files[0].name}: {mismatched})")
+    require(
+        not mismatched,
+        key,
+        str(folder),
+        f"snapshots of this network ({files[0].name}: {mismatched})",
+    )

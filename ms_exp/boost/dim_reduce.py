@@ -12,6 +12,7 @@ makes the same two calls Model would (``AutoBoost(level, dict)`` and its
 - the training cell must return its loss (``LossReturningBoostCell``);
 - the PCA step must use a private folder and a cached matrix (``ms_exp.boost.pca``).
 """
+
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -47,29 +48,44 @@ def reset_auto_boost() -> None:
     AutoBoost._instance = None
 
 
-def build_dim_reduce_model(boost_cfg, snapshots: Optional[Path], network: nn.Cell, loss: nn.Cell,
-                           metrics, runtime, run_dir: Path) -> Tuple[Model, PcaPlan]:
+def build_dim_reduce_model(
+    boost_cfg,
+    snapshots: Optional[Path],
+    network: nn.Cell,
+    loss: nn.Cell,
+    metrics,
+    runtime,
+    run_dir: Path,
+) -> Tuple[Model, PcaPlan]:
     # One PCA computer per node, as MindSpore's device_number means; ranks of one node
     # share the run directory.
     device_number = runtime.group_size
-    with pca_for_rank(boost_cfg, snapshots, run_dir, runtime.rank_id,
-                      runtime.group_size) as plan:
+    with pca_for_rank(boost_cfg, snapshots, run_dir, runtime.rank_id, runtime.group_size) as plan:
         reset_auto_boost()
-        boost = AutoBoost(boost_cfg.level, boost_config_dict(
-            boost_cfg, device_number, plan.work_dir, plan.pca_mat_path))
+        boost = AutoBoost(
+            boost_cfg.level,
+            boost_config_dict(boost_cfg, device_number, plan.work_dir, plan.pca_mat_path),
+        )
         # Replaces the optimizer with SGD(learning_rate=1) flagged for dim_reduce.
         network, optimizer = boost.network_auto_process_train(
-            network, nn.SGD(network.trainable_params(), learning_rate=1.0))
+            network, nn.SGD(network.trainable_params(), learning_rate=1.0)
+        )
     if runtime.rank_id != 0:
-        print(f"rank {runtime.rank_id}: waiting up to {boost_cfg.timeout} s for rank 0's "
-              "PCA matrix", flush=True)
+        print(
+            f"rank {runtime.rank_id}: waiting up to {boost_cfg.timeout} s for rank 0's PCA matrix",
+            flush=True,
+        )
     # Waits (up to boost.timeout) for rank 0's split of the matrix, then builds DimReduce.
     train_cell = LossReturningBoostCell(nn.WithLossCell(network, loss), optimizer)
     train_cell.set_train()
     # Model must not run AutoBoost again on the finished cell.
     reset_auto_boost()
-    model = Model(train_cell, eval_network=nn.WithEvalCell(network, loss), metrics=metrics,
-                  eval_indexes=[0, 1, 2])
+    model = Model(
+        train_cell,
+        eval_network=nn.WithEvalCell(network, loss),
+        metrics=metrics,
+        eval_indexes=[0, 1, 2],
+    )
     return model, plan
 
 
@@ -81,8 +97,10 @@ def load_stage_one_weights(network: nn.Cell, path: Path) -> None:
 
     missing, _ = ms.load_param_into_net(network, load_verified(path))
     if missing:
-        raise ValueError(f"boost.pretrained_weight_path={path}: lacks parameters "
-                         f"{', '.join(missing[:5])} of this network")
+        raise ValueError(
+            f"boost.pretrained_weight_path={path}: lacks parameters "
+            f"{', '.join(missing[:5])} of this network"
+        )
     print(f"stage two starts from the stage-one weights in {path}", flush=True)
 
 
@@ -93,14 +111,19 @@ def build_stage_two(build) -> Model:
     boost, runtime, tracker = build.cfg.boost, build.runtime, build.tracker
     load_stage_one_weights(build.network, Path(boost.pretrained_weight_path))
     snapshots = Path(boost.weight_load_dir) if boost.weight_load_dir else None
-    model, plan = build_dim_reduce_model(boost, snapshots, build.network, build.loss_fn,
-                                         build.metrics, runtime, build.run_dir)
+    model, plan = build_dim_reduce_model(
+        boost, snapshots, build.network, build.loss_fn, build.metrics, runtime, build.run_dir
+    )
     if runtime.rank_id != 0:
         return model
     where = f" ({plan.cache})" if plan.cache else ""
     print(f"PCA matrix: {plan.source}{where}; {boost.n_components} components", flush=True)
-    tracker.set_tags({"ms_exp.pca.source": plan.source,
-                      "ms_exp.pca.cache": str(plan.cache or boost.pca_mat_path or "")})
+    tracker.set_tags(
+        {
+            "ms_exp.pca.source": plan.source,
+            "ms_exp.pca.cache": str(plan.cache or boost.pca_mat_path or ""),
+        }
+    )
     if plan.source == "computed":
         # The matrix belongs to stage one: log it there once (here if stage one has no run).
         owner = boost.stage_one_run_id or tracker.run_id

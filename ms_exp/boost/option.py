@@ -5,6 +5,7 @@ whether a run of it can be resumed, what the launching process prepares, whether
 its own ``Model``, what it cleans up) instead of comparing ``boost.mode``. The options are
 listed in ``ms_exp.boost.options``. Nothing here imports MindSpore.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional

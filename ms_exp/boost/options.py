@@ -1,5 +1,6 @@
 """The ``boost`` group's options: one ``BoostOption`` each. Builders import MindSpore when
 called, never when this module is imported (the checks read the options first)."""
+
 from ms_exp.boost.checks import validate_dim_reduce
 from ms_exp.boost.option import BoostOption
 from ms_exp.boost.pca import remove_work_dir
@@ -21,11 +22,14 @@ BOOST_OPTIONS = {
     # Neither keeps its state in the checkpoint: dim-reduce's PCA subspace and line search
     # live in AutoBoost.
     "dim_reduce": BoostOption(
-        "dim_reduce", validate_dim_reduce,
+        "dim_reduce",
+        validate_dim_reduce,
         not_resumable="its state is not in the checkpoints",
         # Recorded as found (run id, paths), so ranks and re-runs need no MLflow lookup.
-        prepare_job=fill_stage_one, own_train_step=_stage_two_model,
-        after_fit=remove_work_dir),
+        prepare_job=fill_stage_one,
+        own_train_step=_stage_two_model,
+        after_fit=remove_work_dir,
+    ),
 }
 
 

@@ -17,6 +17,7 @@ same PCA. So:
   once they have cleared their stale files, which MindSpore does at the same moment rank 0
   writes the new ones.
 """
+
 import fcntl
 import hashlib
 import json
@@ -68,8 +69,9 @@ def cache_dir(snapshots: Path) -> Path:
 
 
 @contextmanager
-def pca_for_rank(boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int,
-                 group_size: int) -> Iterator[PcaPlan]:
+def pca_for_rank(
+    boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int, group_size: int
+) -> Iterator[PcaPlan]:
     """Prepare this rank's work folder; the caller builds MindSpore's boost network inside
     the ``with`` block. A matrix rank 0 computed is published to the cache on exit."""
     work = work_dir(run_dir)
@@ -93,8 +95,11 @@ def pca_for_rank(boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int,
     listing = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in snapshot_files(snapshots)]
     with open(matrix.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if matrix.is_file() and listing_file.is_file() and \
-                json.loads(listing_file.read_text()) == listing:
+        if (
+            matrix.is_file()
+            and listing_file.is_file()
+            and json.loads(listing_file.read_text()) == listing
+        ):
             _link_or_copy(matrix, work / MINDSPORE_MATRIX)
             yield PcaPlan(work, work / MINDSPORE_MATRIX, "cached", matrix)
             return
@@ -113,8 +118,9 @@ def _wait_for_ranks(work: Path, group_size: int, timeout: float) -> None:
     while waiting:
         waiting = [r for r in waiting if not (work / f"rank_{r}.cleared").exists()]
         if waiting and time.monotonic() > deadline:
-            raise TimeoutError(f"ranks {waiting} did not reach the PCA step within "
-                               f"boost.timeout={timeout} s")
+            raise TimeoutError(
+                f"ranks {waiting} did not reach the PCA step within boost.timeout={timeout} s"
+            )
         time.sleep(0.05 if waiting else 0)
 
 

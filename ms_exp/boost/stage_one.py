@@ -6,6 +6,7 @@ newest finished run in the experiment that kept snapshots). A run's files are re
 its run directory when it is on this machine, otherwise downloaded from its artifacts.
 Explicit paths win over what the run provides.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -34,12 +35,16 @@ def resolve_stage_one(boost_cfg, tracking_cfg) -> StageOne:
         weights = weights or run_weights
         snapshots = snapshots or run_snapshots
     if not weights:
-        raise ConfigError("boost.pretrained_weight_path", None,
-                          "stage one's final checkpoint (or boost.stage_one_run_id=<run id>|"
-                          "latest); run +experiment=dim_reduce_stage_one first",
-                          problem="boost=dim_reduce needs the stage-one weights")
-    return StageOne(run_id, Path(weights).expanduser(),
-                    Path(snapshots).expanduser() if snapshots else None)
+        raise ConfigError(
+            "boost.pretrained_weight_path",
+            None,
+            "stage one's final checkpoint (or boost.stage_one_run_id=<run id>|"
+            "latest); run +experiment=dim_reduce_stage_one first",
+            problem="boost=dim_reduce needs the stage-one weights",
+        )
+    return StageOne(
+        run_id, Path(weights).expanduser(), Path(snapshots).expanduser() if snapshots else None
+    )
 
 
 def fill_stage_one(cfg) -> None:
@@ -57,10 +62,14 @@ def _from_run(run_id: str, tracking_cfg):
     uri = resolve_tracking_uri(tracking_cfg.uri)
     db = missing_store(uri)
     if db is not None:
-        raise ConfigError("boost.stage_one_run_id", run_id,
-                          "a stage-one run: run stage one first, here (python -m ms_exp.run "
-                          "+experiment=dim_reduce_stage_one), or name its store with "
-                          "tracking.uri=...", problem=f"there is no store ({db} does not exist)")
+        raise ConfigError(
+            "boost.stage_one_run_id",
+            run_id,
+            "a stage-one run: run stage one first, here (python -m ms_exp.run "
+            "+experiment=dim_reduce_stage_one), or name its store with "
+            "tracking.uri=...",
+            problem=f"there is no store ({db} does not exist)",
+        )
     client = open_client(uri)
     if run_id == LATEST:
         run = _latest_stage_one(client, tracking_cfg.experiment_name, uri)
@@ -69,13 +78,17 @@ def _from_run(run_id: str, tracking_cfg):
             with reading_store():
                 run = client.get_run(run_id)
         except NotRecorded:
-            raise ConfigError("boost.stage_one_run_id", run_id,
-                              f"the id of a run in {uri}", problem="no such run") from None
+            raise ConfigError(
+                "boost.stage_one_run_id", run_id, f"the id of a run in {uri}", problem="no such run"
+            ) from None
     tags = run.data.tags
     if SNAPSHOTS_TAG not in tags:
-        raise ConfigError("boost.stage_one_run_id", run.info.run_id,
-                          "a stage-one run (checkpoint.snapshots.per_epoch >= 1)",
-                          problem="this run kept no weight snapshots")
+        raise ConfigError(
+            "boost.stage_one_run_id",
+            run.info.run_id,
+            "a stage-one run (checkpoint.snapshots.per_epoch >= 1)",
+            problem="this run kept no weight snapshots",
+        )
     run_dir = Path(tags.get("ms_exp.run_dir", ""))
     last = tags.get("ms_exp.checkpoint.last", "")
     weights = run_dir / last if last else None
@@ -92,12 +105,17 @@ def _latest_stage_one(client, experiment_name: str, uri: str):
         runs = client.search_runs(
             [experiment.experiment_id],
             filter_string=f"attributes.status = 'FINISHED' and tags.`{SNAPSHOTS_TAG}` LIKE '%'",
-            order_by=["attributes.start_time DESC"], max_results=1)
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
     if not runs:
-        raise ConfigError("boost.stage_one_run_id", LATEST,
-                          f"a finished stage-one run in experiment {experiment_name!r} of "
-                          f"{uri}; run +experiment=dim_reduce_stage_one first",
-                          problem="there is none")
+        raise ConfigError(
+            "boost.stage_one_run_id",
+            LATEST,
+            f"a finished stage-one run in experiment {experiment_name!r} of "
+            f"{uri}; run +experiment=dim_reduce_stage_one first",
+            problem="there is none",
+        )
     return runs[0]
 
 
@@ -110,8 +128,10 @@ def _download(client, run_id: str, last: str):
         snapshots = download(client, run_id, "snapshots", target)
         weights = download(client, run_id, last, target) if last else None
     except Exception as error:  # MLflow raises several types for a missing artifact
-        raise ConfigError("boost.stage_one_run_id", run_id,
-                          "a stage-one run whose run directory or artifacts still exist",
-                          problem=f"its files are gone ({type(error).__name__})") from None
+        raise ConfigError(
+            "boost.stage_one_run_id",
+            run_id,
+            "a stage-one run whose run directory or artifacts still exist",
+            problem=f"its files are gone ({type(error).__name__})",
+        ) from None
     return weights, snapshots
-

@@ -10,6 +10,7 @@ measured here, so a sweep over ``integrated_save`` can compare the two.
 ``keep_checkpoint_max=1`` a save that fails or is killed would leave no checkpoint at all.
 Here old files are removed only after the new one is written (:class:`TimedModelCheckpoint`).
 """
+
 import json
 import logging
 import os
@@ -41,8 +42,15 @@ class TimedModelCheckpoint(ModelCheckpoint):
     ``on_train_*`` hooks that call them are timed: ``Model.fit`` refuses a callback class
     that defines ``step_end`` or ``end`` itself."""
 
-    def __init__(self, prefix: str, directory: str, config: CheckpointConfig, keep_max: int,
-                 start_step: int = 0, before_save: Optional[Callable[[], None]] = None):
+    def __init__(
+        self,
+        prefix: str,
+        directory: str,
+        config: CheckpointConfig,
+        keep_max: int,
+        start_step: int = 0,
+        before_save: Optional[Callable[[], None]] = None,
+    ):
         super().__init__(prefix=prefix, directory=directory, config=config)
         self.save_time_s = 0.0
         self.keep_max = keep_max
@@ -97,7 +105,7 @@ class TimedModelCheckpoint(ModelCheckpoint):
     def _remove_old(self) -> None:
         """Keep the ``keep_max`` newest checkpoints; the one just written is among them."""
         files = numbered_checkpoints(Path(self._directory), self._prefix)
-        for path in files[:max(0, len(files) - self.keep_max)]:
+        for path in files[: max(0, len(files) - self.keep_max)]:
             path.unlink(missing_ok=True)
 
 
@@ -110,8 +118,14 @@ class BestCheckpoint(Callback):
     so only rank 0 keeps it (``keep``); where the weights are sharded (``gathers``) the other
     ranks still save, as gathering them is collective, and delete what they wrote."""
 
-    def __init__(self, network, directory: Path, metric: str = "accuracy", keep: bool = True,
-                 gathers: bool = False):
+    def __init__(
+        self,
+        network,
+        directory: Path,
+        metric: str = "accuracy",
+        keep: bool = True,
+        gathers: bool = False,
+    ):
         super().__init__()
         self.network = network
         self.metric = metric
@@ -120,7 +134,7 @@ class BestCheckpoint(Callback):
         self.best: Optional[float] = None
         self.best_epoch: Optional[int] = None
         record = self.path.with_name(BEST_RECORD)
-        if self.path.is_file() and record.is_file():     # a resumed run's earlier best
+        if self.path.is_file() and record.is_file():  # a resumed run's earlier best
             earlier = json.loads(record.read_text())
             if earlier.get("metric") == metric:
                 self.best, self.best_epoch = earlier["value"], earlier["epoch"]
@@ -147,14 +161,25 @@ class BestCheckpoint(Callback):
         os.replace(partial, self.path)
         self.best, self.best_epoch = float(value), epoch
         record = self.path.with_name(BEST_RECORD)
-        record.with_suffix(".partial").write_text(json.dumps(
-            {"metric": self.metric, "value": self.best, "epoch": self.best_epoch,
-             # every metric of that evaluation: what the run's best model scored
-             "results": {f"eval/{name}": float(v) for name, v in results.items()
-                         if not name.startswith("eval_")}}))
+        record.with_suffix(".partial").write_text(
+            json.dumps(
+                {
+                    "metric": self.metric,
+                    "value": self.best,
+                    "epoch": self.best_epoch,
+                    # every metric of that evaluation: what the run's best model scored
+                    "results": {
+                        f"eval/{name}": float(v)
+                        for name, v in results.items()
+                        if not name.startswith("eval_")
+                    },
+                }
+            )
+        )
         os.replace(record.with_suffix(".partial"), record)
-        print(f"epoch: {epoch} new best {self.metric}: {value:.4f} "
-              f"saved to {self.path}", flush=True)
+        print(
+            f"epoch: {epoch} new best {self.metric}: {value:.4f} saved to {self.path}", flush=True
+        )
 
 
 def save_interval_steps(cfg, steps_per_epoch: int) -> int:
@@ -164,12 +189,18 @@ def save_interval_steps(cfg, steps_per_epoch: int) -> int:
     return cfg.save_checkpoint_steps or cfg.save_checkpoint_epochs * steps_per_epoch
 
 
-def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: int,
-                                parallel_mode: str, best_metric: str = "accuracy",
-                                start_step: int = 0, rank_id: int = 0,
-                                sharded: bool = False,
-                                before_save: Optional[Callable[[], None]] = None
-                                ) -> List[Callback]:
+def create_checkpoint_callbacks(
+    cfg,
+    network,
+    directory: Path,
+    steps_per_epoch: int,
+    parallel_mode: str,
+    best_metric: str = "accuracy",
+    start_step: int = 0,
+    rank_id: int = 0,
+    sharded: bool = False,
+    before_save: Optional[Callable[[], None]] = None,
+) -> List[Callback]:
     """``sharded``: the weights are split over the ranks (semi-auto or auto parallel, not
     emulated), so every rank takes part in saving ``best.ckpt``. ``before_save`` runs
     before each numbered checkpoint is written."""
@@ -177,19 +208,28 @@ def create_checkpoint_callbacks(cfg, network, directory: Path, steps_per_epoch: 
     _quiet_save_failures()
     if cfg.save:
         if not cfg.integrated_save and parallel_mode == "stand_alone":
-            print("checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
-                  "so its slice is the full set of weights", flush=True)
+            print(
+                "checkpoint=sliced in stand-alone mode: one rank holds every parameter, "
+                "so its slice is the full set of weights",
+                flush=True,
+            )
         config = CheckpointConfig(
             save_checkpoint_steps=save_interval_steps(cfg, steps_per_epoch),
-            keep_checkpoint_max=_NEVER_REMOVE, integrated_save=cfg.integrated_save,
+            keep_checkpoint_max=_NEVER_REMOVE,
+            integrated_save=cfg.integrated_save,
             # epoch_num and step_num: where a resumed run continues (ms_exp/checkpoint/resume.py).
-            append_info=["epoch_num", "step_num"], crc_check=True)
-        callbacks.append(TimedModelCheckpoint(cfg.prefix, str(directory), config,
-                                              cfg.keep_checkpoint_max, start_step,
-                                              before_save))
+            append_info=["epoch_num", "step_num"],
+            crc_check=True,
+        )
+        callbacks.append(
+            TimedModelCheckpoint(
+                cfg.prefix, str(directory), config, cfg.keep_checkpoint_max, start_step, before_save
+            )
+        )
     if cfg.keep_best:
-        callbacks.append(BestCheckpoint(network, directory, best_metric,
-                                        keep=rank_id == 0, gathers=sharded))
+        callbacks.append(
+            BestCheckpoint(network, directory, best_metric, keep=rank_id == 0, gathers=sharded)
+        )
     return callbacks
 
 
@@ -224,11 +264,15 @@ class WeightSnapshots(Callback):
         self.start_epoch = cfg.start_epoch
         self.interval = max(1, steps_per_epoch // cfg.per_epoch)
         self.directory = Path(directory)
-        config = CheckpointConfig(save_checkpoint_steps=self.interval,
-                                  keep_checkpoint_max=cfg.keep_max, saved_network=network,
-                                  crc_check=True)
-        self.saver = ModelCheckpoint(prefix=SNAPSHOT_PREFIX, directory=str(directory),
-                                     config=config)
+        config = CheckpointConfig(
+            save_checkpoint_steps=self.interval,
+            keep_checkpoint_max=cfg.keep_max,
+            saved_network=network,
+            crc_check=True,
+        )
+        self.saver = ModelCheckpoint(
+            prefix=SNAPSHOT_PREFIX, directory=str(directory), config=config
+        )
 
     def on_train_step_end(self, run_context):
         params = run_context.original_args()

@@ -5,6 +5,7 @@ Every checkpoint is written with MindSpore's CRC32 (``crc_check=True``) and read
 :func:`load_verified`, so a truncated or corrupt file is refused by name instead of loading
 wrong weights (without the CRC, a flipped byte in the tensor data loads silently).
 """
+
 from itertools import count
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -28,8 +29,10 @@ def load_verified(path: Path, **kwargs) -> dict:
         return ms.load_checkpoint(str(path), crc_check=True, **kwargs)
     except (ValueError, RuntimeError, OSError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DamagedCheckpoint(f"checkpoint {path} is damaged (truncated or corrupt: MindSpore's "
-                                f"CRC check or parse failed: {reason})") from None
+        raise DamagedCheckpoint(
+            f"checkpoint {path} is damaged (truncated or corrupt: MindSpore's "
+            f"CRC check or parse failed: {reason})"
+        ) from None
 
 
 def verify_checkpoint(path: Path) -> None:
@@ -39,8 +42,7 @@ def verify_checkpoint(path: Path) -> None:
     load_verified(path, choice_func=lambda name: next(entries) == 0)
 
 
-def check_shapes(network, weights: dict, key: str, value,
-                 saved_in: str = "the checkpoint") -> None:
+def check_shapes(network, weights: dict, key: str, value, saved_in: str = "the checkpoint") -> None:
     """Refuse a checkpoint whose parameters have other shapes than the network's (MindSpore's
     load_param_into_net raises a RuntimeError of several sentences): one line naming what
     chose the checkpoint (``key``, ``value``), the first such parameter and both shapes.
@@ -49,17 +51,23 @@ def check_shapes(network, weights: dict, key: str, value,
         saved = weights.get(name)
         if saved is not None and tuple(saved.shape) != tuple(parameter.shape):
             raise ConfigError(
-                key, value,
+                key,
+                value,
                 f"a checkpoint of the network the config builds ({name} is "
                 f"{list(saved.shape)} in {saved_in}, {list(parameter.shape)} in the "
-                "network: is an override such as model.* other than the run's?)")
+                "network: is an override such as model.* other than the run's?)",
+            )
 
 
 def checkpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:
     """(epoch, step in epoch) of a ``<prefix>-<epoch>_<step>.ckpt`` name, else None."""
-    epoch, _, step = path.stem[len(prefix) + 1:].partition("_")
-    if path.name.startswith(prefix + "-") and path.suffix == ".ckpt" \
-            and epoch.isdigit() and step.isdigit():
+    epoch, _, step = path.stem[len(prefix) + 1 :].partition("_")
+    if (
+        path.name.startswith(prefix + "-")
+        and path.suffix == ".ckpt"
+        and epoch.isdigit()
+        and step.isdigit()
+    ):
         return int(epoch), int(step)
     return None
 
@@ -81,7 +89,7 @@ def checkpoint_bytes(run_dir: Path, prefix: str) -> Dict[int, int]:
     ``integrated_save`` says, and would hide the difference it makes."""
     sizes = {}
     for folder in (Path(run_dir) / "checkpoints").glob("rank_*"):
-        rank = folder.name[len("rank_"):]
+        rank = folder.name[len("rank_") :]
         if folder.is_dir() and rank.isdigit():
             sizes[int(rank)] = sum(p.stat().st_size for p in folder.glob(f"{prefix}*.ckpt"))
     return sizes

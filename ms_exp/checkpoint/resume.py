@@ -19,6 +19,7 @@ train network, sets the dataset to the step after the checkpoint (``set_init_ste
 replays MindSpore's shuffle order) and starts ``Model.fit`` at that epoch and step, so a
 resumed run ends with the weights an uninterrupted one would have (tests/test_resume.py).
 """
+
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -46,11 +47,12 @@ class ResumeError(ValueError):
 
 # -- where to continue from -----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ResumePoint:
     run_dir: Path
-    checkpoint: str     # the file name, the same in every rank's folder
-    epoch: int          # of the checkpoint, counted from 1 as ModelCheckpoint names it
+    checkpoint: str  # the file name, the same in every rank's folder
+    epoch: int  # of the checkpoint, counted from 1 as ModelCheckpoint names it
     step_in_epoch: int
     # The last step of each group of curves already in the MLflow run
     # (ms_exp/tracking/logged_steps.py), and whether the run trained this config. With the
@@ -106,18 +108,26 @@ def find_resume_point(cfg, new_run_dir: Path, digest: str, uri: str) -> Optional
                 release_folder(run_dir)
             misplaced = misplaced_checkpoint_folder(run_dir, ranks)
             why = f" ({misplaced} is a file, not a folder)" if misplaced else ""
-            print(f"trainer.resume=auto: {run_dir} did not finish but has no good "
-                  f"checkpoint to continue from{why}", flush=True)
-        print("trainer.resume=auto: no unfinished run of this config under "
-              f"{outputs_root(new_run_dir)}; starting a new run", flush=True)
+            print(
+                f"trainer.resume=auto: {run_dir} did not finish but has no good "
+                f"checkpoint to continue from{why}",
+                flush=True,
+            )
+        print(
+            "trainer.resume=auto: no unfinished run of this config under "
+            f"{outputs_root(new_run_dir)}; starting a new run",
+            flush=True,
+        )
         return None
     run_dir, wanted = explicit_target(value, uri)
     hold_folder(run_dir, f"trainer.resume={value}")
     name = newest_good_checkpoint(run_dir, prefix, ranks, wanted)
     if name is None:
         what = f"checkpoint {wanted}" if wanted else "checkpoint"
-        raise ResumeError(f"trainer.resume={value!r}: no {what} that reads back whole in all "
-                          f"{ranks} rank folders of {run_dir / 'checkpoints'}")
+        raise ResumeError(
+            f"trainer.resume={value!r}: no {what} that reads back whole in all "
+            f"{ranks} rank folders of {run_dir / 'checkpoints'}"
+        )
     return _point(run_dir, name, prefix)
 
 
@@ -128,7 +138,7 @@ def explicit_target(value: str, uri: str) -> Tuple[Path, Optional[str]]:
         return run_dir_of(uri, value), None
     path = Path(value).resolve()
     if path.is_file():
-        return path.parents[2], path.name    # <run dir>/checkpoints/rank_<r>/<file>
+        return path.parents[2], path.name  # <run dir>/checkpoints/rank_<r>/<file>
     return path, None
 
 
@@ -143,8 +153,9 @@ def misplaced_checkpoint_folder(run_dir: Path, ranks: int) -> Optional[Path]:
     return None
 
 
-def common_checkpoints(run_dir: Path, prefix: str, ranks: int,
-                       wanted: Optional[str] = None) -> List[str]:
+def common_checkpoints(
+    run_dir: Path, prefix: str, ranks: int, wanted: Optional[str] = None
+) -> List[str]:
     """Checkpoint names every rank folder holds (not read), oldest first."""
     from ms_exp.checkpoint.files import numbered_checkpoints, rank_dir
 
@@ -184,8 +195,7 @@ def unfinished_runs(root: Path, digest: str) -> List[Path]:
         try:
             record = read_run_record(record_path.parent)
         except FolderRefused as error:
-            print(f"ms_exp: warning: trainer.resume=auto: {error}; not resuming it",
-                  flush=True)
+            print(f"ms_exp: warning: trainer.resume=auto: {error}; not resuming it", flush=True)
             continue
         if record and record.get("digest") == digest and record.get("status") != "FINISHED":
             found.append((record.get("started", 0), record_path.parent.resolve()))
@@ -205,13 +215,15 @@ def run_dir_of(uri: str, run_id: str) -> Path:
         raise ResumeError(f"no such run in {uri}") from None
     run_dir = run.data.tags.get("ms_exp.run_dir")
     if not run_dir or not Path(run_dir).is_dir():
-        raise ResumeError(f"the run's directory {run_dir or '(not recorded)'} is not on this "
-                          "machine")
+        raise ResumeError(
+            f"the run's directory {run_dir or '(not recorded)'} is not on this machine"
+        )
     return Path(run_dir)
 
 
-def newest_good_checkpoint(run_dir: Path, prefix: str, ranks: int,
-                           wanted: Optional[str] = None) -> Optional[str]:
+def newest_good_checkpoint(
+    run_dir: Path, prefix: str, ranks: int, wanted: Optional[str] = None
+) -> Optional[str]:
     """The newest checkpoint name every rank folder holds and reads back whole; damaged
     files met on the way are reported and renamed."""
     from ms_exp.checkpoint.files import rank_dir
@@ -238,8 +250,10 @@ def _is_good(path: Path) -> bool:
 
 # -- continuing in the ranks ----------------------------------------------------------------
 
-def restore(point: ResumePoint, train_network, train_set, ckpt_dir: Path,
-            steps_per_epoch: int) -> int:
+
+def restore(
+    point: ResumePoint, train_network, train_set, ckpt_dir: Path, steps_per_epoch: int
+) -> int:
     """Load the checkpoint into the train network (weights and optimizer state) and move
     the dataset to the step after it; return that global step."""
     import mindspore as ms
@@ -251,17 +265,27 @@ def restore(point: ResumePoint, train_network, train_set, ckpt_dir: Path,
     step = params.pop("step_num", None)
     params.pop("epoch_num", None)
     # Checkpoints written before ms_exp recorded step_num: the name gives the same step.
-    global_step = int(step.asnumpy()) if step is not None else \
-        (point.epoch - 1) * steps_per_epoch + point.step_in_epoch
+    global_step = (
+        int(step.asnumpy())
+        if step is not None
+        else (point.epoch - 1) * steps_per_epoch + point.step_in_epoch
+    )
     try:
         not_loaded, _ = ms.load_param_into_net(train_network, params)
-    except (RuntimeError, ValueError) as error:   # a shape that differs: another network
-        raise ResumeError(f"checkpoint {path} does not fit this network and optimizer: "
-                          f"{str(error).strip().splitlines()[0]}") from None
+    except (RuntimeError, ValueError) as error:  # a shape that differs: another network
+        raise ResumeError(
+            f"checkpoint {path} does not fit this network and optimizer: "
+            f"{str(error).strip().splitlines()[0]}"
+        ) from None
     if not_loaded:
-        raise ResumeError(f"checkpoint {path} lacks {', '.join(not_loaded[:5])} of this "
-                          "network and optimizer: it was saved by another config")
+        raise ResumeError(
+            f"checkpoint {path} lacks {', '.join(not_loaded[:5])} of this "
+            "network and optimizer: it was saved by another config"
+        )
     train_set.set_init_step(global_step)
-    print(f"resumed from {path}: epoch {point.epoch}, step {global_step} "
-          f"(weights and optimizer state)", flush=True)
+    print(
+        f"resumed from {path}: epoch {point.epoch}, step {global_step} "
+        f"(weights and optimizer state)",
+        flush=True,
+    )
     return global_step

@@ -7,6 +7,7 @@ of the process that made it, and the next command that makes one of the same kin
 same place removes those whose process is gone. (What a killed job left half-written in a
 run folder, the next job there removes: ms_exp.tracking.run_folder.remove_leftovers.)
 """
+
 import os
 import shutil
 import tempfile
@@ -29,6 +30,6 @@ def scratch_folder(prefix: str, parent: Optional[Path] = None) -> Iterator[Path]
 
 def remove_abandoned(prefix: str, parent: Path) -> None:
     for folder in Path(parent).glob(f"{prefix}*"):
-        pid = folder.name[len(prefix):].split("-", 1)[0]
+        pid = folder.name[len(prefix) :].split("-", 1)[0]
         if folder.is_dir() and pid.isdigit() and not process_exists(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)

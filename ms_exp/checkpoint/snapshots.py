@@ -1,4 +1,5 @@
 """Stage one's weight snapshots on disk (no MindSpore import: validation reads these)."""
+
 from pathlib import Path
 from typing import List
 

@@ -27,6 +27,7 @@ What ms_exp handles around ``mindspore.parallel.transform_checkpoints`` (2.10):
 - results are written to a temporary folder and moved into place, so an interrupted run
   leaves no half-written checkpoint under ``--output``.
 """
+
 import glob
 import os
 import re
@@ -50,8 +51,9 @@ class CkptError(Exception):
         self.exit_code = exit_code
 
 
-def _check_inputs(src_dir, strategy_files: List[Tuple[str, Union[str, Path]]],
-                  prefix: str) -> Dict[int, Path]:
+def _check_inputs(
+    src_dir, strategy_files: List[Tuple[str, Union[str, Path]]], prefix: str
+) -> Dict[int, Path]:
     """The checks that need no MindSpore; returns the rank folders by rank."""
     src = Path(src_dir)
     if not src.is_dir():
@@ -60,13 +62,17 @@ def _check_inputs(src_dir, strategy_files: List[Tuple[str, Union[str, Path]]],
         if not Path(path).is_file():
             raise CkptError(f"no such strategy file ({option}): {path}")
     if not prefix or "/" in prefix or os.sep in prefix or ".." in prefix or "~" in prefix:
-        raise CkptError(f"--prefix {prefix!r} must be a plain file-name prefix such as "
-                        f"'checkpoint'")
-    ranks = {int(m.group(1)): p for p in src.iterdir()
-             if p.is_dir() and (m := _RANK_DIR.match(p.name))}
+        raise CkptError(
+            f"--prefix {prefix!r} must be a plain file-name prefix such as 'checkpoint'"
+        )
+    ranks = {
+        int(m.group(1)): p for p in src.iterdir() if p.is_dir() and (m := _RANK_DIR.match(p.name))
+    }
     if not ranks:
-        raise CkptError(f"no rank_* folders in {src} (expected rank_0 ... rank_<N-1>, one per "
-                        f"device, as ModelCheckpoint writes them)")
+        raise CkptError(
+            f"no rank_* folders in {src} (expected rank_0 ... rank_<N-1>, one per "
+            f"device, as ModelCheckpoint writes them)"
+        )
     return ranks
 
 
@@ -74,22 +80,29 @@ def strategy_file_layouts(path) -> Dict[str, Tuple[Tuple[int, ...], Tuple[int, .
     """(dev_matrix, tensor_map) of every parameter in a strategy file, read back with
     ``mindspore.parallel.build_searched_strategy`` (the file holds no full shapes)."""
     from mindspore.parallel import build_searched_strategy
-    return {name: (tuple(layout.dev_matrix[0].dim), tuple(layout.tensor_map[0].dim))
-            for name, layout in build_searched_strategy(str(path)).items()}
+
+    return {
+        name: (tuple(layout.dev_matrix[0].dim), tuple(layout.tensor_map[0].dim))
+        for name, layout in build_searched_strategy(str(path)).items()
+    }
 
 
 def _read_strategy(option: str, path) -> Dict[str, Tuple[tuple, tuple]]:
     try:
         layouts = strategy_file_layouts(Path(path).resolve())
     except Exception as error:  # MindSpore raises TypeError/ValueError/protobuf's DecodeError
-        raise CkptError(f"cannot read strategy file ({option}) {path}: "
-                        f"{str(error).splitlines()[0] if str(error) else type(error).__name__}")
+        raise CkptError(
+            f"cannot read strategy file ({option}) {path}: "
+            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        )
     if not layouts:
         raise CkptError(f"strategy file ({option}) {path} has no parameter layouts")
     device_nums = {prod(dev_matrix) for dev_matrix, _ in layouts.values()}
     if len(device_nums) != 1:
-        raise CkptError(f"strategy file ({option}) {path} mixes device counts "
-                        f"{sorted(device_nums)} (pipeline stages are not supported)")
+        raise CkptError(
+            f"strategy file ({option}) {path} mixes device counts "
+            f"{sorted(device_nums)} (pipeline stages are not supported)"
+        )
     return layouts
 
 
@@ -102,13 +115,18 @@ def _newest_file(rank_dir: Path, prefix: str) -> Optional[Path]:
 def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -> Dict[int, Path]:
     missing = [r for r in range(device_num) if r not in ranks]
     if missing:
-        raise CkptError(f"the strategy file describes {device_num} devices but rank_{missing[0]} "
-                        f"is missing under {src_dir}")
+        raise CkptError(
+            f"the strategy file describes {device_num} devices but rank_{missing[0]} "
+            f"is missing under {src_dir}"
+        )
     extra = sorted(r for r in ranks if r >= device_num)
     if extra:
-        raise CkptError(f"{src_dir} has rank_{extra[0]} but the strategy file describes only "
-                        f"{device_num} devices (rank_0 ... rank_{device_num - 1})")
+        raise CkptError(
+            f"{src_dir} has rank_{extra[0]} but the strategy file describes only "
+            f"{device_num} devices (rank_0 ... rank_{device_num - 1})"
+        )
     from ms_exp.checkpoint.files import last_checkpoint
+
     files, stepped = {}, True
     for rank in range(device_num):
         # ModelCheckpoint's newest <prefix>-<epoch>_<step>.ckpt; else the newest <prefix>*.ckpt
@@ -121,8 +139,10 @@ def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -
         files[rank] = picked.resolve()
     odd = next((r for r, p in files.items() if p.name != files[0].name), None)
     if stepped and odd is not None:
-        raise CkptError(f"ranks hold different steps: rank_0's newest checkpoint is "
-                        f"{files[0].name} but rank_{odd}'s is {files[odd].name}")
+        raise CkptError(
+            f"ranks hold different steps: rank_0's newest checkpoint is "
+            f"{files[0].name} but rank_{odd}'s is {files[odd].name}"
+        )
     return files
 
 
@@ -130,8 +150,12 @@ def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
     """Optimizer states cloned from a sliced parameter but absent from the strategy file:
     transform_checkpoints would copy one rank's slice instead of merging them."""
     from mindspore.parallel._tensor import _get_tensor_strategy
-    sliced = {name for name, (dev_matrix, tensor_map) in layouts.items()
-              if prod(_get_tensor_strategy(list(dev_matrix), list(tensor_map))) > 1}
+
+    sliced = {
+        name
+        for name, (dev_matrix, tensor_map) in layouts.items()
+        if prod(_get_tensor_strategy(list(dev_matrix), list(tensor_map))) > 1
+    }
     from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
     try:  # MindSpore parses its protobuf format: a checkpoint is never unpickled
@@ -140,21 +164,26 @@ def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
         raise CkptError(str(error)) from None
     for name in names:
         if name not in layouts and any(name.endswith("." + p) for p in sliced):
-            print(f"{PROG}: warning: {name} is not in the strategy file, so "
-                  f"transform_checkpoints copies one rank's slice of it instead of merging it",
-                  file=sys.stderr)
+            print(
+                f"{PROG}: warning: {name} is not in the strategy file, so "
+                f"transform_checkpoints copies one rank's slice of it instead of merging it",
+                file=sys.stderr,
+            )
 
 
 # ---------------------------------------------------------------------------------------------
 # Running transform_checkpoints
 
-def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
-               ) -> Tuple[Dict[int, Path], Dict[int, Path]]:
+
+def _transform(
+    src_dir, src_strategy, dst_strategy, output_dir, prefix: str
+) -> Tuple[Dict[int, Path], Dict[int, Path]]:
     """Stage one file per rank, run MindSpore's transform into a temporary folder next to
     ``output_dir``, then move each rank's result into ``output_dir/rank_<r>/``; returns the
     results and the source file of each rank."""
-    options = [("--strategy", src_strategy)] + ([("--dst-strategy", dst_strategy)]
-                                                if dst_strategy else [])
+    options = [("--strategy", src_strategy)] + (
+        [("--dst-strategy", dst_strategy)] if dst_strategy else []
+    )
     ranks = _check_inputs(src_dir, options, prefix)
     output = Path(output_dir).resolve()
     if output == Path(src_dir).resolve():
@@ -166,9 +195,11 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
         dst_layouts = _read_strategy("--dst-strategy", dst_strategy)
         absent = [name for name in src_layouts if name not in dst_layouts]
         if absent:
-            raise CkptError(f"the destination strategy {dst_strategy} has no layout for "
-                            f"{absent[0]} (in the source strategy); transform_checkpoints would "
-                            f"copy it still sliced")
+            raise CkptError(
+                f"the destination strategy {dst_strategy} has no layout for "
+                f"{absent[0]} (in the source strategy); transform_checkpoints would "
+                f"copy it still sliced"
+            )
     # _read_strategy checked that every layout spans the same devices.
     files = _rank_files(src_dir, ranks, prod(next(iter(src_layouts.values()))[0]), prefix)
     _warn_unlisted_states(files[0], src_layouts)
@@ -187,21 +218,29 @@ def _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str
             except OSError:
                 shutil.copy2(path, stage / f"rank_{rank}" / path.name)
         try:
-            transform_checkpoints(str(stage), str(result), prefix,
-                                  str(Path(src_strategy).resolve()),
-                                  str(Path(dst_strategy).resolve()) if dst_strategy else None)
+            transform_checkpoints(
+                str(stage),
+                str(result),
+                prefix,
+                str(Path(src_strategy).resolve()),
+                str(Path(dst_strategy).resolve()) if dst_strategy else None,
+            )
         except Exception as error:
             text = str(error).strip().splitlines()
-            raise CkptError(f"transform_checkpoints failed: "
-                            f"{text[0] if text else type(error).__name__}",
-                            exit_code=1)
+            raise CkptError(
+                f"transform_checkpoints failed: {text[0] if text else type(error).__name__}",
+                exit_code=1,
+            )
         produced = {}
         for rank_dir in result.iterdir():
             match = _RANK_DIR.match(rank_dir.name)
             written = sorted(rank_dir.glob("*.ckpt")) if match else []
             if match is None or len(written) != 1:
-                raise CkptError(f"transform_checkpoints left {len(written)} files in "
-                                f"{rank_dir.name}, expected one", exit_code=1)
+                raise CkptError(
+                    f"transform_checkpoints left {len(written)} files in "
+                    f"{rank_dir.name}, expected one",
+                    exit_code=1,
+                )
             target = output / rank_dir.name
             target.mkdir(parents=True, exist_ok=True)
             if dst_strategy is None:  # merged: one full file, saved again with its CRC
@@ -217,8 +256,11 @@ def _with_crc(path: Path) -> None:
     import mindspore as ms
 
     weights = ms.load_checkpoint(str(path))
-    ms.save_checkpoint([{"name": name, "data": value} for name, value in weights.items()],
-                       str(path), crc_check=True)
+    ms.save_checkpoint(
+        [{"name": name, "data": value} for name, value in weights.items()],
+        str(path),
+        crc_check=True,
+    )
 
 
 _STEPPED = re.compile(r"-(\d+)_(\d+)\.ckpt$")
@@ -230,8 +272,10 @@ def describe_merge(files: Dict[int, Path], strategy_file) -> str:
     name = files[0].name
     stepped = _STEPPED.search(name)
     when = f" (epoch {stepped.group(1)}, step {stepped.group(2)} of the epoch)" if stepped else ""
-    return (f"merged {name}{when} of ranks 0-{len(files) - 1} ({files[0].parents[1]}) "
-            f"with the strategy file {Path(strategy_file).resolve()}")
+    return (
+        f"merged {name}{when} of ranks 0-{len(files) - 1} ({files[0].parents[1]}) "
+        f"with the strategy file {Path(strategy_file).resolve()}"
+    )
 
 
 def merged_file(src_dir, prefix: str = "checkpoint") -> Path:
@@ -240,8 +284,9 @@ def merged_file(src_dir, prefix: str = "checkpoint") -> Path:
     return Path(src_dir) / "merged" / "rank_0" / f"{prefix}0.ckpt"
 
 
-def merge_checkpoints(src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint",
-                      report=None) -> Path:
+def merge_checkpoints(
+    src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint", report=None
+) -> Path:
     """Merge every rank's slices into one full checkpoint (``output_dir/rank_0/<prefix>0.ckpt``;
     ``output_dir`` defaults to ``<src_dir>/merged``) and return its path; ``report`` (a
     callable) is given the line of ``describe_merge``."""
@@ -265,12 +310,16 @@ def transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str = "ch
 
 def is_sliced_run(cfg) -> bool:
     """Did this run's ranks save slices (semi-auto or auto parallel, integrated_save off)?"""
-    return (cfg.parallel.mode in ("semi_auto", "auto") and cfg.checkpoint.save
-            and not cfg.checkpoint.integrated_save)
+    return (
+        cfg.parallel.mode in ("semi_auto", "auto")
+        and cfg.checkpoint.save
+        and not cfg.checkpoint.integrated_save
+    )
 
 
-def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
-                ) -> Tuple[Path, Optional[Path], str]:
+def run_sources(
+    source: str, workdir: Path, tracking_uri: Optional[str] = None
+) -> Tuple[Path, Optional[Path], str]:
     """``(checkpoint dir, strategy file, prefix)`` of a run directory, an MLflow run id, or
     a plain folder of ``rank_<r>/`` folders (strategy unknown, prefix "checkpoint")."""
     from ms_exp.config.run_config import load_run_config
@@ -278,8 +327,9 @@ def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None
     path = Path(source)
     if path.is_dir() and (path / "config.yaml").is_file():
         cfg = load_run_config(path / "config.yaml")
-        strategy = Path(cfg.checkpoint.strategy.save_file) if cfg.checkpoint.strategy.save_file \
-            else None
+        strategy = (
+            Path(cfg.checkpoint.strategy.save_file) if cfg.checkpoint.strategy.save_file else None
+        )
         return path / "checkpoints", strategy, cfg.checkpoint.prefix
     if path.is_dir():
         return path, None, "checkpoint"
@@ -309,9 +359,10 @@ def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
     if local.name and (local / "checkpoints").is_dir():
         return run_sources(str(local), workdir)
     quiet_artifact_downloads()
-    cfg = load_run_config(Path(client.download_artifacts(run_id, "config/config.yaml",
-                                                         str(workdir))),
-                          source=f"MLflow run {run_id}")
+    cfg = load_run_config(
+        Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir))),
+        source=f"MLflow run {run_id}",
+    )
     checkpoints = Path(client.download_artifacts(run_id, "checkpoints", str(workdir)))
     names = {a.path for a in client.list_artifacts(run_id, "strategy")}
     strategy = None

@@ -4,6 +4,7 @@ Hydra's own messages are several lines long (with `full_key:` and `object_type=`
 users of ms_exp get the same facts on one line, and the same shape for the range and path
 checks that ms_exp adds on top of the schema.
 """
+
 import re
 from enum import Enum
 from pathlib import Path
@@ -44,25 +45,32 @@ def require(condition: bool, key: str, value, allowed: str) -> None:
         raise ConfigError(key, value, allowed)
 
 
-def from_composition_error(error: Exception, overrides: Iterable[str],
-                           builtin_targets: Collection[str] = ()) -> Optional[str]:
+def from_composition_error(
+    error: Exception, overrides: Iterable[str], builtin_targets: Collection[str] = ()
+) -> Optional[str]:
     """Turn an exception raised by Hydra's compose into one line, or None if unknown.
     ``builtin_targets``: the targets whose every argument is a key of their schema (an
     unknown key beside another target may be one of its arguments, added with +)."""
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
-    appended = re.match(r"Could not append to config\. An item is already at '(.+)'",
-                        str(error))
+    appended = re.match(r"Could not append to config\. An item is already at '(.+)'", str(error))
     if appended:
         key = appended.group(1)
         value = _override_value(key, overrides)
-        return (f"+{key}={value}: {key} is already in the config; expected {key}={value} "
-                "(+ adds a key the config does not have; ++ adds or sets)")
+        return (
+            f"+{key}={value}: {key} is already in the config; expected {key}={value} "
+            "(+ adds a key the config does not have; ++ adds or sets)"
+        )
     # Hydra's exception carries OmegaConf's as its cause; OmegaConf's own (a run's saved
     # config merged with overrides) may carry the conversion's ValueError as its context.
-    cause = next((e for e in (error.__cause__, error.__context__, error)
-                  if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)),
-                 None)
+    cause = next(
+        (
+            e
+            for e in (error.__cause__, error.__context__, error)
+            if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)
+        ),
+        None,
+    )
     if cause is None:
         return None
     key = cause.full_key or ""  # not empty: the search above wants one
@@ -88,8 +96,7 @@ def value_error(key: str, error: OmegaConfBaseException, shown: Optional[str] = 
     user typed it) in one line; also for what is typed after composition (each of
     ``loss.parts``, which Hydra holds untyped so that a part can name a ``_target_`` with
     its own arguments, and can be given in pieces: ``+loss.parts.a.weight=2``)."""
-    return f"{key}={shown if shown is not None else show(error.value)}: " \
-           f"{_reason(str(error.msg))}"
+    return f"{key}={shown if shown is not None else show(error.value)}: {_reason(str(error.msg))}"
 
 
 def _reason(message: str) -> str:
@@ -116,13 +123,19 @@ def _reason(message: str) -> str:
 # OmegaConf's messages for a value of the wrong kind (a list, a mapping, a section, a single
 # value, null) and what each expects instead.
 _KIND_REASONS = (
-    (r"is not a ListConfig, list or tuple|Cannot merge (DictConfig|\w+) with ListConfig",
-     "a list in brackets, e.g. [1, 2]"),
-    (r"Cannot assign \w+ to Dict\[|Cannot merge ListConfig with DictConfig|"
-     r"is not a DictConfig, dict",
-     "a mapping in braces, e.g. {name: value}"),
-    (r"is not a subclass of (\w+)",
-     "a section of keys, not one value (set a key of it: section.key=value)"),
+    (
+        r"is not a ListConfig, list or tuple|Cannot merge (DictConfig|\w+) with ListConfig",
+        "a list in brackets, e.g. [1, 2]",
+    ),
+    (
+        r"Cannot assign \w+ to Dict\[|Cannot merge ListConfig with DictConfig|"
+        r"is not a DictConfig, dict",
+        "a mapping in braces, e.g. {name: value}",
+    ),
+    (
+        r"is not a subclass of (\w+)",
+        "a section of keys, not one value (set a key of it: section.key=value)",
+    ),
     (r"is not Optional", "a value (it cannot be null)"),
     (r"Cannot convert '\w+' to string", "a string"),
 )
@@ -134,8 +147,12 @@ def _enum_values(name: str) -> str:
     return one_of(member.value for member in enum) if enum is not None else f"a {name}"
 
 
-_TYPE_NAMES = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false",
-               "String": "a string"}
+_TYPE_NAMES = {
+    "Integer": "an integer",
+    "Float": "a number",
+    "Boolean": "true or false",
+    "String": "a string",
+}
 
 
 def _missing_option(error: MissingConfigException) -> str:
@@ -143,16 +160,20 @@ def _missing_option(error: MissingConfigException) -> str:
     group, _, option = missing.rpartition("/")
     options = ", ".join(error.options or [])
     if group:
-        return f"{group}={option!r}: unknown option; expected one of {options}" + \
-            _config_dir_hint(group, option)
+        return f"{group}={option!r}: unknown option; expected one of {options}" + _config_dir_hint(
+            group, option
+        )
     return str(error).splitlines()[0]
 
 
 def _config_dir_hint(group: str, option: str) -> str:
     """Where a folder here holds the option (``conf/model/lenet.yaml``): the flag that adds
     it to Hydra's search path."""
-    found = sorted(path for pattern in (f"*/{group}/{option}.yaml", f"*/{group}/{option}.yml")
-                   for path in Path().glob(pattern))
+    found = sorted(
+        path
+        for pattern in (f"*/{group}/{option}.yaml", f"*/{group}/{option}.yml")
+        for path in Path().glob(pattern)
+    )
     if not found:
         return ""
     folder = found[0].parts[0]

@@ -20,6 +20,7 @@ does before a job starts, and Hydra has no public API for it:
 Checked with hydra-core 1.3.8, the version the tests run; pyproject.toml pins ``<1.4``.
 Hydra 1.4 (in development) moves several of these; this module is what to port.
 """
+
 import os
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Sequence
@@ -56,8 +57,11 @@ def search_path(primary: Optional[str], config_dir: Optional[str] = None) -> Con
     ``run_hydra`` orders them."""
     path = create_config_search_path(primary)
     if config_dir is not None:
-        path.prepend(provider="command-line", path=f"file://{os.path.abspath(config_dir)}",
-                     anchor=SearchPathQuery(provider="schema"))
+        path.prepend(
+            provider="command-line",
+            path=f"file://{os.path.abspath(config_dir)}",
+            anchor=SearchPathQuery(provider="schema"),
+        )
     return path
 
 

@@ -2,6 +2,7 @@
 not finite or beyond float32, integers beyond int32, seeds beyond uint32. Checked for every
 ``float`` and ``int`` field of every schema (ms_exp/preflight/validate.py walks them), so a
 new key is covered without a check of its own."""
+
 import math
 import typing
 
@@ -12,12 +13,12 @@ FINITE = "a finite number (a literal beyond 1.8e308, such as 1e400, reads as inf
 FLOAT32_MAX = 3.4028234663852886e38
 
 # What MindSpore takes for an integer argument (epochs, steps, sizes, intervals): int32.
-INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Keys that seed a generator: mindspore.set_seed, numpy.random.seed and
 # mindspore.dataset.config.set_seed take 0 to 2**32 - 1 ("Seed must be between 0 and
 # 2**32 - 1").
 SEED_KEYS = ("seed", "split_seed", "data_seed")
-SEED_MAX = 2 ** 32 - 1
+SEED_MAX = 2**32 - 1
 
 
 def check_number(key: str, declared, value) -> None:
@@ -29,27 +30,48 @@ def check_number(key: str, declared, value) -> None:
     if kind is None or value is None:
         return
     items: typing.List[typing.Tuple[typing.Optional[int], typing.Any]] = (
-        list(enumerate(value)) if is_list else [(None, value)])
+        list(enumerate(value)) if is_list else [(None, value)]
+    )
     for index, item in items:
         shown_key = key if index is None else f"{key}[{index}]"
         if kind is float and isinstance(item, float):
-            require(math.isfinite(item), shown_key, item,
-                    FINITE if math.isinf(item) else "a finite number")
+            require(
+                math.isfinite(item),
+                shown_key,
+                item,
+                FINITE if math.isinf(item) else "a finite number",
+            )
             # Finite in float64 but inf in float32, the dtype MindSpore trains in: the run
             # would start and fail at its first steps.
-            require(abs(item) <= FLOAT32_MAX, shown_key, item,
-                    f"a number of at most {FLOAT32_MAX:.4g} in size (float32, as MindSpore "
-                    "computes with it)")
+            require(
+                abs(item) <= FLOAT32_MAX,
+                shown_key,
+                item,
+                f"a number of at most {FLOAT32_MAX:.4g} in size (float32, as MindSpore "
+                "computes with it)",
+            )
         elif kind is int and isinstance(item, int) and not isinstance(item, bool):
             if key.rpartition(".")[2] in SEED_KEYS:
-                require(0 <= item <= SEED_MAX, shown_key, item,
-                        f"an integer from 0 to {SEED_MAX} (what mindspore.set_seed and "
-                        "numpy.random.seed take)")
+                require(
+                    0 <= item <= SEED_MAX,
+                    shown_key,
+                    item,
+                    f"an integer from 0 to {SEED_MAX} (what mindspore.set_seed and "
+                    "numpy.random.seed take)",
+                )
             else:
-                require(item <= INT32_MAX, shown_key, item,
-                        f"an integer of at most {INT32_MAX} (int32, as MindSpore takes it)")
-                require(item >= INT32_MIN, shown_key, item,
-                        f"an integer of at least {INT32_MIN} (int32, as MindSpore takes it)")
+                require(
+                    item <= INT32_MAX,
+                    shown_key,
+                    item,
+                    f"an integer of at most {INT32_MAX} (int32, as MindSpore takes it)",
+                )
+                require(
+                    item >= INT32_MIN,
+                    shown_key,
+                    item,
+                    f"an integer of at least {INT32_MIN} (int32, as MindSpore takes it)",
+                )
 
 
 def _number_kind(declared):

@@ -16,6 +16,7 @@ RECORDED_OVERRIDE_RESOLVERS allows; every other resolver, and any override of Hy
 resolvers (``${oc.env:DATA_PATH,null}``, ``${hydra:...}``, ``${now:...}``): the rule is about
 text from a record.
 """
+
 import re
 from typing import Any, Dict, Iterable, Iterator, Tuple
 
@@ -41,10 +42,14 @@ RECORDED_OVERRIDE_RESOLVERS: Dict[str, Tuple[bool, str]] = {
     "hydra": (False, "reads the re-running machine's Hydra runtime (its folders and paths)"),
 }
 UNKNOWN_RESOLVER = "ms_exp does not know, so it may run any code"
-SAVED_RESOLVED = ("a plain value: a job saves its config resolved, so a config read back "
-                  "resolves nothing (docs/guides/security.md)")
-PLAIN_OVERRIDES = ("overrides of the job's own keys with plain values or ${key} references "
-                   "(docs/guides/security.md)")
+SAVED_RESOLVED = (
+    "a plain value: a job saves its config resolved, so a config read back "
+    "resolves nothing (docs/guides/security.md)"
+)
+PLAIN_OVERRIDES = (
+    "overrides of the job's own keys with plain values or ${key} references "
+    "(docs/guides/security.md)"
+)
 
 
 def strings_in(node: Any, prefix: str = "") -> Iterator[Tuple[str, str]]:
@@ -63,9 +68,12 @@ def refuse_interpolations(saved: Any, source: str) -> None:
     """A config read back from ``source``: its first interpolation refused by key."""
     for key, text in strings_in(saved):
         if "${" in text:
-            raise ConfigError(key, _short(text), SAVED_RESOLVED,
-                              problem=f"is an interpolation in a config read back from "
-                                      f"{source}")
+            raise ConfigError(
+                key,
+                _short(text),
+                SAVED_RESOLVED,
+                problem=f"is an interpolation in a config read back from {source}",
+            )
 
 
 def check_recorded_overrides(overrides: Iterable[str], source: str) -> None:
@@ -75,15 +83,22 @@ def check_recorded_overrides(overrides: Iterable[str], source: str) -> None:
         key, _, value = str(override).partition("=")
         name = key.lstrip("+~").split("@")[0]
         if name == "hydra" or name.startswith(("hydra.", "hydra/")):
-            raise ConfigError(name, _short(value), PLAIN_OVERRIDES + "; a setting of Hydra "
-                              "is yours to name on the command line",
-                              problem=f"overrides Hydra itself, recorded in {source}")
+            raise ConfigError(
+                name,
+                _short(value),
+                PLAIN_OVERRIDES + "; a setting of Hydra is yours to name on the command line",
+                problem=f"overrides Hydra itself, recorded in {source}",
+            )
         for resolver in RESOLVER_CALL.findall(value):
             allowed, why = RECORDED_OVERRIDE_RESOLVERS.get(resolver, (False, UNKNOWN_RESOLVER))
             if not allowed:
-                raise ConfigError(name, _short(value), PLAIN_OVERRIDES,
-                                  problem=f"calls the resolver {resolver}, which {why}, in "
-                                          f"an override recorded in {source}")
+                raise ConfigError(
+                    name,
+                    _short(value),
+                    PLAIN_OVERRIDES,
+                    problem=f"calls the resolver {resolver}, which {why}, in "
+                    f"an override recorded in {source}",
+                )
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -6,6 +6,7 @@ second (or microsecond, on two hosts sharing ``outputs/``) alike, and they would
 share checkpoints and records. Like ``now`` it is cached on the config, so every job of a
 sweep (Hydra copies the cache into each job's config) reads the same value.
 """
+
 import secrets
 
 from omegaconf import OmegaConf
@@ -14,5 +15,6 @@ from omegaconf import OmegaConf
 def register_resolvers() -> None:
     """Register once per process (idempotent)."""
     if not OmegaConf.has_resolver("ms_exp.unique"):
-        OmegaConf.register_new_resolver("ms_exp.unique", lambda: secrets.token_hex(2),
-                                        use_cache=True)
+        OmegaConf.register_new_resolver(
+            "ms_exp.unique", lambda: secrets.token_hex(2), use_cache=True
+        )

@@ -3,6 +3,7 @@
 The launching process saves the resolved config there; the ranks, ``ms_exp.eval``,
 ``ms_exp.ckpt`` and re-runs read it without Hydra composing anything.
 """
+
 from pathlib import Path
 from typing import Iterable, Optional, cast
 
@@ -18,8 +19,9 @@ from ms_exp.config.targets import component_name
 RESOLVED_CONFIG = "config.yaml"
 
 
-def load_run_config(path: Path, overrides: Iterable[str] = (),
-                    source: Optional[str] = None) -> DictConfig:
+def load_run_config(
+    path: Path, overrides: Iterable[str] = (), source: Optional[str] = None
+) -> DictConfig:
     """A resolved config saved by a run (``<run dir>/config.yaml``), typed again by the
     root schema so enums and defaults behave as at training time. A file that is missing,
     not YAML, empty, or holds a key or value the schemas refuse is an InvalidConfig whose
@@ -29,8 +31,12 @@ def load_run_config(path: Path, overrides: Iterable[str] = (),
     saved = _read(path)
     refuse_interpolations(OmegaConf.to_container(saved, resolve=False), source or str(path))
     try:
-        merged = cast(DictConfig, OmegaConf.merge(  # of a structured DictConfig: one
-            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(list(overrides))))
+        merged = cast(
+            DictConfig,
+            OmegaConf.merge(  # of a structured DictConfig: one
+                OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(list(overrides))
+            ),
+        )
     except OmegaConfBaseException as error:  # an unknown key or a mistyped override
         raise InvalidConfig(_refusal(path, error, overrides, saved)) from None
     missing = [group for group in GROUP_SCHEMAS if OmegaConf.is_missing(merged, group)]
@@ -58,8 +64,9 @@ def _read(path: Path) -> DictConfig:
     try:
         saved = OmegaConf.load(path)
     except OSError as error:
-        raise InvalidConfig(f"{path}: cannot be read ({error.strerror or error}); expected "
-                            f"{SAVED}") from None
+        raise InvalidConfig(
+            f"{path}: cannot be read ({error.strerror or error}); expected {SAVED}"
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -68,21 +75,31 @@ def _read(path: Path) -> DictConfig:
     except OmegaConfBaseException as error:
         raise InvalidConfig(f"{path}: {str(error).splitlines()[0]}; expected {SAVED}") from None
     if not isinstance(saved, DictConfig) or not saved:
-        raise InvalidConfig(f"{path}: {'empty' if not saved else 'not a mapping of keys'}; "
-                            f"expected {SAVED}")
+        raise InvalidConfig(
+            f"{path}: {'empty' if not saved else 'not a mapping of keys'}; expected {SAVED}"
+        )
     return saved
 
 
-def _refusal(path: Path, error: OmegaConfBaseException, overrides: Iterable[str],
-             saved: DictConfig, prefix: str = "") -> str:
+def _refusal(
+    path: Path,
+    error: OmegaConfBaseException,
+    overrides: Iterable[str],
+    saved: DictConfig,
+    prefix: str = "",
+) -> str:
     """One line for OmegaConf's refusal: the key (under ``prefix`` when a group's schema
     refused it) and its value, from the overrides or else from the file (then named)."""
     overrides = list(overrides)
     # Each exception once: OmegaConf's cause is often its context too, and a key prefixed
     # twice would read model.model.<key>.
-    chain = list({id(e): e for e in (error.__cause__, error.__context__, error)
-                  if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)
-                  }.values())
+    chain = list(
+        {
+            id(e): e
+            for e in (error.__cause__, error.__context__, error)
+            if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)
+        }.values()
+    )
     for refused in chain if prefix else ():
         refused.full_key = f"{prefix}{refused.full_key}"
     line = from_composition_error(error, overrides, builtin_targets())
@@ -92,8 +109,7 @@ def _refusal(path: Path, error: OmegaConfBaseException, overrides: Iterable[str]
     if key and not any(o.lstrip("+~").partition("=")[0] == key for o in overrides):
         # The key is the file's: show its value there, and name the file.
         if f"{key}=?:" in line:
-            line = line.replace(f"{key}=?:", f"{key}={show(OmegaConf.select(saved, key))}:",
-                                1)
+            line = line.replace(f"{key}=?:", f"{key}={show(OmegaConf.select(saved, key))}:", 1)
         return f"{path}: {line}"
     return line
 
@@ -102,6 +118,11 @@ def choices_from_config(cfg: DictConfig) -> dict:
     """Group choices of a config saved without Hydra's runtime record (a run's config.yaml):
     each group's option is named by its ``name``/``mode`` key; the checkpoint options share
     one schema."""
-    return {"parallel": cfg.parallel.mode, "checkpoint": "integrated", "boost": cfg.boost.mode,
-            "placement": cfg.placement.mode, "dataset": component_name(cfg.dataset),
-            "model": component_name(cfg.model)}
+    return {
+        "parallel": cfg.parallel.mode,
+        "checkpoint": "integrated",
+        "boost": cfg.boost.mode,
+        "placement": cfg.placement.mode,
+        "dataset": component_name(cfg.dataset),
+        "model": component_name(cfg.model),
+    }

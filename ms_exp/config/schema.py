@@ -10,6 +10,7 @@ One cohesive module, longer than most: the schemas are declared together because
 are registered together and nest (the root ``Config`` holds every section), and one file
 is where a reader looks up any key's type and default.
 """
+
 import dataclasses
 import warnings
 from dataclasses import dataclass, field
@@ -28,8 +29,10 @@ from ms_exp.config.targets import TARGET, target_path
 # deprecated (https://github.com/omry/omegaconf/issues/663; still supported by 2.3).
 # Nothing a user could act on.
 warnings.filterwarnings(
-    "ignore", message=r"Class `(OptimizerConfig|LossConfig|LossPart)` subclasses `Dict`",
-    category=UserWarning)
+    "ignore",
+    message=r"Class `(OptimizerConfig|LossConfig|LossPart)` subclasses `Dict`",
+    category=UserWarning,
+)
 
 
 class ContextMode(Enum):
@@ -528,8 +531,11 @@ def loss_own_keys(loss_cfg, schema) -> tuple:
     """ms_exp's keys of ``loss`` (schema LossConfig) or a part (LossPart) naming a
     ``_target_``: ``label_smoothing`` set (not 0) is the target's argument, as
     mindspore.nn.CrossEntropyLoss's."""
-    return tuple(k for k in own_keys(schema)
-                 if not (k == "label_smoothing" and loss_cfg.get("label_smoothing")))
+    return tuple(
+        k
+        for k in own_keys(schema)
+        if not (k == "label_smoothing" and loss_cfg.get("label_smoothing"))
+    )
 
 
 def loss_part(part) -> DictConfig:
@@ -540,8 +546,11 @@ def loss_part(part) -> DictConfig:
 
 def loss_parts(loss_cfg) -> Dict[str, DictConfig]:
     """``loss.parts`` typed, but the parts set to null."""
-    return {str(name): loss_part(part)
-            for name, part in (loss_cfg.parts or {}).items() if part is not None}
+    return {
+        str(name): loss_part(part)
+        for name, part in (loss_cfg.parts or {}).items()
+        if part is not None
+    }
 
 
 @dataclass
@@ -625,13 +634,22 @@ class Config:
 # group -> option -> schema. The YAML options in conf/ must match this table one to one
 # (a test checks it), so an option cannot exist only in YAML or only here.
 GROUP_SCHEMAS: Dict[str, Dict[str, type]] = {
-    "parallel": {"stand_alone": StandAloneParallel, "data": DataParallel,
-                 "semi_auto": SemiAutoParallel, "auto": AutoParallel},
+    "parallel": {
+        "stand_alone": StandAloneParallel,
+        "data": DataParallel,
+        "semi_auto": SemiAutoParallel,
+        "auto": AutoParallel,
+    },
     "checkpoint": dict.fromkeys(("integrated", "sliced", "none"), CheckpointSchema),
     "boost": {"off": BoostOff, "dim_reduce": BoostDimReduce},
     "placement": {"device": DevicePlacement, "host_device": HostDevicePlacement},
-    "dataset": {"digits": DigitsDataset, "mnist": MnistDataset, "imagenet": ImageNetDataset,
-                "synthetic": SyntheticDataset, "criteo": CriteoDataset},
+    "dataset": {
+        "digits": DigitsDataset,
+        "mnist": MnistDataset,
+        "imagenet": ImageNetDataset,
+        "synthetic": SyntheticDataset,
+        "criteo": CriteoDataset,
+    },
     "model": {"mlp": MlpModel, "resnet": ResNetModel, "wide_deep": WideDeepModel},
 }
 
@@ -656,8 +674,11 @@ def builtin_target(group: str, option: str) -> str:
 
 def builtin_targets() -> frozenset:
     """The ``_target_`` of every built-in option: all its arguments are its schema's keys."""
-    targets = {getattr(schema, TARGET, None) for options in GROUP_SCHEMAS.values()
-               for schema in options.values()}
+    targets = {
+        getattr(schema, TARGET, None)
+        for options in GROUP_SCHEMAS.values()
+        for schema in options.values()
+    }
     return frozenset(t for t in targets if t)
 
 
@@ -667,8 +688,9 @@ def group_schema(group: str, node, choice: Optional[str]):
     options = GROUP_SCHEMAS[group]
     target = target_path(node)
     if target is not None:
-        return next((schema for schema in options.values()
-                     if getattr(schema, TARGET, None) == target), None)
+        return next(
+            (schema for schema in options.values() if getattr(schema, TARGET, None) == target), None
+        )
     if choice in options:
         return options[choice]
     return options.get(node.get("mode"))

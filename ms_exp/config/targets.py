@@ -9,6 +9,7 @@ passed only when the target's signature names it and the config does not set it.
 
 Nothing here imports MindSpore; importing a target may.
 """
+
 import functools
 import inspect
 import logging
@@ -70,8 +71,7 @@ def load_target(key: str, path: Optional[str]) -> Callable:
     from hydra.utils import get_object
 
     if not isinstance(path, str) or "." not in path:
-        raise ConfigError(f"{key}.{TARGET}", path, "a dotted path: module.Class or "
-                          "module.function")
+        raise ConfigError(f"{key}.{TARGET}", path, "a dotted path: module.Class or module.function")
     # get_object logs the error on several lines before raising it: it is reported here,
     # on one.
     logger = logging.getLogger("hydra.utils")
@@ -80,15 +80,19 @@ def load_target(key: str, path: Optional[str]) -> Callable:
         target = get_object(path)
     except Exception as error:  # noqa: BLE001 - any failure to import is the user's to see
         lines = str(error).strip().splitlines() or [type(error).__name__]
-        raise ConfigError(f"{key}.{TARGET}", path,
-                          "an importable class or function (run from the project "
-                          "folder, or put it on PYTHONPATH)",
-                          problem=f"does not import ({lines[-1]})") from error
+        raise ConfigError(
+            f"{key}.{TARGET}",
+            path,
+            "an importable class or function (run from the project "
+            "folder, or put it on PYTHONPATH)",
+            problem=f"does not import ({lines[-1]})",
+        ) from error
     finally:
         logger.disabled = quiet
     if not callable(target):
-        raise ConfigError(f"{key}.{TARGET}", path, "a class or function",
-                          problem=f"is a {type(target).__name__}")
+        raise ConfigError(
+            f"{key}.{TARGET}", path, "a class or function", problem=f"is a {type(target).__name__}"
+        )
     return target
 
 
@@ -100,8 +104,10 @@ def parameters(target: Callable) -> Optional[Dict[str, Optional[inspect.Paramete
     if signature is None:
         return None
     found: Dict[str, Optional[inspect.Parameter]] = {
-        name: p for name, p in signature.parameters.items()
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        name: p
+        for name, p in signature.parameters.items()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
     if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
         return None if not found else {**found, "**": None}
     return found
@@ -144,22 +150,32 @@ def _wrapped_init(function, depth: int = 3) -> Optional[Callable]:
 
 def _only_varargs(signature: inspect.Signature) -> bool:
     kinds = {p.kind for p in signature.parameters.values()}
-    return bool(kinds) and kinds <= {inspect.Parameter.VAR_POSITIONAL,
-                                     inspect.Parameter.VAR_KEYWORD}
+    return bool(kinds) and kinds <= {
+        inspect.Parameter.VAR_POSITIONAL,
+        inspect.Parameter.VAR_KEYWORD,
+    }
 
 
 def config_arguments(node, own_keys: Iterable[str] = ()) -> Dict[str, Any]:
     """The target's keyword arguments: every key of ``node`` but ``_target_`` and ms_exp's
     own keys, resolved to plain values (nested ``_target_`` configs stay configs)."""
     own = set(own_keys) | {TARGET}
-    values = typing.cast(Dict[str, Any], OmegaConf.to_container(node, resolve=True)) \
-        if isinstance(node, DictConfig) else dict(node)
+    values = (
+        typing.cast(Dict[str, Any], OmegaConf.to_container(node, resolve=True))
+        if isinstance(node, DictConfig)
+        else dict(node)
+    )
     return {k: v for k, v in values.items() if k not in own}
 
 
-def fit_arguments(key: str, path: str, target: Callable, arguments: Mapping[str, Any],
-                  provided: Optional[Mapping[str, Any]] = None,
-                  required: Iterable[str] = ()) -> Dict[str, Any]:
+def fit_arguments(
+    key: str,
+    path: str,
+    target: Callable,
+    arguments: Mapping[str, Any],
+    provided: Optional[Mapping[str, Any]] = None,
+    required: Iterable[str] = (),
+) -> Dict[str, Any]:
     """``arguments`` (from the config) plus what ms_exp ``provides`` that the signature names
     and the config leaves unset (None counts as unset), checked against the signature:
     an unknown or missing argument is refused in one line. ``required``: what ms_exp
@@ -174,25 +190,41 @@ def fit_arguments(key: str, path: str, target: Callable, arguments: Mapping[str,
     accepts = ", ".join(params) or "none"
     for name in required:
         if name not in params and not open_ended:
-            raise ConfigError(f"{key}.{TARGET}", path,
-                              f"a callable taking {name!r} (its parameters: {accepts})",
-                              problem=f"does not take {name!r}, which ms_exp passes")
+            raise ConfigError(
+                f"{key}.{TARGET}",
+                path,
+                f"a callable taking {name!r} (its parameters: {accepts})",
+                problem=f"does not take {name!r}, which ms_exp passes",
+            )
     for name, value in arguments.items():
         if name not in params and not open_ended:
-            raise ConfigError(f"{key}.{name}", value, f"a parameter of {path}: {accepts}",
-                              problem="is not an argument of the target")
+            raise ConfigError(
+                f"{key}.{name}",
+                value,
+                f"a parameter of {path}: {accepts}",
+                problem="is not an argument of the target",
+            )
     for name, value in provided.items():
         if (name in params or name in required) and kwargs.get(name) is None:
             kwargs[name] = value
     for name, param in params.items():  # "**" popped above: every one a Parameter
         if param is not None and param.default is param.empty and name not in kwargs:
-            raise ConfigError(f"{key}.{name}", "missing",
-                              f"a value: {path} requires {name!r} (its parameters: {accepts})")
+            raise ConfigError(
+                f"{key}.{name}",
+                "missing",
+                f"a value: {path} requires {name!r} (its parameters: {accepts})",
+            )
     return kwargs
 
 
-def check_kind(key: str, path: str, target: Callable, expected: Tuple[type, ...] = (),
-               expected_text: str = "", factories: bool = False) -> None:
+def check_kind(
+    key: str,
+    path: str,
+    target: Callable,
+    expected: Tuple[type, ...] = (),
+    expected_text: str = "",
+    factories: bool = False,
+) -> None:
     """Refuse, before it is called, a target that cannot give what its key builds: a
     class that is not one of ``expected``, a function declared to return something else,
     and (unless ``factories``: networks and datasets are often made by functions) a
@@ -216,20 +248,27 @@ def check_kind(key: str, path: str, target: Callable, expected: Tuple[type, ...]
         return
     if not factories:
         names = " or ".join(t.__name__ for t in expected)
-        raise ConfigError(key, path, f"{wanted} (a class, or a function declared "
-                          f"`-> {names}`)", problem="is a function that does not declare "
-                          "what it returns")
+        raise ConfigError(
+            key,
+            path,
+            f"{wanted} (a class, or a function declared `-> {names}`)",
+            problem="is a function that does not declare what it returns",
+        )
 
 
-def refuse_standard_library(key: str, path: str, module: Optional[str] = None,
-                            wanted: str = "") -> None:
+def refuse_standard_library(
+    key: str, path: str, module: Optional[str] = None, wanted: str = ""
+) -> None:
     """A target of Python's standard library (``builtins.open``, ``shutil.rmtree``,
     ``pickle.load``) is no component: refused by ``key``, whatever re-exports it."""
     packages = {path.split(".")[0], (module or path).split(".")[0]}
     if packages & _standard_library():
-        raise ConfigError(key, path, wanted or "a class or function of your project or of a "
-                          "library of components", problem="is part of Python's standard "
-                          "library, not a component")
+        raise ConfigError(
+            key,
+            path,
+            wanted or "a class or function of your project or of a library of components",
+            problem="is part of Python's standard library, not a component",
+        )
 
 
 @functools.lru_cache(maxsize=None)
@@ -247,9 +286,16 @@ def _declared_return(target: Callable):
     return None if annotation is inspect.Signature.empty else annotation
 
 
-def build(key: str, node, own_keys: Iterable[str] = (),
-          provided: Optional[Mapping[str, Any]] = None, required: Iterable[str] = (),
-          expected: Tuple[type, ...] = (), expected_text: str = "", factories: bool = False) -> Any:
+def build(
+    key: str,
+    node,
+    own_keys: Iterable[str] = (),
+    provided: Optional[Mapping[str, Any]] = None,
+    required: Iterable[str] = (),
+    expected: Tuple[type, ...] = (),
+    expected_text: str = "",
+    factories: bool = False,
+) -> Any:
     """Build the component ``node`` names with ``hydra.utils.instantiate``: its own
     arguments, plus ``provided`` (see ``fit_arguments``); check, before calling it, that
     it can be one of ``expected`` (``check_kind``), and after, that it is."""
@@ -269,8 +315,7 @@ def build(key: str, node, own_keys: Iterable[str] = (),
     try:
         # The objects (parameters, a Placement) are passed to the partial untouched:
         # instantiate would turn a dataclass instance into a dict.
-        factory = instantiate({TARGET: path, "_partial_": True, **config_keys},
-                              _convert_="all")
+        factory = instantiate({TARGET: path, "_partial_": True, **config_keys}, _convert_="all")
         built = factory(**objects)
     except Exception as error:  # noqa: BLE001 - the component's own error, in one line
         cause = error.__cause__ or error
@@ -278,17 +323,25 @@ def build(key: str, node, own_keys: Iterable[str] = (),
             raise cause from None
         text = " ".join(str(cause).split()) or type(cause).__name__
         # The user's own keys first: the error is most often one of their values.
-        given = ", ".join(f"{key}.{name}={show(value)}" for name, value in arguments.items()
-                          if name in config_keys)[:300]
-        raise ConfigError(f"{key}.{TARGET}", path,
-                          f"values of {'these keys' if given else 'arguments'} that {path} "
-                          "accepts",
-                          problem=f"failed to build{f' with {given}' if given else ''}: "
-                                  f"{type(cause).__name__}: {text[:300]}") from error
+        given = ", ".join(
+            f"{key}.{name}={show(value)}"
+            for name, value in arguments.items()
+            if name in config_keys
+        )[:300]
+        raise ConfigError(
+            f"{key}.{TARGET}",
+            path,
+            f"values of {'these keys' if given else 'arguments'} that {path} accepts",
+            problem=f"failed to build{f' with {given}' if given else ''}: "
+            f"{type(cause).__name__}: {text[:300]}",
+        ) from error
     if expected and not isinstance(built, expected):
-        raise ConfigError(f"{key}.{TARGET}", path, expected_text or
-                          " or ".join(t.__name__ for t in expected),
-                          problem=f"returned a {type(built).__name__}")
+        raise ConfigError(
+            f"{key}.{TARGET}",
+            path,
+            expected_text or " or ".join(t.__name__ for t in expected),
+            problem=f"returned a {type(built).__name__}",
+        )
     return built
 
 

@@ -16,6 +16,7 @@ those keys, or ``num_shards`` / ``shard_id``, is passed it instead and applies i
 as MindSpore's readers do (the built-in readers shard and shuffle in the reader; Criteo's
 also batches, so it returns batches).
 """
+
 from typing import Optional, Tuple
 
 import numpy as np
@@ -28,13 +29,19 @@ from ms_exp.data.spec import LABEL_KEYS, LOADER_KEYS, DataSpec, Shard
 
 SHARD_KEYS = ("num_shards", "shard_id")
 # A user's option may leave ms_exp's keys out; then these apply (the schemas' defaults).
-LOADER_DEFAULTS = {"batch_size": 32, "shuffle": True, "num_parallel_workers": 1,
-                   "drop_remainder": True}
+LOADER_DEFAULTS = {
+    "batch_size": 32,
+    "shuffle": True,
+    "num_parallel_workers": 1,
+    "drop_remainder": True,
+}
 COLUMNS = ["data", "label"]
 # Samples a dataset without random access is shuffled over (Dataset.shuffle's buffer).
 SHUFFLE_BUFFER = 10000
-RETURNS = ("a pair of numpy arrays (x, y), or a mindspore.dataset dataset of unbatched "
-           "(data, label) samples")
+RETURNS = (
+    "a pair of numpy arrays (x, y), or a mindspore.dataset dataset of unbatched "
+    "(data, label) samples"
+)
 
 
 def loader_settings(dataset_cfg) -> dict:
@@ -91,12 +98,12 @@ _SAMPLED = {}
 
 
 def _sampled(dataset_cfg):
-    key = OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) \
-        else repr(dataset_cfg)
+    key = (
+        OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) else repr(dataset_cfg)
+    )
     if key not in _SAMPLED:
         train, size, labels = _pipeline(dataset_cfg, "train", Shard())
-        _SAMPLED[key] = (_sample_shape(train), _class_count(dataset_cfg, labels, None, train),
-                         size)
+        _SAMPLED[key] = (_sample_shape(train), _class_count(dataset_cfg, labels, None, train), size)
     return _SAMPLED[key]
 
 
@@ -110,37 +117,53 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
     # ms_exp's keys the target's signature names: it applies them itself.
     applied = {key for key in (*LOADER_KEYS, *SHARD_KEYS) if key in params}
     sharded = shard.num_shards > 1
-    passed = {"batch_size": settings["batch_size"],
-              "shuffle": settings["shuffle"] and is_train,
-              "drop_remainder": settings["drop_remainder"] and is_train,
-              "num_parallel_workers": settings["num_parallel_workers"],
-              "num_shards": shard.num_shards if sharded else None,
-              "shard_id": shard.shard_id if sharded else None}
+    passed = {
+        "batch_size": settings["batch_size"],
+        "shuffle": settings["shuffle"] and is_train,
+        "drop_remainder": settings["drop_remainder"] and is_train,
+        "num_parallel_workers": settings["num_parallel_workers"],
+        "num_shards": shard.num_shards if sharded else None,
+        "shard_id": shard.shard_id if sharded else None,
+    }
     provided = {"split": split, **{k: v for k, v in passed.items() if k in applied}}
     own = (*LOADER_KEYS, *(k for k in LABEL_KEYS if k not in params))
-    data = build("dataset", dataset_cfg, own_keys=own, provided=provided,
-                 required=("split",), factories=True)
+    data = build(
+        "dataset", dataset_cfg, own_keys=own, provided=provided, required=("split",), factories=True
+    )
     labels = None
-    if isinstance(data, (tuple, list)) and len(data) == 2 \
-            and all(isinstance(part, np.ndarray) for part in data):
+    if (
+        isinstance(data, (tuple, list))
+        and len(data) == 2
+        and all(isinstance(part, np.ndarray) for part in data)
+    ):
         x, y = (np.asarray(part) for part in data)
         if len(x) != len(y):
-            raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg), RETURNS,
-                              problem=f"returned {len(x)} samples and {len(y)} labels "
-                                      f"for split={split!r}")
+            raise ConfigError(
+                f"dataset.{TARGET}",
+                target_path(dataset_cfg),
+                RETURNS,
+                problem=f"returned {len(x)} samples and {len(y)} labels for split={split!r}",
+            )
         x = x.astype(np.float32) if x.dtype == np.float64 else x
         y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y
         labels = y
         reader = {} if "num_shards" in applied or not sharded else shard.reader_args()
-        data = ds.NumpySlicesDataset((x, y), column_names=COLUMNS,
-                                     shuffle=passed["shuffle"],
-                                     num_parallel_workers=settings["num_parallel_workers"],
-                                     **reader)
+        data = ds.NumpySlicesDataset(
+            (x, y),
+            column_names=COLUMNS,
+            shuffle=passed["shuffle"],
+            num_parallel_workers=settings["num_parallel_workers"],
+            **reader,
+        )
     elif isinstance(data, ds.Dataset):
         data = _sample_order(data, dataset_cfg, applied, passed, shard)
     else:
-        raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg), RETURNS,
-                          problem=f"returned a {type(data).__name__} for split={split!r}")
+        raise ConfigError(
+            f"dataset.{TARGET}",
+            target_path(dataset_cfg),
+            RETURNS,
+            problem=f"returned a {type(data).__name__} for split={split!r}",
+        )
     if "batch_size" in applied:
         option = dataset_option(dataset_cfg)
         if option is not None and option.samples is not None:
@@ -148,8 +171,11 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
         # Whole batches: all ms_exp can see of a target that batches itself.
         return data, data.get_dataset_size() * settings["batch_size"], labels
     size = data.get_dataset_size()
-    return (data.batch(settings["batch_size"], drop_remainder=passed["drop_remainder"]),
-            size, labels)
+    return (
+        data.batch(settings["batch_size"], drop_remainder=passed["drop_remainder"]),
+        size,
+        labels,
+    )
 
 
 def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
@@ -168,14 +194,16 @@ def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
         source = source.children[0]
     if source is None or not _random_access(source):
         if wants_shard:
-            raise ConfigError(f"dataset.{TARGET}", target_path(dataset_cfg),
-                              "a target returning a dataset over one random-access source, "
-                              "or one taking num_shards and shard_id, under parallel=data",
-                              problem="returned a dataset ms_exp cannot shard")
+            raise ConfigError(
+                f"dataset.{TARGET}",
+                target_path(dataset_cfg),
+                "a target returning a dataset over one random-access source, "
+                "or one taking num_shards and shard_id, under parallel=data",
+                problem="returned a dataset ms_exp cannot shard",
+            )
         return data.shuffle(SHUFFLE_BUFFER) if passed["shuffle"] else data
     if wants_shard:
-        sampler = ds.DistributedSampler(shard.num_shards, shard.shard_id,
-                                        shuffle=passed["shuffle"])
+        sampler = ds.DistributedSampler(shard.num_shards, shard.shard_id, shuffle=passed["shuffle"])
     else:
         sampler = ds.RandomSampler() if passed["shuffle"] else ds.SequentialSampler()
     source.use_sampler(sampler)
@@ -198,8 +226,9 @@ def _sample_shape(batches) -> Tuple[int, ...]:
     return tuple(int(d) for d in batches.output_shapes()[0][1:])
 
 
-def _class_count(dataset_cfg, train_labels: Optional[np.ndarray],
-                 eval_labels: Optional[np.ndarray], train) -> int:
+def _class_count(
+    dataset_cfg, train_labels: Optional[np.ndarray], eval_labels: Optional[np.ndarray], train
+) -> int:
     """The option's ``num_classes``; else the largest label + 1 over the returned arrays,
     or over one pass of the training set's labels."""
     declared = dataset_cfg.get("num_classes")

@@ -16,6 +16,7 @@ samples, so an epoch reads at most N - 1 samples of a split twice (``padded_samp
 the meta). Evaluation reads every record, keeping a last batch of fewer records. The
 vocabulary size also comes from ``criteo_meta.json``.
 """
+
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -41,27 +42,43 @@ def samples_per_record(cfg, meta: dict) -> int:
     found = meta.get("format")
     if found != META_FORMAT:
         detail = " (one sample per record)" if found == 1 else ""
-        raise ConfigError("dataset.path", cfg.path,
-                          f"a folder written by this version of the Criteo converter "
-                          f"({META_FILE} format {META_FORMAT}; this one is format "
-                          f"{found}{detail}); {RECONVERT}")
+        raise ConfigError(
+            "dataset.path",
+            cfg.path,
+            f"a folder written by this version of the Criteo converter "
+            f"({META_FILE} format {META_FORMAT}; this one is format "
+            f"{found}{detail}); {RECONVERT}",
+        )
     size = meta.get("samples_per_record")
     records = meta.get("train_records")
-    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
-                for v in (size, records))
-    require(valid, "dataset.path", cfg.path,
-            f"a {META_FILE} with positive integers samples_per_record and train_records; "
-            f"{RECONVERT}")
-    require(cfg.batch_size % size == 0, "dataset.batch_size", cfg.batch_size,
-            f"a multiple of {size}, the samples per record (samples_per_record) of "
-            f"{cfg.path}; or convert the data again with a --samples-per-record that "
-            "divides the batch size")
+    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (size, records))
+    require(
+        valid,
+        "dataset.path",
+        cfg.path,
+        f"a {META_FILE} with positive integers samples_per_record and train_records; {RECONVERT}",
+    )
+    require(
+        cfg.batch_size % size == 0,
+        "dataset.batch_size",
+        cfg.batch_size,
+        f"a multiple of {size}, the samples per record (samples_per_record) of "
+        f"{cfg.path}; or convert the data again with a --samples-per-record that "
+        "divides the batch size",
+    )
     return cast(int, size)  # require refused anything else
 
 
-def criteo(split: str, path: str, batch_size: int = 1000, drop_remainder: bool = True,
-           shuffle: bool = True, num_shards=None, shard_id=None,
-           num_parallel_workers: int = 1):
+def criteo(
+    split: str,
+    path: str,
+    batch_size: int = 1000,
+    drop_remainder: bool = True,
+    shuffle: bool = True,
+    num_shards=None,
+    shard_id=None,
+    num_parallel_workers: int = 1,
+):
     """Batches of ``split`` (its signature names ``batch_size``: records are batched here,
     ``batch_size // N`` at a time, then flattened to samples)."""
     # Imported here: read_meta runs in preflight, before MindSpore may be imported.
@@ -76,10 +93,14 @@ def criteo(split: str, path: str, batch_size: int = 1000, drop_remainder: bool =
     workers = num_parallel_workers
     # MindSpore's readers and map take lists of column names, not tuples. With shards,
     # MindDataset gives every rank ceil(records / shards) records, repeating a few.
-    records = ds.MindDataset(str(records_file),
-                             columns_list=list(COLUMNS), shuffle=shuffle,
-                             num_parallel_workers=workers, num_shards=num_shards,
-                             shard_id=shard_id)
+    records = ds.MindDataset(
+        str(records_file),
+        columns_list=list(COLUMNS),
+        shuffle=shuffle,
+        num_parallel_workers=workers,
+        num_shards=num_shards,
+        shard_id=shard_id,
+    )
     return unpack(records.batch(batch_size // size, drop_remainder=drop_remainder), workers)
 
 
@@ -98,9 +119,12 @@ def check_record_file(path: str, records_file: Path, meta: dict) -> None:
         return
     problem = damaged_record_file(records_file, meta)
     if problem is not None:
-        raise ConfigError("dataset.path", path, f"a folder written by the Criteo converter, "
-                          f"unchanged since; {RECONVERT}",
-                          problem=f"{records_file} {problem}")
+        raise ConfigError(
+            "dataset.path",
+            path,
+            f"a folder written by the Criteo converter, unchanged since; {RECONVERT}",
+            problem=f"{records_file} {problem}",
+        )
     _WHOLE_FILES.add(key)
 
 
@@ -111,5 +135,9 @@ def _flatten(ids, vals, labels):
 
 def unpack(dataset, workers: int):
     """Batches of records as batches of samples."""
-    return dataset.map(_flatten, input_columns=list(COLUMNS), output_columns=list(COLUMNS),
-                       num_parallel_workers=workers)
+    return dataset.map(
+        _flatten,
+        input_columns=list(COLUMNS),
+        output_columns=list(COLUMNS),
+        num_parallel_workers=workers,
+    )

@@ -4,6 +4,7 @@ options and paths that can be created. Kept apart so that the sample writer need
 import the converter, and ``criteo_records.publish`` raises the same error without
 importing the command.
 """
+
 import argparse
 import os
 from pathlib import Path
@@ -29,8 +30,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _integer(name: str, text: str, minimum: int, maximum: Optional[int] = None) -> int:
-    allowed = (f"an integer >= {minimum}" if maximum is None
-               else f"an integer from {minimum} to {maximum}")
+    allowed = (
+        f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+    )
     try:
         value = int(text)
     except ValueError:
@@ -46,5 +48,9 @@ def check_creatable(name: str, path: Path, kind: str) -> None:
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise usage_error(name, str(path), f"cannot be created ({parent} is not a "
-                          "writable folder)", f"a {kind} path under a writable folder")
+        raise usage_error(
+            name,
+            str(path),
+            f"cannot be created ({parent} is not a writable folder)",
+            f"a {kind} path under a writable folder",
+        )

@@ -42,6 +42,7 @@ their line numbers; they are not fatal, because real dumps have a few. The outpu
 into a sibling ``OUT_DIR.partial-<pid>`` folder and renamed into place once complete, so an
 interrupted or failed run never leaves half a dataset where training would read it.
 """
+
 import argparse
 import os
 import re
@@ -102,30 +103,56 @@ def hydra_value(value: str) -> str:
 def train_command(out_dir) -> str:
     """The command that trains on ``out_dir``, printed for the user to paste: the path is
     quoted for Hydra and the whole argument for the shell."""
-    return shlex.join(["python", "-m", "ms_exp.run", "model=wide_deep", "dataset=criteo",
-                       f"dataset.path={hydra_value(str(out_dir))}"])
+    return shlex.join(
+        [
+            "python",
+            "-m",
+            "ms_exp.run",
+            "model=wide_deep",
+            "dataset=criteo",
+            f"dataset.path={hydra_value(str(out_dir))}",
+        ]
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("raw", metavar="RAW", help="Criteo text file, plain or .gz")
-    parser.add_argument("out_dir", metavar="OUT_DIR",
-                        help="output folder (train/eval .mindrecord, criteo_meta.json)")
+    parser.add_argument(
+        "out_dir",
+        metavar="OUT_DIR",
+        help="output folder (train/eval .mindrecord, criteo_meta.json)",
+    )
     vocab = parser.add_mutually_exclusive_group()
-    vocab.add_argument("--threshold", metavar="N",
-                       help="keep categorical values seen more than N times (default 100)")
-    vocab.add_argument("--hash-buckets", metavar="B",
-                       help="hash each categorical field into B ids instead of counting")
-    parser.add_argument("--samples-per-record", metavar="N",
-                        default=str(DEFAULT_SAMPLES_PER_RECORD),
-                        help="samples packed into each record; dataset.batch_size must be a "
-                             f"multiple of it (default {DEFAULT_SAMPLES_PER_RECORD})")
-    parser.add_argument("--eval-fraction", metavar="F", default="0.1",
-                        help="share of valid lines held out for evaluation (default 0.1)")
-    parser.add_argument("--seed", metavar="S", default="0",
-                        help="seed of the train/eval split (default 0)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace OUT_DIR if it exists and is not empty")
+    vocab.add_argument(
+        "--threshold",
+        metavar="N",
+        help="keep categorical values seen more than N times (default 100)",
+    )
+    vocab.add_argument(
+        "--hash-buckets",
+        metavar="B",
+        help="hash each categorical field into B ids instead of counting",
+    )
+    parser.add_argument(
+        "--samples-per-record",
+        metavar="N",
+        default=str(DEFAULT_SAMPLES_PER_RECORD),
+        help="samples packed into each record; dataset.batch_size must be a "
+        f"multiple of it (default {DEFAULT_SAMPLES_PER_RECORD})",
+    )
+    parser.add_argument(
+        "--eval-fraction",
+        metavar="F",
+        default="0.1",
+        help="share of valid lines held out for evaluation (default 0.1)",
+    )
+    parser.add_argument(
+        "--seed", metavar="S", default="0", help="seed of the train/eval split (default 0)"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace OUT_DIR if it exists and is not empty"
+    )
     return parser
 
 
@@ -135,21 +162,30 @@ def parse_options(argv: Optional[Sequence[str]]) -> Options:
     if args.hash_buckets is not None:
         hash_buckets = _integer("--hash-buckets", args.hash_buckets, 1, MAX_HASH_BUCKETS)
     else:
-        threshold = _integer("--threshold", "100" if args.threshold is None
-                             else args.threshold, 0)
+        threshold = _integer("--threshold", "100" if args.threshold is None else args.threshold, 0)
     fraction_rule = "a number between 0 and 1 (exclusive)"
     try:
         eval_fraction = float(args.eval_fraction)
     except ValueError:
-        raise usage_error("--eval-fraction", args.eval_fraction, "not a number",
-                          fraction_rule) from None
+        raise usage_error(
+            "--eval-fraction", args.eval_fraction, "not a number", fraction_rule
+        ) from None
     if not 0 < eval_fraction < 1:
         raise usage_error("--eval-fraction", eval_fraction, "not allowed", fraction_rule)
     seed = _integer("--seed", args.seed, 0)
-    samples_per_record = _integer("--samples-per-record", args.samples_per_record, 1,
-                                  MAX_SAMPLES_PER_RECORD)
-    options = Options(Path(args.raw), Path(args.out_dir), threshold, hash_buckets,
-                      eval_fraction, seed, args.overwrite, samples_per_record)
+    samples_per_record = _integer(
+        "--samples-per-record", args.samples_per_record, 1, MAX_SAMPLES_PER_RECORD
+    )
+    options = Options(
+        Path(args.raw),
+        Path(args.out_dir),
+        threshold,
+        hash_buckets,
+        eval_fraction,
+        seed,
+        args.overwrite,
+        samples_per_record,
+    )
     check_paths(options)
     return options
 
@@ -166,27 +202,35 @@ def check_paths(options: Options) -> None:
         with open(raw, "rb") as probe:
             probe.read(1)
     except OSError as error:
-        raise usage_error("RAW", str(raw), f"cannot be read ({error.strerror})",
-                          text_file) from None
+        raise usage_error(
+            "RAW", str(raw), f"cannot be read ({error.strerror})", text_file
+        ) from None
     if out_dir.exists():
         if not out_dir.is_dir():
-            raise usage_error("OUT_DIR", str(out_dir), "is a file",
-                              "a folder to create, or an empty one")
+            raise usage_error(
+                "OUT_DIR", str(out_dir), "is a file", "a folder to create, or an empty one"
+            )
         if any(out_dir.iterdir()) and not options.overwrite:
-            raise usage_error("OUT_DIR", str(out_dir), "folder exists and is not empty",
-                              "a new or empty folder, or --overwrite to replace it")
+            raise usage_error(
+                "OUT_DIR",
+                str(out_dir),
+                "folder exists and is not empty",
+                "a new or empty folder, or --overwrite to replace it",
+            )
         replaced = out_dir.resolve()
         for what, inside in (("RAW", raw), ("the current folder", Path.cwd())):
             inside = inside.resolve()
             if replaced == inside or replaced in inside.parents:
-                raise usage_error("OUT_DIR", str(out_dir), f"holds {what}, which replacing "
-                                  "it would delete", "a folder that holds neither RAW nor "
-                                  "the current folder")
+                raise usage_error(
+                    "OUT_DIR",
+                    str(out_dir),
+                    f"holds {what}, which replacing it would delete",
+                    "a folder that holds neither RAW nor the current folder",
+                )
     check_creatable("OUT_DIR", out_dir, "folder")
 
 
-def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO] = None
-            ) -> dict:
+def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> dict:
     """Both passes; returns the meta written. UsageError before anything is written when
     RAW has no valid line or the split would leave one side empty. ``out`` (summary) and
     ``err`` (progress) default to sys.stdout and sys.stderr as they are at call time."""
@@ -196,15 +240,21 @@ def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO
     stats = scan(raw, count_categories=not hashed, progress=Progress("pass 1/2 (counting)", err))
     if stats.valid == 0:
         detail = f" ({stats.malformed.describe()})" if stats.lines else ""
-        raise usage_error("RAW", str(raw), f"no valid line among {stats.lines} lines{detail}",
-                          "Criteo text: label 0/1, 13 integer and 26 hexadecimal fields, "
-                          "tab-separated")
+        raise usage_error(
+            "RAW",
+            str(raw),
+            f"no valid line among {stats.lines} lines{detail}",
+            "Criteo text: label 0/1, 13 integer and 26 hexadecimal fields, tab-separated",
+        )
     sizes = split_sizes(stats.valid, options.eval_fraction, options.seed)
     if min(sizes) == 0:
-        raise usage_error("--eval-fraction", options.eval_fraction,
-                          f"splits {stats.valid} valid lines into {sizes[0]} train and "
-                          f"{sizes[1]} eval samples (seed {options.seed})",
-                          "a fraction that leaves both splits non-empty")
+        raise usage_error(
+            "--eval-fraction",
+            options.eval_fraction,
+            f"splits {stats.valid} valid lines into {sizes[0]} train and "
+            f"{sizes[1]} eval samples (seed {options.seed})",
+            "a fraction that leaves both splits non-empty",
+        )
     vocabulary: Union[HashVocabulary, ThresholdVocabulary]
     if options.hash_buckets is not None:  # hashed
         vocabulary = HashVocabulary(options.hash_buckets)
@@ -218,23 +268,36 @@ def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO
         shutil.rmtree(partial)
     partial.mkdir()
     try:
-        packers = write_records(raw, stats, vocabulary, partial, options.eval_fraction,
-                                options.seed, options.samples_per_record,
-                                Progress("pass 2/2 (writing)", err))
+        packers = write_records(
+            raw,
+            stats,
+            vocabulary,
+            partial,
+            options.eval_fraction,
+            options.seed,
+            options.samples_per_record,
+            Progress("pass 2/2 (writing)", err),
+        )
         written = (packers["train"].samples, packers["eval"].samples)
         if written != sizes:
-            raise OSError(f"{raw} changed while it was converted: {sum(written)} samples "
-                          f"written, {sum(sizes)} counted in the first pass")
-        meta = write_meta(partial, raw, stats, vocabulary, packers, options.eval_fraction,
-                          options.seed)
+            raise OSError(
+                f"{raw} changed while it was converted: {sum(written)} samples "
+                f"written, {sum(sizes)} counted in the first pass"
+            )
+        meta = write_meta(
+            partial, raw, stats, vocabulary, packers, options.eval_fraction, options.seed
+        )
         publish(partial, out_dir, options.overwrite)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     if stats.malformed.total:
         print(stats.malformed.summary(stats.lines), file=out)
-    print(f"wrote {sizes[0]} train and {sizes[1]} eval samples, vocab_size "
-          f"{vocabulary.size} ({vocabulary.mode}), to {options.out_dir}", file=out)
+    print(
+        f"wrote {sizes[0]} train and {sizes[1]} eval samples, vocab_size "
+        f"{vocabulary.size} ({vocabulary.mode}), to {options.out_dir}",
+        file=out,
+    )
     print(packing_summary(meta), file=out)
     print(f"train on it: {train_command(options.out_dir)}", file=out)
     return meta
@@ -244,12 +307,16 @@ def packing_summary(meta: dict) -> str:
     """``packed 16 samples a record: 225 train and 26 eval records; last records filled up
     with their split's first samples (train +15, eval +1)``."""
     size, padded = meta["samples_per_record"], meta["padded_samples"]
-    line = (f"packed {size} sample{'s' if size > 1 else ''} a record: "
-            f"{meta['train_records']} train and "
-            f"{meta['eval_records']} eval records")
+    line = (
+        f"packed {size} sample{'s' if size > 1 else ''} a record: "
+        f"{meta['train_records']} train and "
+        f"{meta['eval_records']} eval records"
+    )
     if padded["train"] or padded["eval"]:
-        line += (f"; last records filled up with their split's first samples (train "
-                 f"+{padded['train']}, eval +{padded['eval']})")
+        line += (
+            f"; last records filled up with their split's first samples (train "
+            f"+{padded['train']}, eval +{padded['eval']})"
+        )
     return line
 
 

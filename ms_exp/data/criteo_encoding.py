@@ -4,6 +4,7 @@ categorical vocabularies (``ThresholdVocabulary`` counts, ``HashVocabulary`` has
 train/eval split. The same file and options must always give the same ids and the same
 split. Nothing here imports MindSpore.
 """
+
 import zlib
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -16,7 +17,7 @@ FIRST_CATEGORY_ID = DENSE_FIELDS + CATEGORICAL_FIELDS  # after the dense and OOV
 # costs about 60 us a sample in lists of this size, and far more per call in small ones.
 BATCH_LINES = 10000
 # feat_ids are int32: the largest id, 38 + 26 * buckets, must fit (82,595,523 buckets).
-MAX_HASH_BUCKETS = (2 ** 31 - 1 - FIRST_CATEGORY_ID) // CATEGORICAL_FIELDS
+MAX_HASH_BUCKETS = (2**31 - 1 - FIRST_CATEGORY_ID) // CATEGORICAL_FIELDS
 
 
 def dense_divisors(dense_max: Sequence[Optional[float]]) -> List[float]:
@@ -48,8 +49,9 @@ class ThresholdVocabulary:
         self.size = next_id
 
     def ids(self, categories: Sequence[bytes]) -> List[int]:
-        return [table.get(value, oov) for table, value, oov in
-                zip(self.tables, categories, _OOV_IDS)]
+        return [
+            table.get(value, oov) for table, value, oov in zip(self.tables, categories, _OOV_IDS)
+        ]
 
     def meta(self) -> dict:
         return {"vocab_mode": self.mode, "threshold": self.threshold}
@@ -67,8 +69,10 @@ class HashVocabulary:
 
     def ids(self, categories: Sequence[bytes]) -> List[int]:
         b, crc = self.buckets, zlib.crc32
-        return [offset + crc(value) % b if value else oov
-                for offset, value, oov in zip(self.offsets, categories, _OOV_IDS)]
+        return [
+            offset + crc(value) % b if value else oov
+            for offset, value, oov in zip(self.offsets, categories, _OOV_IDS)
+        ]
 
     def meta(self) -> dict:
         return {"vocab_mode": self.mode, "hash_buckets": self.buckets}
@@ -80,13 +84,17 @@ _DENSE_IDS = list(range(DENSE_FIELDS))
 _CATEGORY_WEIGHTS = [1.0] * CATEGORICAL_FIELDS
 
 
-def encode(fields: Sequence[bytes], vocabulary, divisors: Sequence[float]
-           ) -> Tuple[List[int], List[float], float]:
+def encode(
+    fields: Sequence[bytes], vocabulary, divisors: Sequence[float]
+) -> Tuple[List[int], List[float], float]:
     """``(feat_ids, feat_vals, label)`` of one valid line's 40 fields."""
-    dense = fields[1:1 + DENSE_FIELDS]
+    dense = fields[1 : 1 + DENSE_FIELDS]
     values = [int(v) / d if v else 0.0 for v, d in zip(dense, divisors)]
-    return (_DENSE_IDS + vocabulary.ids(fields[1 + DENSE_FIELDS:]),
-            values + _CATEGORY_WEIGHTS, float(fields[0] == b"1"))
+    return (
+        _DENSE_IDS + vocabulary.ids(fields[1 + DENSE_FIELDS :]),
+        values + _CATEGORY_WEIGHTS,
+        float(fields[0] == b"1"),
+    )
 
 
 # --- split -----------------------------------------------------------------------------

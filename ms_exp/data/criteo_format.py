@@ -13,6 +13,7 @@ integers and CATEGORICAL_FIELDS hexadecimal categories.
 
 Nothing here imports MindSpore: the checks read the meta file before it may be imported.
 """
+
 import json
 import zlib
 from pathlib import Path
@@ -70,9 +71,13 @@ def damaged_record_file(path: Path, meta: dict) -> Optional[str]:
         return None
     size = path.stat().st_size
     if size != recorded.get("bytes"):
-        return f"is {size} bytes; the converter wrote {recorded.get('bytes')} (truncated " \
-               "or changed since)"
+        return (
+            f"is {size} bytes; the converter wrote {recorded.get('bytes')} (truncated "
+            "or changed since)"
+        )
     if file_digest(path)["crc32"] != recorded.get("crc32"):
-        return "has changed since it was converted (its CRC32 differs from the one in " \
-               f"{META_FILE}: corrupt)"
+        return (
+            "has changed since it was converted (its CRC32 differs from the one in "
+            f"{META_FILE}: corrupt)"
+        )
     return None

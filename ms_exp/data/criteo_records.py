@@ -4,6 +4,7 @@ valid lines and packs them into the train and eval MindRecord files, ``write_met
 part of the converter that imports MindSpore (the MindRecord writer, at call time) or
 writes a file.
 """
+
 import json
 import os
 import shutil
@@ -64,9 +65,10 @@ class RecordPacker:
     def _write_whole_records(self) -> None:
         joined = self._joined(self.pending)
         whole = self.pending_count // self.size * self.size
-        records = [{name: column[start:start + self.size]
-                    for name, column in zip(COLUMNS, joined)}
-                   for start in range(0, whole, self.size)]
+        records = [
+            {name: column[start : start + self.size] for name, column in zip(COLUMNS, joined)}
+            for start in range(0, whole, self.size)
+        ]
         self.writer.write_raw_data(records)
         self.records += len(records)
         self.pending = [tuple(column[whole:] for column in joined)]
@@ -84,9 +86,16 @@ class RecordPacker:
         self.writer.commit()
 
 
-def write_records(path: Path, stats: Stats, vocabulary, folder: Path, eval_fraction: float,
-                  seed: int, samples_per_record: int, progress: Optional[Progress] = None
-                  ) -> Dict[str, RecordPacker]:
+def write_records(
+    path: Path,
+    stats: Stats,
+    vocabulary,
+    folder: Path,
+    eval_fraction: float,
+    seed: int,
+    samples_per_record: int,
+    progress: Optional[Progress] = None,
+) -> Dict[str, RecordPacker]:
     """Pass 2: encode every valid line into ``folder``'s train and eval MindRecord files,
     ``samples_per_record`` samples a record. Returns each split's packer (its counts of
     samples, records and padded samples)."""
@@ -106,8 +115,7 @@ def write_records(path: Path, stats: Stats, vocabulary, folder: Path, eval_fract
         vals = np.array([row[1] for row in batch], np.float32)
         labels = np.array([[row[2]] for row in batch], np.float32)
         to_eval = next(masks)
-        for split, rows in (("train", np.flatnonzero(~to_eval)),
-                            ("eval", np.flatnonzero(to_eval))):
+        for split, rows in (("train", np.flatnonzero(~to_eval)), ("eval", np.flatnonzero(to_eval))):
             packers[split].add((ids[rows], vals[rows], labels[rows]))
         batch.clear()
 
@@ -133,8 +141,15 @@ def _umask() -> int:
     return current
 
 
-def write_meta(folder: Path, raw: Path, stats: Stats, vocabulary,
-               packers: Dict[str, RecordPacker], eval_fraction: float, seed: int) -> dict:
+def write_meta(
+    folder: Path,
+    raw: Path,
+    stats: Stats,
+    vocabulary,
+    packers: Dict[str, RecordPacker],
+    eval_fraction: float,
+    seed: int,
+) -> dict:
     train, evaluation = packers["train"], packers["eval"]
     meta = {
         "format": META_FORMAT,
@@ -173,8 +188,12 @@ def publish(partial: Path, out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists():
         # Checked again: something may have been written there during the two passes.
         if any(out_dir.iterdir()) and not overwrite:
-            raise usage_error("OUT_DIR", str(out_dir), "folder was filled during the "
-                              "conversion", "a new or empty folder, or --overwrite")
+            raise usage_error(
+                "OUT_DIR",
+                str(out_dir),
+                "folder was filled during the conversion",
+                "a new or empty folder, or --overwrite",
+            )
         old = out_dir.with_name(f"{out_dir.name}.old-{os.getpid()}")
         out_dir.rename(old)
     try:

@@ -14,6 +14,7 @@ model of C1..C4 and I1, so a model of the fields ranks them with an AUC of about
 into place once complete; an existing OUT_FILE is replaced only with ``--overwrite``.
 Memory: about 170 bytes a line while it runs (the drawn columns), whatever N is.
 """
+
 import argparse
 import gzip
 import os
@@ -33,14 +34,39 @@ from ms_exp.data.criteo_format import DENSE_FIELDS
 PROG = "ms_exp.data.criteo_sample"
 # Distinct values per categorical field: small ones (fields C1..C4 carry the click signal)
 # to ones of thousands, whose rare values fall under the converter's threshold.
-CRITEO_VOCAB = (8, 6, 10, 12, 3, 25, 60, 150, 400, 1000, 2500, 5000, 30, 80,
-                200, 700, 4, 15, 90, 3000, 6, 40, 120, 350, 9, 1500)
+CRITEO_VOCAB = (
+    8,
+    6,
+    10,
+    12,
+    3,
+    25,
+    60,
+    150,
+    400,
+    1000,
+    2500,
+    5000,
+    30,
+    80,
+    200,
+    700,
+    4,
+    15,
+    90,
+    3000,
+    6,
+    40,
+    120,
+    350,
+    9,
+    1500,
+)
 CRITEO_SIGNAL_FIELDS = 4
 CRITEO_EMPTY_RATE = 0.05
 CRITEO_DENSE_EMPTY_RATE = 0.1
 # The converter's reasons (criteo_text.REASONS), in the order the file cycles through.
-CRITEO_MALFORMED_KINDS = ("wrong field count", "bad label", "bad integer",
-                          "bad categorical")
+CRITEO_MALFORMED_KINDS = ("wrong field count", "bad label", "bad integer", "bad categorical")
 # Lines formatted at a time while writing.
 CHUNK_LINES = 50000
 
@@ -76,7 +102,7 @@ def draw_columns(count: int, rng: np.random.Generator) -> CriteoColumns:
     logit = np.full(count, -0.5)
     names, picks = [], []
     for j, size in enumerate(CRITEO_VOCAB):
-        drawn = np.array([f"{v:08x}" for v in rng.integers(0, 2 ** 32, size)], dtype=object)
+        drawn = np.array([f"{v:08x}" for v in rng.integers(0, 2**32, size)], dtype=object)
         names.append(np.append(drawn, ""))
         p = 1.0 / np.arange(1, size + 1) ** 1.1
         chosen = rng.choice(size, count, p=p / p.sum())
@@ -126,8 +152,10 @@ def malformed_criteo_line(kind: str, valid: str) -> str:
 def malformed_positions(lines: int, malformed: int) -> Dict[int, str]:
     """{1-based line number in the file: kind} of the malformed lines, spread evenly."""
     total = lines + malformed
-    return {(k + 1) * total // (malformed + 1):
-            CRITEO_MALFORMED_KINDS[k % len(CRITEO_MALFORMED_KINDS)] for k in range(malformed)}
+    return {
+        (k + 1) * total // (malformed + 1): CRITEO_MALFORMED_KINDS[k % len(CRITEO_MALFORMED_KINDS)]
+        for k in range(malformed)
+    }
 
 
 def sample_lines(lines: int, seed: int = 0, malformed: int = 0) -> Iterator[str]:
@@ -177,8 +205,7 @@ def _text_sink(raw: BinaryIO, path: Path):
     if path.suffix != ".gz":
         return nullcontext(raw)  # closing is left to its owner
     # mtime 0 and the final name in the header: the same arguments give the same bytes.
-    return gzip.GzipFile(filename=path.name, mode="wb", fileobj=raw, compresslevel=6,
-                         mtime=0)
+    return gzip.GzipFile(filename=path.name, mode="wb", fileobj=raw, compresslevel=6, mtime=0)
 
 
 # --- command line ----------------------------------------------------------------------
@@ -186,16 +213,20 @@ def _text_sink(raw: BinaryIO, path: Path):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("out_file", metavar="OUT_FILE",
-                        help="text file to write; gzipped when its name ends in .gz")
+    parser.add_argument(
+        "out_file", metavar="OUT_FILE", help="text file to write; gzipped when its name ends in .gz"
+    )
     parser.add_argument("--lines", metavar="N", required=True, help="valid lines to write")
-    parser.add_argument("--seed", metavar="S", default="0",
-                        help="seed of the drawn values (default 0)")
-    parser.add_argument("--malformed", metavar="M", default="0",
-                        help="malformed lines to add, for trying the converter's report "
-                             "(default 0)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace OUT_FILE if it exists")
+    parser.add_argument(
+        "--seed", metavar="S", default="0", help="seed of the drawn values (default 0)"
+    )
+    parser.add_argument(
+        "--malformed",
+        metavar="M",
+        default="0",
+        help="malformed lines to add, for trying the converter's report (default 0)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace OUT_FILE if it exists")
     return parser
 
 
@@ -204,8 +235,12 @@ def check_out_file(out_file: Path, overwrite: bool) -> None:
     if out_file.is_dir():
         raise usage_error("OUT_FILE", str(out_file), "is a folder", "a file name")
     if out_file.exists() and not overwrite:
-        raise usage_error("OUT_FILE", str(out_file), "file exists",
-                          "a new file name, or --overwrite to replace it")
+        raise usage_error(
+            "OUT_FILE",
+            str(out_file),
+            "file exists",
+            "a new file name, or --overwrite to replace it",
+        )
     check_creatable("OUT_FILE", out_file, "file")
 
 
@@ -223,10 +258,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2 if isinstance(error, UsageError) else 1
     size = out_file.stat().st_size
     bad = f" and {malformed} malformed" if malformed else ""
-    print(f"wrote {lines} valid{bad} lines (seed {seed}, {size:,} bytes) to {out_file}; "
-          "a Criteo-format sample, not Criteo data")
-    print(f"convert it: python -m ms_exp.data.criteo_convert {shlex.quote(str(out_file))} "
-          "OUT_DIR")
+    print(
+        f"wrote {lines} valid{bad} lines (seed {seed}, {size:,} bytes) to {out_file}; "
+        "a Criteo-format sample, not Criteo data"
+    )
+    print(f"convert it: python -m ms_exp.data.criteo_convert {shlex.quote(str(out_file))} OUT_DIR")
     return 0
 
 

@@ -3,6 +3,7 @@ gzip), checking each line and counting malformed ones by reason, progress lines 
 and the first pass (``scan``) that learns what the encoding needs (dense maxima,
 categorical counts, valid lines). Nothing here imports MindSpore.
 """
+
 import gzip
 import io
 import re
@@ -30,8 +31,9 @@ REASONS = (WRONG_FIELD_COUNT, BAD_LABEL, BAD_INTEGER, BAD_CATEGORICAL)
 # Lines are bytes, split on b"\n" only: a stray \r or a byte that is not UTF-8 inside a
 # line then fails the field checks of that one line instead of splitting or stopping it.
 # One C-level match accepts a valid line; only rejected lines are taken apart in Python.
-_VALID_LINE = re.compile(rb"[01](?:\t(?:-?[0-9]+)?){%d}(?:\t[0-9a-fA-F]*){%d}"
-                         % (DENSE_FIELDS, CATEGORICAL_FIELDS))
+_VALID_LINE = re.compile(
+    rb"[01](?:\t(?:-?[0-9]+)?){%d}(?:\t[0-9a-fA-F]*){%d}" % (DENSE_FIELDS, CATEGORICAL_FIELDS)
+)
 _INTEGER = re.compile(rb"-?[0-9]+")
 
 
@@ -52,7 +54,7 @@ def malformed_reason(fields: Sequence[bytes]) -> str:
         return WRONG_FIELD_COUNT
     if fields[0] not in (b"0", b"1"):
         return BAD_LABEL
-    if any(v and not _INTEGER.fullmatch(v) for v in fields[1:1 + DENSE_FIELDS]):
+    if any(v and not _INTEGER.fullmatch(v) for v in fields[1 : 1 + DENSE_FIELDS]):
         return BAD_INTEGER
     return BAD_CATEGORICAL
 
@@ -75,8 +77,11 @@ class Malformed:
         return sum(self.by_reason.values())
 
     def to_json(self) -> dict:
-        return {"total": self.total, "by_reason": dict(self.by_reason),
-                "first_lines": {r: list(n) for r, n in self.first_lines.items()}}
+        return {
+            "total": self.total,
+            "by_reason": dict(self.by_reason),
+            "first_lines": {r: list(n) for r, n in self.first_lines.items()},
+        }
 
     def describe(self) -> str:
         """``2 wrong field count (first at lines 5, 17), 1 bad label (line 9)``."""
@@ -86,8 +91,11 @@ class Malformed:
             if not count:
                 continue
             lines = self.first_lines[reason]
-            where = (f"line {lines[0]}" if count == 1
-                     else "first at lines " + ", ".join(str(n) for n in lines))
+            where = (
+                f"line {lines[0]}"
+                if count == 1
+                else "first at lines " + ", ".join(str(n) for n in lines)
+            )
             parts.append(f"{count} {reason} ({where})")
         return ", ".join(parts)
 
@@ -118,12 +126,16 @@ class Progress:
         if now - self.last >= PROGRESS_SECONDS:
             self.last = now
             rate = lines / max(now - self.start, 1e-9)
-            print(f"{self.label}: {lines:,} lines read, {rate:,.0f} lines/s",
-                  file=self.stream or sys.stderr, flush=True)
+            print(
+                f"{self.label}: {lines:,} lines read, {rate:,.0f} lines/s",
+                file=self.stream or sys.stderr,
+                flush=True,
+            )
 
 
-def read_valid(path: Path, malformed: Malformed, progress: Optional[Progress] = None
-               ) -> Iterator[List[bytes]]:
+def read_valid(
+    path: Path, malformed: Malformed, progress: Optional[Progress] = None
+) -> Iterator[List[bytes]]:
     """The fields of each valid line of RAW, in order; malformed lines go to ``malformed``.
     Line numbers count every line, valid or not, from 1."""
     with open_lines(path) as lines:
@@ -153,12 +165,12 @@ class Stats:
     malformed: Malformed = field(default_factory=Malformed)
 
 
-def scan(path: Path, count_categories: bool = True, progress: Optional[Progress] = None
-         ) -> Stats:
+def scan(path: Path, count_categories: bool = True, progress: Optional[Progress] = None) -> Stats:
     """Pass 1. ``count_categories`` False (hash mode) skips the costly counting."""
     stats = Stats()
     counts: Optional[List[DefaultDict[bytes, int]]] = (
-        [defaultdict(int) for _ in range(CATEGORICAL_FIELDS)] if count_categories else None)
+        [defaultdict(int) for _ in range(CATEGORICAL_FIELDS)] if count_categories else None
+    )
     maxima = stats.dense_max
     dense_range = range(DENSE_FIELDS)
     for fields in read_valid(path, stats.malformed, progress):
@@ -171,7 +183,7 @@ def scan(path: Path, count_categories: bool = True, progress: Optional[Progress]
                 if known is None or value > known:
                     maxima[i] = value
         if counts is not None:
-            for counter, category in zip(counts, fields[1 + DENSE_FIELDS:]):
+            for counter, category in zip(counts, fields[1 + DENSE_FIELDS :]):
                 if category:
                     counter[category] += 1
     stats.lines = stats.valid + stats.malformed.total

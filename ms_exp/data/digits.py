@@ -5,6 +5,7 @@
 (the ``dataset`` contract, ``ms_exp.data.build``): the tutorial's Rescale / Normalize /
 HWC2CHW done in numpy, since the whole set is 1797 tiny images.
 """
+
 import numpy as np
 
 MAX_PIXEL = 16.0
@@ -17,12 +18,14 @@ def split_digits(eval_fraction: float, split_seed: int):
     digits = load_digits()
     images = digits.images.astype(np.float32)[..., np.newaxis]  # HWC
     labels = digits.target.astype(np.int32)
-    return train_test_split(images, labels, test_size=eval_fraction,
-                            random_state=split_seed, stratify=labels)
+    return train_test_split(
+        images, labels, test_size=eval_fraction, random_state=split_seed, stratify=labels
+    )
 
 
-def digits(split: str, eval_fraction: float = 0.2, split_seed: int = 0,
-           mean=(0.3053,), std=(0.3760,)):
+def digits(
+    split: str, eval_fraction: float = 0.2, split_seed: int = 0, mean=(0.3053,), std=(0.3760,)
+):
     """``(images, labels)`` of ``split``: float32 [N, 1, 8, 8] normalized, int32 [N]."""
     train_x, eval_x, train_y, eval_y = split_digits(eval_fraction, split_seed)
     images, labels = (train_x, train_y) if split == "train" else (eval_x, eval_y)

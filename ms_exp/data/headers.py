@@ -12,6 +12,7 @@ printing nothing (or it hangs; docs/design.md#damaged-jpeg-headers). ``damaged_i
 reads each file's header with Pillow (which MindSpore depends on) and its last bytes,
 never its pixels.
 """
+
 import hashlib
 import json
 import math
@@ -59,14 +60,21 @@ def mnist_train_samples(key: str, value, root: Path) -> int:
         labels = _idx_header(key, value, root / labels_name, IDX_LABELS_MAGIC, 1)
         count, rows, cols = images
         if (rows, cols) != (MNIST_SIDE, MNIST_SIDE):
-            _refuse(key, value, root / images_name,
-                    f"holds {rows}x{cols} images, not {MNIST_SIDE}x{MNIST_SIDE}")
+            _refuse(
+                key,
+                value,
+                root / images_name,
+                f"holds {rows}x{cols} images, not {MNIST_SIDE}x{MNIST_SIDE}",
+            )
         if labels[0] != count:
-            _refuse(key, value, root / labels_name,
-                    f"holds {labels[0]} labels for {count} images in {images_name}")
+            _refuse(
+                key,
+                value,
+                root / labels_name,
+                f"holds {labels[0]} labels for {count} images in {images_name}",
+            )
         if count == 0:
-            _refuse(key, value, root / images_name, "holds no samples: its header says 0 "
-                    "images")
+            _refuse(key, value, root / images_name, "holds no samples: its header says 0 images")
         counts[usage] = count
     return counts["train"]
 
@@ -84,22 +92,26 @@ def _idx_header(key: str, value, path: Path, magic: int, dims: int) -> Sequence[
     expected = header_size + math.prod(shape)  # one byte per pixel or label
     actual = path.stat().st_size
     if actual != expected:
-        _refuse(key, value, path, f"is {actual} bytes; its header says {expected} "
-                f"(truncated or not an idx file)")
+        _refuse(
+            key,
+            value,
+            path,
+            f"is {actual} bytes; its header says {expected} (truncated or not an idx file)",
+        )
     return shape
 
 
 def _refuse(key: str, value, path: Path, problem: str) -> None:
-    raise ConfigError(key, value, f"MNIST idx files as MnistDataset reads them ({path.name} "
-                      f"{problem})")
+    raise ConfigError(
+        key, value, f"MNIST idx files as MnistDataset reads them ({path.name} {problem})"
+    )
 
 
 def image_signature(path: Path) -> Optional[str]:
     """The format of an image file by its leading bytes, None if it is none of them."""
     with open(path, "rb") as f:
         head = f.read(8)
-    return next((name for magic, name in IMAGE_SIGNATURES.items() if head.startswith(magic)),
-                None)
+    return next((name for magic, name in IMAGE_SIGNATURES.items() if head.startswith(magic)), None)
 
 
 def damaged_image(path: Path) -> Optional[str]:
@@ -115,8 +127,9 @@ def damaged_image(path: Path) -> Optional[str]:
             return "is empty (0 bytes)"
         with open(path, "rb") as f:
             head = f.read(8)
-            signature = next((name for magic, name in IMAGE_SIGNATURES.items()
-                              if head.startswith(magic)), None)
+            signature = next(
+                (name for magic, name in IMAGE_SIGNATURES.items() if head.startswith(magic)), None
+            )
             f.seek(0)
             try:
                 with Image.open(f, formats=(signature,) if signature else None) as image:
@@ -127,8 +140,7 @@ def damaged_image(path: Path) -> Optional[str]:
             except (OSError, SyntaxError, ValueError, struct.error) as error:
                 # UnidentifiedImageError is an OSError: no format matched, or the matching
                 # one gave up on a header cut short or damaged.
-                kind, problem = signature, " ".join(str(error).split()) or \
-                    type(error).__name__
+                kind, problem = signature, " ".join(str(error).split()) or type(error).__name__
                 if isinstance(error, UnidentifiedImageError):
                     problem = "unreadable"
             # Pillow stops reading a JPEG header at its first scan, or at the end of the
@@ -152,7 +164,7 @@ def damaged_image(path: Path) -> Optional[str]:
     if kind == "PNG" and PNG_END not in tail:
         return f"is cut off ({size} bytes, no PNG IEND chunk)"
     if kind == "BMP":
-        declared = BMP_SIZE.unpack(head[2:2 + BMP_SIZE.size])[0]
+        declared = BMP_SIZE.unpack(head[2 : 2 + BMP_SIZE.size])[0]
         if declared > size:
             return f"is cut off ({size} bytes; its header says {declared})"
     return None
@@ -164,8 +176,7 @@ def image_files(folder: Path, extensions: Iterable[str]) -> Iterator[Path]:
     extensions = tuple(extensions)
     for classdir in sorted(p for p in Path(folder).iterdir() if p.is_dir()):
         with os.scandir(classdir) as entries:
-            names = sorted(e.name for e in entries if e.name.endswith(extensions)
-                           and e.is_file())
+            names = sorted(e.name for e in entries if e.name.endswith(extensions) and e.is_file())
         yield from (classdir / name for name in names)
 
 
@@ -195,10 +206,13 @@ def check_image_folder(key: str, value, folder: Path, extensions: Iterable[str])
     damaged = [(path, problem) for path in paths if (problem := damaged_image(path))]
     if damaged:
         (path, problem), more = damaged[0], len(damaged) - 1
-        others = f"; {more} more damaged file{'s' if more > 1 else ''} in {folder}" \
-            if more else ""
-        raise ConfigError(key, value, "class folders of whole JPEG, PNG or BMP images; "
-                          "remove or replace the file", problem=f"{path} {problem}{others}")
+        others = f"; {more} more damaged file{'s' if more > 1 else ''} in {folder}" if more else ""
+        raise ConfigError(
+            key,
+            value,
+            "class folders of whole JPEG, PNG or BMP images; remove or replace the file",
+            problem=f"{path} {problem}{others}",
+        )
     _WHOLE_IMAGE_FOLDERS[whole] = checked
     return len(paths)
 
@@ -220,8 +234,7 @@ def listing_digest(paths: Sequence[Path]) -> str:
 def record_image_checks(run_dir: Path) -> None:
     """Write the folders this process found whole into ``run_dir`` for its ranks."""
     if _WHOLE_IMAGE_FOLDERS:
-        (Path(run_dir) / CHECKED_IMAGES).write_text(json.dumps(_WHOLE_IMAGE_FOLDERS,
-                                                               indent=1))
+        (Path(run_dir) / CHECKED_IMAGES).write_text(json.dumps(_WHOLE_IMAGE_FOLDERS, indent=1))
 
 
 def trust_image_checks(run_dir: Path) -> None:
@@ -266,20 +279,28 @@ def mindrecord_columns(key: str, value, path: Path) -> Dict[str, dict]:
     try:
         with open(path, "rb") as f:
             prefix = f.read(MINDRECORD_LENGTH.size)
-            length = (MINDRECORD_LENGTH.unpack(prefix)[0]
-                      if len(prefix) == MINDRECORD_LENGTH.size else 0)
+            length = (
+                MINDRECORD_LENGTH.unpack(prefix)[0] if len(prefix) == MINDRECORD_LENGTH.size else 0
+            )
             size = path.stat().st_size
             raw = f.read(length) if 0 < length < size else b""
         header = json.loads(raw) if raw else None
     except ValueError:  # not JSON, or not UTF-8
         header = None
-    if not (isinstance(header, dict) and all(k in header for k in MINDRECORD_HEADER_KEYS)
-            and isinstance(header["header_size"], int)
-            and isinstance(header["schema"], list)):
+    if not (
+        isinstance(header, dict)
+        and all(k in header for k in MINDRECORD_HEADER_KEYS)
+        and isinstance(header["header_size"], int)
+        and isinstance(header["schema"], list)
+    ):
         raise ConfigError(key, value, allowed + "is not a MindRecord file)")
     if size < header["header_size"]:
-        raise ConfigError(key, value, allowed + f"is {size} bytes, shorter than its "
-                          f"{header['header_size']}-byte header region: truncated)")
+        raise ConfigError(
+            key,
+            value,
+            allowed + f"is {size} bytes, shorter than its "
+            f"{header['header_size']}-byte header region: truncated)",
+        )
     index = path.with_name(path.name + ".db")
     magic = b""
     if index.is_file():

@@ -9,6 +9,7 @@ Every image of the split is checked (header and end, ``headers.check_image_folde
 the reader is built: a JPEG cut off inside its header makes MindSpore's Decode die with
 SIGFPE mid-epoch, printing nothing; here it is refused with its path before training.
 """
+
 from pathlib import Path
 
 import mindspore.dataset as ds
@@ -25,11 +26,20 @@ def class_folders(split_dir: Path):
     return sorted(p.name for p in Path(split_dir).iterdir() if p.is_dir())
 
 
-def imagenet(split: str, path: str, train_dir: str = "train", eval_dir: str = "val",
-             image_size: int = 224, num_classes=None, mean=(0.485 * 255, 0.456 * 255,
-                                                             0.406 * 255),
-             std=(0.229 * 255, 0.224 * 255, 0.225 * 255), shuffle: bool = True,
-             num_shards=None, shard_id=None, num_parallel_workers: int = 1):
+def imagenet(
+    split: str,
+    path: str,
+    train_dir: str = "train",
+    eval_dir: str = "val",
+    image_size: int = 224,
+    num_classes=None,
+    mean=(0.485 * 255, 0.456 * 255, 0.406 * 255),
+    std=(0.229 * 255, 0.224 * 255, 0.225 * 255),
+    shuffle: bool = True,
+    num_shards=None,
+    shard_id=None,
+    num_parallel_workers: int = 1,
+):
     """Unbatched samples of ``split`` after the model zoo's transforms. ``num_classes``
     (null: the class folders) is what the network is sized to; labels index the sorted
     folders of ``train_dir``."""
@@ -37,17 +47,28 @@ def imagenet(split: str, path: str, train_dir: str = "train", eval_dir: str = "v
     root = Path(path).expanduser()
     indexing = {name: index for index, name in enumerate(class_folders(root / train_dir))}
     size = image_size
-    key, name = ("dataset.train_dir", train_dir) if split == "train" else \
-        ("dataset.eval_dir", eval_dir)
+    key, name = (
+        ("dataset.train_dir", train_dir) if split == "train" else ("dataset.eval_dir", eval_dir)
+    )
     folder = root / name
     check_image_folder(key, name, folder, IMAGE_EXTENSIONS)
     if split == "train":
-        ops = [ds.vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333)),
-               ds.vision.RandomHorizontalFlip(prob=0.5)]
+        ops = [
+            ds.vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333)),
+            ds.vision.RandomHorizontalFlip(prob=0.5),
+        ]
     else:
-        ops = [ds.vision.Decode(), ds.vision.Resize(int(size / EVAL_CROP_FRACTION)),
-               ds.vision.CenterCrop(size)]
-    reader = ds.ImageFolderDataset(str(folder), shuffle=shuffle, class_indexing=indexing,
-                                   extensions=IMAGE_EXTENSIONS, num_shards=num_shards,
-                                   shard_id=shard_id)
+        ops = [
+            ds.vision.Decode(),
+            ds.vision.Resize(int(size / EVAL_CROP_FRACTION)),
+            ds.vision.CenterCrop(size),
+        ]
+    reader = ds.ImageFolderDataset(
+        str(folder),
+        shuffle=shuffle,
+        class_indexing=indexing,
+        extensions=IMAGE_EXTENSIONS,
+        num_shards=num_shards,
+        shard_id=shard_id,
+    )
     return normalize(reader, mean, std, 1.0, num_parallel_workers, image_ops=ops)

@@ -6,6 +6,7 @@ its shape and classes come from the data it returns (``ms_exp.data.build``,
 
 No MindSpore import: the config checks read these before MindSpore starts.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -52,21 +53,40 @@ def _criteo_vocab(cfg) -> int:
     return int(read_meta(cfg.path)["vocab_size"])
 
 
-DATASET_OPTIONS = {option.name: option for option in (
-    DatasetOption("digits", builtin_target("dataset", "digits"), lambda cfg: ((1, 8, 8), 10)),
-    DatasetOption("mnist", builtin_target("dataset", "mnist"), lambda cfg: ((1, 28, 28), 10)),
-    DatasetOption("imagenet", builtin_target("dataset", "imagenet"), _imagenet,
-                  shape_key="dataset.image_size"),
-    DatasetOption("synthetic", builtin_target("dataset", "synthetic"),
-                  lambda cfg: (tuple(cfg.image_shape), cfg.num_classes),
-                  shape_key="dataset.image_shape", in_memory=lambda cfg: {
-                      "dataset.num_samples": cfg.num_samples,
-                      "dataset.num_eval_samples": cfg.num_eval_samples}),
-    DatasetOption("criteo", builtin_target("dataset", "criteo"), lambda cfg: ((FIELD_SIZE,), 2),
-                  inputs=CRITEO_INPUTS, vocab_size=_criteo_vocab, samples=_criteo_samples),
-)}
+DATASET_OPTIONS = {
+    option.name: option
+    for option in (
+        DatasetOption("digits", builtin_target("dataset", "digits"), lambda cfg: ((1, 8, 8), 10)),
+        DatasetOption("mnist", builtin_target("dataset", "mnist"), lambda cfg: ((1, 28, 28), 10)),
+        DatasetOption(
+            "imagenet",
+            builtin_target("dataset", "imagenet"),
+            _imagenet,
+            shape_key="dataset.image_size",
+        ),
+        DatasetOption(
+            "synthetic",
+            builtin_target("dataset", "synthetic"),
+            lambda cfg: (tuple(cfg.image_shape), cfg.num_classes),
+            shape_key="dataset.image_shape",
+            in_memory=lambda cfg: {
+                "dataset.num_samples": cfg.num_samples,
+                "dataset.num_eval_samples": cfg.num_eval_samples,
+            },
+        ),
+        DatasetOption(
+            "criteo",
+            builtin_target("dataset", "criteo"),
+            lambda cfg: ((FIELD_SIZE,), 2),
+            inputs=CRITEO_INPUTS,
+            vocab_size=_criteo_vocab,
+            samples=_criteo_samples,
+        ),
+    )
+}
 _BY_TARGET: Dict[Optional[str], DatasetOption] = {  # None: a user's option, not here
-    option.target: option for option in DATASET_OPTIONS.values()}
+    option.target: option for option in DATASET_OPTIONS.values()
+}
 
 
 def dataset_option(dataset_cfg) -> Optional[DatasetOption]:

@@ -1,5 +1,6 @@
 """What a network needs to know about its data, which shard of it a rank reads, and which
 keys of a ``dataset`` option are ms_exp's rather than its target's."""
+
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -18,8 +19,11 @@ LABEL_KEYS = ("name", "num_classes")
 # Files ImageFolderDataset reads (it matches extensions case-sensitively). Without the list
 # it reads every file, and one stray .DS_Store or README in a class folder stops training
 # with "Decode: image decode failed".
-IMAGE_EXTENSIONS = [f".{case(ext)}" for ext in ("jpeg", "jpg", "png", "bmp")
-                    for case in (str.lower, str.upper, str.title)]
+IMAGE_EXTENSIONS = [
+    f".{case(ext)}"
+    for ext in ("jpeg", "jpg", "png", "bmp")
+    for case in (str.lower, str.upper, str.title)
+]
 
 
 @dataclass(frozen=True)

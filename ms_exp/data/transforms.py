@@ -1,6 +1,7 @@
 """The image pipeline shared by the readers: the tutorial's Rescale / Normalize /
 HWC2CHW on images and TypeCast(int32) on labels. Batching is ms_exp's
 (``ms_exp.data.build``), as for every dataset option."""
+
 import mindspore as ms
 import mindspore.dataset as ds
 
@@ -10,7 +11,6 @@ def normalize(dataset, mean, std, rescale: float, workers: int, image_ops=()):
     image_transforms = list(image_ops)
     if rescale != 1.0:
         image_transforms.append(ds.vision.Rescale(rescale, 0.0))
-    image_transforms += [ds.vision.Normalize(mean=tuple(mean), std=tuple(std)),
-                         ds.vision.HWC2CHW()]
+    image_transforms += [ds.vision.Normalize(mean=tuple(mean), std=tuple(std)), ds.vision.HWC2CHW()]
     dataset = dataset.map(image_transforms, "image", num_parallel_workers=workers)
     return dataset.map(ds.transforms.TypeCast(ms.int32), "label", num_parallel_workers=workers)

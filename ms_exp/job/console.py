@@ -3,6 +3,7 @@ in its run directory (MindSpore's LossMonitor and TimeMonitor print rather than 
 a distributed job's launcher only the lines a user reads (:class:`LauncherFilter`): rank 0's
 output, one copy of each notice, and the MindSpore warnings worth acting on; the rest stays
 in the rank logs and the launcher's own log."""
+
 import re
 import sys
 from contextlib import contextmanager
@@ -42,8 +43,10 @@ def _give_up_copy(copy: TextIO, error: OSError, stream: TextIO) -> None:
         copy.close()
     except OSError:
         pass
-    stream.write(f"ms_exp: warning: {copy.name}: {error.strerror or error}; the console is "
-                 "no longer copied there\n")
+    stream.write(
+        f"ms_exp: warning: {copy.name}: {error.strerror or error}; the console is "
+        "no longer copied there\n"
+    )
 
 
 @contextmanager
@@ -63,7 +66,7 @@ def tee_output(path: Path) -> Iterator[None]:
 
 # A MindSpore log line: "[WARNING] DISTRIBUTED(pid,thread,python):time [file:line] Func] text".
 _MINDSPORE_LOG = re.compile(r"^\[(DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION)\] [A-Z_]+\(")
-_SHOWN_LEVELS = ("ERROR", "CRITICAL", "EXCEPTION")      # a failure is always shown
+_SHOWN_LEVELS = ("ERROR", "CRITICAL", "EXCEPTION")  # a failure is always shown
 
 # The launcher's lines (msrun's own, and rank 0's log it copies) that do not reach the
 # console; first match wins. Each stays in the launcher's log (LAUNCHER_LOG) or the rank's.
@@ -75,17 +78,22 @@ _RULES = (
     (r"Distributed job is spawned|doesn't contain this worker", None),
     # The ranks retrying until msrun's scheduler answers: dozens of lines on a busy machine,
     # all normal unless they never end (cluster_time_out then ends the job with an error).
-    (r"Topology build timed out|Failed to connect to the meta server|Failed to register and "
-     r"try to reconnect|\] Connect\] Connection \d+ source",
-     "ranks are still joining the cluster; MindSpore retries for up to "
-     "parallel.launcher.cluster_time_out seconds"),
+    (
+        r"Topology build timed out|Failed to connect to the meta server|Failed to register and "
+        r"try to reconnect|\] Connect\] Connection \d+ source",
+        "ranks are still joining the cluster; MindSpore retries for up to "
+        "parallel.launcher.cluster_time_out seconds",
+    ),
     # Rank 0 losing its connection to a rank that died: the job's own lines name that rank
     # and the signal that ended it (ms_exp/job/rank_failures.py).
     (r"Client connected end of file", None),
     # The cluster and its communication group forming as they should.
-    (r"Cluster is successfully initialized|This node \d+ rank id|TcpConnection is constructed"
-     r"|Event base dispatch success|CreateCommunicationGroup|collective communication lib"
-     r"|start sync start", None),
+    (
+        r"Cluster is successfully initialized|This node \d+ rank id|TcpConnection is constructed"
+        r"|Event base dispatch success|CreateCommunicationGroup|collective communication lib"
+        r"|start sync start",
+        None,
+    ),
 )
 _COMPILED = tuple((re.compile(pattern), notice) for pattern, notice in _RULES)
 

@@ -1,5 +1,6 @@
 """A distributed job from the launching process: its launch plan printed, saved and tagged,
 its ranks started and supervised with MLflow's variables, and rank 0's result read back."""
+
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -21,19 +22,28 @@ def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobRe
     commands = save_command(cfg.parallel, run_dir)
     style = launch_style(cfg.parallel)
     shown = commands.replace("\n", "\n  ")
-    print(f"starting {cfg.parallel.device_num} ranks with {style} (also in "
-          f"{run_dir / COMMAND_FILE}):\n  {shown}", flush=True)
+    print(
+        f"starting {cfg.parallel.device_num} ranks with {style} (also in "
+        f"{run_dir / COMMAND_FILE}):\n  {shown}",
+        flush=True,
+    )
     tracker.log_artifact(run_dir / COMMAND_FILE, "launch")
     tracker.set_tags({"ms_exp.launch_command": commands[:5000]})
     env = {}
     if tracker.enabled:
         # MLflow's own variables: rank 0 attaches to this run instead of starting one (with
         # the server unreachable, to the job's journal: ms_exp/tracking/journal.py).
-        env = {key: value for key, value in {
-            "MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": tracker.run_id,
-            "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
-            JOURNAL_VARIABLE: str(tracker.journal or "")}.items() if value}
-    clear_stop_step(run_dir)     # an earlier attempt's, in a resumed run directory
+        env = {
+            key: value
+            for key, value in {
+                "MLFLOW_TRACKING_URI": uri,
+                "MLFLOW_RUN_ID": tracker.run_id,
+                "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
+                JOURNAL_VARIABLE: str(tracker.journal or ""),
+            }.items()
+            if value
+        }
+    clear_stop_step(run_dir)  # an earlier attempt's, in a resumed run directory
     record_image_checks(run_dir)  # the ranks trust what this process checked
     launch(cfg.parallel, run_dir, env, lambda: resume_hint(cfg, run_dir))
     return JobResult.load(run_dir)
@@ -44,11 +54,13 @@ def resume_hint(cfg: DictConfig, run_dir: Path) -> str:
     rank saved; run it again when one has none yet, or the config saves none that can be
     continued (ms_exp/preflight/trainer.py refuses trainer.resume then)."""
     checkpoint = cfg.checkpoint
-    if not checkpoint.save or boost_option(cfg.boost).not_resumable is not None \
-            or checkpoint.snapshots.per_epoch:
+    if (
+        not checkpoint.save
+        or boost_option(cfg.boost).not_resumable is not None
+        or checkpoint.snapshots.per_epoch
+    ):
         return "run it again (this config saves no checkpoint a run can continue from)"
-    folders = [run_dir / "checkpoints" / f"rank_{rank}"
-               for rank in range(cfg.parallel.device_num)]
+    folders = [run_dir / "checkpoints" / f"rank_{rank}" for rank in range(cfg.parallel.device_num)]
     if not all(any(folder.glob(f"{checkpoint.prefix}-*.ckpt")) for folder in folders):
         return "not every rank had saved a checkpoint yet: run it again"
     return f"continue the run with trainer.resume={run_dir}"

@@ -9,6 +9,7 @@ an earlier sweep's runs, is refused before any job starts. The job claims its fo
 (ms_exp/job/run_job.py): that covers a sweep's job folders and primary configs of one's own
 that leave this callback out.
 """
+
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -36,6 +37,7 @@ class RunFolderClaim(Callback):
         def claim() -> None:
             hold_folder(run_dir, key)
             check_owner(run_dir, key, _resume(config), lambda: _digest(config, run_dir))
+
         _refusal_exits(claim)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
@@ -46,8 +48,13 @@ class RunFolderClaim(Callback):
             hold_folder(sweep_dir, key)
             if _resume(config) is None:
                 for record in sorted(sweep_dir.glob(f"*/{RUN_RECORD}")):
-                    refuse_foreign(record.parent, key, read_run_record(record.parent),
-                                   f" (a job of an earlier sweep in {sweep_dir})")
+                    refuse_foreign(
+                        record.parent,
+                        key,
+                        read_run_record(record.parent),
+                        f" (a job of an earlier sweep in {sweep_dir})",
+                    )
+
         _refusal_exits(claim)
 
 

@@ -11,6 +11,7 @@ a cluster node) and run (ms_exp/job/supervise.py) are one and the same. A job wh
 ``parallel.launcher.master_port`` is null gets a free port the first time its msrun plan is
 rendered; the port is kept on its config, so every later rendering says the same.
 """
+
 import os
 import shlex
 import socket
@@ -41,8 +42,11 @@ class LaunchProcess:
 
     def shell_line(self, exported: Optional[Mapping[str, str]] = None) -> str:
         """The bash line that starts it (in the background when it has a log of its own)."""
-        words = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()
-                 if key not in (exported or {})]
+        words = [
+            f"{key}={shlex.quote(value)}"
+            for key, value in self.env.items()
+            if key not in (exported or {})
+        ]
         line = " ".join([*words, shlex.join(self.argv)])
         if self.log is not None:
             line += f" > {shlex.quote(str(self.log))} 2>&1 &"
@@ -63,8 +67,11 @@ class LaunchPlan:
         if len(self.processes) < 2:
             return {}
         first, *rest = self.processes
-        return {key: value for key, value in first.env.items()
-                if all(other.env.get(key) == value for other in rest)}
+        return {
+            key: value
+            for key, value in first.env.items()
+            if all(other.env.get(key) == value for other in rest)
+        }
 
     def commands(self, remember_pids: bool = False) -> str:
         """The shell lines that start the processes: printed and tagged on the run. With
@@ -73,8 +80,10 @@ class LaunchPlan:
         unset = sorted({name for process in self.processes for name in process.unset})
         lines = [f"unset {' '.join(unset)}"] if unset else []
         if exported:
-            lines.append("export " + " ".join(f"{key}={shlex.quote(value)}"
-                                              for key, value in exported.items()))
+            lines.append(
+                "export "
+                + " ".join(f"{key}={shlex.quote(value)}" for key, value in exported.items())
+            )
         for process in self.processes:
             lines.append(process.shell_line(exported))
             if remember_pids and process.log is not None:
@@ -82,8 +91,10 @@ class LaunchPlan:
         return "\n".join(lines)
 
     def script(self) -> str:
-        lines = ["#!/usr/bin/env bash",
-                 f"# Started by ms_exp (parallel.launcher.style={self.style}); {self.note}."]
+        lines = [
+            "#!/usr/bin/env bash",
+            f"# Started by ms_exp (parallel.launcher.style={self.style}); {self.note}.",
+        ]
         background = any(process.log is not None for process in self.processes)
         if background:
             lines += [f"mkdir -p {shlex.quote(str(self.logs))}", "pids=()"]
@@ -91,8 +102,11 @@ class LaunchPlan:
         if background:
             # Wait for every rank by the pid it started with, and fail if one did: `jobs -p`
             # no longer lists a rank that has already exited, so its failure would be lost.
-            lines += ["status=0", 'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done',
-                      "exit $status"]
+            lines += [
+                "status=0",
+                'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done',
+                "exit $status",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -142,26 +156,39 @@ def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
 
 def msrun_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
     process = LaunchProcess(("msrun", *msrun_arguments(parallel_cfg, run_dir)))
-    return LaunchPlan(MSRUN, (process,), log_dir(parallel_cfg, run_dir),
-                      "run it on each node (set --node_rank per node)")
+    return LaunchPlan(
+        MSRUN,
+        (process,),
+        log_dir(parallel_cfg, run_dir),
+        "run it on each node (set --node_rank per node)",
+    )
 
 
 def mpirun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
     """mpirun's arguments and the worker command line, as MindSpore's mpirun guide gives
     them: one rank per device, each rank's output in ``<log_dir>/1/rank.<r>/stdout``."""
-    return ["-n", str(parallel_cfg.device_num),
-            *(["--allow-run-as-root"] if os.geteuid() == 0 else []),
-            "--output-filename", str(log_dir(parallel_cfg, run_dir).resolve()),
-            "--merge-stderr-to-stdout",
-            *parallel_cfg.launcher.mpirun_args,
-            *worker_argv(run_dir)]
+    return [
+        "-n",
+        str(parallel_cfg.device_num),
+        *(["--allow-run-as-root"] if os.geteuid() == 0 else []),
+        "--output-filename",
+        str(log_dir(parallel_cfg, run_dir).resolve()),
+        "--merge-stderr-to-stdout",
+        *parallel_cfg.launcher.mpirun_args,
+        *worker_argv(run_dir),
+    ]
 
 
 def mpirun_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
-    process = LaunchProcess(("mpirun", *mpirun_arguments(parallel_cfg, run_dir)),
-                            unset=MPIRUN_UNSET)
-    return LaunchPlan(MPIRUN, (process,), log_dir(parallel_cfg, run_dir).resolve(),
-                      f"mpirun starts all {parallel_cfg.device_num} ranks")
+    process = LaunchProcess(
+        ("mpirun", *mpirun_arguments(parallel_cfg, run_dir)), unset=MPIRUN_UNSET
+    )
+    return LaunchPlan(
+        MPIRUN,
+        (process,),
+        log_dir(parallel_cfg, run_dir).resolve(),
+        f"mpirun starts all {parallel_cfg.device_num} ranks",
+    )
 
 
 def rank_table_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
@@ -172,14 +199,24 @@ def rank_table_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
     logs = log_dir(parallel_cfg, run_dir).resolve()
     size = parallel_cfg.device_num
     processes = tuple(
-        LaunchProcess(tuple(worker_argv(run_dir)),
-                      {"RANK_TABLE_FILE": table, "RANK_SIZE": str(size),
-                       "DEVICE_ID": str(launcher.start_device_id + rank),
-                       "RANK_ID": str(rank)},
-                      log=logs / f"worker_{rank}.log")
-        for rank in range(size))
-    return LaunchPlan(RANK_TABLE, processes, logs,
-                      "one process per rank, as the training-flow tutorial's Ascend script")
+        LaunchProcess(
+            tuple(worker_argv(run_dir)),
+            {
+                "RANK_TABLE_FILE": table,
+                "RANK_SIZE": str(size),
+                "DEVICE_ID": str(launcher.start_device_id + rank),
+                "RANK_ID": str(rank),
+            },
+            log=logs / f"worker_{rank}.log",
+        )
+        for rank in range(size)
+    )
+    return LaunchPlan(
+        RANK_TABLE,
+        processes,
+        logs,
+        "one process per rank, as the training-flow tutorial's Ascend script",
+    )
 
 
 PLANS = {MSRUN: msrun_plan, MPIRUN: mpirun_plan, RANK_TABLE: rank_table_plan}

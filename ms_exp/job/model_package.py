@@ -21,6 +21,7 @@ MindIR. The MLflow side (the LoggedModel, its metrics and the run's outputs) is 
 A model that cannot be made never costs the run: :func:`log_run_models` prints one warning
 (the tracker does, for an MLmodel file it cannot write) and the job ends as it would have.
 """
+
 import json
 import os
 import shutil
@@ -54,11 +55,11 @@ MODEL_TYPE = "mindspore"
 class ModelPackage:
     """One model directory and what the tracker logs with it."""
 
-    name: str                   # best | last
+    name: str  # best | last
     directory: Path
-    params: Dict[str, str]      # the network's config and the input shape
-    metrics: Dict[str, float]   # eval/<metric> the checkpoint scored
-    epoch: Optional[int]        # the epoch those metrics were measured after; None: the last
+    params: Dict[str, str]  # the network's config and the input shape
+    metrics: Dict[str, float]  # eval/<metric> the checkpoint scored
+    epoch: Optional[int]  # the epoch those metrics were measured after; None: the last
     export_s: float
     mlmodel: Dict[str, object]  # the MLmodel file's flavors, written by the tracker
 
@@ -73,18 +74,24 @@ def log_run_models(cfg: DictConfig, run_dir: Path, result, tracker, uri: str) ->
     try:
         packages = package_models(cfg, Path(run_dir), result)
         for package in packages:
-            tracker.log_model(package.name, package.directory, package.params,
-                              package.metrics, package.epoch,
-                              {MODEL_TAG: package.name,
-                               "ms_exp.run_name": str(tracking.run_name or "")},
-                              package.mlmodel)
+            tracker.log_model(
+                package.name,
+                package.directory,
+                package.params,
+                package.metrics,
+                package.epoch,
+                {MODEL_TAG: package.name, "ms_exp.run_name": str(tracking.run_name or "")},
+                package.mlmodel,
+            )
     except Exception as error:  # noqa: BLE001 - never lose the run for its model
         _warn(f"no MLflow model logged for this run ({type(error).__name__}: {error})")
         return
     if packages:
         made = ", ".join(f"{p.name} ({p.export_s:.1f} s)" for p in packages)
-        print(f"MLflow models of the run: {made} in {Path(run_dir).resolve() / MODELS_DIR}",
-              flush=True)
+        print(
+            f"MLflow models of the run: {made} in {Path(run_dir).resolve() / MODELS_DIR}",
+            flush=True,
+        )
     if not (packages and tracking.register_model):
         return
     from ms_exp.tracking.sweep import parent_run_id
@@ -99,13 +106,14 @@ def _register(tracker, uri: str, name: str) -> None:
     try:
         tracker.flush()
         if tracker.offline_journal is not None or tracker.run_id is None:
-            _warn(f"tracking.register_model={name}: not registered, the tracking server did "
-                  "not answer (the models are in the run's journal)")
+            _warn(
+                f"tracking.register_model={name}: not registered, the tracking server did "
+                "not answer (the models are in the run's journal)"
+            )
             return
         register_run_model(uri, tracker.run_id, name)
     except Exception as error:  # noqa: BLE001 - the run itself is recorded
-        _warn(f"tracking.register_model={name}: not registered ({type(error).__name__}: "
-              f"{error})")
+        _warn(f"tracking.register_model={name}: not registered ({type(error).__name__}: {error})")
 
 
 def _warn(text: str) -> None:
@@ -124,22 +132,29 @@ def package_models(cfg: DictConfig, run_dir: Path, result) -> List[ModelPackage]
         record = json.loads(record_file.read_text()) if record_file.is_file() else {}
         metrics = record.get("results") or (
             {f"eval/{result.best_metric}": result.best_value}
-            if result.best_value is not None else {})
+            if result.best_value is not None
+            else {}
+        )
         wanted.append(("best", Path(best), metrics, record.get("epoch")))
     last = result.last_checkpoint
     sliced = is_distributed(cfg.parallel) and not cfg.checkpoint.integrated_save
     if last is not None and Path(last).is_file():
         if sliced:
-            print(f"no MLflow model of the last checkpoint: {last} is one rank's slice "
-                  "(merge the slices with ms_exp.ckpt merge, then evaluate with "
-                  "ms_exp.eval --checkpoint)", flush=True)
+            print(
+                f"no MLflow model of the last checkpoint: {last} is one rank's slice "
+                "(merge the slices with ms_exp.ckpt merge, then evaluate with "
+                "ms_exp.eval --checkpoint)",
+                flush=True,
+            )
         else:
             wanted.append(("last", Path(last), dict(result.final_eval or {}), None))
     if not wanted:
         return []
     builder = NetworkBuilder(cfg)
-    return [builder.package(name, checkpoint, Path(run_dir) / MODELS_DIR / name, metrics,
-                            epoch) for name, checkpoint, metrics, epoch in wanted]
+    return [
+        builder.package(name, checkpoint, Path(run_dir) / MODELS_DIR / name, metrics, epoch)
+        for name, checkpoint, metrics, epoch in wanted
+    ]
 
 
 def network_params(cfg: DictConfig, input_shape: Sequence[int]) -> Dict[str, str]:
@@ -171,8 +186,14 @@ class NetworkBuilder:
         self.network.set_train(False)
         self.inputs = example_inputs(eval_set)
 
-    def package(self, name: str, checkpoint: Path, directory: Path,
-                metrics: Dict[str, float], epoch: Optional[int]) -> ModelPackage:
+    def package(
+        self,
+        name: str,
+        checkpoint: Path,
+        directory: Path,
+        metrics: Dict[str, float],
+        epoch: Optional[int],
+    ) -> ModelPackage:
         import mindspore as ms
 
         from ms_exp.checkpoint.files import load_verified
@@ -187,12 +208,19 @@ class NetworkBuilder:
         _link_or_copy(checkpoint, directory / CHECKPOINT_FILE)
         OmegaConf.save(self.cfg, directory / CONFIG_FILE, resolve=True)
         tensors = [ms.Tensor(array) for array in self.inputs]
-        ms.export(self.network, *tensors, file_name=str(directory / MINDIR_STEM),
-                  file_format="MINDIR")
+        ms.export(
+            self.network, *tensors, file_name=str(directory / MINDIR_STEM), file_format="MINDIR"
+        )
         save_example(directory, self.inputs, _as_numpy(self.network(*tensors)))
-        return ModelPackage(name, directory, network_params(self.cfg, self.spec.image_shape),
-                            {k: float(v) for k, v in metrics.items()}, epoch,
-                            time.perf_counter() - started, mlmodel_spec(len(self.inputs)))
+        return ModelPackage(
+            name,
+            directory,
+            network_params(self.cfg, self.spec.image_shape),
+            {k: float(v) for k, v in metrics.items()},
+            epoch,
+            time.perf_counter() - started,
+            mlmodel_spec(len(self.inputs)),
+        )
 
 
 def example_inputs(eval_set) -> List:
@@ -221,14 +249,21 @@ def mlmodel_spec(inputs: int) -> Dict[str, object]:
     the ``python_function`` loader."""
     import mindspore as ms
 
-    return {"flavor": FLAVOR,
-            "fields": {"checkpoint": CHECKPOINT_FILE, "config": CONFIG_FILE,
-                       "mindir": MINDIR_FILE, "mindspore_version": ms.__version__,
-                       "inputs": inputs},
-            "loader_module": __name__}
+    return {
+        "flavor": FLAVOR,
+        "fields": {
+            "checkpoint": CHECKPOINT_FILE,
+            "config": CONFIG_FILE,
+            "mindir": MINDIR_FILE,
+            "mindspore_version": ms.__version__,
+            "inputs": inputs,
+        },
+        "loader_module": __name__,
+    }
 
 
 # -- reading a model back ---------------------------------------------------------------
+
 
 def model_files(directory: Path) -> Tuple[Path, Path]:
     """(config.yaml, checkpoint) of the model in ``directory``. Its MLmodel file names them,
@@ -240,8 +275,10 @@ def model_files(directory: Path) -> Tuple[Path, Path]:
     for key in ("config", "checkpoint"):
         path = (inside / str(flavor[key])).resolve()
         if inside not in path.parents:
-            raise ValueError(f"{directory}: its MLmodel names {key} {flavor[key]!r}, outside "
-                             "the model's folder; expected a file of the model")
+            raise ValueError(
+                f"{directory}: its MLmodel names {key} {flavor[key]!r}, outside "
+                "the model's folder; expected a file of the model"
+            )
         files.append(path)
     return files[0], files[1]
 
@@ -267,7 +304,7 @@ class _PyfuncModel:
         check_read_back(cfg, source)
         ms.set_context(mode=ms.PYNATIVE_MODE)
         self.inputs = int(flavor_of(directory, FLAVOR).get("inputs", 1))
-        _, _, spec = create_datasets(cfg.dataset)    # what the network was sized by
+        _, _, spec = create_datasets(cfg.dataset)  # what the network was sized by
         self.network = create_network(cfg.model, spec, create_placement(cfg.placement))
         ms.load_param_into_net(self.network, load_verified(checkpoint))
         self.network.set_train(False)
@@ -276,8 +313,11 @@ class _PyfuncModel:
         import mindspore as ms
         import numpy as np
 
-        arrays = [model_input[f"input_{i}"] for i in range(self.inputs)] \
-            if isinstance(model_input, dict) else [model_input]
+        arrays = (
+            [model_input[f"input_{i}"] for i in range(self.inputs)]
+            if isinstance(model_input, dict)
+            else [model_input]
+        )
         return _as_numpy(self.network(*[ms.Tensor(np.asarray(a)) for a in arrays]))
 
 

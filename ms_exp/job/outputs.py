@@ -5,6 +5,7 @@ checkpoints, the lines that say where they are and how to merge them.
 
 ``ms_exp.checkpoint.files`` is imported where it is used: it imports MindSpore, which the
 launching process of a distributed job never needs."""
+
 import shlex
 from pathlib import Path
 from typing import List
@@ -51,20 +52,29 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
     that evaluates the merged file (``ms_exp.eval --checkpoint``)."""
     strategy = Path(cfg.checkpoint.strategy.save_file or "")
     ckpt_root = Path(run_dir).resolve() / "checkpoints"
-    if not (is_distributed(cfg.parallel) and cfg.checkpoint.save
-            and not cfg.checkpoint.integrated_save and strategy.name and strategy.is_file()
-            and ckpt_root.is_dir()):
+    if not (
+        is_distributed(cfg.parallel)
+        and cfg.checkpoint.save
+        and not cfg.checkpoint.integrated_save
+        and strategy.name
+        and strategy.is_file()
+        and ckpt_root.is_dir()
+    ):
         return []
-    ranks = sorted((p.name for p in ckpt_root.glob("rank_*") if p.is_dir()),
-                   key=lambda name: int(name.rsplit("_", 1)[-1]))
+    ranks = sorted(
+        (p.name for p in ckpt_root.glob("rank_*") if p.is_dir()),
+        key=lambda name: int(name.rsplit("_", 1)[-1]),
+    )
     shown = f"{ranks[0]} ... {ranks[-1]}" if len(ranks) > 1 else ", ".join(ranks)
     merged = merged_file(ckpt_root, cfg.checkpoint.prefix)  # which eval evaluates as it is
-    return [f"sliced checkpoints (one slice per rank): {ckpt_root}/{{{shown}}}",
-            f"strategy file: {strategy.resolve()}",
-            f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge "
-            f"{shlex.quote(str(Path(run_dir).resolve()))}",
-            f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint "
-            f"{shlex.quote(str(merged))}"]
+    return [
+        f"sliced checkpoints (one slice per rank): {ckpt_root}/{{{shown}}}",
+        f"strategy file: {strategy.resolve()}",
+        f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge "
+        f"{shlex.quote(str(Path(run_dir).resolve()))}",
+        f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint "
+        f"{shlex.quote(str(merged))}",
+    ]
 
 
 def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
@@ -76,8 +86,9 @@ def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig, attempt: int)
 
     sizes = checkpoint_bytes(run_dir, cfg.checkpoint.prefix)
     if sizes:
-        tracker.log_metrics({f"checkpoint/bytes_rank_{rank}": size
-                             for rank, size in sizes.items()}, step=attempt)
+        tracker.log_metrics(
+            {f"checkpoint/bytes_rank_{rank}": size for rank, size in sizes.items()}, step=attempt
+        )
 
 
 def _log_snapshots(tracker, run_dir: Path, cfg: DictConfig) -> None:

@@ -6,6 +6,7 @@ traceback of its own: it is named in one line with the signal, where its output 
 launcher's are, and how to go on. The tracebacks of the ranks, scheduler and launcher that
 followed it stay in those logs.
 """
+
 import signal
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
@@ -56,8 +57,7 @@ def signal_name(exit_code: Optional[int]) -> Optional[str]:
         return f"signal {-exit_code}"
 
 
-def failing_rank_log(logs: Path, codes: Mapping[int, Optional[int]]
-                     ) -> Optional[Tuple[int, Path]]:
+def failing_rank_log(logs: Path, codes: Mapping[int, Optional[int]]) -> Optional[Tuple[int, Path]]:
     """The rank that failed and its log: the first the launcher reported killed by a signal
     (the tracebacks of the others came after, from losing it), else one with a Python
     traceback, else the one whose worker the launcher reported dead."""
@@ -76,9 +76,13 @@ def failing_rank_log(logs: Path, codes: Mapping[int, Optional[int]]
     return None
 
 
-def failure_report(logs: Path, returncode: int,
-                   failed_pids: Optional[Mapping[int, Optional[int]]] = None,
-                   launcher: Optional[str] = MSRUN, resume_hint: str = "") -> str:
+def failure_report(
+    logs: Path,
+    returncode: int,
+    failed_pids: Optional[Mapping[int, Optional[int]]] = None,
+    launcher: Optional[str] = MSRUN,
+    resume_hint: str = "",
+) -> str:
     """``launcher``: the program whose exit status this is; None, the rank's own.
     ``failed_pids``: the ranks' pids the launcher reported dead, with their exit codes
     where known. ``resume_hint``: how to go on, said after a rank killed by a signal."""
@@ -86,20 +90,23 @@ def failure_report(logs: Path, returncode: int,
     found = failing_rank_log(logs, codes)
     status = f"{launcher} exit status" if launcher else "exit status"
     if found is None:
-        return (f"{launcher or 'a rank'} exited with status {returncode}; worker logs are "
-                f"in {logs}")
+        return f"{launcher or 'a rank'} exited with status {returncode}; worker logs are in {logs}"
     rank, log = found
     pid = next((p for p in codes if rank_of_pid(logs, p) == rank), None)
     killed_by = signal_name(codes.get(pid) if pid is not None else None)
     if killed_by:
-        others = f", {launcher}'s and its scheduler's in {logs / LAUNCHER_LOG}" \
-            if launcher == MSRUN else ""
+        others = (
+            f", {launcher}'s and its scheduler's in {logs / LAUNCHER_LOG}"
+            if launcher == MSRUN
+            else ""
+        )
         then = f"; {resume_hint}" if resume_hint else ""
-        return (f"rank {rank} (pid {pid}) was killed by {killed_by} ({status} {returncode}); "
-                f"its output is in {log}{others}{then}")
+        return (
+            f"rank {rank} (pid {pid}) was killed by {killed_by} ({status} {returncode}); "
+            f"its output is in {log}{others}{then}"
+        )
     tail = log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
-    return (f"rank {rank} failed ({status} {returncode}); last lines of {log}:\n"
-            + "\n".join(tail))
+    return f"rank {rank} failed ({status} {returncode}); last lines of {log}:\n" + "\n".join(tail)
 
 
 def death_notice(logs: Path, pid: int, exit_code: Optional[int], launcher: str) -> str:

@@ -7,6 +7,7 @@ is saved there for the ranks, the MLflow run is opened with its params, config, 
 and provenance; then this process trains (stand-alone) or launches the ranks (distributed),
 and whatever happens the outputs are logged and the run ended with its status.
 """
+
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -42,8 +43,9 @@ from ms_exp.tracking.store import resolve_tracking_uri
 from ms_exp.train.result import JobResult
 
 
-def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
-            overrides: Sequence[str] = ()) -> JobResult:
+def run_job(
+    cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None, overrides: Sequence[str] = ()
+) -> JobResult:
     """Train, evaluate and checkpoint one job, recorded as one MLflow run, in this process
     or, for a distributed job, in the ranks msrun starts."""
     own_dir = Path(run_dir)
@@ -55,8 +57,9 @@ def run_job(cfg: DictConfig, run_dir: Path, hydra_dir: Optional[Path] = None,
         release_folder(own_dir)
 
 
-def _run_in_folder(cfg: DictConfig, own_dir: Path, key: str, hydra_dir: Optional[Path],
-                   overrides: Sequence[str]) -> JobResult:
+def _run_in_folder(
+    cfg: DictConfig, own_dir: Path, key: str, hydra_dir: Optional[Path], overrides: Sequence[str]
+) -> JobResult:
     """The job in the folder this process holds (and, resuming, in the one it continues,
     held too until the job ends)."""
     prepare = boost_option(cfg.boost).prepare_job
@@ -74,24 +77,34 @@ def _run_in_folder(cfg: DictConfig, own_dir: Path, key: str, hydra_dir: Optional
             return earlier
     resume = find_resume_point(cfg, own_dir, digest, uri)
     try:
-        return _run_resumed_or_new(cfg, own_dir, key, resume, hydra_dir, overrides, uri,
-                                   digest)
+        return _run_resumed_or_new(cfg, own_dir, key, resume, hydra_dir, overrides, uri, digest)
     finally:
         if resume is not None:
             release_folder(resume.run_dir)
 
 
-def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
-                        resume: Optional[ResumePoint], hydra_dir: Optional[Path],
-                        overrides: Sequence[str], uri: str, digest: str) -> JobResult:
+def _run_resumed_or_new(
+    cfg: DictConfig,
+    own_dir: Path,
+    key: str,
+    resume: Optional[ResumePoint],
+    hydra_dir: Optional[Path],
+    overrides: Sequence[str],
+    uri: str,
+    digest: str,
+) -> JobResult:
     tracking = cfg.tracking
     if resume is None:
         # trainer.resume=auto found nothing to continue: a new run, which the folder must
         # not already hold (a fixed hydra.run.dir of a finished run, or another config's).
         record = read_run_record(own_dir)
         if record:
-            refuse_foreign(own_dir, key, record, " (trainer.resume=auto continues only an "
-                           "unfinished run of this config)")
+            refuse_foreign(
+                own_dir,
+                key,
+                record,
+                " (trainer.resume=auto continues only an unfinished run of this config)",
+            )
     attempt = 0
     if resume is not None:
         attempt = read_run_record(resume.run_dir).get("attempts", 1)
@@ -102,8 +115,11 @@ def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
         deliver_earlier_journals(resume.run_dir)
     resumed_run_id = _resumed_run_id(resume, tracking)
     if resume is not None and resumed_run_id:  # there is one only for a resumed run
-        resume = replace(resume, logged=last_logged_steps(uri, resumed_run_id),
-                         same_config=read_run_record(resume.run_dir).get("digest") == digest)
+        resume = replace(
+            resume,
+            logged=last_logged_steps(uri, resumed_run_id),
+            same_config=read_run_record(resume.run_dir).get("digest") == digest,
+        )
     run_dir = _prepare_run_dir(own_dir, resume)
     _strategy_file_inside(cfg, run_dir)
     config_file = run_dir / RESOLVED_CONFIG
@@ -112,8 +128,18 @@ def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
     OmegaConf.save(_without_resume(cfg), config_file, resolve=True)
     write_run_record(run_dir, digest=digest, status="RUNNING", attempts=attempt + 1)
     try:
-        result = _run_tracked(cfg, run_dir, own_dir, resume, resumed_run_id, config_file,
-                              hydra_dir, overrides, uri, digest)
+        result = _run_tracked(
+            cfg,
+            run_dir,
+            own_dir,
+            resume,
+            resumed_run_id,
+            config_file,
+            hydra_dir,
+            overrides,
+            uri,
+            digest,
+        )
     except (KeyboardInterrupt, EndedEarly):
         _record_end(run_dir, "KILLED")
         raise
@@ -128,19 +154,35 @@ def _run_resumed_or_new(cfg: DictConfig, own_dir: Path, key: str,
     return result
 
 
-def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
-                 resume: Optional[ResumePoint], resumed_run_id: Optional[str],
-                 config_file: Path, hydra_dir: Optional[Path], overrides: Sequence[str],
-                 uri: str, digest: str) -> JobResult:
+def _run_tracked(
+    cfg: DictConfig,
+    run_dir: Path,
+    own_dir: Path,
+    resume: Optional[ResumePoint],
+    resumed_run_id: Optional[str],
+    config_file: Path,
+    hydra_dir: Optional[Path],
+    overrides: Sequence[str],
+    uri: str,
+    digest: str,
+) -> JobResult:
     """The job inside its MLflow run, which ends when this returns or raises."""
     tracking = cfg.tracking
     run_name, tags, parent = run_identity(cfg, run_dir, overrides, uri, digest)
-    with tee_output(run_dir / "console.log"), \
-            tracked_run(tracking.enabled, uri, tracking.experiment_name, run_name, tags,
-                        parent_run_id=parent,
-                        run_id=resumed_run_id,
-                        offline_dir=run_dir,
-                        system_metrics_interval=tracking.system_metrics_interval) as tracker:
+    with (
+        tee_output(run_dir / "console.log"),
+        tracked_run(
+            tracking.enabled,
+            uri,
+            tracking.experiment_name,
+            run_name,
+            tags,
+            parent_run_id=parent,
+            run_id=resumed_run_id,
+            offline_dir=run_dir,
+            system_metrics_interval=tracking.system_metrics_interval,
+        ) as tracker,
+    ):
         if resume is None:
             resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
             tracker.log_params(relative_to_run(flatten(cast(dict, resolved)), run_dir))
@@ -165,8 +207,7 @@ def _run_tracked(cfg: DictConfig, run_dir: Path, own_dir: Path,
         if result.pruned_epoch is None:
             log_run_models(cfg, run_dir, result, tracker, uri)
         report_result(result, tracker, uri)
-        stage_two = stage_two_command(cfg, overrides, tracker.run_id) if tracker.run_id \
-            else None
+        stage_two = stage_two_command(cfg, overrides, tracker.run_id) if tracker.run_id else None
         if stage_two:
             print(f"stage two, from its snapshots: {stage_two}", flush=True)
         sliced = sliced_checkpoint_lines(run_dir, cfg)
@@ -195,8 +236,12 @@ def _record_end(run_dir: Path, status: str) -> None:
     try:
         write_run_record(run_dir, status=status)
     except OSError as error:
-        print(f"ms_exp: warning: {run_dir / RUN_RECORD}: not updated to {status} "
-              f"({error.strerror or error})", file=sys.stderr, flush=True)
+        print(
+            f"ms_exp: warning: {run_dir / RUN_RECORD}: not updated to {status} "
+            f"({error.strerror or error})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _prepare_run_dir(own_dir: Path, resume: Optional[ResumePoint]) -> Path:
@@ -210,13 +255,20 @@ def _prepare_run_dir(own_dir: Path, resume: Optional[ResumePoint]) -> Path:
 
 
 def _announce_resume(resume: ResumePoint, own_dir: Path, tracker) -> None:
-    where = "" if own_dir == resume.run_dir else \
-        f" (this command's own folder {own_dir} keeps Hydra's record only)"
+    where = (
+        ""
+        if own_dir == resume.run_dir
+        else f" (this command's own folder {own_dir} keeps Hydra's record only)"
+    )
     print(f"resuming the run in {resume.run_dir} from {resume.checkpoint}{where}", flush=True)
     # MLflow refuses a param that changes value: the run keeps the params it started with,
     # and the resumption is a tag.
-    tracker.set_tags({"ms_exp.resumed_from": f"{resume.checkpoint} (epoch {resume.epoch}, "
-                      f"step {resume.step_in_epoch} of it)"})
+    tracker.set_tags(
+        {
+            "ms_exp.resumed_from": f"{resume.checkpoint} (epoch {resume.epoch}, "
+            f"step {resume.step_in_epoch} of it)"
+        }
+    )
 
 
 def _strategy_file_inside(cfg: DictConfig, run_dir: Path) -> None:

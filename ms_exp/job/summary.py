@@ -2,6 +2,7 @@
 and MLflow run are, the command that opens the run in the MLflow UI, and a stage one's
 stage two; the last and best checkpoints also become tags of the run (``ms_exp.eval
 --checkpoint last|best``)."""
+
 import shlex
 from pathlib import Path
 from typing import Optional, Sequence
@@ -13,10 +14,12 @@ from ms_exp.train.result import JobResult
 
 
 def report_result(result: JobResult, tracker, uri: str) -> None:
-    tracker.set_tags({
-        "ms_exp.checkpoint.last": _artifact_name(result.last_checkpoint),
-        "ms_exp.checkpoint.best": _artifact_name(result.best_checkpoint),
-    })
+    tracker.set_tags(
+        {
+            "ms_exp.checkpoint.last": _artifact_name(result.last_checkpoint),
+            "ms_exp.checkpoint.best": _artifact_name(result.best_checkpoint),
+        }
+    )
     lines = [f"outputs: {result.run_dir.resolve()}"]
     if result.final_eval:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.final_eval.items()))
@@ -24,11 +27,12 @@ def report_result(result: JobResult, tracker, uri: str) -> None:
     if result.last_checkpoint:
         lines.append(f"last checkpoint: {result.last_checkpoint}")
     if result.best_checkpoint:
-        lines.append(f"best checkpoint: {result.best_checkpoint} "
-                     f"({result.best_metric} {result.best_value:.4f})")
+        lines.append(
+            f"best checkpoint: {result.best_checkpoint} "
+            f"({result.best_metric} {result.best_value:.4f})"
+        )
     if tracker.enabled and tracker.run_id is not None:
-        lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) "
-                     f"in {uri}")
+        lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) in {uri}")
         lines += ui_lines(uri, tracker.experiment_id, tracker.run_id)
     if tracker.enabled and tracker.offline_journal is not None:
         from ms_exp.tracking.journal import offline_note
@@ -56,9 +60,18 @@ def stage_two_command(cfg, overrides: Sequence[str], run_id: str) -> Optional[st
     if not cfg.checkpoint.snapshots.per_epoch or boost_option(cfg.boost).own_train_step:
         return None
     if STAGE_ONE_PRESET in overrides:
-        args = ["+experiment=dim_reduce_stage_two",
-                *(o for o in overrides if o.startswith(_SAME_STORE))]
+        args = [
+            "+experiment=dim_reduce_stage_two",
+            *(o for o in overrides if o.startswith(_SAME_STORE)),
+        ]
     else:
         args = [*overrides, "boost=dim_reduce"]
-    return shlex.join([*shlex.split(python_command()), "-m", "ms_exp.run", *args,
-                       f"boost.stage_one_run_id={run_id}"])
+    return shlex.join(
+        [
+            *shlex.split(python_command()),
+            "-m",
+            "ms_exp.run",
+            *args,
+            f"boost.stage_one_run_id={run_id}",
+        ]
+    )

@@ -2,6 +2,7 @@
 wait for them, and on a failure, Ctrl-C or SIGTERM stop every rank so that none trains on
 unwatched into the run directory.
 """
+
 import os
 import re
 import shutil
@@ -21,17 +22,24 @@ from ms_exp.parallel.ranks import WORKER_MODULE, die_with_parent
 
 # How msrun, mpirun and each rank are started: a session of their own, so that every rank
 # can be stopped with one signal, and their output read line by line.
-_PIPED: Dict[str, Any] = dict(start_new_session=True, preexec_fn=die_with_parent,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace", bufsize=1)
+_PIPED: Dict[str, Any] = dict(
+    start_new_session=True,
+    preexec_fn=die_with_parent,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    errors="replace",
+    bufsize=1,
+)
 
 
 class WorkersFailed(RuntimeError):
     """A rank ended with an error; the message names the rank and quotes its log."""
 
 
-def launch(parallel_cfg, run_dir: Path, env: Dict[str, str],
-           resume_hint: Callable[[], str] = str) -> None:
+def launch(
+    parallel_cfg, run_dir: Path, env: Dict[str, str], resume_hint: Callable[[], str] = str
+) -> None:
     """Run the job's launch plan to completion; on Ctrl-C or SIGTERM stop every rank, then
     re-raise. ``env``: variables for every rank on top of the plan's (MLflow's).
     ``resume_hint``: how to go on, asked when a rank was killed (what it saved by then)."""
@@ -53,7 +61,7 @@ def with_this_interpreter(argv: Tuple[str, ...]) -> List[str]:
     """The command line with the worker's ``python`` replaced by this interpreter."""
     words = list(argv)
     for index in range(len(words) - 2):
-        if words[index:index + 3] == ["python", "-m", WORKER_MODULE]:
+        if words[index : index + 3] == ["python", "-m", WORKER_MODULE]:
             words[index] = sys.executable
     return words
 
@@ -75,8 +83,13 @@ def interpreter_path_dir(run_dir: Path) -> Path:
     return folder
 
 
-def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
-                  grace: int, resume_hint: Callable[[], str] = str) -> None:
+def _run_launcher(
+    plan: LaunchPlan,
+    run_dir: Path,
+    env: Mapping[str, str],
+    grace: int,
+    resume_hint: Callable[[], str] = str,
+) -> None:
     """msrun or mpirun, which start the ranks themselves.
 
     Their output (their own lines and the ranks' output they copy: msrun's only rank 0's)
@@ -88,22 +101,26 @@ def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
     if plan.style == MSRUN:
         # msrun runs the `python` on PATH: this interpreter's
         # (docs/design.md#msrun-python-from-path).
-        command = [sys.executable, "-m", "mindspore.parallel.cluster.run",
-                   *spec.argv[1:]]
-        full_env["PATH"] = f"{interpreter_path_dir(run_dir)}{os.pathsep}" \
-                           f"{os.environ.get('PATH', '')}"
+        command = [sys.executable, "-m", "mindspore.parallel.cluster.run", *spec.argv[1:]]
+        full_env["PATH"] = (
+            f"{interpreter_path_dir(run_dir)}{os.pathsep}{os.environ.get('PATH', '')}"
+        )
     else:
-        command = [shutil.which(spec.argv[0]) or spec.argv[0],
-                   *with_this_interpreter(spec.argv[1:])]
+        command = [
+            shutil.which(spec.argv[0]) or spec.argv[0],
+            *with_this_interpreter(spec.argv[1:]),
+        ]
     plan.logs.mkdir(parents=True, exist_ok=True)
     if plan.style == MSRUN:
-        print(f"each rank's output is in {plan.logs}/worker_<rank>.log; rank 0's is shown "
-              "here", flush=True)
+        print(
+            f"each rank's output is in {plan.logs}/worker_<rank>.log; rank 0's is shown here",
+            flush=True,
+        )
     process = subprocess.Popen(command, env=full_env, **_PIPED)
     failed_pids: Dict[int, Optional[int]] = {}
-    pump = threading.Thread(target=_copy_output,
-                            args=(process.stdout, failed_pids, plan.logs, plan.style),
-                            daemon=True)
+    pump = threading.Thread(
+        target=_copy_output, args=(process.stdout, failed_pids, plan.logs, plan.style), daemon=True
+    )
     pump.start()
     try:
         returncode = process.wait()
@@ -113,12 +130,14 @@ def _run_launcher(plan: LaunchPlan, run_dir: Path, env: Mapping[str, str],
     finally:
         pump.join(timeout=5)
     if returncode != 0:
-        raise WorkersFailed(failure_report(plan.logs, returncode, failed_pids, plan.style,
-                                           resume_hint()))
+        raise WorkersFailed(
+            failure_report(plan.logs, returncode, failed_pids, plan.style, resume_hint())
+        )
 
 
-def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int,
-                   resume_hint: Callable[[], str] = str) -> None:
+def _run_each_rank(
+    plan: LaunchPlan, env: Mapping[str, str], grace: int, resume_hint: Callable[[], str] = str
+) -> None:
     """The rank-table style: this process starts every rank, as the tutorial's script does.
 
     Each rank's output goes to its own log; rank 0's is also copied to the console. When a
@@ -128,11 +147,13 @@ def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int,
     pumps: List[threading.Thread] = []
     try:
         for rank, spec in enumerate(plan.processes):
-            process = subprocess.Popen(with_this_interpreter(spec.argv),
-                                       env=environment(spec, env), **_PIPED)
+            process = subprocess.Popen(
+                with_this_interpreter(spec.argv), env=environment(spec, env), **_PIPED
+            )
             ranks.append(process)
-            pump = threading.Thread(target=_write_log, args=(process.stdout, spec.log,
-                                                             rank == 0), daemon=True)
+            pump = threading.Thread(
+                target=_write_log, args=(process.stdout, spec.log, rank == 0), daemon=True
+            )
             pump.start()
             pumps.append(pump)
         failed = _wait_for_ranks(ranks, grace)
@@ -143,9 +164,11 @@ def _run_each_rank(plan: LaunchPlan, env: Mapping[str, str], grace: int,
         for pump in pumps:
             pump.join(timeout=5)
     if failed is not None:
-        raise WorkersFailed(failure_report(plan.logs, failed.returncode,
-                                           {failed.pid: failed.returncode}, None,
-                                           resume_hint()))
+        raise WorkersFailed(
+            failure_report(
+                plan.logs, failed.returncode, {failed.pid: failed.returncode}, None, resume_hint()
+            )
+        )
 
 
 def _write_log(stream, log: Path, to_console: bool) -> None:
@@ -190,8 +213,7 @@ def _stop_processes(ranks: List[subprocess.Popen], grace: int) -> None:
             rank.wait()
 
 
-def _copy_output(stream, failed_pids: Dict[int, Optional[int]], logs: Path,
-                 launcher: str) -> None:
+def _copy_output(stream, failed_pids: Dict[int, Optional[int]], logs: Path, launcher: str) -> None:
     """Every line into the launcher's log; to the console what LauncherFilter shows, until
     a rank dies: then one line naming it, and nothing more of the launcher (the other
     ranks', the scheduler's and msrun's own tracebacks of losing it stay in the logs; the

@@ -1,6 +1,7 @@
 """Networks of the ``model`` option, built-in or a user's, built from its ``_target_`` and
 sized to the dataset they will see; what each option tells the trainer, evaluation and
 checks about itself is its ``ModelOption`` (``ms_exp.models.options``)."""
+
 from ms_exp.config.targets import build
 from ms_exp.data.spec import DataSpec
 from ms_exp.models.options import model_option
@@ -19,8 +20,18 @@ def create_network(model_cfg, spec: DataSpec, placement=None):
     from ms_exp.placement.tables import Placement
 
     option = model_option(model_cfg)
-    provided = {"num_classes": spec.num_classes, "input_shape": tuple(spec.image_shape),
-                "vocab_size": spec.vocab_size or None,
-                "placement": placement or Placement(host_tables=False)}
-    return build("model", model_cfg, own_keys=("name", *option.train_keys), provided=provided,
-                 expected=(nn.Cell,), expected_text=NETWORK, factories=True)
+    provided = {
+        "num_classes": spec.num_classes,
+        "input_shape": tuple(spec.image_shape),
+        "vocab_size": spec.vocab_size or None,
+        "placement": placement or Placement(host_tables=False),
+    }
+    return build(
+        "model",
+        model_cfg,
+        own_keys=("name", *option.train_keys),
+        provided=provided,
+        expected=(nn.Cell,),
+        expected_text=NETWORK,
+        factories=True,
+    )

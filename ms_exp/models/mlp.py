@@ -4,6 +4,7 @@ Each Dense is written with ``ops.MatMul`` and ``ops.Add`` (not ``nn.Dense``) exa
 the model-saving tutorial, so that ``layer1.matmul`` and friends are operators a shard
 strategy can name. Input and output sizes come from the dataset.
 """
+
 import math
 
 import mindspore as ms
@@ -14,8 +15,9 @@ from mindspore.common.initializer import initializer
 class Dense(nn.Cell):
     def __init__(self, in_channels: int, out_channels: int, weight_init: str = "normal"):
         super().__init__()
-        self.weight = ms.Parameter(initializer(weight_init, [in_channels, out_channels],
-                                               ms.float32))
+        self.weight = ms.Parameter(
+            initializer(weight_init, [in_channels, out_channels], ms.float32)
+        )
         self.bias = ms.Parameter(initializer(weight_init, [out_channels], ms.float32))
         self.matmul = ops.MatMul()
         self.add = ops.Add()
@@ -27,8 +29,13 @@ class Dense(nn.Cell):
 
 
 class Network(nn.Cell):
-    def __init__(self, in_features: int = 28 * 28, num_classes: int = 10,
-                 hidden_size: int = 512, weight_init: str = "normal"):
+    def __init__(
+        self,
+        in_features: int = 28 * 28,
+        num_classes: int = 10,
+        hidden_size: int = 512,
+        weight_init: str = "normal",
+    ):
         super().__init__()
         self.flatten = ops.Flatten()
         self.layer1 = Dense(in_features, hidden_size, weight_init)
@@ -47,8 +54,10 @@ class Network(nn.Cell):
         return logits
 
 
-def mlp(input_shape, num_classes: int, hidden_size: int = 512,
-        weight_init: str = "normal") -> Network:
+def mlp(
+    input_shape, num_classes: int, hidden_size: int = 512, weight_init: str = "normal"
+) -> Network:
     """The ``model=mlp`` option's target: a ``Network`` for samples of ``input_shape``."""
-    return Network(math.prod(int(size) for size in input_shape), num_classes, hidden_size,
-                   weight_init)
+    return Network(
+        math.prod(int(size) for size in input_shape), num_classes, hidden_size, weight_init
+    )

@@ -9,6 +9,7 @@ name; a user's option gets the defaults. The built-in options are listed in
 ``ModelBuild``. Nothing here imports MindSpore: the checks read these objects before
 MindSpore starts.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -20,15 +21,15 @@ from ms_exp.data.spec import IMAGES
 class ModelBuild:
     """What the trainer has built for an option that builds its own ``Model``."""
 
-    cfg: Any                 # the job's whole config
-    network: Any             # the network of the model option
-    placement: Any           # ms_exp.placement.tables.Placement
+    cfg: Any  # the job's whole config
+    network: Any  # the network of the model option
+    placement: Any  # ms_exp.placement.tables.Placement
     num_classes: int
-    loss_fn: Any             # the configured loss
+    loss_fn: Any  # the configured loss
     metrics: Dict[str, Any]  # the configured eval metrics
-    runtime: Any             # ms_exp.train.context.Runtime of this rank
+    runtime: Any  # ms_exp.train.context.Runtime of this rank
     run_dir: Path
-    tracker: Any             # ms_exp.tracking.interface.RunTracker
+    tracker: Any  # ms_exp.tracking.interface.RunTracker
 
 
 def _no_checks(cfg) -> None:
@@ -45,9 +46,9 @@ class ModelOption:
     inputs: Optional[str] = IMAGES
     # Keys of the option its own train step reads, not the network's arguments.
     train_keys: Tuple[str, ...] = ()
-    best_metric: str = "accuracy"    # the eval metric best.ckpt maximises
+    best_metric: str = "accuracy"  # the eval metric best.ckpt maximises
     loss_names: Tuple[str, ...] = ()  # the losses its train step returns, when several
-    embedding_tables: bool = False   # has tables that placement=host_device keeps on the host
+    embedding_tables: bool = False  # has tables that placement=host_device keeps on the host
     # (ModelBuild) -> mindspore.Model with a train step of its own, or None: ms_exp's loops
     # (trainer.loop) with the configured optimizer, loss, amp and loss parts
     own_train_step: Optional[Callable[[ModelBuild], Any]] = None

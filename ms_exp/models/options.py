@@ -4,6 +4,7 @@
 The hooks import MindSpore when they are called, never when this module is imported: the
 config checks read the options before MindSpore starts.
 """
+
 from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
 from ms_exp.data.spec import CRITEO_INPUTS
@@ -18,8 +19,10 @@ def _wide_deep_model(build: ModelBuild):
 
     from ms_exp.models.wide_deep import create_train_step
 
-    return ms.Model(create_train_step(build.cfg.model, build.network, build.placement),
-                    **_wide_deep_evaluation(build.network))
+    return ms.Model(
+        create_train_step(build.cfg.model, build.network, build.placement),
+        **_wide_deep_evaluation(build.network),
+    )
 
 
 def _wide_deep_evaluation(network) -> dict:
@@ -50,17 +53,28 @@ def _wide_deep_size(cfg, shape, classes):
     return key, wide_deep_parameters(vocab, shape[0], model.emb_dim, list(model.deep_layers))
 
 
-MODEL_OPTIONS = {option.name: option for option in (
-    ModelOption("mlp", builtin_target("model", "mlp"), check_mlp, parameters=_mlp_size),
-    ModelOption("resnet", builtin_target("model", "resnet"), check_resnet,
-                parameters=_resnet_size),
-    ModelOption(
-        "wide_deep", builtin_target("model", "wide_deep"), check_wide_deep,
-        inputs=CRITEO_INPUTS, train_keys=("l2_coef", "wide_lr", "deep_lr", "loss_scale"),
-        best_metric="auc", loss_names=("wide_loss", "deep_loss"), embedding_tables=True,
-        own_train_step=_wide_deep_model, evaluation=_wide_deep_evaluation,
-        parameters=_wide_deep_size),
-)}
+MODEL_OPTIONS = {
+    option.name: option
+    for option in (
+        ModelOption("mlp", builtin_target("model", "mlp"), check_mlp, parameters=_mlp_size),
+        ModelOption(
+            "resnet", builtin_target("model", "resnet"), check_resnet, parameters=_resnet_size
+        ),
+        ModelOption(
+            "wide_deep",
+            builtin_target("model", "wide_deep"),
+            check_wide_deep,
+            inputs=CRITEO_INPUTS,
+            train_keys=("l2_coef", "wide_lr", "deep_lr", "loss_scale"),
+            best_metric="auc",
+            loss_names=("wide_loss", "deep_loss"),
+            embedding_tables=True,
+            own_train_step=_wide_deep_model,
+            evaluation=_wide_deep_evaluation,
+            parameters=_wide_deep_size,
+        ),
+    )
+}
 _BY_TARGET = {option.target: option for option in MODEL_OPTIONS.values()}
 
 

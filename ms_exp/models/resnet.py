@@ -9,6 +9,7 @@ SE / ResNet-D / Thor variants are left out.
 networks (width=1.0), while tests and smoke runs need a network that trains in
 seconds on a CPU; a width of 0.125 gives the same graph at 1/64 of the cost.
 """
+
 import math
 
 import mindspore.nn as nn
@@ -22,22 +23,40 @@ from ms_exp.models.sizes import RESNET_LAYERS, resnet_channels
 # nonlinearity="relu"); 'same' padding keeps the spatial arithmetic identical
 # for any input size, which is what lets 32x32 inputs work.
 def _conv(in_channel, out_channel, kernel_size, stride=1):
-    return nn.Conv2d(in_channel, out_channel, kernel_size=kernel_size, stride=stride,
-                     pad_mode="same", has_bias=False,
-                     weight_init=HeNormal(mode="fan_out", nonlinearity="relu"))
+    return nn.Conv2d(
+        in_channel,
+        out_channel,
+        kernel_size=kernel_size,
+        stride=stride,
+        pad_mode="same",
+        has_bias=False,
+        weight_init=HeNormal(mode="fan_out", nonlinearity="relu"),
+    )
 
 
 def _bn(channel):
     # Zoo defaults (eps 1e-4, momentum 0.9). gamma stays 1 even on the last BN
     # of a block: the zoo only zero-initialises it for its Thor/ResNet-152 runs.
-    return nn.BatchNorm2d(channel, eps=1e-4, momentum=0.9, gamma_init="ones", beta_init="zeros",
-                          moving_mean_init="zeros", moving_var_init="ones")
+    return nn.BatchNorm2d(
+        channel,
+        eps=1e-4,
+        momentum=0.9,
+        gamma_init="ones",
+        beta_init="zeros",
+        moving_mean_init="zeros",
+        moving_var_init="ones",
+    )
 
 
 def _fc(in_channel, out_channel):
     # kaiming_uniform(a=sqrt(5)) with zero bias, i.e. the zoo's _fc.
-    return nn.Dense(in_channel, out_channel, has_bias=True,
-                    weight_init=HeUniform(negative_slope=math.sqrt(5)), bias_init="zeros")
+    return nn.Dense(
+        in_channel,
+        out_channel,
+        has_bias=True,
+        weight_init=HeUniform(negative_slope=math.sqrt(5)),
+        bias_init="zeros",
+    )
 
 
 def _shortcut(in_channel, out_channel, stride):
@@ -102,8 +121,9 @@ class ResidualBlockBase(_Block):
 class ResNet(nn.Cell):
     """Stem, four stages and a linear head over a global mean pool."""
 
-    def __init__(self, block, layer_nums, in_channels, out_channels, strides, num_classes,
-                 image_channels=3):
+    def __init__(
+        self, block, layer_nums, in_channels, out_channels, strides, num_classes, image_channels=3
+    ):
         super().__init__()
         self.conv1 = _conv(image_channels, in_channels[0], 7, stride=2)
         self.bn1 = _bn(in_channels[0])
@@ -111,7 +131,8 @@ class ResNet(nn.Cell):
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
         self.layer1, self.layer2, self.layer3, self.layer4 = (
             self._make_layer(block, *stage)
-            for stage in zip(layer_nums, in_channels, out_channels, strides))
+            for stage in zip(layer_nums, in_channels, out_channels, strides)
+        )
         # ReduceMean instead of a fixed-size AvgPool so any input size >= 32 works.
         self.mean = ops.ReduceMean(keep_dims=True)
         self.flatten = nn.Flatten()
@@ -135,8 +156,9 @@ def resnet(input_shape, num_classes: int, depth: int = 50, width: float = 1.0) -
     return create_resnet(depth, num_classes, width=width, in_channels=int(input_shape[0]))
 
 
-def create_resnet(depth: int, num_classes: int, width: float = 1.0,
-                  in_channels: int = 3) -> nn.Cell:
+def create_resnet(
+    depth: int, num_classes: int, width: float = 1.0, in_channels: int = 3
+) -> nn.Cell:
     """Build ResNet-``depth`` (18 or 50) with channel counts scaled by ``width``.
 
     ``in_channels`` is the number of image channels. width=1.0 reproduces the
@@ -147,6 +169,12 @@ def create_resnet(depth: int, num_classes: int, width: float = 1.0,
     if not width > 0:
         raise ValueError(f"model.width={width}: must be > 0")
     stem, out_channels = resnet_channels(depth, width)
-    return ResNet(ResidualBlockBase if depth == 18 else ResidualBlock, RESNET_LAYERS[depth],
-                  [stem, *out_channels[:3]], out_channels, [1, 2, 2, 2], num_classes,
-                  image_channels=in_channels)
+    return ResNet(
+        ResidualBlockBase if depth == 18 else ResidualBlock,
+        RESNET_LAYERS[depth],
+        [stem, *out_channels[:3]],
+        out_channels,
+        [1, 2, 2, 2],
+        num_classes,
+        image_channels=in_channels,
+    )

@@ -6,6 +6,7 @@ Each count follows its network's constructor exactly (tests/test_model_sizes.py 
 with the networks MindSpore builds), batch norm's moving mean and variance included: they are
 parameters too, held in memory as the others are.
 """
+
 import math
 from typing import Sequence, Tuple
 
@@ -17,8 +18,11 @@ RESNET_BASE_CHANNELS = (64, 128, 256, 512)
 def mlp_parameters(input_shape: Sequence[int], num_classes: int, hidden_size: int) -> int:
     """ms_exp.models.mlp: Dense(in, h), Dense(h, h), Dense(h, classes), each with a bias."""
     features = math.prod(int(size) for size in input_shape)
-    return ((features + 1) * hidden_size + (hidden_size + 1) * hidden_size
-            + (hidden_size + 1) * num_classes)
+    return (
+        (features + 1) * hidden_size
+        + (hidden_size + 1) * hidden_size
+        + (hidden_size + 1) * num_classes
+    )
 
 
 def _conv(in_channels: int, out_channels: int, kernel: int) -> int:
@@ -36,14 +40,21 @@ def _shortcut(in_channels: int, out_channels: int, stride: int) -> int:
 
 
 def _block(depth: int, in_channels: int, out_channels: int, stride: int) -> int:
-    if RESNET_EXPANSION[depth] == 1:    # two 3x3 convolutions (ResNet-18)
-        own = (_conv(in_channels, out_channels, 3) + _conv(out_channels, out_channels, 3)
-               + 2 * _batch_norm(out_channels))
-    else:                               # the bottleneck, 1x1 -> 3x3 -> 1x1 (ResNet-50)
+    if RESNET_EXPANSION[depth] == 1:  # two 3x3 convolutions (ResNet-18)
+        own = (
+            _conv(in_channels, out_channels, 3)
+            + _conv(out_channels, out_channels, 3)
+            + 2 * _batch_norm(out_channels)
+        )
+    else:  # the bottleneck, 1x1 -> 3x3 -> 1x1 (ResNet-50)
         inner = out_channels // RESNET_EXPANSION[depth]
-        own = (_conv(in_channels, inner, 1) + _conv(inner, inner, 3)
-               + _conv(inner, out_channels, 1) + 2 * _batch_norm(inner)
-               + _batch_norm(out_channels))
+        own = (
+            _conv(in_channels, inner, 1)
+            + _conv(inner, inner, 3)
+            + _conv(inner, out_channels, 1)
+            + 2 * _batch_norm(inner)
+            + _batch_norm(out_channels)
+        )
     return own + _shortcut(in_channels, out_channels, stride)
 
 
@@ -53,13 +64,13 @@ def resnet_channels(depth: int, width: float) -> Tuple[int, Tuple[int, ...]]:
     The bottleneck's width is scaled and the block output derived from it, so the
     bottleneck's out_channel // expansion never rounds to 0 or loses channels."""
     stem = max(1, round(64 * width))
-    stages = tuple(max(1, round(base * width)) * RESNET_EXPANSION[depth]
-                   for base in RESNET_BASE_CHANNELS)
+    stages = tuple(
+        max(1, round(base * width)) * RESNET_EXPANSION[depth] for base in RESNET_BASE_CHANNELS
+    )
     return stem, stages
 
 
-def resnet_parameters(depth: int, width: float, image_channels: int,
-                      num_classes: int) -> int:
+def resnet_parameters(depth: int, width: float, image_channels: int, num_classes: int) -> int:
     """ms_exp.models.resnet: stem, four stages (the first block of each with the stride),
     and the linear head."""
     stem, stages = resnet_channels(depth, width)
@@ -72,8 +83,9 @@ def resnet_parameters(depth: int, width: float, image_channels: int,
     return total + (in_channels + 1) * num_classes
 
 
-def wide_deep_parameters(vocab_size: int, field_size: int, emb_dim: int,
-                         deep_layers: Sequence[int]) -> int:
+def wide_deep_parameters(
+    vocab_size: int, field_size: int, emb_dim: int, deep_layers: Sequence[int]
+) -> int:
     """ms_exp.models.wide_deep: a one-column and an emb_dim-column table over the vocabulary,
     the wide bias, and the deep MLP over the fields' embeddings."""
     total = vocab_size * (1 + emb_dim) + 1

@@ -12,6 +12,7 @@ of the second and Adam. Under ``placement=host_device`` the tables are
 ``nn.EmbeddingLookup(target="CPU")`` (sparse row gradients) and both optimizers are the
 sparse ones run by host kernels (FTRL and LazyAdam with ``target = "CPU"``).
 """
+
 from typing import Any, Dict, List
 
 import mindspore as ms
@@ -29,12 +30,23 @@ WIDE = "wide"
 class WideDeepModel(nn.Cell):
     """``(ids, weights)`` of shape (batch, fields) -> (logits (batch, 1), deep embeddings)."""
 
-    def __init__(self, vocab_size: int, field_size: int, emb_dim: int, deep_layers: List[int],
-                 keep_prob: float, init_range: float, placement: Placement):
+    def __init__(
+        self,
+        vocab_size: int,
+        field_size: int,
+        emb_dim: int,
+        deep_layers: List[int],
+        keep_prob: float,
+        init_range: float,
+        placement: Placement,
+    ):
         super().__init__()
         self.field_size, self.emb_dim = field_size, emb_dim
-        table = dict(param_init=Uniform(init_range), target=placement.embedding_target,
-                     sparse=placement.host_tables)
+        table = dict(
+            param_init=Uniform(init_range),
+            target=placement.embedding_target,
+            sparse=placement.host_tables,
+        )
         self.wide_embedding = nn.EmbeddingLookup(vocab_size, 1, **table)
         self.wide_bias = Parameter(Tensor(np.zeros(1, np.float32)), name="wide_bias")
         self.deep_embedding = nn.EmbeddingLookup(vocab_size, emb_dim, **table)
@@ -95,19 +107,32 @@ class WideDeepTrainStep(nn.Cell):
     ``sens``). Returns both losses. In data parallel the gradients are averaged over the
     ranks (``DistributedGradReducer`` gathers sparse row gradients)."""
 
-    def __init__(self, loss_cell: WideDeepLoss, placement: Placement, wide_lr: float,
-                 deep_lr: float, loss_scale: float):
+    def __init__(
+        self,
+        loss_cell: WideDeepLoss,
+        placement: Placement,
+        wide_lr: float,
+        deep_lr: float,
+        loss_scale: float,
+    ):
         super().__init__(auto_prefix=False)
         self.loss_cell = loss_cell
         self.loss_cell.set_train()
         params = loss_cell.trainable_params()
         self.wide_params = ParameterTuple([p for p in params if WIDE in p.name])
         self.deep_params = ParameterTuple([p for p in params if WIDE not in p.name])
-        self.wide_optimizer = nn.FTRL(self.wide_params, learning_rate=wide_lr, l1=1e-8,
-                                      l2=1e-8, initial_accum=1.0, loss_scale=loss_scale)
+        self.wide_optimizer = nn.FTRL(
+            self.wide_params,
+            learning_rate=wide_lr,
+            l1=1e-8,
+            l2=1e-8,
+            initial_accum=1.0,
+            loss_scale=loss_scale,
+        )
         deep_optimizer = nn.LazyAdam if placement.host_tables else nn.Adam
-        self.deep_optimizer = deep_optimizer(self.deep_params, learning_rate=deep_lr, eps=1e-8,
-                                             loss_scale=loss_scale)
+        self.deep_optimizer = deep_optimizer(
+            self.deep_params, learning_rate=deep_lr, eps=1e-8, loss_scale=loss_scale
+        )
         placement.place_sparse_optimizer(self.wide_optimizer)
         placement.place_sparse_optimizer(self.deep_optimizer)
         self.wide_grad = ops.GradOperation(get_by_list=True, sens_param=True)
@@ -129,15 +154,19 @@ class WideDeepTrainStep(nn.Cell):
         wide_loss, deep_loss = self.loss_cell(ids, weights, label)
         wide_sens = ops.fill(wide_loss.dtype, wide_loss.shape, self.loss_scale)
         deep_sens = ops.fill(deep_loss.dtype, deep_loss.shape, self.loss_scale)
-        wide_grads = self.wide_grad(self.wide_loss, self.wide_params)(ids, weights, label,
-                                                                      wide_sens)
-        deep_grads = self.deep_grad(self.deep_loss, self.deep_params)(ids, weights, label,
-                                                                      deep_sens)
+        wide_grads = self.wide_grad(self.wide_loss, self.wide_params)(
+            ids, weights, label, wide_sens
+        )
+        deep_grads = self.deep_grad(self.deep_loss, self.deep_params)(
+            ids, weights, label, deep_sens
+        )
         if self.reduce_wide is not None:
             wide_grads = self.reduce_wide(wide_grads)
             deep_grads = self.reduce_deep(deep_grads)
-        return (ops.depend(wide_loss, self.wide_optimizer(wide_grads)),
-                ops.depend(deep_loss, self.deep_optimizer(deep_grads)))
+        return (
+            ops.depend(wide_loss, self.wide_optimizer(wide_grads)),
+            ops.depend(deep_loss, self.deep_optimizer(deep_grads)),
+        )
 
 
 class PredictWithSigmoid(nn.Cell):
@@ -157,25 +186,43 @@ class PredictWithSigmoid(nn.Cell):
 def evaluation(network: WideDeepModel) -> dict:
     """``Model`` keywords that evaluate ``network`` by AUC and log loss, for training and
     for ms_exp.eval alike."""
-    return {"eval_network": PredictWithSigmoid(network), "metrics": click_metrics(),
-            "eval_indexes": CLICK_EVAL_INDEXES}
+    return {
+        "eval_network": PredictWithSigmoid(network),
+        "metrics": click_metrics(),
+        "eval_indexes": CLICK_EVAL_INDEXES,
+    }
 
 
-def wide_deep(input_shape, vocab_size: int, placement: Placement, emb_dim: int = 80,
-              deep_layers=(1024, 512, 256, 128), keep_prob: float = 1.0,
-              init_range: float = 0.01) -> WideDeepModel:
+def wide_deep(
+    input_shape,
+    vocab_size: int,
+    placement: Placement,
+    emb_dim: int = 80,
+    deep_layers=(1024, 512, 256, 128),
+    keep_prob: float = 1.0,
+    init_range: float = 0.01,
+) -> WideDeepModel:
     """The ``model=wide_deep`` option's target: tables of ``vocab_size`` rows (the option's
     ``vocab_size``, else the dataset's ids) for samples of ``input_shape`` = (fields,)."""
-    return WideDeepModel(vocab_size=vocab_size, field_size=int(input_shape[0]),
-                         emb_dim=emb_dim, deep_layers=list(deep_layers),
-                         keep_prob=keep_prob, init_range=init_range, placement=placement)
+    return WideDeepModel(
+        vocab_size=vocab_size,
+        field_size=int(input_shape[0]),
+        emb_dim=emb_dim,
+        deep_layers=list(deep_layers),
+        keep_prob=keep_prob,
+        init_range=init_range,
+        placement=placement,
+    )
 
 
-def create_train_step(model_cfg, network: WideDeepModel,
-                      placement: Placement) -> WideDeepTrainStep:
-    return WideDeepTrainStep(WideDeepLoss(network, model_cfg.l2_coef), placement,
-                             wide_lr=model_cfg.wide_lr, deep_lr=model_cfg.deep_lr,
-                             loss_scale=model_cfg.loss_scale)
+def create_train_step(model_cfg, network: WideDeepModel, placement: Placement) -> WideDeepTrainStep:
+    return WideDeepTrainStep(
+        WideDeepLoss(network, model_cfg.l2_coef),
+        placement,
+        wide_lr=model_cfg.wide_lr,
+        deep_lr=model_cfg.deep_lr,
+        loss_scale=model_cfg.loss_scale,
+    )
 
 
 class AUC(Metric):
@@ -215,4 +262,3 @@ def click_metrics() -> Dict[str, Metric]:
 
 # Model's eval_indexes for such a network: [loss, prediction, label].
 CLICK_EVAL_INDEXES = [0, 1, 2]
-

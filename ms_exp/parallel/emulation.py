@@ -8,6 +8,7 @@ strategy file, so the run directory looks as the model-saving tutorial's does on
 and MindSpore's ``transform_checkpoints`` merges it back
 (docs/design.md#semi-auto-refused-on-cpu, docs/design.md#offline-checkpoint-tools).
 """
+
 import os
 from functools import reduce
 from pathlib import Path
@@ -33,7 +34,8 @@ def apply_strategies(network, strategies) -> None:
     for path, strategy in flatten_strategies(strategies).items():
         *cells, op_name = str(path).split(".")
         getattr(reduce(getattr, cells, network), op_name).shard(
-            tuple(tuple(int(f) for f in dim) for dim in strategy))
+            tuple(tuple(int(f) for f in dim) for dim in strategy)
+        )
 
 
 class SemiAutoLayouts(Callback):
@@ -45,8 +47,18 @@ class SemiAutoLayouts(Callback):
     slice; ``best.ckpt`` (rank 0's only) stays whole, as ``save_checkpoint`` integrates by
     default."""
 
-    def __init__(self, network, strategies, device_num: int, rank_id: int, directory: Path,
-                 prefix: str, strategy_file: str, slice_files: bool, save_steps: int):
+    def __init__(
+        self,
+        network,
+        strategies,
+        device_num: int,
+        rank_id: int,
+        directory: Path,
+        prefix: str,
+        strategy_file: str,
+        slice_files: bool,
+        save_steps: int,
+    ):
         super().__init__()
         self.network = network
         self.strategies = strategies
@@ -66,8 +78,11 @@ class SemiAutoLayouts(Callback):
         layouts = operator_layouts(self.network, self.strategies, self.device_num)
         self.layouts = checkpoint_layouts(shapes, layouts)
         if self.rank_id == 0 and self.strategy_file:
-            write_strategy_file(self.strategy_file, self.layouts, op_strategies=operator_strategies(
-                self.network, self.strategies, self.device_num))
+            write_strategy_file(
+                self.strategy_file,
+                self.layouts,
+                op_strategies=operator_strategies(self.network, self.strategies, self.device_num),
+            )
 
     def on_train_step_end(self, run_context):
         # Only where ModelCheckpoint (called just before) has saved.

@@ -4,6 +4,7 @@ whether the job is distributed, which launch style starts its ranks, and where t
 Pure config helpers, so the preflight checks can read them without the job package (which
 runs processes) and the plan, the supervisor and the ranks all read the group alike.
 """
+
 from pathlib import Path
 
 MSRUN, MPIRUN, RANK_TABLE = "msrun", "mpirun", "rank_table"

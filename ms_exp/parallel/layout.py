@@ -27,6 +27,7 @@ The slicing itself is MindSpore's: :func:`slice_for_rank` makes the same three c
 ``mindspore.parallel._tensor._load_tensor`` (``_get_tensor_strategy``,
 ``_get_tensor_slice_index``, ``_chunk_tensor_by_strategy``) on the numpy array.
 """
+
 import difflib
 import os
 from dataclasses import dataclass
@@ -58,8 +59,10 @@ class Layout:
         for name in ("dev_matrix", "tensor_map", "tensor_shape"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         if len(self.tensor_map) != len(self.tensor_shape):
-            raise ValueError(f"tensor_map {list(self.tensor_map)} does not match tensor shape "
-                             f"{list(self.tensor_shape)}")
+            raise ValueError(
+                f"tensor_map {list(self.tensor_map)} does not match tensor shape "
+                f"{list(self.tensor_shape)}"
+            )
 
     @property
     def device_num(self) -> int:
@@ -68,8 +71,10 @@ class Layout:
     def tensor_strategy(self) -> Tuple[int, ...]:
         """How many ways each tensor dimension is split."""
         from mindspore.parallel._tensor import _get_tensor_strategy
-        return tuple(int(s) for s in _get_tensor_strategy(list(self.dev_matrix),
-                                                          list(self.tensor_map)))
+
+        return tuple(
+            int(s) for s in _get_tensor_strategy(list(self.dev_matrix), list(self.tensor_map))
+        )
 
     def slice_shape(self) -> Tuple[int, ...]:
         return tuple(size // ways for size, ways in zip(self.tensor_shape, self.tensor_strategy()))
@@ -81,15 +86,16 @@ class Layout:
 
 @dataclass(frozen=True)
 class _Operator:
-    path: str                      # "layer1.matmul": cell path + attribute name
-    kind: str                      # primitive name: "MatMul", "Add", "ReLU", ...
+    path: str  # "layer1.matmul": cell path + attribute name
+    kind: str  # primitive name: "MatMul", "Add", "ReLU", ...
     primitive: Any
-    param_name: Optional[str]      # the parameter it takes as input 1, when ms_exp can tell
+    param_name: Optional[str]  # the parameter it takes as input 1, when ms_exp can tell
     param_shape: Optional[Tuple[int, ...]]
 
 
 # ---------------------------------------------------------------------------------------------
 # Operators of a network and their strategies
+
 
 def _operators(network) -> Dict[str, _Operator]:
     """Every primitive held as a cell attribute, by path, with the parameter it consumes.
@@ -111,9 +117,13 @@ def _operators(network) -> Dict[str, _Operator]:
                 if len(candidates) == 1 and len(same_kind) == 1:
                     param = candidates[0]
             path = f"{cell_name}.{attr}" if cell_name else attr
-            operators[path] = _Operator(path, kind, primitive,
-                                        param.name if param is not None else None,
-                                        tuple(param.shape) if param is not None else None)
+            operators[path] = _Operator(
+                path,
+                kind,
+                primitive,
+                param.name if param is not None else None,
+                tuple(param.shape) if param is not None else None,
+            )
     return operators
 
 
@@ -136,60 +146,84 @@ def _input_shapes(op: _Operator, batch_size: Optional[int]) -> List[Tuple[str, t
 def _as_strategy(where: str, raw) -> Strategy:
     def is_seq(value):
         return not isinstance(value, (str, bytes)) and isinstance(value, Iterable)
+
     if not is_seq(raw) or not all(is_seq(t) for t in raw):
-        raise StrategyError(f"{where}: expected one tuple of factors per input, such as "
-                            f"((2, 1), (1, 2)), got {raw!r}")
+        raise StrategyError(
+            f"{where}: expected one tuple of factors per input, such as "
+            f"((2, 1), (1, 2)), got {raw!r}"
+        )
     return tuple(tuple(t) for t in raw)
 
 
 def _check_strategy(op: _Operator, raw, device_num: int, batch_size: Optional[int]) -> Strategy:
     where = f"strategy for '{op.path}'"
     if op.kind not in SUPPORTED_OPS:
-        raise StrategyError(f"{where}: {op.kind} is not supported by the CPU layout emulation "
-                            f"(supported: {', '.join(SUPPORTED_OPS)})")
+        raise StrategyError(
+            f"{where}: {op.kind} is not supported by the CPU layout emulation "
+            f"(supported: {', '.join(SUPPORTED_OPS)})"
+        )
     if op.param_name is None:
-        raise StrategyError(f"{where}: cannot tell which parameter this {op.kind} takes "
-                            f"(its cell needs exactly one {op.kind} and one candidate parameter)")
-    if op.kind == "MatMul" and (op.primitive.attrs.get("transpose_a")
-                                or op.primitive.attrs.get("transpose_b")):
-        raise StrategyError(f"{where}: MatMul with transpose_a/transpose_b is not supported by "
-                            f"the CPU layout emulation")
+        raise StrategyError(
+            f"{where}: cannot tell which parameter this {op.kind} takes "
+            f"(its cell needs exactly one {op.kind} and one candidate parameter)"
+        )
+    if op.kind == "MatMul" and (
+        op.primitive.attrs.get("transpose_a") or op.primitive.attrs.get("transpose_b")
+    ):
+        raise StrategyError(
+            f"{where}: MatMul with transpose_a/transpose_b is not supported by "
+            f"the CPU layout emulation"
+        )
     strategy = _as_strategy(where, raw)
     inputs = _input_shapes(op, batch_size)
     if len(strategy) != len(inputs):
-        raise StrategyError(f"{where}: {op.kind} takes {len(inputs)} inputs, got "
-                            f"{len(strategy)} tuple(s) {_fmt(strategy)}")
+        raise StrategyError(
+            f"{where}: {op.kind} takes {len(inputs)} inputs, got "
+            f"{len(strategy)} tuple(s) {_fmt(strategy)}"
+        )
     for i, (factors, (name, shape)) in enumerate(zip(strategy, inputs)):
-        if not all(isinstance(f, (int, np.integer)) and not isinstance(f, bool) and f >= 1
-                   for f in factors):
-            raise StrategyError(f"{where}: input {i} factors must be positive integers, "
-                                f"got {tuple(factors)}")
+        if not all(
+            isinstance(f, (int, np.integer)) and not isinstance(f, bool) and f >= 1 for f in factors
+        ):
+            raise StrategyError(
+                f"{where}: input {i} factors must be positive integers, got {tuple(factors)}"
+            )
         if len(factors) != len(shape):
             shown = ", ".join("batch" if s is None else str(s) for s in shape)
-            raise StrategyError(f"{where}: input {i} ({name}, shape [{shown}]) has {len(shape)} "
-                                f"dims, got {len(factors)} factors {tuple(factors)}")
+            raise StrategyError(
+                f"{where}: input {i} ({name}, shape [{shown}]) has {len(shape)} "
+                f"dims, got {len(factors)} factors {tuple(factors)}"
+            )
     strategy = tuple(tuple(int(f) for f in factors) for factors in strategy)
     for i, (factors, (name, shape)) in enumerate(zip(strategy, inputs)):
         for dim, (factor, size) in enumerate(zip(factors, shape)):
             if size is not None and size % factor:
-                raise StrategyError(f"{where}: input {i} ({name}) dim {dim} has size {size}, "
-                                    f"not divisible by {factor}")
+                raise StrategyError(
+                    f"{where}: input {i} ({name}) dim {dim} has size {size}, "
+                    f"not divisible by {factor}"
+                )
     if op.kind == "MatMul":
         (a, b), (b2, c) = strategy
         if b != b2:
-            raise StrategyError(f"{where}: inner dims sharded inconsistently: input 0 dim 1 "
-                                f"split {b} but input 1 dim 0 split {b2}")
+            raise StrategyError(
+                f"{where}: inner dims sharded inconsistently: input 0 dim 1 "
+                f"split {b} but input 1 dim 0 split {b2}"
+            )
         used, product = a * b * c, f"{a}*{b}*{c}"
     else:
         x, bias = strategy
         for dim, (fx, fb) in enumerate(zip(x[1:], bias)):
             if fx != fb:
-                raise StrategyError(f"{where}: broadcast dims sharded inconsistently: input 0 "
-                                    f"dim {dim + 1} split {fx} but input 1 dim {dim} split {fb}")
+                raise StrategyError(
+                    f"{where}: broadcast dims sharded inconsistently: input 0 "
+                    f"dim {dim + 1} split {fx} but input 1 dim {dim} split {fb}"
+                )
         used, product = prod(x), "*".join(map(str, x))
     if device_num % used:
-        raise StrategyError(f"{where}: {_fmt(strategy)} uses {product} = {used} devices, "
-                            f"which does not divide device_num={device_num}")
+        raise StrategyError(
+            f"{where}: {_fmt(strategy)} uses {product} = {used} devices, "
+            f"which does not divide device_num={device_num}"
+        )
     return strategy
 
 
@@ -202,8 +236,11 @@ def _default_strategy(op: _Operator, device_num: int) -> Strategy:
 
 
 def _check_device_num(device_num) -> int:
-    if isinstance(device_num, bool) or not isinstance(device_num, (int, np.integer)) \
-            or device_num < 1:
+    if (
+        isinstance(device_num, bool)
+        or not isinstance(device_num, (int, np.integer))
+        or device_num < 1
+    ):
         raise StrategyError(f"device_num must be a positive integer, got {device_num!r}")
     return int(device_num)
 
@@ -221,8 +258,12 @@ def flatten_strategies(strategies: Optional[Mapping[str, Any]], prefix: str = ""
     return flat
 
 
-def operator_strategies(network, strategies: Optional[Mapping[str, Any]], device_num: int,
-                        batch_size: Optional[int] = None) -> Dict[str, Strategy]:
+def operator_strategies(
+    network,
+    strategies: Optional[Mapping[str, Any]],
+    device_num: int,
+    batch_size: Optional[int] = None,
+) -> Dict[str, Strategy]:
     """The strategy every parameter-holding MatMul/Add runs with: the configured one, checked,
     or MindSpore's default data-parallel one. ``strategies`` is keyed by operator path, flat
     ("layer1.matmul") or nested as in ``conf/parallel``. Raises :class:`StrategyError`."""
@@ -238,14 +279,21 @@ def operator_strategies(network, strategies: Optional[Mapping[str, Any]], device
             raise StrategyError(
                 f"strategy for '{path}': no such operator in {type(network).__name__}"
                 + (f" (did you mean '{hint[0]}'?)" if hint else "")
-                + f"; operators that take a strategy: {shown or 'none'}")
+                + f"; operators that take a strategy: {shown or 'none'}"
+            )
         configured[op.path] = _check_strategy(op, raw, device_num, batch_size)
-    return {op.path: configured.get(op.path) or _default_strategy(op, device_num)
-            for op in _shardable(operators)}
+    return {
+        op.path: configured.get(op.path) or _default_strategy(op, device_num)
+        for op in _shardable(operators)
+    }
 
 
-def validate_strategies(network, strategies: Optional[Mapping[str, Any]], device_num: int,
-                        batch_size: Optional[int] = None) -> None:
+def validate_strategies(
+    network,
+    strategies: Optional[Mapping[str, Any]],
+    device_num: int,
+    batch_size: Optional[int] = None,
+) -> None:
     """Raise :class:`StrategyError` (one line, naming the operator) for the first bad strategy."""
     operator_strategies(network, strategies, device_num, batch_size)
 
@@ -259,14 +307,18 @@ def _layout_of(op: _Operator, strategy: Strategy, device_num: int) -> Layout:
         dev_matrix = list(x)
         tensor_map = [len(bias) - 1 - dim if factor > 1 else -1 for dim, factor in enumerate(bias)]
     repeat = device_num // prod(dev_matrix)
-    if repeat > 1:      # repeated calculation: on the right, tensor map shifted up by one
+    if repeat > 1:  # repeated calculation: on the right, tensor map shifted up by one
         dev_matrix.append(repeat)
         tensor_map = [m + 1 if m != -1 else -1 for m in tensor_map]
     return Layout(tuple(dev_matrix), tuple(tensor_map), op.param_shape)  # type: ignore[arg-type]  # bound: _shardable
 
 
-def operator_layouts(network, strategies: Optional[Mapping[str, Any]], device_num: int,
-                     batch_size: Optional[int] = None) -> Dict[str, Layout]:
+def operator_layouts(
+    network,
+    strategies: Optional[Mapping[str, Any]],
+    device_num: int,
+    batch_size: Optional[int] = None,
+) -> Dict[str, Layout]:
     """The semi-auto parallel layout of every trainable parameter of ``network``.
 
     ``strategies`` maps operator paths ("layer1.matmul") to shard strategies, one tuple per
@@ -288,6 +340,7 @@ def operator_layouts(network, strategies: Optional[Mapping[str, Any]], device_nu
 # ---------------------------------------------------------------------------------------------
 # Slices, sliced checkpoints and strategy files
 
+
 def slice_for_rank(array: np.ndarray, layout: Layout, rank: int) -> np.ndarray:
     """The slice of ``array`` that ``rank`` holds under ``layout``, as MindSpore cuts it
     (the body of ``mindspore.parallel._tensor._load_tensor``, without the Tensor round trip)."""
@@ -296,13 +349,18 @@ def slice_for_rank(array: np.ndarray, layout: Layout, rank: int) -> np.ndarray:
         _get_tensor_slice_index,
         _get_tensor_strategy,
     )
+
     array = np.asarray(array)
     if tuple(array.shape) != layout.tensor_shape:
-        raise ValueError(f"array of shape {list(array.shape)} does not match the layout's "
-                         f"tensor shape {list(layout.tensor_shape)}")
+        raise ValueError(
+            f"array of shape {list(array.shape)} does not match the layout's "
+            f"tensor shape {list(layout.tensor_shape)}"
+        )
     if not 0 <= rank < layout.device_num:
-        raise ValueError(f"rank {rank} is outside the {layout.device_num} devices of "
-                         f"dev_matrix {list(layout.dev_matrix)}")
+        raise ValueError(
+            f"rank {rank} is outside the {layout.device_num} devices of "
+            f"dev_matrix {list(layout.dev_matrix)}"
+        )
     if array.ndim == 0:
         return array.copy()
     dev_matrix, tensor_map = list(layout.dev_matrix), list(layout.tensor_map)
@@ -317,8 +375,9 @@ def _owner(name: str, layouts: Mapping[str, Layout]) -> Optional[str]:
     return max((p for p in layouts if name.endswith("." + p)), key=len, default=None)
 
 
-def checkpoint_layouts(shapes: Mapping[str, Sequence[int]],
-                       layouts: Mapping[str, Layout]) -> Dict[str, Layout]:
+def checkpoint_layouts(
+    shapes: Mapping[str, Sequence[int]], layouts: Mapping[str, Layout]
+) -> Dict[str, Layout]:
     """Layouts of every sliced entry of a training checkpoint (name -> shape).
 
     What MindSpore does in semi-auto parallel, and so what ms_exp does:
@@ -339,8 +398,10 @@ def checkpoint_layouts(shapes: Mapping[str, Sequence[int]],
         shape = tuple(int(s) for s in shape)
         if name in layouts:
             if shape != layouts[name].tensor_shape:
-                raise ValueError(f"{name}: shape {list(shape)} does not match its layout's "
-                                 f"{list(layouts[name].tensor_shape)}")
+                raise ValueError(
+                    f"{name}: shape {list(shape)} does not match its layout's "
+                    f"{list(layouts[name].tensor_shape)}"
+                )
             result[name] = layouts[name]
             continue
         owner = _owner(name, layouts)
@@ -348,10 +409,12 @@ def checkpoint_layouts(shapes: Mapping[str, Sequence[int]],
             continue
         if shape != layouts[owner].tensor_shape:
             if layouts[owner].split_factor() == 1:
-                continue        # its parameter is whole on every rank: so is this state
-            raise ValueError(f"{name}: shape {list(shape)} differs from its parameter {owner} "
-                             f"{list(layouts[owner].tensor_shape)}; cannot tell how MindSpore "
-                             f"would lay it out")
+                continue  # its parameter is whole on every rank: so is this state
+            raise ValueError(
+                f"{name}: shape {list(shape)} differs from its parameter {owner} "
+                f"{list(layouts[owner].tensor_shape)}; cannot tell how MindSpore "
+                f"would lay it out"
+            )
         result[name] = layouts[owner]
     return result
 
@@ -360,9 +423,14 @@ def _as_numpy(value) -> np.ndarray:
     return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
 
 
-def write_sliced_checkpoints(param_dict: Mapping[str, Any], layouts: Mapping[str, Layout],
-                             device_num: int, out_dir, prefix: str = "checkpoint",
-                             name: Optional[str] = None) -> Dict[str, Layout]:
+def write_sliced_checkpoints(
+    param_dict: Mapping[str, Any],
+    layouts: Mapping[str, Layout],
+    device_num: int,
+    out_dir,
+    prefix: str = "checkpoint",
+    name: Optional[str] = None,
+) -> Dict[str, Layout]:
     """Write ``out_dir/rank_<r>/<name>`` for every rank: each entry's slice for that rank.
 
     ``param_dict`` maps checkpoint names to arrays (numpy, Tensor or Parameter): parameters
@@ -372,15 +440,20 @@ def write_sliced_checkpoints(param_dict: Mapping[str, Any], layouts: Mapping[str
     layouts of every sliced entry (see :func:`checkpoint_layouts`): write the strategy file
     from these so that optimizer states merge too."""
     import mindspore as ms
+
     device_num = _check_device_num(device_num)
     name = name or f"{prefix}.ckpt"
     if "/" in name or os.sep in name or not name.endswith(".ckpt") or not name.startswith(prefix):
-        raise ValueError(f"checkpoint file name {name!r} must be a plain '<prefix>....ckpt' "
-                         f"name starting with prefix {prefix!r}")
+        raise ValueError(
+            f"checkpoint file name {name!r} must be a plain '<prefix>....ckpt' "
+            f"name starting with prefix {prefix!r}"
+        )
     for param, layout in layouts.items():
         if layout.device_num != device_num:
-            raise ValueError(f"{param}: dev_matrix {list(layout.dev_matrix)} spans "
-                             f"{layout.device_num} devices, not device_num={device_num}")
+            raise ValueError(
+                f"{param}: dev_matrix {list(layout.dev_matrix)} spans "
+                f"{layout.device_num} devices, not device_num={device_num}"
+            )
         if param not in param_dict:
             raise ValueError(f"{param} has a layout but no value in the checkpoint dict")
     arrays = {key: _as_numpy(value) for key, value in param_dict.items()}
@@ -388,17 +461,25 @@ def write_sliced_checkpoints(param_dict: Mapping[str, Any], layouts: Mapping[str
     for rank in range(device_num):
         rank_dir = Path(out_dir) / f"rank_{rank}"
         rank_dir.mkdir(parents=True, exist_ok=True)
-        entries = [{"name": key,
-                    "data": ms.Tensor(slice_for_rank(a, sliced[key], rank) if key in sliced else a)}
-                   for key, a in arrays.items()]
-        partial = rank_dir / f".{name[:-len('.ckpt')]}.partial.ckpt"
+        entries = [
+            {
+                "name": key,
+                "data": ms.Tensor(slice_for_rank(a, sliced[key], rank) if key in sliced else a),
+            }
+            for key, a in arrays.items()
+        ]
+        partial = rank_dir / f".{name[: -len('.ckpt')]}.partial.ckpt"
         ms.save_checkpoint(entries, str(partial), crc_check=True)
         os.replace(partial, rank_dir / name)
     return sliced
 
 
-def write_strategy_file(path, layouts: Mapping[str, Layout], stage: int = 0,
-                        op_strategies: Optional[Mapping[str, Strategy]] = None) -> Path:
+def write_strategy_file(
+    path,
+    layouts: Mapping[str, Layout],
+    stage: int = 0,
+    op_strategies: Optional[Mapping[str, Strategy]] = None,
+) -> Path:
     """Write a strategy checkpoint (``node_strategy_pb2.ParallelStrategyMap``) as MindSpore's
     ``strategy_ckpt_config={"save_file": ...}`` does, atomically.
 
@@ -407,12 +488,15 @@ def write_strategy_file(path, layouts: Mapping[str, Layout], stage: int = 0,
     dimensions are split: MindSpore's readers need at least one item (they take the pipeline
     stage from the first) but look at no operator names."""
     from mindspore.train import node_strategy_pb2
+
     if not layouts:
         raise ValueError("no parameter layouts to write")
     device_nums = {layout.device_num for layout in layouts.values()}
     if len(device_nums) != 1:
-        raise ValueError(f"layouts span different device counts {sorted(device_nums)}; "
-                         f"MindSpore takes the device count from the first one")
+        raise ValueError(
+            f"layouts span different device counts {sorted(device_nums)}; "
+            f"MindSpore takes the device count from the first one"
+        )
     strategy_map = node_strategy_pb2.ParallelStrategyMap()
     strategy_map.current_stage = stage
     items = op_strategies or {name: (layout.tensor_strategy(),) for name, layout in layouts.items()}
@@ -428,7 +512,7 @@ def write_strategy_file(path, layouts: Mapping[str, Layout], stage: int = 0,
         parallel = entry.parallel_layouts
         parallel.dev_matrix.add().dim.extend(layout.dev_matrix)
         parallel.tensor_map.add().dim.extend(layout.tensor_map)
-        parallel.param_split_shape.add()    # present but empty: MindSpore reads element [0]
+        parallel.param_split_shape.add()  # present but empty: MindSpore reads element [0]
         parallel.indices_offset.add()
         parallel.field = 0
         parallel.opt_weight_shard_step = 0

@@ -5,6 +5,7 @@ which variables name its rank and device, and where it records its pid; the laun
 and names ranks by these, the rank (ms_exp/worker.py, ms_exp/train/context.py) reads and
 sets them. Defined once here, apart from either side's code, the two cannot disagree.
 """
+
 import ctypes
 import os
 import signal
@@ -58,7 +59,7 @@ def forget_worker_pid(logs: Path, rank: int) -> None:
 
 _PR_SET_PDEATHSIG = 1
 _LIBC: Optional[ctypes.CDLL]
-try:    # loaded here, not in the forked child, where dlopen could meet a lock held at fork
+try:  # loaded here, not in the forked child, where dlopen could meet a lock held at fork
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:
     _LIBC = None
@@ -76,7 +77,7 @@ def die_with_parent() -> None:
     scheduler holds the GIL while it waits for the ranks."""
     prctl = getattr(_LIBC, "prctl", None)
     if prctl is None:
-        return      # not Linux: the ranks outlive a killed launcher, as before
+        return  # not Linux: the ranks outlive a killed launcher, as before
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:
-        os.kill(os.getpid(), signal.SIGKILL)     # the parent died before we asked
+        os.kill(os.getpid(), signal.SIGKILL)  # the parent died before we asked

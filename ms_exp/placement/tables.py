@@ -6,6 +6,7 @@ looked up by a host kernel, sparse row gradients) and the optimizers that update
 host kernels (``optimizer.target = "CPU"``: FusedSparseFtrl, FusedSparseLazyAdam, the
 tutorial's ``primitive_target`` CPU); the dense layers stay on the device.
 """
+
 from dataclasses import dataclass
 
 
@@ -32,14 +33,17 @@ def describe_placement(placement_cfg, device_target: str, host_bytes: int = 0) -
     """One console line saying where the run's parameters are."""
     if placement_cfg.mode == "device":
         return f"placement=device: every parameter and optimizer state on {device_target}"
-    tables = f"embedding tables ({readable_size(host_bytes)})" if host_bytes else \
-        "embedding tables"
-    line = (f"placement=host_device: {tables} and their sparse optimizers (FTRL, LazyAdam) "
-            f"on the host, dense layers on {device_target}")
+    tables = f"embedding tables ({readable_size(host_bytes)})" if host_bytes else "embedding tables"
+    line = (
+        f"placement=host_device: {tables} and their sparse optimizers (FTRL, LazyAdam) "
+        f"on the host, dense layers on {device_target}"
+    )
     if device_target == "CPU":
-        line += ("; on a CPU-only machine host and device are the same memory and "
-                 "processor, so only the kernels differ (host EmbeddingLookup, "
-                 "FusedSparseFtrl, FusedSparseLazyAdam)")
+        line += (
+            "; on a CPU-only machine host and device are the same memory and "
+            "processor, so only the kernels differ (host EmbeddingLookup, "
+            "FusedSparseFtrl, FusedSparseLazyAdam)"
+        )
     return line
 
 
@@ -56,5 +60,8 @@ def host_tables(network, placement: Placement):
         return []
     from mindspore import nn
 
-    return [cell.embedding_table for _, cell in network.cells_and_names()
-            if isinstance(cell, nn.EmbeddingLookup) and cell.target == "CPU"]
+    return [
+        cell.embedding_table
+        for _, cell in network.cells_and_names()
+        if isinstance(cell, nn.EmbeddingLookup) and cell.target == "CPU"
+    ]

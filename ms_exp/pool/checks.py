@@ -1,5 +1,6 @@
 """What ``hydra/launcher=pool`` is refused for before a sweep starts: settings out of range,
 a pool that cannot be found, and a job that needs more of it than there is."""
+
 import os
 from typing import Sequence
 
@@ -15,23 +16,44 @@ def check_pool(configs: Sequence[DictConfig]) -> None:
     if not configs or configs[0].hydra.launcher.get("_target_") != POOL_LAUNCHER:
         return
     launcher = configs[0].hydra.launcher
-    require(launcher.accelerator in ACCELERATORS, "hydra.launcher.accelerator",
-            launcher.accelerator, f"one of {', '.join(ACCELERATORS)}")
-    require(isinstance(launcher.cores_per_job, int) and launcher.cores_per_job >= 1,
-            "hydra.launcher.cores_per_job", launcher.cores_per_job, "an integer >= 1")
-    require(launcher.stop_timeout > 0, "hydra.launcher.stop_timeout", launcher.stop_timeout,
-            "seconds > 0 that a stopped job gets before it is killed")
+    require(
+        launcher.accelerator in ACCELERATORS,
+        "hydra.launcher.accelerator",
+        launcher.accelerator,
+        f"one of {', '.join(ACCELERATORS)}",
+    )
+    require(
+        isinstance(launcher.cores_per_job, int) and launcher.cores_per_job >= 1,
+        "hydra.launcher.cores_per_job",
+        launcher.cores_per_job,
+        "an integer >= 1",
+    )
+    require(
+        launcher.stop_timeout > 0,
+        "hydra.launcher.stop_timeout",
+        launcher.stop_timeout,
+        "seconds > 0 that a stopped job gets before it is killed",
+    )
     devices = launcher.devices
     if devices is not None:
-        require(isinstance(devices, ListConfig) and len(devices) > 0 and
-                all(isinstance(d, int) and d >= 0 for d in devices) and
-                len(set(devices)) == len(devices), "hydra.launcher.devices", devices,
-                "null or a list of distinct ids >= 0, e.g. [0,1,2,3]")
+        require(
+            isinstance(devices, ListConfig)
+            and len(devices) > 0
+            and all(isinstance(d, int) and d >= 0 for d in devices)
+            and len(set(devices)) == len(devices),
+            "hydra.launcher.devices",
+            devices,
+            "null or a list of distinct ids >= 0, e.g. [0,1,2,3]",
+        )
     kind = accelerator_of(launcher.accelerator, configs[0].trainer.device_target)
     if kind == "CPU" and devices is not None:
         allowed = sorted(os.sched_getaffinity(0))
-        require(set(devices) <= set(allowed), "hydra.launcher.devices", devices,
-                f"CPU cores this process may run on ({', '.join(map(str, allowed))})")
+        require(
+            set(devices) <= set(allowed),
+            "hydra.launcher.devices",
+            devices,
+            f"CPU cores this process may run on ({', '.join(map(str, allowed))})",
+        )
     try:
         units = pool_units(kind, None if devices is None else list(devices))
     except NoDevices as error:
@@ -40,7 +62,9 @@ def check_pool(configs: Sequence[DictConfig]) -> None:
         need = units_per_job(kind, cfg.parallel.device_num, launcher.cores_per_job)
         if need > len(units):
             what = "cores" if kind == "CPU" else f"{kind} devices"
-            raise ConfigError("parallel.device_num", cfg.parallel.device_num,
-                              f"at most the pool's {len(units)} {what} "
-                              f"({', '.join(map(str, units))})",
-                              f"job #{number} needs {need} {what}")
+            raise ConfigError(
+                "parallel.device_num",
+                cfg.parallel.device_num,
+                f"at most the pool's {len(units)} {what} ({', '.join(map(str, units))})",
+                f"job #{number} needs {need} {what}",
+            )

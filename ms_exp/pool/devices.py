@@ -10,6 +10,7 @@ a job's process is pinned to its set (``os.sched_setaffinity``) and MindSpore's 
 get as many threads as the set has cores. Either way the job's share, as the machine names
 it, is in ``MS_EXP_DEVICES`` and in its MLflow run's tag ``ms_exp.devices``.
 """
+
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 # The sweep's report reads the tag: it is declared beside the other tags of a sweep's runs.
 from ms_exp.tracking.sweep_runs import DEVICES_TAG as DEVICES_TAG
 
-DEVICES_ENV = "MS_EXP_DEVICES"   # the job's share: device ids, or CPU cores, comma-separated
+DEVICES_ENV = "MS_EXP_DEVICES"  # the job's share: device ids, or CPU cores, comma-separated
 ACCELERATORS = ("auto", "Ascend", "GPU", "CPU")
 # The runtime's variable that hides every device but the job's own.
 VISIBLE_ENV = {"Ascend": "ASCEND_RT_VISIBLE_DEVICES", "GPU": "CUDA_VISIBLE_DEVICES"}
@@ -38,6 +39,7 @@ class NoDevices(RuntimeError):
 @dataclass(frozen=True)
 class Share:
     """What one job holds: device ids (Ascend, GPU) or CPU cores."""
+
     accelerator: str
     units: Tuple[int, ...]
     env: Mapping[str, str] = field(default_factory=dict)
@@ -70,18 +72,23 @@ def listed_devices(accelerator: str) -> List[int]:
     """The device ids the vendor's tool lists; refused when it is missing or lists none."""
     command, pattern = _LISTING[accelerator]
     if shutil.which(command[0]) is None:
-        raise NoDevices(f"{command[0]} is not on the PATH to list the {accelerator} devices; "
-                        f"expected hydra.launcher.devices=[0,1,...]")
+        raise NoDevices(
+            f"{command[0]} is not on the PATH to list the {accelerator} devices; "
+            f"expected hydra.launcher.devices=[0,1,...]"
+        )
     listing = subprocess.run(command, capture_output=True, text=True, timeout=60)
     found = sorted({int(m) for m in re.findall(pattern, listing.stdout, re.MULTILINE)})
     if listing.returncode != 0 or not found:
-        raise NoDevices(f"{' '.join(command)} listed no {accelerator} device "
-                        f"(exit {listing.returncode}); expected hydra.launcher.devices=[0,1,...]")
+        raise NoDevices(
+            f"{' '.join(command)} listed no {accelerator} device "
+            f"(exit {listing.returncode}); expected hydra.launcher.devices=[0,1,...]"
+        )
     return found
 
 
-def pool_units(accelerator: str, devices: Optional[Sequence[int]],
-               environ: Mapping[str, str] = os.environ) -> List[int]:
+def pool_units(
+    accelerator: str, devices: Optional[Sequence[int]], environ: Mapping[str, str] = os.environ
+) -> List[int]:
     """Everything the pool shares out: ``devices``, else what this process may use: on the
     CPU the cores it may run on; on Ascend and GPU the devices its visibility variable
     already names (SLURM sets ``CUDA_VISIBLE_DEVICES`` to an allocation's GPUs), else all
@@ -94,9 +101,11 @@ def pool_units(accelerator: str, devices: Optional[Sequence[int]],
     if visible:
         ids = [part.strip() for part in visible.split(",")]
         if not all(part.isdigit() for part in ids):
-            raise NoDevices(f"{VISIBLE_ENV[accelerator]}={visible} names devices by "
-                            "something other than their ids; expected "
-                            "hydra.launcher.devices=[0,1,...]")
+            raise NoDevices(
+                f"{VISIBLE_ENV[accelerator]}={visible} names devices by "
+                "something other than their ids; expected "
+                "hydra.launcher.devices=[0,1,...]"
+            )
         return [int(part) for part in ids]
     return listed_devices(accelerator)
 

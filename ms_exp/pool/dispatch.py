@@ -7,6 +7,7 @@ next job that gets the same share, so MindSpore is imported once per share, not 
 job. Several threads may launch at once (the Optuna sweeper runs ``n_jobs`` trials, each
 launched alone): a trial starts as soon as a share is free.
 """
+
 import atexit
 import multiprocessing
 import signal
@@ -29,9 +30,11 @@ class Worker:
         context = multiprocessing.get_context("spawn")
         self.share = share
         self.connection, theirs = context.Pipe()
-        self.process = context.Process(target=serve, name=f"ms_exp-pool-{share.label}",
-                                       args=(theirs, dict(share.env), share.cores,
-                                             stop_timeout))
+        self.process = context.Process(
+            target=serve,
+            name=f"ms_exp-pool-{share.label}",
+            args=(theirs, dict(share.env), share.cores, stop_timeout),
+        )
         self.process.start()
         theirs.close()
         self.stopping = False  # told to stop its job (once: twice stops it without a checkpoint)
@@ -46,7 +49,7 @@ class Worker:
     def stop_job(self) -> None:
         if not self.stopping and self.process.is_alive():
             self.stopping = True
-            self.process.terminate()   # SIGTERM: the job stops after its step, KILLED
+            self.process.terminate()  # SIGTERM: the job stops after its step, KILLED
 
     def close(self, timeout: float) -> None:
         """Let the process end (its pipe closed), killed after ``timeout`` seconds."""
@@ -88,10 +91,11 @@ class DevicePool:
         it: their start (an interpreter, MindSpore, MLflow) overlaps the sweep's own."""
         with self._changed:
             for first in range(0, self.capacity(per_job) * per_job, per_job):
-                share = tuple(self.units[first:first + per_job])
-                self._idle[share] = Worker(Share(self.accelerator, share,
-                                                 share_environment(self.accelerator, share)),
-                                           self.stop_timeout)
+                share = tuple(self.units[first : first + per_job])
+                self._idle[share] = Worker(
+                    Share(self.accelerator, share, share_environment(self.accelerator, share)),
+                    self.stop_timeout,
+                )
 
     def run(self, per_job: int, order: JobOrder, stop_others: Callable[[], bool]):
         """Run one job on ``per_job`` units once they are free; its JobReturn. The units are
@@ -102,27 +106,33 @@ class DevicePool:
         if worker is None:
             skipped = JobReturn(overrides=list(order.overrides))
             skipped.status = JobStatus.FAILED
-            why = ("the sweep was stopped" if self._closed else
-                   "another job of the sweep failed (sweep.fail_fast)")
+            why = (
+                "the sweep was stopped"
+                if self._closed
+                else "another job of the sweep failed (sweep.fail_fast)"
+            )
             skipped._return_value = NotStarted(f"job #{order.number} was not started: {why}")
             return skipped
         # Named as its MLflow run will be: by its swept values.
         name = child_run_name(list(order.overrides))
-        print(f"job #{order.number}{f' ({name})' if name else ''} on {self.describe(worker)}",
-              flush=True)
+        print(
+            f"job #{order.number}{f' ({name})' if name else ''} on {self.describe(worker)}",
+            flush=True,
+        )
         alive = False
         try:
             outcome = worker.run(order)
             alive = not isinstance(outcome._return_value, (KeyboardInterrupt, SystemExit))
             return outcome
         except (EOFError, OSError):
-            worker.close(self.stop_timeout)   # its pipe is gone; so is it, or it is killed
+            worker.close(self.stop_timeout)  # its pipe is gone; so is it, or it is killed
             lost = LostJob(overrides=list(order.overrides))
             lost.status, lost.ends_sweep = JobStatus.FAILED, self.lost_jobs_end_sweep
             lost._return_value = WorkerDied(
                 f"job #{order.number}{f' ({name})' if name else ''} on "
                 f"{self.units_of(worker)}: its worker process {worker.process.pid} "
-                f"{how_it_ended(worker.process.exitcode)} before the job ended")
+                f"{how_it_ended(worker.process.exitcode)} before the job ended"
+            )
             # Said as it happens, once: the job's own code never ran to say anything.
             print(f"ms_exp: error: {lost._return_value}", file=sys.stderr, flush=True)
             return lost
@@ -165,14 +175,15 @@ class DevicePool:
             # An idle worker on any of these units may still hold device memory there.
             retired = [self._idle.pop(key) for key in list(self._idle) if set(key) & set(share)]
         if worker is not None and not worker.process.is_alive():
-            retired.append(worker)   # it died while idle (killed, out of memory): a new one
+            retired.append(worker)  # it died while idle (killed, out of memory): a new one
             worker = None
         for old in retired:
             old.close(self.stop_timeout)
         if worker is None:
-            worker = Worker(Share(self.accelerator, share,
-                                  share_environment(self.accelerator, share)),
-                            self.stop_timeout)
+            worker = Worker(
+                Share(self.accelerator, share, share_environment(self.accelerator, share)),
+                self.stop_timeout,
+            )
         with self._changed:
             self._busy.append(worker)
         return worker
@@ -238,8 +249,9 @@ def how_it_ended(exitcode: Optional[int]) -> str:
     return f"exited with code {exitcode}"
 
 
-def launch_jobs(pool: DevicePool, orders: Sequence[JobOrder], share_of: Callable[[int], int],
-                fail_fast: bool) -> List[Any]:
+def launch_jobs(
+    pool: DevicePool, orders: Sequence[JobOrder], share_of: Callable[[int], int], fail_fast: bool
+) -> List[Any]:
     """Every job of ``orders`` on the pool, as many at once as it has shares for; each
     job's JobReturn in order. ``share_of(index)``: the units job ``index`` holds, asked as
     it is about to start. Ctrl-C or SIGTERM here stops every running job once, waits for
@@ -249,8 +261,9 @@ def launch_jobs(pool: DevicePool, orders: Sequence[JobOrder], share_of: Callable
     failed = threading.Event()
 
     def one(index: int):
-        outcome = pool.run(share_of(index), orders[index],
-                           stop_others=lambda: fail_fast and failed.is_set())
+        outcome = pool.run(
+            share_of(index), orders[index], stop_others=lambda: fail_fast and failed.is_set()
+        )
         if outcome.status == JobStatus.FAILED:
             failed.set()
         return outcome

@@ -1,5 +1,6 @@
 """``hydra/launcher=pool`` as Hydra sees it: the launcher's settings, the pool opened at the
 first job, and each job's share worked out from its own config."""
+
 import functools
 import os
 import threading
@@ -22,6 +23,7 @@ from ms_exp.pool.worker import JobOrder
 class PoolLauncherConf:
     """The launcher's keys, typed: conf/hydra/launcher/pool.yaml extends it with their values
     and says what each means; the preflight checks the values (ms_exp/pool/checks.py)."""
+
     _target_: str = POOL_LAUNCHER
     devices: Optional[List[int]]
     accelerator: str
@@ -32,20 +34,26 @@ class PoolLauncherConf:
 def register_launcher_config() -> None:
     """Under ``schema/``, beside ms_exp's group schemas, so that ``hydra/launcher`` lists the
     preset alone (``pool``), not its schema too."""
-    ConfigStore.instance().store(group="schema/hydra/launcher", name="pool",
-                                 node=PoolLauncherConf, provider="ms_exp")
+    ConfigStore.instance().store(
+        group="schema/hydra/launcher", name="pool", node=PoolLauncherConf, provider="ms_exp"
+    )
 
 
 class PoolLaunch:
     # Hydra passes every key of PoolLauncherConf, with conf/hydra/launcher/pool.yaml's values.
-    def __init__(self, devices: Optional[Sequence[int]], accelerator: str, cores_per_job: int,
-                 stop_timeout: float) -> None:
+    def __init__(
+        self,
+        devices: Optional[Sequence[int]],
+        accelerator: str,
+        cores_per_job: int,
+        stop_timeout: float,
+    ) -> None:
         self.devices = None if devices is None else [int(d) for d in devices]
         self.accelerator = accelerator
         self.cores_per_job = int(cores_per_job)
         self.stop_timeout = float(stop_timeout)
         self.pool: Optional[DevicePool] = None
-        self._lock = threading.Lock()   # the Optuna sweeper launches from several threads
+        self._lock = threading.Lock()  # the Optuna sweeper launches from several threads
         self.config: Optional[DictConfig] = None
         self.hydra_context: Any = None
         self.task_function: Any = None
@@ -53,17 +61,19 @@ class PoolLaunch:
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config, self.hydra_context = config, hydra_context
         self.task_function = task_function
-        kind = accelerator_of(self.accelerator,
-                              OmegaConf.select(config, "trainer.device_target"))
-        self.pool = open_pool(DevicePool(kind, pool_units(kind, self.devices),
-                                         self.stop_timeout))
+        kind = accelerator_of(self.accelerator, OmegaConf.select(config, "trainer.device_target"))
+        self.pool = open_pool(DevicePool(kind, pool_units(kind, self.devices), self.stop_timeout))
         forward_stops(self.pool)
         self.pool.lost_jobs_end_sweep = (
-            OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER)
+            OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER
+        )
         print(f"hydra/launcher=pool: {describe(self.pool, self.cores_per_job)}", flush=True)
         # Workers for shares of the sweep's usual size start while it composes its jobs.
-        self.pool.warm(units_per_job(self.pool.accelerator, int(config.parallel.device_num),
-                                     self.cores_per_job))
+        self.pool.warm(
+            units_per_job(
+                self.pool.accelerator, int(config.parallel.device_num), self.cores_per_job
+            )
+        )
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int):
         from hydra.core.singleton import Singleton
@@ -72,9 +82,18 @@ class PoolLaunch:
         assert self.pool is not None and self.config is not None  # setup() ran
         setup_globals()
         state = Singleton.get_state()
-        orders = [JobOrder(initial_job_idx + offset, list(overrides), self.hydra_context,
-                           self.config, self.task_function, state, dict(os.environ))
-                  for offset, overrides in enumerate(job_overrides)]
+        orders = [
+            JobOrder(
+                initial_job_idx + offset,
+                list(overrides),
+                self.hydra_context,
+                self.config,
+                self.task_function,
+                state,
+                dict(os.environ),
+            )
+            for offset, overrides in enumerate(job_overrides)
+        ]
         fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
 
         # Asked twice for the first job (to size the threads, then to start it): composed once.
@@ -88,17 +107,21 @@ class PoolLaunch:
         """Units the job holds: one per rank (``parallel.device_num``), each rank
         ``cores_per_job`` cores on the CPU."""
         assert self.pool is not None and self.hydra_context is not None
-        with self._lock:   # Hydra's config loader is not made for threads
-            job = self.hydra_context.config_loader.load_sweep_config(self.config,
-                                                                     list(overrides))
-        return units_per_job(self.pool.accelerator, int(job.parallel.device_num),
-                             self.cores_per_job)
+        with self._lock:  # Hydra's config loader is not made for threads
+            job = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        return units_per_job(
+            self.pool.accelerator, int(job.parallel.device_num), self.cores_per_job
+        )
 
 
 def describe(pool: DevicePool, cores_per_job: int) -> str:
     units = ", ".join(map(str, pool.units))
     if pool.accelerator == "CPU":
-        return (f"CPU cores {units}, {cores_per_job} per job (per rank): up to "
-                f"{pool.capacity(cores_per_job)} jobs at once")
-    return f"{pool.accelerator} devices {units}, one per rank: up to {pool.capacity(1)} " \
-           f"single-device jobs at once"
+        return (
+            f"CPU cores {units}, {cores_per_job} per job (per rank): up to "
+            f"{pool.capacity(cores_per_job)} jobs at once"
+        )
+    return (
+        f"{pool.accelerator} devices {units}, one per rank: up to {pool.capacity(1)} "
+        f"single-device jobs at once"
+    )

@@ -8,6 +8,7 @@ with threads is unsafe. It starts a session of its own, so that a terminal's Ctr
 the launching process alone, which then stops each running job once (ms_exp/pool/dispatch.py):
 a job told twice stops at once, without its checkpoint.
 """
+
 import os
 import signal
 import sys
@@ -21,6 +22,7 @@ class JobOrder:
     """What a worker needs to run one job, as Hydra's joblib launcher sends it, and the
     launching process's environment as it is when the job starts: the worker was started
     earlier, before a sweeper put its study or the sweep its parent run there."""
+
     number: int
     overrides: Sequence[str]
     hydra_context: Any
@@ -30,8 +32,9 @@ class JobOrder:
     environ: Dict[str, str]
 
 
-def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]],
-          stop_timeout: float) -> None:
+def serve(
+    connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]], stop_timeout: float
+) -> None:
     """The worker's life: take a share, then run jobs until the launcher closes the pipe.
     ``stop_timeout``: seconds a job stopped because the launcher is gone gets to save its
     checkpoint and end its MLflow run before it is killed."""
@@ -39,8 +42,12 @@ def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]],
     os.environ.update(env)
     if cores:
         os.sched_setaffinity(0, cores)
-    threading.Thread(target=_stop_when_orphaned, args=(stop_timeout,), daemon=True,
-                     name="ms_exp-pool-orphan-watch").start()
+    threading.Thread(
+        target=_stop_when_orphaned,
+        args=(stop_timeout,),
+        daemon=True,
+        name="ms_exp-pool-orphan-watch",
+    ).start()
     _prepare_for_jobs(cores)
     import cloudpickle
 
@@ -50,7 +57,7 @@ def serve(connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]],
         except (EOFError, OSError, KeyboardInterrupt):
             return
         os.environ.clear()
-        os.environ.update({**order.environ, **env})   # the share's own variables win
+        os.environ.update({**order.environ, **env})  # the share's own variables win
         outcome = _run(order)
         try:
             connection.send_bytes(_pickled(outcome))
@@ -71,16 +78,21 @@ def _run(order: JobOrder):
 
     setup_globals()
     Singleton.set_state(order.singleton_state)
-    config = order.hydra_context.config_loader.load_sweep_config(order.config,
-                                                                 list(order.overrides))
+    config = order.hydra_context.config_loader.load_sweep_config(
+        order.config, list(order.overrides)
+    )
     with open_dict(config):
         config.hydra.job.id = f"{config.hydra.job.name}_{order.number}"
         config.hydra.job.num = order.number
     HydraConfig.instance().set_config(config)
     try:
-        return run_job(hydra_context=order.hydra_context, config=config,
-                       task_function=order.task_function, job_dir_key="hydra.sweep.dir",
-                       job_subdir_key="hydra.sweep.subdir")
+        return run_job(
+            hydra_context=order.hydra_context,
+            config=config,
+            task_function=order.task_function,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
     except BaseException as stopped:  # run_job returns what an Exception does; not these
         outcome = JobReturn(overrides=list(order.overrides), cfg=config)
         outcome.status, outcome._return_value = JobStatus.FAILED, stopped
@@ -128,8 +140,11 @@ def _stop_when_orphaned(stop_timeout: float) -> None:
     if parent is None:
         return
     wait([parent.sentinel])
-    print(f"ms_exp: the launching process is gone; stopping this pool worker ({os.getpid()})",
-          file=sys.stderr, flush=True)
+    print(
+        f"ms_exp: the launching process is gone; stopping this pool worker ({os.getpid()})",
+        file=sys.stderr,
+        flush=True,
+    )
     os.kill(os.getpid(), signal.SIGTERM)
     threading.Event().wait(stop_timeout)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -1,5 +1,6 @@
 """Checks of the ``checkpoint`` group: save intervals, the prefix, keys that contradict
 the chosen option, the strategy file to load, and stage one's weight snapshots."""
+
 from pathlib import Path
 from typing import Optional
 
@@ -10,12 +11,19 @@ from ms_exp.preflight.paths import inside_run_dir
 def validate_checkpoint(cfg) -> None:
     if cfg.save_checkpoint_steps is not None:
         positive("checkpoint", cfg, "save_checkpoint_steps")
-        require(cfg.save_checkpoint_epochs == 1, "checkpoint.save_checkpoint_epochs",
-                cfg.save_checkpoint_epochs,
-                "1 when checkpoint.save_checkpoint_steps is set, which it would override")
+        require(
+            cfg.save_checkpoint_epochs == 1,
+            "checkpoint.save_checkpoint_epochs",
+            cfg.save_checkpoint_epochs,
+            "1 when checkpoint.save_checkpoint_steps is set, which it would override",
+        )
     positive("checkpoint", cfg, "save_checkpoint_epochs", "keep_checkpoint_max")
-    require(bool(cfg.prefix) and "/" not in cfg.prefix and "\\" not in cfg.prefix,
-            "checkpoint.prefix", cfg.prefix, "a non-empty file-name prefix without slashes")
+    require(
+        bool(cfg.prefix) and "/" not in cfg.prefix and "\\" not in cfg.prefix,
+        "checkpoint.prefix",
+        cfg.prefix,
+        "a non-empty file-name prefix without slashes",
+    )
 
 
 def validate_checkpoint_choice(cfg, option: Optional[str]) -> None:
@@ -23,34 +31,61 @@ def validate_checkpoint_choice(cfg, option: Optional[str]) -> None:
     the default and the documented sweep varies its integrated_save (README), so only the
     explicit options sliced and none are held to what their names say."""
     if option == "sliced":
-        require(not cfg.integrated_save, "checkpoint.integrated_save", cfg.integrated_save,
-                "false with checkpoint=sliced, which saves each rank's slice (use "
-                "checkpoint=integrated for whole weights)")
-        require(cfg.save, "checkpoint.save", cfg.save,
-                "true with checkpoint=sliced (use checkpoint=none to save nothing)")
+        require(
+            not cfg.integrated_save,
+            "checkpoint.integrated_save",
+            cfg.integrated_save,
+            "false with checkpoint=sliced, which saves each rank's slice (use "
+            "checkpoint=integrated for whole weights)",
+        )
+        require(
+            cfg.save,
+            "checkpoint.save",
+            cfg.save,
+            "true with checkpoint=sliced (use checkpoint=none to save nothing)",
+        )
     elif option == "none":
-        require(not cfg.save, "checkpoint.save", cfg.save,
-                "false with checkpoint=none (use checkpoint=integrated or checkpoint=sliced "
-                "to save checkpoints)")
-        require(not cfg.keep_best, "checkpoint.keep_best", cfg.keep_best,
-                "false with checkpoint=none, which writes no checkpoint (for best.ckpt alone "
-                "use checkpoint=integrated checkpoint.save=false)")
+        require(
+            not cfg.save,
+            "checkpoint.save",
+            cfg.save,
+            "false with checkpoint=none (use checkpoint=integrated or checkpoint=sliced "
+            "to save checkpoints)",
+        )
+        require(
+            not cfg.keep_best,
+            "checkpoint.keep_best",
+            cfg.keep_best,
+            "false with checkpoint=none, which writes no checkpoint (for best.ckpt alone "
+            "use checkpoint=integrated checkpoint.save=false)",
+        )
     if cfg.strategy.save_file:
         inside_run_dir("checkpoint.strategy.save_file", cfg.strategy.save_file)
     load_file = cfg.strategy.load_file
     if load_file:
         # MindSpore reads it only when the graph compiles, after the run has started.
-        require(Path(load_file).expanduser().is_file(), "checkpoint.strategy.load_file",
-                load_file, "'' (none) or a strategy file that exists")
+        require(
+            Path(load_file).expanduser().is_file(),
+            "checkpoint.strategy.load_file",
+            load_file,
+            "'' (none) or a strategy file that exists",
+        )
 
 
 def validate_snapshots(cfg) -> None:
     snapshots = cfg.checkpoint.snapshots
-    require(snapshots.per_epoch >= 0, "checkpoint.snapshots.per_epoch", snapshots.per_epoch,
-            "an integer >= 0 (0: no snapshots)")
+    require(
+        snapshots.per_epoch >= 0,
+        "checkpoint.snapshots.per_epoch",
+        snapshots.per_epoch,
+        "an integer >= 0 (0: no snapshots)",
+    )
     if snapshots.per_epoch == 0:
         return
-    require(1 <= snapshots.start_epoch <= cfg.trainer.epochs,
-            "checkpoint.snapshots.start_epoch", snapshots.start_epoch,
-            f"an epoch from 1 to trainer.epochs ({cfg.trainer.epochs})")
+    require(
+        1 <= snapshots.start_epoch <= cfg.trainer.epochs,
+        "checkpoint.snapshots.start_epoch",
+        snapshots.start_epoch,
+        f"an epoch from 1 to trainer.epochs ({cfg.trainer.epochs})",
+    )
     positive("checkpoint.snapshots", snapshots, "keep_max")

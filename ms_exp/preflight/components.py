@@ -9,6 +9,7 @@ are checked to be a subclass of mindspore.nn.Optimizer and of Hydra's Callback.
 Only a config naming a target imports it (and so MindSpore); the built-in names are checked
 by their schemas and ms_exp/preflight/training.py alone.
 """
+
 import inspect
 from typing import Any, List, Tuple
 
@@ -48,7 +49,7 @@ PASSED_BY_MS_EXP = {
     "params": "the trainable parameters (groups: optimizer.group_params=true)",
     "learning_rate": "the schedule of optimizer.lr, optimizer.schedule, ...",
     "loss_scale": "amp's fixed loss scale when the optimizer must divide by it "
-                  "(amp.loss_scale, amp.loss_scale_value)",
+    "(amp.loss_scale, amp.loss_scale_value)",
 }
 
 
@@ -67,15 +68,22 @@ def validate_loss_targets(cfg) -> None:
     parts = typed_loss_parts(cfg.loss)
     entries: List[Tuple[str, Any, type]] = (
         [(f"loss.parts.{name}", part, LossPart) for name, part in parts.items()]
-        if parts else [("loss", cfg.loss, LossConfig)])
+        if parts
+        else [("loss", cfg.loss, LossConfig)]
+    )
     for key, node, schema in entries:
         if target_path(node) is None:
             continue
         from mindspore import nn
 
-        build(key, node, own_keys=loss_own_keys(node, schema),
-              provided=_num_classes(cfg, key, node), expected=(nn.Cell,),
-              expected_text=LOSS_TARGET)
+        build(
+            key,
+            node,
+            own_keys=loss_own_keys(node, schema),
+            provided=_num_classes(cfg, key, node),
+            expected=(nn.Cell,),
+            expected_text=LOSS_TARGET,
+        )
 
 
 def validate_optimizer_target(cfg) -> None:
@@ -86,8 +94,12 @@ def validate_optimizer_target(cfg) -> None:
         return
     key = f"optimizer.{TARGET}"
     for group, option in (("boost", boost_option(cfg.boost)), ("model", model_option(cfg.model))):
-        require(option.own_train_step is None, key, path,
-                f"null: {group}={option.name} trains with an optimizer of its own")
+        require(
+            option.own_train_step is None,
+            key,
+            path,
+            f"null: {group}={option.name} trains with an optimizer of its own",
+        )
     target = load_target("optimizer", path)
     from mindspore import nn
 
@@ -95,36 +107,48 @@ def validate_optimizer_target(cfg) -> None:
         raise ConfigError(key, path, OPTIMIZER_TARGET, problem="is not an optimizer")
     # What ms_exp will pass (ms_exp/train/optimizer.py optimizer_arguments); the values
     # matter not, only which the signature takes.
-    provided = {"params": [], "learning_rate": opt.lr, "momentum": opt.momentum,
-                "loss_scale": 1.0}
+    provided = {"params": [], "learning_rate": opt.lr, "momentum": opt.momentum, "loss_scale": 1.0}
     if not opt.group_params:
         provided["weight_decay"] = opt.weight_decay
     arguments = config_arguments(opt, own_keys(OptimizerConfig))
     for name, instead in PASSED_BY_MS_EXP.items():
-        require(name not in arguments, f"optimizer.{name}", arguments.get(name),
-                f"no optimizer.{name}: ms_exp passes {instead}")
-    fit_arguments("optimizer", path, target, arguments, provided,
-                  required=OPTIMIZER_REQUIRED)
+        require(
+            name not in arguments,
+            f"optimizer.{name}",
+            arguments.get(name),
+            f"no optimizer.{name}: ms_exp passes {instead}",
+        )
+    fit_arguments("optimizer", path, target, arguments, provided, required=OPTIMIZER_REQUIRED)
     params = parameters(target)
     if params is None or "**" in params:  # cannot tell what it takes before building it
         return
     if opt.weight_decay and not opt.group_params:
-        require("weight_decay" in params, "optimizer.weight_decay", opt.weight_decay,
-                f"0 with {key}={path}, which takes no weight_decay")
+        require(
+            "weight_decay" in params,
+            "optimizer.weight_decay",
+            opt.weight_decay,
+            f"0 with {key}={path}, which takes no weight_decay",
+        )
     if _optimizer_divides_loss_scale(cfg) and "loss_scale" not in params:
         raise ConfigError(
-            key, path, "an optimizer taking loss_scale with amp.loss_scale=fixed and "
+            key,
+            path,
+            "an optimizer taking loss_scale with amp.loss_scale=fixed and "
             "trainer.loop=model, or amp.drop_overflow_update=true, amp.loss_scale=dynamic "
             "or trainer.loop=functional (the scaled step unscales the gradients itself)",
-            problem="takes no loss_scale")
+            problem="takes no loss_scale",
+        )
 
 
 def _optimizer_divides_loss_scale(cfg) -> bool:
     """As ms_exp/train/precision.py ``optimizer_loss_scale``: with a fixed scale and no
     overflow check, Model leaves the division by the scale to the optimizer."""
     amp = cfg.amp
-    return (cfg.trainer.loop.value == "model" and amp.loss_scale.value == "fixed"
-            and not needs_overflow_check(amp))
+    return (
+        cfg.trainer.loop.value == "model"
+        and amp.loss_scale.value == "fixed"
+        and not needs_overflow_check(amp)
+    )
 
 
 def validate_callbacks(trainer_cfg) -> None:
@@ -141,8 +165,13 @@ def validate_callbacks(trainer_cfg) -> None:
             raise InvalidConfig(value_error(f"{key}.rank_zero_only", error)) from None
         from mindspore.train import Callback
 
-        build(key, node, own_keys=own_keys(CallbackEntry), expected=(Callback,),
-              expected_text=CALLBACK_TARGET)
+        build(
+            key,
+            node,
+            own_keys=own_keys(CallbackEntry),
+            expected=(Callback,),
+            expected_text=CALLBACK_TARGET,
+        )
 
 
 HYDRA_CALLBACK = "hydra.experimental.callback.Callback"
@@ -160,40 +189,64 @@ def validate_hydra_callbacks(hydra_cfg) -> None:
         path = str(target_path(node))
         target = load_target(key, path)
         if not (inspect.isclass(target) and issubclass(target, Callback)):
-            raise ConfigError(f"{key}.{TARGET}", path, f"a Hydra callback class, a subclass "
-                              f"of {HYDRA_CALLBACK} ({path} is a {type(target).__name__})")
+            raise ConfigError(
+                f"{key}.{TARGET}",
+                path,
+                f"a Hydra callback class, a subclass "
+                f"of {HYDRA_CALLBACK} ({path} is a {type(target).__name__})",
+            )
         # Hydra's own keys (_recursive_, _convert_, ...) are not the target's arguments.
-        arguments = {k: v for k, v in config_arguments(node).items()
-                     if not (k.startswith("_") and k.endswith("_"))}
+        arguments = {
+            k: v
+            for k, v in config_arguments(node).items()
+            if not (k.startswith("_") and k.endswith("_"))
+        }
         fit_arguments(key, path, target, arguments)
 
 
 def validate_metrics(cfg) -> None:
     """``trainer.metrics``: each builds a mindspore.train.Metric, named as MLflow will
     show it (eval/<name>), for a model evaluated with the classification metrics."""
-    metrics = {str(name): node for name, node in (cfg.trainer.metrics or {}).items()
-               if node is not None}
+    metrics = {
+        str(name): node for name, node in (cfg.trainer.metrics or {}).items() if node is not None
+    }
     if not metrics:
         return
     option = model_option(cfg.model)
-    require(option.evaluation is None, "trainer.metrics", ", ".join(metrics),
-            f"none with model={option.name}, which is evaluated with metrics of its own")
+    require(
+        option.evaluation is None,
+        "trainer.metrics",
+        ", ".join(metrics),
+        f"none with model={option.name}, which is evaluated with metrics of its own",
+    )
     for name, node in metrics.items():
-        require(bool(NAME.fullmatch(name)) and not name.startswith("eval_"),
-                "trainer.metrics", name, "metric names of letters, digits and _, starting "
-                "with a letter, not with eval_ (MindSpore's own results)")
+        require(
+            bool(NAME.fullmatch(name)) and not name.startswith("eval_"),
+            "trainer.metrics",
+            name,
+            "metric names of letters, digits and _, starting "
+            "with a letter, not with eval_ (MindSpore's own results)",
+        )
         key = f"trainer.metrics.{name}"
         _require_target(key, node, "my_project.metrics.F1")
         from mindspore.train import Metric
 
-        build(key, node, provided=_num_classes(cfg, key, node), expected=(Metric,),
-              expected_text=METRIC_TARGET)
+        build(
+            key,
+            node,
+            provided=_num_classes(cfg, key, node),
+            expected=(Metric,),
+            expected_text=METRIC_TARGET,
+        )
 
 
 def _require_target(key: str, node, example: str) -> None:
     if not hasattr(node, "keys") or target_path(node) is None:
-        raise ConfigError(key, node, f"a {TARGET} config with the target's arguments, e.g. "
-                          f"+{key}.{TARGET}={example}")
+        raise ConfigError(
+            key,
+            node,
+            f"a {TARGET} config with the target's arguments, e.g. +{key}.{TARGET}={example}",
+        )
 
 
 def _num_classes(cfg, key: str, node) -> dict:

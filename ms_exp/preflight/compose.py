@@ -9,6 +9,7 @@ The config is looked up where Hydra will look: ms_exp's config folder (or the fo
 primary config and the overrides. The search path is built with Hydra's own functions, as
 ``hydra._internal.utils.run_hydra`` builds it (through ms_exp/config/hydra_internals.py).
 """
+
 import copy
 import os
 from contextlib import contextmanager
@@ -49,15 +50,19 @@ class CompositionError(InvalidConfig):
     """Hydra refused the config; the message is one line."""
 
 
-CONF_DIR = next((folder for folder in CONF_CANDIDATES
-                 if (folder / f"{CONFIG_NAME}.yaml").is_file()), CONF_CANDIDATES[0])
+CONF_DIR = next(
+    (folder for folder in CONF_CANDIDATES if (folder / f"{CONFIG_NAME}.yaml").is_file()),
+    CONF_CANDIDATES[0],
+)
 
 
 def conf_dir() -> Path:
     if not (CONF_DIR / f"{CONFIG_NAME}.yaml").is_file():
-        raise RuntimeError("ms_exp's config folder is missing: none of "
-                           f"{', '.join(str(c) for c in CONF_CANDIDATES)} holds "
-                           f"{CONFIG_NAME}.yaml (reinstall ms_exp)")
+        raise RuntimeError(
+            "ms_exp's config folder is missing: none of "
+            f"{', '.join(str(c) for c in CONF_CANDIDATES)} holds "
+            f"{CONFIG_NAME}.yaml (reinstall ms_exp)"
+        )
     return CONF_DIR
 
 
@@ -76,24 +81,37 @@ class ConfigSource:
     @classmethod
     def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
         """From Hydra's parsed command line (``hydra_internals.args_parser``)."""
-        calling_file, calling_module = (hydra_internals.calling_module(task_function)
-                                        if task_function is not None else (None, "ms_exp.run"))
-        return cls(config_name=args.config_name or CONFIG_NAME,
-                   config_path=args.config_path, config_dir=args.config_dir,
-                   calling_file=calling_file, calling_module=calling_module)
+        calling_file, calling_module = (
+            hydra_internals.calling_module(task_function)
+            if task_function is not None
+            else (None, "ms_exp.run")
+        )
+        return cls(
+            config_name=args.config_name or CONFIG_NAME,
+            config_path=args.config_path,
+            config_dir=args.config_dir,
+            calling_file=calling_file,
+            calling_module=calling_module,
+        )
 
     def search_path(self) -> ConfigSearchPath:
         """Hydra's search path for this command line, built as ``run_hydra`` builds it."""
         config_path = self.config_path if self.config_path is not None else str(conf_dir())
-        main_dir = hydra_internals.primary_folder(self.calling_file, self.calling_module,
-                                                  config_path)
+        main_dir = hydra_internals.primary_folder(
+            self.calling_file, self.calling_module, config_path
+        )
         if main_dir and "://" not in main_dir and not os.path.isdir(main_dir):
-            raise ConfigError("--config-path", self.config_path, "an absolute path to a folder "
-                              "(Hydra reads a relative one against ms_exp's package folder)",
-                              f"no such folder {main_dir}")
+            raise ConfigError(
+                "--config-path",
+                self.config_path,
+                "an absolute path to a folder "
+                "(Hydra reads a relative one against ms_exp's package folder)",
+                f"no such folder {main_dir}",
+            )
         if self.config_dir is not None and not os.path.isdir(self.config_dir):
-            raise ConfigError("--config-dir", self.config_dir, "a folder of config groups",
-                              "no such folder")
+            raise ConfigError(
+                "--config-dir", self.config_dir, "a folder of config groups", "no such folder"
+            )
         return hydra_internals.search_path(main_dir, self.config_dir)
 
 
@@ -106,18 +124,24 @@ def hydra_for(source: ConfigSource) -> Iterator:
         yield hydra
 
 
-def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False,
-                   source: Optional[ConfigSource] = None) -> DictConfig:
+def compose_config(
+    overrides: Sequence[str] = (),
+    return_hydra_config: bool = False,
+    source: Optional[ConfigSource] = None,
+) -> DictConfig:
     """Compose like the entrypoint does; raise CompositionError with a one-line message."""
     source = source or ConfigSource()
     with hydra_for(source):
         try:
-            return compose(source.config_name, overrides=list(overrides),
-                           return_hydra_config=return_hydra_config)
+            return compose(
+                source.config_name,
+                overrides=list(overrides),
+                return_hydra_config=return_hydra_config,
+            )
         except (HydraException, OmegaConfBaseException) as error:
             line = from_composition_error(error, overrides, builtin_targets())
             raise CompositionError(line or str(error).splitlines()[0]) from error
-        except yaml.YAMLError as error:     # a config file of the user's that is not YAML
+        except yaml.YAMLError as error:  # a config file of the user's that is not YAML
             raise CompositionError(_yaml_problem(error)) from None
 
 
@@ -128,12 +152,14 @@ def _yaml_problem(error: "yaml.YAMLError") -> str:
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
     found = f"{context}: {problem}" if context else problem
-    return (f"{where}: not valid YAML ({found}); expected YAML: spaces for indentation, each "
-            "key once")
+    return (
+        f"{where}: not valid YAML ({found}); expected YAML: spaces for indentation, each key once"
+    )
 
 
-def group_options(groups: Sequence[str], overrides: Sequence[str] = (),
-                  source: Optional[ConfigSource] = None) -> Dict[str, List[str]]:
+def group_options(
+    groups: Sequence[str], overrides: Sequence[str] = (), source: Optional[ConfigSource] = None
+) -> Dict[str, List[str]]:
     """The options of ``groups`` and of every other top-level group (but Hydra's and the
     typed schemas') found on the whole search path, the user's folders included; groups
     with no option are left out."""
@@ -141,10 +167,14 @@ def group_options(groups: Sequence[str], overrides: Sequence[str] = (),
 
     source = source or ConfigSource()
     with hydra_for(source) as hydra:
+
         def options(group: str, kind=ObjectType.CONFIG) -> List[str]:
             return hydra.config_loader.get_group_options(
-                group, results_filter=kind, config_name=source.config_name,
-                overrides=list(overrides))
+                group,
+                results_filter=kind,
+                config_name=source.config_name,
+                overrides=list(overrides),
+            )
 
         others = [g for g in options("", ObjectType.GROUP) if g not in ("hydra", "schema")]
         found = {group: options(group) for group in dict.fromkeys([*groups, *others])}
@@ -171,8 +201,9 @@ def _ends(space: Override) -> Override:
     # search_spaces' overrides are interval(a,b) sweeps, which have both ends.
     assert isinstance(value, IntervalSweep) and value.start is not None and value.end is not None
     cast = int if "int" in value.tags else float
-    (ends,) = parse_overrides([f"{space.get_key_element()}={cast(value.start)},"
-                               f"{cast(value.end)}"], multirun=True)
+    (ends,) = parse_overrides(
+        [f"{space.get_key_element()}={cast(value.start)},{cast(value.end)}"], multirun=True
+    )
     return ends
 
 
@@ -180,9 +211,11 @@ def check_sweep(cfg: DictConfig, overrides: Sequence, spaces: Sequence) -> None:
     """``cfg``: one job's config with its Hydra part; ``overrides``: the command line's,
     parsed (Hydra's Override); ``spaces``: those of them that are ranges to sample."""
     if spaces and cfg.hydra.sweeper.get("_target_") == hydra_internals.BASIC_SWEEPER:
-        raise OverrideError(f"override {spaces[0].input_line!r}: a search space that Hydra's "
-                            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
-                            f"hydra/sweeper=optuna to sample it")
+        raise OverrideError(
+            f"override {spaces[0].input_line!r}: a search space that Hydra's "
+            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
+            f"hydra/sweeper=optuna to sample it"
+        )
     check_optuna_sweep(cfg, overrides)
 
 
@@ -206,8 +239,9 @@ def hydra_config_of(cfg: DictConfig, output_dir: str) -> Iterator[None]:
         holder.cfg = before
 
 
-def preflight(overrides: Sequence[str], multirun: bool = False,
-              source: Optional[ConfigSource] = None) -> List[DictConfig]:
+def preflight(
+    overrides: Sequence[str], multirun: bool = False, source: Optional[ConfigSource] = None
+) -> List[DictConfig]:
     """Compose and validate every job; return their configs or raise a one-line error."""
     configs = []
     parsed = parse_overrides(overrides, multirun)

@@ -1,5 +1,6 @@
 """Checks of the ``dataset`` group, from file headers only (no sample is decoded): MNIST's
 idx files, image folders, the Criteo converter's output, and batches that fit the split."""
+
 import math
 import multiprocessing
 from pathlib import Path
@@ -21,8 +22,12 @@ from ms_exp.data.options import dataset_name, dataset_option
 from ms_exp.data.spec import IMAGE_EXTENSIONS
 from ms_exp.preflight.paths import existing_dir
 
-MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 
 
 # scikit-learn's bundled handwritten digits (dataset=digits) hold this many images.
@@ -38,13 +43,21 @@ def validate_dataset(cfg) -> None:
     validate_workers(cfg.num_parallel_workers)
     name = option.name
     if name == "digits":
-        require(0 < cfg.eval_fraction < 1, "dataset.eval_fraction", cfg.eval_fraction,
-                "a fraction between 0 and 1 (exclusive)")
+        require(
+            0 < cfg.eval_fraction < 1,
+            "dataset.eval_fraction",
+            cfg.eval_fraction,
+            "a fraction between 0 and 1 (exclusive)",
+        )
     elif name == "mnist":
         root = existing_dir("dataset.path", cfg.path)
         missing = [f for f in MNIST_FILES if not (root / f).is_file()]
-        require(not missing, "dataset.path", cfg.path,
-                f"a folder with the MNIST idx files ({', '.join(missing)} missing)")
+        require(
+            not missing,
+            "dataset.path",
+            cfg.path,
+            f"a folder with the MNIST idx files ({', '.join(missing)} missing)",
+        )
         mnist_train_samples("dataset.path", cfg.path, root)
     elif name == "imagenet":
         validate_image_folder(cfg)
@@ -52,15 +65,22 @@ def validate_dataset(cfg) -> None:
         validate_criteo(cfg)
     elif name == "synthetic":
         positive("dataset", cfg, "num_samples", "num_eval_samples")
-        require(cfg.num_classes >= 2, "dataset.num_classes", cfg.num_classes,
-                "an integer >= 2")
+        require(cfg.num_classes >= 2, "dataset.num_classes", cfg.num_classes, "an integer >= 2")
         shape = list(cfg.image_shape)
-        require(len(shape) == 3 and all(d >= 1 for d in shape), "dataset.image_shape", shape,
-                "three positive integers [channels, height, width]")
+        require(
+            len(shape) == 3 and all(d >= 1 for d in shape),
+            "dataset.image_shape",
+            shape,
+            "three positive integers [channels, height, width]",
+        )
         require(cfg.noise >= 0, "dataset.noise", cfg.noise, "a number >= 0")
     if "mean" in cfg:
-        require(len(cfg.mean) == len(cfg.std) and all(s > 0 for s in cfg.std), "dataset.std",
-                list(cfg.std), f"{len(cfg.mean)} positive numbers, one per mean")
+        require(
+            len(cfg.mean) == len(cfg.std) and all(s > 0 for s in cfg.std),
+            "dataset.std",
+            list(cfg.std),
+            f"{len(cfg.mean)} positive numbers, one per mean",
+        )
 
 
 def validate_workers(workers: int) -> None:
@@ -68,9 +88,13 @@ def validate_workers(workers: int) -> None:
     (``check_num_parallel_workers``: "num_parallel_workers exceeds the boundary between 1
     and <cpu_count()>"), when the pipeline is built in the job."""
     cpus = multiprocessing.cpu_count()
-    require(workers <= cpus, "dataset.num_parallel_workers", workers,
-            f"an integer from 1 to {cpus}, the CPUs of this machine (mindspore.dataset "
-            "refuses more workers than CPUs)")
+    require(
+        workers <= cpus,
+        "dataset.num_parallel_workers",
+        workers,
+        f"an integer from 1 to {cpus}, the CPUs of this machine (mindspore.dataset "
+        "refuses more workers than CPUs)",
+    )
 
 
 def validate_user_dataset(cfg) -> None:
@@ -80,11 +104,14 @@ def validate_user_dataset(cfg) -> None:
     positive("dataset", settings, "batch_size", "num_parallel_workers")
     validate_workers(settings["num_parallel_workers"])
     for key in ("shuffle", "drop_remainder"):
-        require(isinstance(settings[key], bool), f"dataset.{key}", settings[key],
-                "true or false")
+        require(isinstance(settings[key], bool), f"dataset.{key}", settings[key], "true or false")
     classes = cfg.get("num_classes")
-    require(classes is None or (isinstance(classes, int) and classes >= 1),
-            "dataset.num_classes", classes, "null (the largest label + 1) or an integer >= 1")
+    require(
+        classes is None or (isinstance(classes, int) and classes >= 1),
+        "dataset.num_classes",
+        classes,
+        "null (the largest label + 1) or an integer >= 1",
+    )
     sampled_shape(cfg)
 
 
@@ -94,25 +121,38 @@ def validate_image_folder(cfg) -> None:
     for key in ("train_dir", "eval_dir"):
         split = root / cfg[key]
         classes = [p for p in split.iterdir() if p.is_dir()] if split.is_dir() else []
-        require(bool(classes), f"dataset.{key}", cfg[key],
-                f"a folder of class folders under {root}")
+        require(
+            bool(classes), f"dataset.{key}", cfg[key], f"a folder of class folders under {root}"
+        )
         images = [f for f in (first_file(c, IMAGE_EXTENSIONS) for c in classes) if f]
-        require(bool(images), f"dataset.{key}", cfg[key],
-                f"class folders holding images ({', '.join(IMAGE_EXTENSIONS[:4])}, ...)")
+        require(
+            bool(images),
+            f"dataset.{key}",
+            cfg[key],
+            f"class folders holding images ({', '.join(IMAGE_EXTENSIONS[:4])}, ...)",
+        )
         # One file per class: enough to catch a folder of renamed or broken files, which
         # ImageFolderDataset would stop on mid-epoch ("Decode: image decode failed").
         for image in images:
-            require(image_signature(image) is not None, f"dataset.{key}", cfg[key],
-                    f"class folders of JPEG, PNG or BMP images ({image.parent.name}/"
-                    f"{image.name} is none of them)")
+            require(
+                image_signature(image) is not None,
+                f"dataset.{key}",
+                cfg[key],
+                f"class folders of JPEG, PNG or BMP images ({image.parent.name}/"
+                f"{image.name} is none of them)",
+            )
         # Then every image, from its header and last bytes: a JPEG cut off in its header
         # kills the job with SIGFPE inside MindSpore's Decode, printing nothing.
         check_image_folder(f"dataset.{key}", cfg[key], split, IMAGE_EXTENSIONS)
         folders = folders or len(classes)
     require(cfg.image_size >= 1, "dataset.image_size", cfg.image_size, "an integer >= 1")
     if cfg.num_classes is not None:
-        require(cfg.num_classes >= folders, "dataset.num_classes", cfg.num_classes,
-                f"null or at least the {folders} class folders under {cfg.train_dir}")
+        require(
+            cfg.num_classes >= folders,
+            "dataset.num_classes",
+            cfg.num_classes,
+            f"null or at least the {folders} class folders under {cfg.train_dir}",
+        )
 
 
 def validate_criteo(cfg) -> None:
@@ -122,37 +162,58 @@ def validate_criteo(cfg) -> None:
     training split."""
     root = existing_dir("dataset.path", cfg.path)
     missing = [f for f in (TRAIN_FILE, EVAL_FILE, META_FILE) if not (root / f).is_file()]
-    require(not missing, "dataset.path", cfg.path,
-            f"a folder written by the Criteo converter ({', '.join(missing)} missing); "
-            "convert raw text with `python -m ms_exp.data.criteo_convert RAW OUT_DIR`")
+    require(
+        not missing,
+        "dataset.path",
+        cfg.path,
+        f"a folder written by the Criteo converter ({', '.join(missing)} missing); "
+        "convert raw text with `python -m ms_exp.data.criteo_convert RAW OUT_DIR`",
+    )
     try:
         meta = read_meta(root)
     except (OSError, ValueError) as error:
-        raise ConfigError("dataset.path", cfg.path, f"a readable {META_FILE} "
-                          f"({' '.join(str(error).split())})") from None
+        raise ConfigError(
+            "dataset.path", cfg.path, f"a readable {META_FILE} ({' '.join(str(error).split())})"
+        ) from None
     counts = ("vocab_size", "train_samples")
-    bad = [key for key in counts if not (isinstance(meta, dict) and
-                                         isinstance(meta.get(key), int) and meta[key] >= 1)]
-    require(not bad, "dataset.path", cfg.path,
-            f"a {META_FILE} with positive integers {' and '.join(counts)} "
-            f"({', '.join(bad)} missing or not one); {RECONVERT}")
+    bad = [
+        key
+        for key in counts
+        if not (isinstance(meta, dict) and isinstance(meta.get(key), int) and meta[key] >= 1)
+    ]
+    require(
+        not bad,
+        "dataset.path",
+        cfg.path,
+        f"a {META_FILE} with positive integers {' and '.join(counts)} "
+        f"({', '.join(bad)} missing or not one); {RECONVERT}",
+    )
     size = samples_per_record(cfg, meta)
     for name in (TRAIN_FILE, EVAL_FILE):
         schema = mindrecord_columns("dataset.path", cfg.path, root / name)
         check_record_file(cfg.path, root / name, meta)
-        shapes = {column: list(schema.get(column, {}).get("shape", [])) for column in
-                  CRITEO_COLUMNS}
-        require(all(shape[:1] == [size] for shape in shapes.values()), "dataset.path",
-                cfg.path, f"MindRecord files of columns {', '.join(CRITEO_COLUMNS)} with "
-                f"{size} samples a record as {META_FILE} says ({name} has {shapes}); "
-                f"{RECONVERT}")
+        shapes = {
+            column: list(schema.get(column, {}).get("shape", [])) for column in CRITEO_COLUMNS
+        }
+        require(
+            all(shape[:1] == [size] for shape in shapes.values()),
+            "dataset.path",
+            cfg.path,
+            f"MindRecord files of columns {', '.join(CRITEO_COLUMNS)} with "
+            f"{size} samples a record as {META_FILE} says ({name} has {shapes}); "
+            f"{RECONVERT}",
+        )
     if cfg.drop_remainder:
         records = meta["train_records"]
         samples = records * size
-        require(cfg.batch_size <= samples, "dataset.batch_size", cfg.batch_size,
-                f"at most the {samples} training samples ({records} records of {size}) in "
-                f"{root} (with dataset.drop_remainder=true a smaller set gives 0 steps per "
-                "epoch)")
+        require(
+            cfg.batch_size <= samples,
+            "dataset.batch_size",
+            cfg.batch_size,
+            f"at most the {samples} training samples ({records} records of {size}) in "
+            f"{root} (with dataset.drop_remainder=true a smaller set gives 0 steps per "
+            "epoch)",
+        )
 
 
 def validate_batch_fits(dataset_cfg, parallel_cfg) -> None:
@@ -167,14 +228,19 @@ def validate_batch_fits(dataset_cfg, parallel_cfg) -> None:
     if parallel_cfg.mode != "stand_alone" and not parallel_cfg.get("full_batch", False):
         ranks = parallel_cfg.device_num  # each rank reads its own shard
     batch = settings["batch_size"]
-    samples = (training_samples(dataset_cfg, enough=batch * ranks) if option
-               else sampled_size(dataset_cfg))
+    samples = (
+        training_samples(dataset_cfg, enough=batch * ranks) if option else sampled_size(dataset_cfg)
+    )
     per_rank = math.ceil(samples / ranks)
     readers = "" if ranks == 1 else f", {per_rank} on each of {ranks} ranks"
-    require(batch <= per_rank, "dataset.batch_size", batch,
-            f"at most the {samples} training samples of dataset={dataset_name(dataset_cfg)}"
-            f"{readers} "
-            "(with dataset.drop_remainder=true a larger batch gives 0 steps per epoch)")
+    require(
+        batch <= per_rank,
+        "dataset.batch_size",
+        batch,
+        f"at most the {samples} training samples of dataset={dataset_name(dataset_cfg)}"
+        f"{readers} "
+        "(with dataset.drop_remainder=true a larger batch gives 0 steps per epoch)",
+    )
 
 
 def training_samples(cfg, enough: int) -> int:
@@ -187,6 +253,7 @@ def training_samples(cfg, enough: int) -> int:
         return mnist_train_samples("dataset.path", cfg.path, Path(cfg.path).expanduser())
     if cfg.name == "imagenet":
         train = Path(cfg.path).expanduser() / cfg.train_dir
-        return count_files(sorted(p for p in train.iterdir() if p.is_dir()),
-                           IMAGE_EXTENSIONS, enough)
+        return count_files(
+            sorted(p for p in train.iterdir() if p.is_dir()), IMAGE_EXTENSIONS, enough
+        )
     return cfg.num_samples

@@ -5,6 +5,7 @@ job on a CPU-only laptop is one line, not a failed run and MindSpore's plugin-lo
 The answer is the one MindSpore stored when it loaded its device plugins at import: asking
 starts no backend, so the job's own ``set_context`` later in this process is unaffected.
 """
+
 import os
 from contextlib import contextmanager
 from typing import Iterator, Tuple
@@ -45,7 +46,11 @@ def validate_device_present(trainer_cfg) -> None:
     if target in ("None", "CPU"):
         return
     available = available_targets()
-    require(target in available, "trainer.device_target", target,
-            f"a device MindSpore finds on this machine: {', '.join(available)} "
-            f"(mindspore.device_context.{target.lower()}.is_available() is False), "
-            f"or None to let it pick")
+    require(
+        target in available,
+        "trainer.device_target",
+        target,
+        f"a device MindSpore finds on this machine: {', '.join(available)} "
+        f"(mindspore.device_context.{target.lower()}.is_available() is False), "
+        f"or None to let it pick",
+    )

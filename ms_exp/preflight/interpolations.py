@@ -6,6 +6,7 @@ type) would otherwise raise in the job, as a traceback, after its run folder and
 exist. OmegaConf's own error names the key and the reason; this turns it into the one-line
 refusal every other bad input gets.
 """
+
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -13,8 +14,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.config.errors import ConfigError
 
-ALLOWED = ("a value that resolves (an interpolation of a key that exists, a set environment "
-           "variable or a known resolver, and no loop)")
+ALLOWED = (
+    "a value that resolves (an interpolation of a key that exists, a set environment "
+    "variable or a known resolver, and no loop)"
+)
 
 
 def check_interpolations(cfg: DictConfig) -> None:
@@ -23,12 +26,12 @@ def check_interpolations(cfg: DictConfig) -> None:
     try:
         OmegaConf.to_container(task, resolve=True)
     except RecursionError:
-        raise ConfigError("config", "...", ALLOWED, "interpolations that refer to each other "
-                          "in a loop") from None
+        raise ConfigError(
+            "config", "...", ALLOWED, "interpolations that refer to each other in a loop"
+        ) from None
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "config"
-        raise ConfigError(key, _written(task, key), ALLOWED,
-                          _reason(error)) from None
+        raise ConfigError(key, _written(task, key), ALLOWED, _reason(error)) from None
 
 
 def _written(cfg: DictConfig, key: str):

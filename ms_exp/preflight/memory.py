@@ -5,6 +5,7 @@ take as float32 and nothing more (no gradients, optimizer state, activations or 
 a config refused here could never have trained in one process; the job would otherwise fail
 with a MemoryError after its run folder and MLflow run exist.
 """
+
 import math
 import os
 from pathlib import Path
@@ -21,8 +22,10 @@ from ms_exp.models.options import model_option
 FLOAT32_BYTES = 4
 # A container's limit, when lower than the machine's memory (cgroup v2, then v1; "max" or a
 # huge number: none).
-CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"),
-                 Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
 UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
@@ -44,7 +47,7 @@ def machine_memory() -> Optional[int]:
 def size_text(size: int) -> str:
     """``size`` bytes in binary units with one decimal: 5.7 TiB."""
     power = min(max(0, int(math.log(max(size, 1), 1024))), len(UNITS) - 1)
-    return f"{size / 1024 ** power:.1f} {UNITS[power]}" if power else f"{size} bytes"
+    return f"{size / 1024**power:.1f} {UNITS[power]}" if power else f"{size} bytes"
 
 
 def validate_memory(cfg) -> None:
@@ -64,18 +67,26 @@ def validate_memory(cfg) -> None:
             total = sum(counts.values())
             if total * sample > memory:
                 key = max(counts, key=lambda name: counts[name])
-                raise ConfigError(key, _value(cfg, key), f"samples that fit in {have} "
-                                  f"(dataset={dataset_name(cfg.dataset)} makes its {total} "
-                                  f"samples ({' + '.join(counts)}) of {shown} in memory: at "
-                                  f"least {size_text(total * sample)} as float32)")
+                raise ConfigError(
+                    key,
+                    _value(cfg, key),
+                    f"samples that fit in {have} "
+                    f"(dataset={dataset_name(cfg.dataset)} makes its {total} "
+                    f"samples ({' + '.join(counts)}) of {shown} in memory: at "
+                    f"least {size_text(total * sample)} as float32)",
+                )
     model = model_option(cfg.model)
     if model.parameters is not None:
         shape, classes = declared_shape(cfg.dataset)
         key, count = model.parameters(cfg, tuple(shape), classes)
         if count * FLOAT32_BYTES > memory:
-            raise ConfigError(key, _value(cfg, key), f"a network whose parameters fit in {have} "
-                              f"(model={model.name} would have {count} parameters: at least "
-                              f"{size_text(count * FLOAT32_BYTES)} as float32)")
+            raise ConfigError(
+                key,
+                _value(cfg, key),
+                f"a network whose parameters fit in {have} "
+                f"(model={model.name} would have {count} parameters: at least "
+                f"{size_text(count * FLOAT32_BYTES)} as float32)",
+            )
 
 
 def _check_batch(cfg, option, sample: int, shown: str, memory: int, have: str) -> None:
@@ -87,14 +98,21 @@ def _check_batch(cfg, option, sample: int, shown: str, memory: int, have: str) -
     what = "images" if option.inputs == IMAGES else "samples"
     fit = memory // sample
     if fit == 0 and option.shape_key is not None:
-        raise ConfigError(option.shape_key, _value(cfg, option.shape_key),
-                          f"{what} of which a batch fits in {have} (one {what[:-1]} of "
-                          f"{shown} is {size_text(sample)} as float32, a batch of "
-                          f"dataset.batch_size={batch} {size_text(batch * sample)})")
+        raise ConfigError(
+            option.shape_key,
+            _value(cfg, option.shape_key),
+            f"{what} of which a batch fits in {have} (one {what[:-1]} of "
+            f"{shown} is {size_text(sample)} as float32, a batch of "
+            f"dataset.batch_size={batch} {size_text(batch * sample)})",
+        )
     most = f"{fit} {what[:-1] if fit == 1 else what}"
-    raise ConfigError("dataset.batch_size", batch, f"at most {most} of {shown} a batch, what "
-                      f"fits in {have} (a batch of {batch} is {size_text(batch * sample)} as "
-                      "float32)")
+    raise ConfigError(
+        "dataset.batch_size",
+        batch,
+        f"at most {most} of {shown} a batch, what "
+        f"fits in {have} (a batch of {batch} is {size_text(batch * sample)} as "
+        "float32)",
+    )
 
 
 def _value(cfg, key: str):

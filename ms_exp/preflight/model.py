@@ -3,6 +3,7 @@
 A user's option (any other ``_target_``) is built once here, from the shape and classes of
 its dataset, so a target that does not import, takes other arguments or returns no Cell is
 refused before any run exists."""
+
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.data.build import declared_spec
 from ms_exp.data.options import DATASET_OPTIONS, dataset_inputs, dataset_name
@@ -18,14 +19,20 @@ def validate_model(cfg) -> None:
     if None not in (option.inputs, supplied) and option.inputs != supplied:
         name = dataset_name(cfg.dataset)
         if supplied != IMAGES:
-            readers = " or ".join(f"model={n}" for n, other in MODEL_OPTIONS.items()
-                                  if other.inputs == supplied)
-            raise ConfigError("dataset", name, f"{readers} for {supplied}; "
-                              f"model={option.name} reads {option.inputs}")
-        sources = " or ".join(f"dataset={n}" for n, other in DATASET_OPTIONS.items()
-                              if other.inputs == option.inputs)
-        raise ConfigError("model", option.name, f"{sources} ({option.inputs}); "
-                          f"dataset={name} is {supplied}")
+            readers = " or ".join(
+                f"model={n}" for n, other in MODEL_OPTIONS.items() if other.inputs == supplied
+            )
+            raise ConfigError(
+                "dataset",
+                name,
+                f"{readers} for {supplied}; model={option.name} reads {option.inputs}",
+            )
+        sources = " or ".join(
+            f"dataset={n}" for n, other in DATASET_OPTIONS.items() if other.inputs == option.inputs
+        )
+        raise ConfigError(
+            "model", option.name, f"{sources} ({option.inputs}); dataset={name} is {supplied}"
+        )
     option.check(cfg)
     if MODEL_OPTIONS.get(option.name) is not option:  # a user's target
         from ms_exp.models import create_network
@@ -35,9 +42,14 @@ def validate_model(cfg) -> None:
 
 def validate_placement(cfg, model_cfg) -> None:
     if cfg.mode == "host_device":
-        holders = " or ".join(f"model={name}" for name, option in MODEL_OPTIONS.items()
-                              if option.embedding_tables)
+        holders = " or ".join(
+            f"model={name}" for name, option in MODEL_OPTIONS.items() if option.embedding_tables
+        )
         option = model_option(model_cfg)
-        require(option.embedding_tables, "placement", "host_device",
-                f"a model with embedding tables to keep on the host ({holders}); "
-                f"model={option.name} has none, use placement=device")
+        require(
+            option.embedding_tables,
+            "placement",
+            "host_device",
+            f"a model with embedding tables to keep on the host ({holders}); "
+            f"model={option.name} has none, use placement=device",
+        )

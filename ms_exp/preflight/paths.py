@@ -1,6 +1,7 @@
 """Checks of the folders a job writes to: they are, or can be created as, writable folders
 on a filesystem with room for a run; a run folder that exists already has a record that
 reads back and checkpoint folders that are folders."""
+
 import os
 import shutil
 import tempfile
@@ -19,8 +20,9 @@ MIN_FREE_BYTES = 64 * 1024 * 1024
 
 def existing_dir(key: str, value: Optional[str]) -> Path:
     if value is None:
-        raise ConfigError(key, value,
-                          "a folder that exists (set it, or the DATA_PATH environment variable)")
+        raise ConfigError(
+            key, value, "a folder that exists (set it, or the DATA_PATH environment variable)"
+        )
     path = Path(value).expanduser()
     require(path.is_dir(), key, value, "a folder that exists")
     return path
@@ -29,8 +31,12 @@ def existing_dir(key: str, value: Optional[str]) -> Path:
 def output_folder(key: str, value) -> None:
     """A run or sweep folder: named, a path the filesystem takes, writable, and on a
     filesystem with room for a run."""
-    require(value is not None and str(value).strip() != "", key, value,
-            "a folder path (relative paths are below the working directory)")
+    require(
+        value is not None and str(value).strip() != "",
+        key,
+        value,
+        "a folder path (relative paths are below the working directory)",
+    )
     fits_the_filesystem(key, value, Path(value))
     writable_dir(key, value, Path(value))
     enough_free_space(key, value, Path(value))
@@ -47,7 +53,7 @@ def existing_ancestor(path: Path) -> Path:
 def _exists(path: Path) -> bool:
     try:
         return path.exists()
-    except OSError:     # a name or path too long for the filesystem: it cannot exist
+    except OSError:  # a name or path too long for the filesystem: it cannot exist
         return False
 
 
@@ -65,15 +71,23 @@ def fits_the_filesystem(key: str, value, path: Path) -> None:
     existing = existing_ancestor(absolute)
     name_max = os.pathconf(existing, "PC_NAME_MAX")
     longest = max(absolute.parts, key=lambda name: len(os.fsencode(name)))
-    require(len(os.fsencode(longest)) <= name_max, key, shortened(value),
-            f"a folder path whose names have at most {name_max} bytes each, the limit of the "
-            f"filesystem at {existing} ({shortened(longest)} has {len(os.fsencode(longest))})")
+    require(
+        len(os.fsencode(longest)) <= name_max,
+        key,
+        shortened(value),
+        f"a folder path whose names have at most {name_max} bytes each, the limit of the "
+        f"filesystem at {existing} ({shortened(longest)} has {len(os.fsencode(longest))})",
+    )
     path_max = os.pathconf(existing, "PC_PATH_MAX")
     size = len(os.fsencode(str(absolute)))
-    require(size <= path_max - RUN_FOLDER_ROOM, key, shortened(value),
-            f"a folder path of at most {path_max - RUN_FOLDER_ROOM} bytes, the PATH_MAX of "
-            f"{path_max} at {existing} less {RUN_FOLDER_ROOM} for what a run writes inside "
-            f"it (it has {size} as an absolute path)")
+    require(
+        size <= path_max - RUN_FOLDER_ROOM,
+        key,
+        shortened(value),
+        f"a folder path of at most {path_max - RUN_FOLDER_ROOM} bytes, the PATH_MAX of "
+        f"{path_max} at {existing} less {RUN_FOLDER_ROOM} for what a run writes inside "
+        f"it (it has {size} as an absolute path)",
+    )
 
 
 def shortened(value) -> str:
@@ -85,9 +99,13 @@ def shortened(value) -> str:
 def enough_free_space(key: str, value, path: Path) -> None:
     existing = existing_ancestor(path)
     free = shutil.disk_usage(existing).free
-    require(free >= MIN_FREE_BYTES, key, value,
-            f"a folder on a filesystem with at least {MIN_FREE_BYTES} bytes "
-            f"({MIN_FREE_BYTES // 2**20} MiB) free ({existing} has {free} bytes free)")
+    require(
+        free >= MIN_FREE_BYTES,
+        key,
+        value,
+        f"a folder on a filesystem with at least {MIN_FREE_BYTES} bytes "
+        f"({MIN_FREE_BYTES // 2**20} MiB) free ({existing} has {free} bytes free)",
+    )
 
 
 def writable_dir(key: str, value, path: Path) -> None:
@@ -97,8 +115,9 @@ def writable_dir(key: str, value, path: Path) -> None:
     read-only mounts; nothing is created if the check fails, and the probe is removed."""
     path = Path(path).expanduser().absolute()
     existing = existing_ancestor(path)
-    require(existing.is_dir(), key, value,
-            f"a writable folder ({existing} is a file, not a folder)")
+    require(
+        existing.is_dir(), key, value, f"a writable folder ({existing} is a file, not a folder)"
+    )
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
@@ -112,8 +131,12 @@ def inside_run_dir(key: str, value) -> None:
     """A path a job writes: absolute, or relative and so inside the run directory (without
     '..', which would put the file in another run's folder, or anywhere)."""
     written = Path(str(value)).expanduser()
-    require(written.is_absolute() or ".." not in written.parts, key, value,
-            "an absolute path, or a relative one inside the run directory (without '..')")
+    require(
+        written.is_absolute() or ".." not in written.parts,
+        key,
+        value,
+        "an absolute path, or a relative one inside the run directory (without '..')",
+    )
 
 
 def existing_run_folder(key: str, value, ranks: int) -> None:
@@ -130,5 +153,9 @@ def existing_run_folder(key: str, value, ranks: int) -> None:
     misplaced = misplaced_checkpoint_folder(folder, ranks)
     if misplaced is not None:
         relative = misplaced.relative_to(folder).as_posix()
-        raise ConfigError(key, value, f"a run folder whose {relative} is a folder or absent "
-                          f"({misplaced} is a file, not a folder)")
+        raise ConfigError(
+            key,
+            value,
+            f"a run folder whose {relative} is a folder or absent "
+            f"({misplaced} is a file, not a folder)",
+        )

@@ -6,6 +6,7 @@ that could make it differ from the original is listed: package and Python versio
 project's commit and a dirty tree, the dataset's fingerprint, and config values the
 recorded overrides no longer produce (changed defaults).
 """
+
 import platform
 import shlex
 import tempfile
@@ -51,41 +52,51 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
 
     quiet_artifact_downloads()
     flags, extra = _split_flags(extra)
-    uri = resolve_tracking_uri(next((o.split("=", 1)[1] for o in extra
-                                     if o.startswith("tracking.uri=")), None))
+    uri = resolve_tracking_uri(
+        next((o.split("=", 1)[1] for o in extra if o.startswith("tracking.uri=")), None)
+    )
     database = missing_store(uri)  # MlflowClient would create it, empty
     if database is not None:
-        raise InvalidConfig(f"{FLAG}={run_id}: no MLflow store at {database}; expected the "
-                            "id of a run in an existing store (name the run's store with "
-                            "tracking.uri=...)")
+        raise InvalidConfig(
+            f"{FLAG}={run_id}: no MLflow store at {database}; expected the "
+            "id of a run in an existing store (name the run's store with "
+            "tracking.uri=...)"
+        )
     client = open_client(uri)
     try:
         with reading_store():
             run = client.get_run(run_id)
     except NotRecorded as error:
-        raise InvalidConfig(f"{FLAG}={run_id}: no such run in {uri} "
-                            f"({str(error).splitlines()[0][:200]}); expected the id of a run "
-                            "in that store") from None
+        raise InvalidConfig(
+            f"{FLAG}={run_id}: no such run in {uri} "
+            f"({str(error).splitlines()[0][:200]}); expected the id of a run "
+            "in that store"
+        ) from None
     source = f"MLflow run {run_id} ({FLAG})"
     with tempfile.TemporaryDirectory(prefix="ms_exp_rerun_") as workdir:
         try:
             with reading_store():
                 # Plain YAML: OmegaConf would resolve an interpolation as an item is read.
-                recorded = _yaml(client.download_artifacts(run_id, "hydra/overrides.yaml",
-                                                           workdir), list)
-                config = OmegaConf.load(client.download_artifacts(
-                    run_id, "config/config.yaml", workdir))
+                recorded = _yaml(
+                    client.download_artifacts(run_id, "hydra/overrides.yaml", workdir), list
+                )
+                config = OmegaConf.load(
+                    client.download_artifacts(run_id, "config/config.yaml", workdir)
+                )
                 name_flags, folders = _config_source(client, run_id, workdir)
         except (NotRecorded, OSError, ValueError, KeyError, TypeError):
-            raise InvalidConfig(f"{FLAG}={run_id}: the run has no recorded config "
-                                "(hydra/overrides.yaml, config/config.yaml)") from None
+            raise InvalidConfig(
+                f"{FLAG}={run_id}: the run has no recorded config "
+                "(hydra/overrides.yaml, config/config.yaml)"
+            ) from None
     # The record is data: the job's own keys are re-applied, never a setting of Hydra or a
     # resolver that reads this machine (ms_exp/config/record.py). A re-run records beside
     # the run it repeats, not in a store the record names.
     check_recorded_overrides([str(o) for o in recorded], source)
     keys = [str(o).lstrip("+").partition("=")[0] for o in recorded]
-    overrides = [str(o) for o, key in zip(recorded, keys)
-                 if key not in ("tracking.rerun_of", "tracking.uri")]
+    overrides = [
+        str(o) for o, key in zip(recorded, keys) if key not in ("tracking.rerun_of", "tracking.uri")
+    ]
     if "tracking.uri" in keys:
         overrides.append(f"tracking.uri={uri}")
     _refuse_unnamed_folders(run_id, folders, flags, extra)
@@ -96,22 +107,38 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     # (ms_exp/preflight/trust.py).
     check_read_back(composed, source, extra, _config_dirs(own_flags))
     differences = list_differences(run.data.tags, config, composed, extra)
-    print(f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
-          + (shlex.join([*flags, *overrides]) or "(no overrides)"), flush=True)
+    print(
+        f"re-running MLflow run {run_id} ({run.info.run_name}) with: "
+        + (shlex.join([*flags, *overrides]) or "(no overrides)"),
+        flush=True,
+    )
     if differences:
         print(f"differences from run {run_id} that may change the result:", flush=True)
         for line in differences:
             print(f"  - {line}", flush=True)
     else:
-        print("same code, packages, data and config as the original run: on CPU in graph "
-              "mode the same weights bit for bit (optimizer state may differ in values "
-              "below 1.2e-38, see docs/guides/reproducing.md)", flush=True)
+        print(
+            "same code, packages, data and config as the original run: on CPU in graph "
+            "mode the same weights bit for bit (optimizer state may differ in values "
+            "below 1.2e-38, see docs/guides/reproducing.md)",
+            flush=True,
+        )
     return [*flags, *overrides]
 
 
 # Hydra's flags that take a value (``--config-dir conf``), kept apart from the overrides.
-VALUE_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
-               "--cfg", "-c", "--package", "-p")
+VALUE_FLAGS = (
+    "--config-dir",
+    "-cd",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+)
 
 
 def _split_flags(arguments: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -133,17 +160,20 @@ def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[s
     ``hydra.searchpath`` arguments that named a config folder of the user's."""
     from ms_exp.preflight.compose import CONFIG_NAME, conf_dir
 
-    hydra = _yaml(client.download_artifacts(run_id, "hydra/hydra.yaml", workdir),
-                  dict)["hydra"]
+    hydra = _yaml(client.download_artifacts(run_id, "hydra/hydra.yaml", workdir), dict)["hydra"]
     folders = []
     for source in hydra["runtime"]["config_sources"]:
         if source["provider"] == "command-line" and source["schema"] == "file":
             folders += ["--config-dir", str(source["path"])]
-        elif (source["provider"] == "main" and source["schema"] == "file"
-              and source["path"] != str(conf_dir())):
+        elif (
+            source["provider"] == "main"
+            and source["schema"] == "file"
+            and source["path"] != str(conf_dir())
+        ):
             folders += ["--config-path", str(source["path"])]
-    folders += [str(o) for o in hydra["overrides"]["hydra"]
-                if str(o).startswith("hydra.searchpath=")]
+    folders += [
+        str(o) for o in hydra["overrides"]["hydra"] if str(o).startswith("hydra.searchpath=")
+    ]
     name = hydra["job"]["config_name"]
     return (["--config-name", str(name)] if name not in (None, CONFIG_NAME) else []), folders
 
@@ -159,8 +189,9 @@ def _yaml(path: str, kind: type):
     return data
 
 
-def _refuse_unnamed_folders(run_id: str, recorded: Sequence[str], flags: Sequence[str],
-                            extra: Sequence[str]) -> None:
+def _refuse_unnamed_folders(
+    run_id: str, recorded: Sequence[str], flags: Sequence[str], extra: Sequence[str]
+) -> None:
     """A config folder is code (its targets are trusted, a ``pkg://`` search path imports a
     package): one the run was composed from is used again only where this command names it
     too, never taken from the record."""
@@ -178,7 +209,8 @@ def _refuse_unnamed_folders(run_id: str, recorded: Sequence[str], flags: Sequenc
             f"{FLAG}={run_id}: the run was composed with {shlex.join(missing)} (its "
             "hydra/hydra.yaml); a config folder is code, so a re-run takes it only from "
             f"your command line; expected: python -m ms_exp.run {FLAG} {run_id} "
-            f"{shlex.join(missing)}")
+            f"{shlex.join(missing)}"
+        )
 
 
 def _config_dirs(flags: Sequence[str]) -> List[str]:
@@ -197,9 +229,11 @@ def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()):
     from ms_exp.preflight.compose import ConfigSource, compose_config
 
     try:
-        return compose_config(list(overrides), return_hydra_config=True,
-                              source=ConfigSource.from_args(
-                                  args_parser().parse_args(list(flags))))
+        return compose_config(
+            list(overrides),
+            return_hydra_config=True,
+            source=ConfigSource.from_args(args_parser().parse_args(list(flags))),
+        )
     except InvalidConfig as error:
         raise InvalidConfig(f"{FLAG}: {error}") from None
 
@@ -225,8 +259,9 @@ def list_differences(tags, recorded_config, cfg, extra: Sequence[str]) -> List[s
         if state["dirty"] == "true":
             lines.append("the project's working tree has uncommitted changes now")
     if tags.get("ms_exp.git.project.dirty") == "true":
-        lines.append("the project's working tree had uncommitted changes then "
-                     "(provenance/project.diff)")
+        lines.append(
+            "the project's working tree had uncommitted changes then (provenance/project.diff)"
+        )
     fingerprint = provenance.dataset_fingerprint(cfg.dataset)["digest"]
     before = tags.get("ms_exp.dataset_fingerprint")
     if before and before != fingerprint:
@@ -234,8 +269,9 @@ def list_differences(tags, recorded_config, cfg, extra: Sequence[str]) -> List[s
     changed_by_user = {o.split("=", 1)[0].lstrip("+~") for o in extra}
     # Containers of DictConfigs: dicts.
     then = flatten(cast(dict, OmegaConf.to_container(recorded_config, resolve=False)))
-    now = flatten(cast(dict, OmegaConf.to_container(without_hydra(cfg), resolve=False,
-                                                    enum_to_str=True)))
+    now = flatten(
+        cast(dict, OmegaConf.to_container(without_hydra(cfg), resolve=False, enum_to_str=True))
+    )
     for key in sorted(set(then) | set(now)):
         if key in changed_by_user or key == "tracking.rerun_of":
             continue
@@ -244,5 +280,3 @@ def list_differences(tags, recorded_config, cfg, extra: Sequence[str]) -> List[s
         if then.get(key) != now.get(key):
             lines.append(f"config {key}: {then.get(key)!r} then, {now.get(key)!r} now")
     return lines
-
-

@@ -1,6 +1,7 @@
 """Checks of the ``tracking`` section: the MLflow store can be written (a SQLite file's
 folder, and the file a SQLite database if it exists) or is a URI MLflow knows (a server's
 with a host), and names fit what MLflow stores."""
+
 import math
 import os
 import posixpath
@@ -22,20 +23,33 @@ MAX_RUN_NAME_LENGTH = 250
 def validate_tracking(cfg) -> None:
     positive("tracking", cfg, "log_every_n_steps")
     interval = cfg.system_metrics_interval
-    require(interval is None or (math.isfinite(interval) and interval > 0),
-            "tracking.system_metrics_interval", interval,
-            "null (no system metrics) or a number of seconds > 0")
-    require(bool(cfg.experiment_name), "tracking.experiment_name", cfg.experiment_name,
-            "a non-empty name")
-    require(len(cfg.experiment_name) <= MAX_EXPERIMENT_NAME_LENGTH, "tracking.experiment_name",
-            _shortened(cfg.experiment_name),
-            f"a name of at most {MAX_EXPERIMENT_NAME_LENGTH} characters, MLflow's limit (it "
-            f"has {len(cfg.experiment_name)})")
+    require(
+        interval is None or (math.isfinite(interval) and interval > 0),
+        "tracking.system_metrics_interval",
+        interval,
+        "null (no system metrics) or a number of seconds > 0",
+    )
+    require(
+        bool(cfg.experiment_name),
+        "tracking.experiment_name",
+        cfg.experiment_name,
+        "a non-empty name",
+    )
+    require(
+        len(cfg.experiment_name) <= MAX_EXPERIMENT_NAME_LENGTH,
+        "tracking.experiment_name",
+        _shortened(cfg.experiment_name),
+        f"a name of at most {MAX_EXPERIMENT_NAME_LENGTH} characters, MLflow's limit (it "
+        f"has {len(cfg.experiment_name)})",
+    )
     if cfg.run_name is not None:
-        require(len(cfg.run_name) <= MAX_RUN_NAME_LENGTH, "tracking.run_name",
-                _shortened(cfg.run_name),
-                f"null or a name of at most {MAX_RUN_NAME_LENGTH} characters, what MLflow's "
-                f"SQL stores hold (it has {len(cfg.run_name)})")
+        require(
+            len(cfg.run_name) <= MAX_RUN_NAME_LENGTH,
+            "tracking.run_name",
+            _shortened(cfg.run_name),
+            f"null or a name of at most {MAX_RUN_NAME_LENGTH} characters, what MLflow's "
+            f"SQL stores hold (it has {len(cfg.run_name)})",
+        )
     _validate_register_model(cfg)
     refused = password_refusal("tracking.uri", cfg.uri)
     if refused:
@@ -46,40 +60,66 @@ def validate_tracking(cfg) -> None:
             writable_dir("tracking.uri", uri, Path.cwd())
             enough_free_space("tracking.uri", uri, Path.cwd())
             problem = not_a_database(Path.cwd() / DEFAULT_DB_NAME)
-            require(problem is None, "tracking.uri", uri,
-                    f"null where {DEFAULT_DB_NAME} here is a SQLite database or does not "
-                    f"exist yet, or the URI of another store ({problem})")
+            require(
+                problem is None,
+                "tracking.uri",
+                uri,
+                f"null where {DEFAULT_DB_NAME} here is a SQLite database or does not "
+                f"exist yet, or the URI of another store ({problem})",
+            )
         elif uri.startswith("sqlite:///"):
-            require(uri != "sqlite:///:memory:", "tracking.uri", uri,
-                    "a SQLite file, not :memory: (a store in memory ends with the process that "
-                    "holds it: nothing would be recorded)")
-            database = Path(uri[len("sqlite:///"):])
+            require(
+                uri != "sqlite:///:memory:",
+                "tracking.uri",
+                uri,
+                "a SQLite file, not :memory: (a store in memory ends with the process that "
+                "holds it: nothing would be recorded)",
+            )
+            database = Path(uri[len("sqlite:///") :])
             writable_dir("tracking.uri", uri, database.parent)
             enough_free_space("tracking.uri", uri, database.parent)
             problem = not_a_database(database)
-            require(problem is None, "tracking.uri", uri,
-                    f"a SQLite database, or a file name that does not exist yet ({problem})")
+            require(
+                problem is None,
+                "tracking.uri",
+                uri,
+                f"a SQLite database, or a file name that does not exist yet ({problem})",
+            )
         else:
             scheme = uri.split("://", 1)[0] if "://" in uri else ""
             allowed = ("http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
-            require(scheme in allowed, "tracking.uri", uri,
-                    "null (sqlite:///mlflow.db here) or a URI of scheme sqlite, "
-                    + ", ".join(allowed))
-            require(scheme != "file" or
-                    os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true",
-                    "tracking.uri", uri, "sqlite:///... or a server: MLflow 3 refuses its file "
-                    "store (maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true")
+            require(
+                scheme in allowed,
+                "tracking.uri",
+                uri,
+                "null (sqlite:///mlflow.db here) or a URI of scheme sqlite, " + ", ".join(allowed),
+            )
+            require(
+                scheme != "file" or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true",
+                "tracking.uri",
+                uri,
+                "sqlite:///... or a server: MLflow 3 refuses its file "
+                "store (maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true",
+            )
             if scheme in ("http", "https"):
-                require(bool(urlparse(uri).hostname), "tracking.uri", uri,
-                        f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
-                        ", e.g. http://127.0.0.1:5000")
+                require(
+                    bool(urlparse(uri).hostname),
+                    "tracking.uri",
+                    uri,
+                    f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
+                    ", e.g. http://127.0.0.1:5000",
+                )
                 try:
                     port = urlparse(uri).port
                 except ValueError:
                     port = -1
-                require(port is None or 1 <= port <= 65535, "tracking.uri", uri,
-                        "the address of an MLflow server with a port from 1 to 65535, e.g. "
-                        "http://127.0.0.1:5000")
+                require(
+                    port is None or 1 <= port <= 65535,
+                    "tracking.uri",
+                    uri,
+                    "the address of an MLflow server with a port from 1 to 65535, e.g. "
+                    "http://127.0.0.1:5000",
+                )
 
 
 def _validate_register_model(cfg) -> None:
@@ -89,15 +129,28 @@ def _validate_register_model(cfg) -> None:
     name = cfg.register_model
     if name is None:
         return
-    require(bool(name.strip()) and not any(c in name for c in "/:")
-            and posixpath.normpath(name) == name != "." and not name.startswith(".."),
-            "tracking.register_model", name,
-            "null or a registered-model name: not blank, without '/' or ':', not '.' or "
-            "starting with '..' (MLflow's rules)")
-    require(bool(cfg.enabled), "tracking.register_model", name,
-            "null while tracking.enabled=false (the Model Registry is in the MLflow store)")
-    require(bool(cfg.log_models), "tracking.register_model", name,
-            "null while tracking.log_models=false (it registers the run's logged model)")
+    require(
+        bool(name.strip())
+        and not any(c in name for c in "/:")
+        and posixpath.normpath(name) == name != "."
+        and not name.startswith(".."),
+        "tracking.register_model",
+        name,
+        "null or a registered-model name: not blank, without '/' or ':', not '.' or "
+        "starting with '..' (MLflow's rules)",
+    )
+    require(
+        bool(cfg.enabled),
+        "tracking.register_model",
+        name,
+        "null while tracking.enabled=false (the Model Registry is in the MLflow store)",
+    )
+    require(
+        bool(cfg.log_models),
+        "tracking.register_model",
+        name,
+        "null while tracking.log_models=false (it registers the run's logged model)",
+    )
 
 
 def _shortened(name: str) -> str:

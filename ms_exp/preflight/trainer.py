@@ -1,6 +1,7 @@
 """Checks of the ``trainer`` section, ``trainer.resume`` among them (the run and checkpoint
 it names exist, every rank holds the checkpoint, and its shapes are the network's: the one
 check here that imports MindSpore, for an explicit resume only)."""
+
 import logging
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,8 +26,9 @@ def validate_trainer(cfg) -> None:
     require(cfg.seed >= 0, "trainer.seed", cfg.seed, "an integer >= 0")
     require(cfg.device_id >= 0, "trainer.device_id", cfg.device_id, "an integer >= 0")
     target = cfg.device_target or "None"
-    require(target in DEVICE_TARGETS, "trainer.device_target", cfg.device_target,
-            one_of(DEVICE_TARGETS))
+    require(
+        target in DEVICE_TARGETS, "trainer.device_target", cfg.device_target, one_of(DEVICE_TARGETS)
+    )
 
 
 def validate_resume(cfg) -> None:
@@ -36,15 +38,23 @@ def validate_resume(cfg) -> None:
     if resume is None:
         return
     key = "trainer.resume"
-    require(cfg.checkpoint.save, key, resume,
-            "null with checkpoint=none (a run that saves no checkpoint cannot be resumed)")
+    require(
+        cfg.checkpoint.save,
+        key,
+        resume,
+        "null with checkpoint=none (a run that saves no checkpoint cannot be resumed)",
+    )
     not_resumable = boost_option(cfg.boost).not_resumable
-    require(not_resumable is None, key, resume,
-            f"null with boost={cfg.boost.mode} ({not_resumable})")
+    require(
+        not_resumable is None, key, resume, f"null with boost={cfg.boost.mode} ({not_resumable})"
+    )
     # Stage one's snapshot series lives in its own ModelCheckpoint, not in the checkpoint.
-    require(not cfg.checkpoint.snapshots.per_epoch, key, resume,
-            "null with checkpoint.snapshots.per_epoch > 0 (the snapshot series cannot be "
-            "continued)")
+    require(
+        not cfg.checkpoint.snapshots.per_epoch,
+        key,
+        resume,
+        "null with checkpoint.snapshots.per_epoch > 0 (the snapshot series cannot be continued)",
+    )
     if resume == "auto":
         return
     if not is_run_id(resume):
@@ -53,13 +63,21 @@ def validate_resume(cfg) -> None:
         if path.is_file():
             require(path.suffix == ".ckpt", key, resume, f"{RESUME_ALLOWED} (.ckpt)")
             folder = path.resolve().parent
-            require(folder.name.startswith("rank_") and folder.parent.name == "checkpoints",
-                    key, resume, f"a checkpoint in a run directory, <run dir>/checkpoints/"
-                    f"rank_<r>/<file>.ckpt ({path.name} is in {folder}); to evaluate a loose "
-                    "file use python -m ms_exp.eval --checkpoint")
+            require(
+                folder.name.startswith("rank_") and folder.parent.name == "checkpoints",
+                key,
+                resume,
+                f"a checkpoint in a run directory, <run dir>/checkpoints/"
+                f"rank_<r>/<file>.ckpt ({path.name} is in {folder}); to evaluate a loose "
+                "file use python -m ms_exp.eval --checkpoint",
+            )
         else:
-            require((path / "checkpoints").is_dir(), key, resume,
-                    f"{RESUME_ALLOWED} ({path} has no checkpoints/ folder)")
+            require(
+                (path / "checkpoints").is_dir(),
+                key,
+                resume,
+                f"{RESUME_ALLOWED} ({path} has no checkpoints/ folder)",
+            )
     try:
         run_dir, wanted = explicit_target(resume, resolve_tracking_uri(cfg.tracking.uri))
     except ResumeError as error:
@@ -67,9 +85,13 @@ def validate_resume(cfg) -> None:
     ranks = cfg.parallel.device_num
     misplaced = misplaced_checkpoint_folder(run_dir, ranks)
     where = f"{misplaced} is a file, not a folder" if misplaced else run_dir / "checkpoints"
-    require(bool(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted)), key, resume,
-            f"a run with a {cfg.checkpoint.prefix}-<epoch>_<step>.ckpt in each of its {ranks} "
-            f"rank folders ({where})")
+    require(
+        bool(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted)),
+        key,
+        resume,
+        f"a run with a {cfg.checkpoint.prefix}-<epoch>_<step>.ckpt in each of its {ranks} "
+        f"rank folders ({where})",
+    )
     if wanted is not None:
         verify_named_checkpoint(key, resume, run_dir, wanted, ranks)
 
@@ -85,8 +107,7 @@ def validate_resume_fits(cfg) -> None:
     verify_network_fits(cfg, "trainer.resume", resume, run_dir, wanted)
 
 
-def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str,
-                            ranks: int) -> None:
+def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str, ranks: int) -> None:
     """A checkpoint file named explicitly is read back whole (MindSpore's CRC) in every
     rank folder before anything is created: resuming would otherwise find it damaged only
     in the job, after its run directory and MLflow run exist. (A run id or run directory
@@ -98,13 +119,16 @@ def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str,
             with mindspore_warnings_off():  # the refusal below says it, in one line
                 verify_checkpoint(rank_dir(run_dir, rank) / name)
         except DamagedCheckpoint as error:
-            raise ConfigError(key, resume, f"a checkpoint that reads back whole ({error}); "
-                              "name an older checkpoint, or the run directory to resume from "
-                              "its newest good one") from None
+            raise ConfigError(
+                key,
+                resume,
+                f"a checkpoint that reads back whole ({error}); "
+                "name an older checkpoint, or the run directory to resume from "
+                "its newest good one",
+            ) from None
 
 
-def verify_network_fits(cfg, key: str, resume: str, run_dir: Path,
-                        wanted: Optional[str]) -> None:
+def verify_network_fits(cfg, key: str, resume: str, run_dir: Path, wanted: Optional[str]) -> None:
     """The parameters of the checkpoint the job would continue from (the named one, or
     rank 0's newest that reads back whole) have the shapes of the network this config
     builds: another shape (an override such as model.hidden_size other than the run's)
@@ -120,8 +144,7 @@ def verify_network_fits(cfg, key: str, resume: str, run_dir: Path,
     for name in reversed(common_checkpoints(run_dir, cfg.checkpoint.prefix, ranks, wanted)):
         try:
             with mindspore_warnings_off():  # the job skips a damaged one too, and says so
-                weights = load_verified(rank_dir(run_dir, 0) / name,
-                                        choice_func=names.__contains__)
+                weights = load_verified(rank_dir(run_dir, 0) / name, choice_func=names.__contains__)
         except DamagedCheckpoint:
             continue
         check_shapes(network, weights, key, resume, name)

@@ -12,6 +12,7 @@ refused in one line naming the key and the target, before anything is imported.
 
 Nothing here imports a target.
 """
+
 import fnmatch
 import functools
 import os
@@ -84,8 +85,12 @@ def folder_targets(folder: Path) -> frozenset:
     return frozenset(found)
 
 
-def check_read_back(cfg, source: str, overrides: Sequence[str] = (),
-                    config_dirs: Iterable[Union[str, Path, None]] = ()) -> None:
+def check_read_back(
+    cfg,
+    source: str,
+    overrides: Sequence[str] = (),
+    config_dirs: Iterable[Union[str, Path, None]] = (),
+) -> None:
     """The one call of a command that builds a config read back from ``source``: refuse the
     first ``_target_`` of ``cfg`` (at any depth, lists included) that is not trusted, in one
     line naming its key. Its own user trusts ms_exp's targets, those its overrides and the
@@ -96,12 +101,16 @@ def check_read_back(cfg, source: str, overrides: Sequence[str] = (),
             trusted |= folder_targets(Path(folder))
     patterns = environment_patterns()
     for key, path in _built_targets(cfg):
-        if path is not None and not (isinstance(path, str) and (
-                path in trusted or any(fnmatch.fnmatchcase(path, p) for p in patterns))):
+        if path is not None and not (
+            isinstance(path, str)
+            and (path in trusted or any(fnmatch.fnmatchcase(path, p) for p in patterns))
+        ):
             raise ConfigError(
-                key, path,
+                key,
+                path,
                 f"a target of ms_exp's own options, of a config folder you name "
                 f"(--config-dir), of your own overrides, or one {TRUSTED_VARIABLE} "
                 f"allows (fnmatch patterns, comma-separated, e.g. "
                 f"{TRUSTED_VARIABLE}='my_project.*'); docs/guides/security.md",
-                problem=f"is not trusted in a config read back from {source}")
+                problem=f"is not trusted in a config read back from {source}",
+            )

@@ -6,6 +6,7 @@ before MindSpore starts: only the checks that must build the network to know its
 (``parallel.strategies``, ``boost=dim_reduce``) import it. Every refusal is a ConfigError:
 one line with the key, the value and what is allowed.
 """
+
 import dataclasses
 import hashlib
 from typing import Mapping, Optional, Set
@@ -63,8 +64,9 @@ def validate_once(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None
 def job_digest(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> str:
     """The job's config as composed (interpolations unresolved: Hydra's folders differ
     between the check and the job), without Hydra's node, and its options."""
-    text = OmegaConf.to_yaml(without_hydra(cfg), resolve=False) + repr(sorted(
-        (str(k), str(v)) for k, v in dict(choices).items()))
+    text = OmegaConf.to_yaml(without_hydra(cfg), resolve=False) + repr(
+        sorted((str(k), str(v)) for k, v in dict(choices).items())
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -130,9 +132,12 @@ def _known_keys(prefix: str, node, schema) -> None:
         if key not in fields:
             if takes_arguments and target_path(node) is not None:
                 continue
-            raise ConfigError(f"{prefix}{key}", OmegaConf.select(node, str(key)),
-                              one_of(fields) + (TARGET_ARGUMENTS if takes_arguments else ""),
-                              problem="unknown key")
+            raise ConfigError(
+                f"{prefix}{key}",
+                OmegaConf.select(node, str(key)),
+                one_of(fields) + (TARGET_ARGUMENTS if takes_arguments else ""),
+                problem="unknown key",
+            )
         if dataclasses.is_dataclass(fields[key]):
             _known_keys(f"{prefix}{key}.", node[key], fields[key])
         else:

@@ -1,5 +1,6 @@
 """What a sweep command is refused for before it starts (the Optuna sweeper's settings), and
 how ``sweep.fail_fast`` makes Hydra's basic sweeper stop."""
+
 import os
 from typing import List, Sequence
 
@@ -22,19 +23,30 @@ def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
     for key in ("n_trials", "n_jobs", "heartbeat_interval"):
         require(sweeper[key] >= 1, f"hydra.sweeper.{key}", sweeper[key], "an integer >= 1")
     if not sweeper.params and not any(o.is_sweep_override() for o in overrides):
-        raise ConfigError("hydra.sweeper.params", None, "a search space: "
-                          "hydra.sweeper.params or key=interval(a,b) / choice(a,b) / "
-                          "range(a,b) on the command line", "nothing to search")
+        raise ConfigError(
+            "hydra.sweeper.params",
+            None,
+            "a search space: "
+            "hydra.sweeper.params or key=interval(a,b) / choice(a,b) / "
+            "range(a,b) on the command line",
+            "nothing to search",
+        )
     if sweeper.n_jobs > 1 and cfg.hydra.launcher._target_ == BASIC_LAUNCHER:
-        raise ConfigError("hydra.sweeper.n_jobs", sweeper.n_jobs,
-                          "1 with Hydra's basic launcher, which runs jobs one at a time in "
-                          "this process; or hydra/launcher=pool (or concurrent, or slurm)")
+        raise ConfigError(
+            "hydra.sweeper.n_jobs",
+            sweeper.n_jobs,
+            "1 with Hydra's basic launcher, which runs jobs one at a time in "
+            "this process; or hydra/launcher=pool (or concurrent, or slurm)",
+        )
     pruner = sweeper.pruner._target_
     if pruner != NO_PRUNER and cfg.parallel.device_num > 1:
-        raise ConfigError("hydra/sweeper/pruner", pruner.rsplit(".", 1)[-1],
-                          "none for a distributed job (parallel.device_num="
-                          f"{cfg.parallel.device_num}): its ranks could not agree on the "
-                          "epoch to stop at")
+        raise ConfigError(
+            "hydra/sweeper/pruner",
+            pruner.rsplit(".", 1)[-1],
+            "none for a distributed job (parallel.device_num="
+            f"{cfg.parallel.device_num}): its ranks could not agree on the "
+            "epoch to stop at",
+        )
     if sweeper.storage is not None:
         _check_storage(sweeper.storage)
     for key in ("sampler", "pruner"):
@@ -47,18 +59,25 @@ def _check_storage(url: str) -> None:
     if holds_password(url):
         # Refused rather than masked: Hydra writes the URL into every job's
         # .hydra/hydra.yaml and multirun.yaml, which the runs log as artifacts.
-        raise ConfigError("hydra.sweeper.storage", masked(url),
-                          "a database URL without a password, the password in PGPASSWORD or "
-                          "~/.pgpass (libpq reads them)", "a password in the URL would be "
-                          "written into the sweep's Hydra records and MLflow artifacts")
+        raise ConfigError(
+            "hydra.sweeper.storage",
+            masked(url),
+            "a database URL without a password, the password in PGPASSWORD or "
+            "~/.pgpass (libpq reads them)",
+            "a password in the URL would be "
+            "written into the sweep's Hydra records and MLflow artifacts",
+        )
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
         make_url(url)
     except ArgumentError:
-        raise ConfigError("hydra.sweeper.storage", masked(url), "a database URL such as "
-                          "sqlite:////abs/path/optuna.db or postgresql://user@host/db") from None
+        raise ConfigError(
+            "hydra.sweeper.storage",
+            masked(url),
+            "a database URL such as sqlite:////abs/path/optuna.db or postgresql://user@host/db",
+        ) from None
 
 
 def _check_existing_study(sweeper: DictConfig, url: str) -> None:
@@ -66,7 +85,7 @@ def _check_existing_study(sweeper: DictConfig, url: str) -> None:
     its storage must answer. (A default name holds the direction, so it cannot clash.)"""
     database = sqlite_path(url)
     if database is not None and not database.is_file():
-        return      # the sweep creates it
+        return  # the sweep creates it
     import optuna
 
     from ms_exp.search.study import open_storage
@@ -77,16 +96,23 @@ def _check_existing_study(sweeper: DictConfig, url: str) -> None:
         storage = url if database is not None else open_storage(url)
         study = optuna.load_study(study_name=sweeper.study_name, storage=storage)
     except KeyError:
-        return      # a new study in an existing storage
+        return  # a new study in an existing storage
     except Exception as error:  # a server that does not answer, a missing driver, ...
-        raise ConfigError("hydra.sweeper.storage", masked(url), "a database Optuna can open",
-                          str(error).splitlines()[0][:300]) from None
+        raise ConfigError(
+            "hydra.sweeper.storage",
+            masked(url),
+            "a database Optuna can open",
+            str(error).splitlines()[0][:300],
+        ) from None
     direction = sweeper.direction.name
     if study.direction.name.lower() != direction:
-        raise ConfigError("hydra.sweeper.direction", direction,
-                          f"{study.direction.name.lower()}, the direction study "
-                          f"{sweeper.study_name} in {masked(url)} was created with (or "
-                          "another hydra.sweeper.study_name)")
+        raise ConfigError(
+            "hydra.sweeper.direction",
+            direction,
+            f"{study.direction.name.lower()}, the direction study "
+            f"{sweeper.study_name} in {masked(url)} was created with (or "
+            "another hydra.sweeper.study_name)",
+        )
 
 
 def _check_builds(key: str, node: DictConfig) -> None:
@@ -97,8 +123,9 @@ def _check_builds(key: str, node: DictConfig) -> None:
         instantiate(node)
     except InstantiationException as error:
         cause = error.__cause__ or error
-        raise ConfigError(key, node._target_, f"arguments {node._target_} takes",
-                          str(cause).splitlines()[0]) from None
+        raise ConfigError(
+            key, node._target_, f"arguments {node._target_} takes", str(cause).splitlines()[0]
+        ) from None
 
 
 def fail_fast_overrides(cfg: DictConfig, overrides: Sequence[str]) -> List[str]:
@@ -106,10 +133,12 @@ def fail_fast_overrides(cfg: DictConfig, overrides: Sequence[str]) -> List[str]:
     the launcher runs at once (``hydra.sweeper.max_batch_size``): it stops after a batch
     with a failed job, so no job starts after one failed. Hydra's default is one batch.
     The pool launcher needs no batches: it starts no job after one failed."""
-    if not OmegaConf.select(cfg, "sweep.fail_fast", default=False) \
-            or cfg.hydra.sweeper.get("_target_") != BASIC_SWEEPER \
-            or cfg.hydra.launcher.get("_target_") == POOL_LAUNCHER \
-            or any(o.startswith("hydra.sweeper.max_batch_size=") for o in overrides):
+    if (
+        not OmegaConf.select(cfg, "sweep.fail_fast", default=False)
+        or cfg.hydra.sweeper.get("_target_") != BASIC_SWEEPER
+        or cfg.hydra.launcher.get("_target_") == POOL_LAUNCHER
+        or any(o.startswith("hydra.sweeper.max_batch_size=") for o in overrides)
+    ):
         return []
     return [f"hydra.sweeper.max_batch_size={jobs_at_once(cfg.hydra.launcher)}"]
 

@@ -7,6 +7,7 @@ docs/design.md#optuna-rdb-storage), its samplers
 Registered in Hydra's ConfigStore by the sweeper plugin (hydra_plugins/ms_exp_optuna_sweeper),
 which Hydra imports whenever it starts.
 """
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
@@ -39,6 +40,7 @@ class RandomSamplerConf:
 @dataclass
 class BruteForceSamplerConf:
     """Every combination of a discrete space (choice, range, a,b,c) once, in random order."""
+
     _target_: str = "optuna.samplers.BruteForceSampler"
     seed: Optional[int] = None
 
@@ -52,6 +54,7 @@ class NopPrunerConf:
 class MedianPrunerConf:
     """Stops a trial whose eval metric at an epoch is worse than the median of the earlier
     trials at the same epoch."""
+
     _target_: str = "optuna.pruners.MedianPruner"
     n_startup_trials: int = 5  # trials that always run to the end first
     n_warmup_steps: int = 0  # no trial is pruned before this epoch (epochs count from 1)
@@ -75,11 +78,17 @@ class HyperbandPrunerConf:
     reduction_factor: int = 3
 
 
-SAMPLERS = {"tpe": TPESamplerConf, "random": RandomSamplerConf,
-            "brute_force": BruteForceSamplerConf}
-PRUNERS = {"none": NopPrunerConf, "median": MedianPrunerConf,
-           "successive_halving": SuccessiveHalvingPrunerConf,
-           "hyperband": HyperbandPrunerConf}
+SAMPLERS = {
+    "tpe": TPESamplerConf,
+    "random": RandomSamplerConf,
+    "brute_force": BruteForceSamplerConf,
+}
+PRUNERS = {
+    "none": NopPrunerConf,
+    "median": MedianPrunerConf,
+    "successive_halving": SuccessiveHalvingPrunerConf,
+    "hyperband": HyperbandPrunerConf,
+}
 NO_PRUNER = NopPrunerConf._target_
 
 
@@ -89,8 +98,7 @@ class OptunaSweeperConf:
     # The sampler and pruner reach the sweeper as config: it instantiates them once the
     # study is open (a resumed study's sampler seed moves on).
     _recursive_: bool = False
-    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"},
-                                                         {"pruner": "none"}])
+    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}, {"pruner": "none"}])
     sampler: Any = MISSING  # composed from the defaults above (a None here would win)
     pruner: Any = MISSING
     direction: Direction = Direction.maximize
@@ -117,8 +125,7 @@ class OptunaSweeperConf:
 
 def register_sweeper_configs() -> None:
     store = ConfigStore.instance()
-    store.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf,
-                provider="ms_exp")
+    store.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="ms_exp")
     for group, nodes in (("sampler", SAMPLERS), ("pruner", PRUNERS)):
         for name, node in nodes.items():
             store.store(group=f"hydra/sweeper/{group}", name=name, node=node, provider="ms_exp")

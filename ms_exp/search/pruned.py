@@ -1,5 +1,6 @@
 """The exception a pruned job raises. Its own module because it subclasses Optuna's, so
 importing it imports Optuna: only a job whose trial was pruned, and the sweeper, need it."""
+
 import optuna
 
 from ms_exp.tracking.lifecycle import EndedEarly

@@ -4,6 +4,7 @@
 a log scale), ``range(a,b[,step])`` its ints (b excluded, as in Python), ``a,b,c`` and
 ``choice(a,b,c)`` categories. Anything else is a fixed value every job gets.
 """
+
 from typing import Any, Dict, List, Sequence, Tuple
 
 from hydra.core.override_parser.types import (

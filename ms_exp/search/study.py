@@ -5,6 +5,7 @@ The storage is one of Optuna's RDB storages: several sweep commands (on one mach
 several with a shared database) open the same study and each draws its own trials, Optuna
 numbering them in the database.
 """
+
 import hashlib
 import json
 import os
@@ -32,11 +33,13 @@ def default_storage(tracking_uri: Optional[str]) -> str:
     return f"sqlite:///{(folder / DEFAULT_STORAGE_FILE).resolve()}"
 
 
-def default_study_name(job_name: str, arguments: Sequence[str],
-                       space: Dict[str, str], direction: str) -> str:
+def default_study_name(
+    job_name: str, arguments: Sequence[str], space: Dict[str, str], direction: str
+) -> str:
     """``<job>-<digest>``: the same command line and search space give the same study."""
-    text = json.dumps({"arguments": sorted(arguments), "space": space,
-                       "direction": direction}, sort_keys=True)
+    text = json.dumps(
+        {"arguments": sorted(arguments), "space": space, "direction": direction}, sort_keys=True
+    )
     return f"{job_name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
@@ -51,14 +54,16 @@ def open_storage(url: str, heartbeat_interval: Optional[int] = None):
     import optuna
     from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-    engine = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} \
-        if url.startswith("sqlite") else None
+    engine = (
+        {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if url.startswith("sqlite") else None
+    )
     for attempt in range(CREATION_ATTEMPTS):
         try:
             with sqlite_lock(url), warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine,
-                                                  heartbeat_interval=heartbeat_interval)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine, heartbeat_interval=heartbeat_interval
+                )
         except (IntegrityError, ProgrammingError):
             if attempt == CREATION_ATTEMPTS - 1:
                 raise
@@ -95,15 +100,14 @@ def fail_dead_trials(study, storage) -> List[int]:
 
     running = set(trials_by_state(study).get("RUNNING", []))
     host = socket.gethostname()
-    for trial in study.get_trials(deepcopy=False,
-                                  states=(optuna.trial.TrialState.RUNNING,)):
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         worker_host, _, pid = str(trial.user_attrs.get(WORKER_ATTR, "")).rpartition(":")
         if worker_host == host and pid.isdigit() and not process_exists(int(pid)):
             trial_id = storage.get_trial_id_from_study_id_trial_number(
-                storage.get_study_id_from_name(study.study_name), trial.number)
+                storage.get_study_id_from_name(study.study_name), trial.number
+            )
             storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
     return sorted(running - set(trials_by_state(study).get("RUNNING", [])))
-

@@ -8,6 +8,7 @@ study after an epoch, ms_exp/search/trial.py) makes its trial PRUNED, and
 trial is launched as a job of the configured Hydra launcher, numbered by its trial number
 (the job's folder, ``<sweep dir>/<trial number>``, is unique across workers).
 """
+
 import os
 import sys
 import warnings
@@ -44,9 +45,18 @@ class NoObjective(ValueError):
 
 
 class OptunaSearch:
-    def __init__(self, sampler: Any, pruner: Any, direction: Any, storage: Optional[str],
-                 study_name: Optional[str], n_trials: int, n_jobs: int,
-                 heartbeat_interval: int, params: Optional[Dict[str, str]]) -> None:
+    def __init__(
+        self,
+        sampler: Any,
+        pruner: Any,
+        direction: Any,
+        storage: Optional[str],
+        study_name: Optional[str],
+        n_trials: int,
+        n_jobs: int,
+        heartbeat_interval: int,
+        params: Optional[Dict[str, str]],
+    ) -> None:
         self.sampler, self.pruner = sampler, pruner
         self.direction = getattr(direction, "name", str(direction))
         self.storage, self.study_name = storage, study_name
@@ -63,7 +73,8 @@ class OptunaSearch:
 
         self.config, self.hydra_context = config, hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
-            config=config, hydra_context=hydra_context, task_function=task_function)
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
 
     # -----------------------------------------------------------------------------------
     def sweep(self, arguments: List[str]) -> Any:
@@ -75,8 +86,11 @@ class OptunaSearch:
         space, fixed = split_space(parser.parse_overrides([*params, *arguments]))
         url = self.storage or default_storage(self.config.tracking.uri)
         name = self.study_name or default_study_name(
-            self.config.hydra.job.name, arguments, {k: repr(d) for k, d in space.items()},
-            self.direction)
+            self.config.hydra.job.name,
+            arguments,
+            {k: repr(d) for k, d in space.items()},
+            self.direction,
+        )
         study = self._open_study(url, name)
         os.environ.update({STORAGE_ENV: url, STUDY_ENV: name})
         try:
@@ -101,8 +115,11 @@ class OptunaSearch:
 
         done = done_count(study)
         if done >= self.n_trials:
-            print(f"study {name}: {done} of hydra.sweeper.n_trials={self.n_trials} trials "
-                  f"done already; nothing to run (raise n_trials to run more)", flush=True)
+            print(
+                f"study {name}: {done} of hydra.sweeper.n_trials={self.n_trials} trials "
+                f"done already; nothing to run (raise n_trials to run more)",
+                flush=True,
+            )
             self._write_results(study, sweep_dir)
             return []
         failures: List[Tuple[int, BaseException]] = []
@@ -112,20 +129,27 @@ class OptunaSearch:
             # At most the trials still missing from this worker (its failures do not count
             # as done, and must not make it loop); fewer when other workers fill them.
             study.optimize(
-                self._objective(space, fixed, failures), n_trials=self.n_trials - done,
+                self._objective(space, fixed, failures),
+                n_trials=self.n_trials - done,
                 n_jobs=self.n_jobs,
                 catch=() if fail_fast else (Exception,),
-                callbacks=[optuna.study.MaxTrialsCallback(
-                    self.n_trials, states=tuple(optuna.trial.TrialState[s]
-                                                for s in DONE_STATES))])
+                callbacks=[
+                    optuna.study.MaxTrialsCallback(
+                        self.n_trials, states=tuple(optuna.trial.TrialState[s] for s in DONE_STATES)
+                    )
+                ],
+            )
         self._write_results(study, sweep_dir)
         if failures:
             # As Hydra's basic sweeper: every job ran, the sweep reports the first failure,
             # in one line (each job's run and log hold its own traceback), and exits 1.
             number, error = failures[0]
-            print(f"ms_exp: error: {len(failures)} of this sweep's trials failed; the first, "
-                  f"trial {number}: {type(error).__name__}: {error}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"ms_exp: error: {len(failures)} of this sweep's trials failed; the first, "
+                f"trial {number}: {type(error).__name__}: {error}",
+                file=sys.stderr,
+                flush=True,
+            )
             raise SystemExit(1)
         return []
 
@@ -138,12 +162,15 @@ class OptunaSearch:
         storage = open_storage(url, self.heartbeat_interval)
         # A Direction's name (ms_exp.search.options): minimize or maximize.
         direction = cast(Literal["minimize", "maximize"], self.direction)
-        study = optuna.create_study(storage=storage, study_name=name,
-                                    direction=direction, load_if_exists=True)
+        study = optuna.create_study(
+            storage=storage, study_name=name, direction=direction, load_if_exists=True
+        )
         if study.direction.name.lower() != self.direction:
-            raise ValueError(f"hydra.sweeper.direction={self.direction}: the study {name} in "
-                             f"{masked(url)} was created to {study.direction.name.lower()}; "
-                             f"expected that, or another hydra.sweeper.study_name")
+            raise ValueError(
+                f"hydra.sweeper.direction={self.direction}: the study {name} in "
+                f"{masked(url)} was created to {study.direction.name.lower()}; "
+                f"expected that, or another hydra.sweeper.study_name"
+            )
         dead = fail_dead_trials(study, storage)
         earlier = len(study.get_trials(deepcopy=False))
         sampler = cast(Dict[str, Any], OmegaConf.to_container(self.sampler, resolve=True))
@@ -154,16 +181,20 @@ class OptunaSearch:
         study.sampler = instantiate(sampler)
         study.pruner = instantiate(self.pruner)
         states = ", ".join(f"{len(v)} {k}" for k, v in trials_by_state(study).items())
-        print(f"Optuna study {name} in {masked(url)} ({self.direction}): "
-              f"{states or 'no trials'}; running "
-              f"trials until hydra.sweeper.n_trials={self.n_trials} are "
-              f"{' or '.join(DONE_STATES)}", flush=True)
+        print(
+            f"Optuna study {name} in {masked(url)} ({self.direction}): "
+            f"{states or 'no trials'}; running "
+            f"trials until hydra.sweeper.n_trials={self.n_trials} are "
+            f"{' or '.join(DONE_STATES)}",
+            flush=True,
+        )
         if dead:
-            print(f"trials {', '.join(map(str, dead))} were RUNNING when their worker stopped "
-                  f"(its process is gone, or it stopped sending heartbeats): marked FAIL",
-                  flush=True)
-        tag_active_sweep({STUDY_TAG: name, STORAGE_TAG: masked(url),
-                          DIRECTION_TAG: self.direction})
+            print(
+                f"trials {', '.join(map(str, dead))} were RUNNING when their worker stopped "
+                f"(its process is gone, or it stopped sending heartbeats): marked FAIL",
+                flush=True,
+            )
+        tag_active_sweep({STUDY_TAG: name, STORAGE_TAG: masked(url), DIRECTION_TAG: self.direction})
         return study
 
     def _objective(self, space, fixed: List[str], failures: List):
@@ -178,13 +209,15 @@ class OptunaSearch:
             # Who runs the trial: a later sweep on this host fails it at once if that
             # process is gone (ms_exp/search/study.py), not only once its heartbeat is old.
             trial.set_user_attr(WORKER_ATTR, worker_identity())
-            values = [job_override(key, suggest(trial, key, dist))
-                      for key, dist in space.items()]
-            job = [*fixed, *values,
-                   # Optuna's Trial has no public id getter; the job reopens the trial by it
-                   # (docs/design.md#optuna-rdb-storage).
-                   f"+hydra.job.env_set.{TRIAL_ENV}={trial._trial_id}",
-                   f"+hydra.job.env_set.{TRIAL_NUMBER_ENV}={trial.number}"]
+            values = [job_override(key, suggest(trial, key, dist)) for key, dist in space.items()]
+            job = [
+                *fixed,
+                *values,
+                # Optuna's Trial has no public id getter; the job reopens the trial by it
+                # (docs/design.md#optuna-rdb-storage).
+                f"+hydra.job.env_set.{TRIAL_ENV}={trial._trial_id}",
+                f"+hydra.job.env_set.{TRIAL_NUMBER_ENV}={trial.number}",
+            ]
             (result,) = launcher.launch([job], initial_job_idx=trial.number)
             if isinstance(result._return_value, TrialPruned):
                 # Raised as it is: reading return_value would log it as a failed job.
@@ -192,9 +225,11 @@ class OptunaSearch:
             try:
                 value = result.return_value  # raises what the job raised
                 if value is None:
-                    raise NoObjective(f"job {trial.number} ({' '.join(values)}) returned no "
-                                      f"{metric_label(metric)}, the value the study "
-                                      f"optimises")
+                    raise NoObjective(
+                        f"job {trial.number} ({' '.join(values)}) returned no "
+                        f"{metric_label(metric)}, the value the study "
+                        f"optimises"
+                    )
             except Exception as error:
                 failures.append((trial.number, error))
                 raise
@@ -209,10 +244,20 @@ class OptunaSearch:
             best = study.best_trial
         except ValueError:  # no trial completed
             return
-        OmegaConf.save(OmegaConf.create({
-            "name": "optuna", "study": study.study_name, "best_trial": best.number,
-            "best_params": best.params, "best_value": best.value}),
-            sweep_dir / RESULTS_FILE)
-        print(f"best trial of study {study.study_name}: {best.number}, value {best.value:.4f}, "
-              + " ".join(job_override(k, v) for k, v in best.params.items()), flush=True)
-
+        OmegaConf.save(
+            OmegaConf.create(
+                {
+                    "name": "optuna",
+                    "study": study.study_name,
+                    "best_trial": best.number,
+                    "best_params": best.params,
+                    "best_value": best.value,
+                }
+            ),
+            sweep_dir / RESULTS_FILE,
+        )
+        print(
+            f"best trial of study {study.study_name}: {best.number}, value {best.value:.4f}, "
+            + " ".join(job_override(k, v) for k, v in best.params.items()),
+            flush=True,
+        )

@@ -7,6 +7,7 @@ the trial after every epoch and stops when the study's pruner says so
 (ms_exp/train/pruning.py); the job then raises ``TrialPruned`` and its MLflow run ends KILLED
 with the epoch it was pruned at (ms_exp/search/pruned.py).
 """
+
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -42,9 +43,11 @@ class TrialLink:
 
         # HydraConfig.get() is declared a HydraConf; what it returns is its DictConfig.
         pruner = OmegaConf.select(HydraConfig.get(), "sweeper.pruner")  # type: ignore[arg-type]
-        study = optuna.load_study(study_name=self.study_name,
-                                  storage=open_storage(self.storage),
-                                  pruner=instantiate(pruner) if pruner else None)
+        study = optuna.load_study(
+            study_name=self.study_name,
+            storage=open_storage(self.storage),
+            pruner=instantiate(pruner) if pruner else None,
+        )
         return optuna.trial.Trial(study, self.trial_id)
 
 
@@ -53,8 +56,12 @@ def current_trial() -> Optional[TrialLink]:
     trial_id = os.environ.get(TRIAL_ENV)
     if not trial_id or not os.environ.get(STORAGE_ENV):
         return None
-    return TrialLink(os.environ[STORAGE_ENV], os.environ[STUDY_ENV], int(trial_id),
-                     int(os.environ.get(TRIAL_NUMBER_ENV, "-1")))
+    return TrialLink(
+        os.environ[STORAGE_ENV],
+        os.environ[STUDY_ENV],
+        int(trial_id),
+        int(os.environ.get(TRIAL_NUMBER_ENV, "-1")),
+    )
 
 
 def sweep_metric(cfg: DictConfig) -> Optional[str]:

@@ -7,6 +7,7 @@ folder's lock, and a sweep's launching process its sweep folder's, for as long a
 whose folder is on this machine with its lock free has nobody left to end it. Runs whose
 folder is elsewhere (another host's disk) are left alone: their process may be alive.
 """
+
 from pathlib import Path
 from typing import List
 

@@ -11,6 +11,7 @@ ms_exp runs (:class:`ms_exp.tracking.callback.MlflowMetrics`, through ms_exp's b
 callbacks, system metrics, and how the call ended: FINISHED, FAILED (tag ``ms_exp.error``),
 KILLED on Ctrl-C or SIGTERM (tag ``ms_exp.ended_by``), as ms_exp runs end.
 """
+
 import inspect
 import logging
 import os
@@ -42,10 +43,15 @@ _active = threading.local()
 
 
 @autologging_integration(FLAVOR)
-def autolog(tracking_uri: Optional[str] = None, experiment_name: Optional[str] = None,
-            log_every_n_steps: int = 1, log_checkpoints: bool = True,
-            system_metrics_interval: Optional[float] = 10.0,
-            disable: bool = False, silent: bool = False) -> None:
+def autolog(
+    tracking_uri: Optional[str] = None,
+    experiment_name: Optional[str] = None,
+    log_every_n_steps: int = 1,
+    log_checkpoints: bool = True,
+    system_metrics_interval: Optional[float] = 10.0,
+    disable: bool = False,
+    silent: bool = False,
+) -> None:
     """Record every ``Model.train`` / ``Model.fit`` call of this process as an MLflow run.
 
     Args:
@@ -81,6 +87,7 @@ def _patched(method: str):
             return _record(original, method, self, args, kwargs)
         finally:
             _active.depth = 0
+
     return patch
 
 
@@ -127,8 +134,9 @@ class _Session:
             batch_size = _batch_size(arguments["train_dataset"])
             tracker.log_params(_params(model, method, arguments, batch_size))
             every = max(1, int(_config("log_every_n_steps") or 1))
-            callback = _AutologMetrics(tracker, samples_per_step=batch_size or 1,
-                                       log_every_n_steps=every)
+            callback = _AutologMetrics(
+                tracker, samples_per_step=batch_size or 1, log_every_n_steps=every
+            )
         except Exception:
             # Training goes on without a run (safe_patch warns): none is left RUNNING.
             if active is None:
@@ -137,13 +145,17 @@ class _Session:
         monitor = _start_monitor(tracker, resume=active is not None)
         return cls(tracker, active is None, callback, monitor)
 
-    def close(self, status: str, error: Optional[BaseException], callbacks: List,
-              started: float) -> None:
+    def close(
+        self, status: str, error: Optional[BaseException], callbacks: List, started: float
+    ) -> None:
         """Everything here is best effort: the training's own exception must come out
         unchanged, and a logging failure must not replace a training that succeeded."""
         steps = [
-            lambda: _log_checkpoints(self.tracker, callbacks, started)
-            if _config("log_checkpoints") else None,
+            lambda: (
+                _log_checkpoints(self.tracker, callbacks, started)
+                if _config("log_checkpoints")
+                else None
+            ),
             lambda: self.tracker.set_tags(_ending_tags(status, error)),
             lambda: self.monitor.finish() if self.monitor is not None else None,
             lambda: self.tracker.finish(status) if self.owned else self.tracker.flush(),
@@ -163,9 +175,16 @@ class _Session:
 
         tracker = self.tracker
         uri = tracker.client.tracking_uri
-        print("\n".join([f"ms_exp.autolog: MLflow run {tracker.run_id} (experiment "
-                         f"{tracker.experiment_id}, {status}) in {uri}",
-                         *ui_lines(uri, tracker.experiment_id, tracker.run_id)]), flush=True)
+        print(
+            "\n".join(
+                [
+                    f"ms_exp.autolog: MLflow run {tracker.run_id} (experiment "
+                    f"{tracker.experiment_id}, {status}) in {uri}",
+                    *ui_lines(uri, tracker.experiment_id, tracker.run_id),
+                ]
+            ),
+            flush=True,
+        )
 
 
 def _new_run(model, method: str) -> Tracker:
@@ -185,6 +204,7 @@ def _new_run(model, method: str) -> Tracker:
     tags = {"mlflow.autologging": FLAVOR, "ms_exp.autolog.method": method}
     try:  # the source script, user and git commit, as mlflow.start_run records them
         from mlflow.tracking.context.registry import resolve_tags
+
         tags = resolve_tags(tags)
     except Exception:  # noqa: BLE001 - context tags are a nicety
         pass
@@ -270,8 +290,9 @@ def _raise_terminated(signum, frame):
 # -- what a call records ----------------------------------------------------------------
 
 
-def _params(model, method: str, arguments: Dict[str, Any],
-            batch_size: Optional[int]) -> Dict[str, object]:
+def _params(
+    model, method: str, arguments: Dict[str, Any], batch_size: Optional[int]
+) -> Dict[str, object]:
     dataset = arguments["train_dataset"]
     params: Dict[str, object] = {
         "trainer.method": method,
@@ -298,8 +319,9 @@ def _model_params(model) -> Dict[str, object]:
     metrics = getattr(model, "_metric_fns", None) or {}
     return {
         "model.network": type(network).__name__,
-        "model.trainable_params": _safe(lambda: sum(int(p.size) for p in
-                                                    network.trainable_params())),
+        "model.trainable_params": _safe(
+            lambda: sum(int(p.size) for p in network.trainable_params())
+        ),
         "model.loss_fn": _class_name(getattr(model, "_loss_fn", None)),
         "model.amp_level": getattr(model, "_amp_level", None),
         "model.loss_scale_manager": scale,
@@ -312,8 +334,10 @@ def optimizer_params(optimizer) -> Dict[str, object]:
     hyper-parameters the optimizer was built with, as it holds them."""
     if optimizer is None:
         return {"optimizer.class": None}
-    params: Dict[str, object] = {"optimizer.class": type(optimizer).__name__,
-                                 "optimizer.lr": describe_lr(optimizer)}
+    params: Dict[str, object] = {
+        "optimizer.class": type(optimizer).__name__,
+        "optimizer.lr": describe_lr(optimizer),
+    }
     # MindSpore's optimizers keep their arguments in ``init_args``; those that do not
     # (AdamWeightDecay) hold them as attributes named as the arguments.
     held = dict(getattr(optimizer, "init_args", None) or {})
@@ -365,8 +389,11 @@ def _init_argument_names(cls) -> List[str]:
         parameters = inspect.signature(init).parameters
     except (TypeError, ValueError):
         return []
-    return [name for name, p in parameters.items() if name != "self"
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [
+        name
+        for name, p in parameters.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
 
 
 def _plain(value) -> object:
@@ -426,9 +453,13 @@ def written_checkpoints(callbacks: List, since: float) -> List[Path]:
             continue
         for path in sorted(Path(directory).iterdir()):
             name = path.name
-            if (path.is_file() and name.endswith(CHECKPOINT_SUFFIXES)
-                    and (name.startswith(prefix + "-") or name.startswith(prefix + "."))
-                    and path.stat().st_mtime >= since - 1.0 and path not in found):
+            if (
+                path.is_file()
+                and name.endswith(CHECKPOINT_SUFFIXES)
+                and (name.startswith(prefix + "-") or name.startswith(prefix + "."))
+                and path.stat().st_mtime >= since - 1.0
+                and path not in found
+            ):
                 found.append(path)
     return found
 

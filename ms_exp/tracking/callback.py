@@ -18,6 +18,7 @@ fixed with ``drop_overflow_update``) adds ``train/loss_scale`` (the scale that s
 A resumed job leaves out the steps its run has already (``already_logged``, by the groups of
 ms_exp/tracking/logged_steps.py), so every step is in the run once.
 """
+
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -29,8 +30,11 @@ from ms_exp.tracking.interface import RunTracker
 
 def loss_parts(net_outputs, names: Sequence[str]) -> dict:
     """``{name: value}`` for the train step's outputs, one per name."""
-    return {name: float(np.asarray(out.asnumpy()).reshape(-1)[0])
-            for name, out in zip(names, net_outputs)}
+    return {
+        name: float(np.asarray(out.asnumpy()).reshape(-1)[0])
+        for name, out in zip(names, net_outputs)
+    }
+
 
 def loss_value(net_outputs) -> float:
     """The loss of a train step's outputs (a Tensor, or (loss, overflow, scale) with a
@@ -48,8 +52,11 @@ def loss_scale_state(params):
     if state is not None:
         return state
     outputs = params.net_outputs
-    if (getattr(params.get("train_network"), "scale_sense", None) is not None
-            and isinstance(outputs, (tuple, list)) and len(outputs) == 3):
+    if (
+        getattr(params.get("train_network"), "scale_sense", None) is not None
+        and isinstance(outputs, (tuple, list))
+        and len(outputs) == 3
+    ):
         return outputs[1], outputs[2]
     return None
 
@@ -62,9 +69,14 @@ def _scalar(value) -> float:
 
 
 class MlflowMetrics(Callback):
-    def __init__(self, tracker: RunTracker, samples_per_step: int, log_every_n_steps: int,
-                 loss_names: Sequence[str] = (),
-                 already_logged: Optional[Mapping[str, int]] = None):
+    def __init__(
+        self,
+        tracker: RunTracker,
+        samples_per_step: int,
+        log_every_n_steps: int,
+        loss_names: Sequence[str] = (),
+        already_logged: Optional[Mapping[str, int]] = None,
+    ):
         super().__init__()
         self.already_logged = dict(already_logged or {})
         self.loss_names = tuple(loss_names)
@@ -108,11 +120,16 @@ class MlflowMetrics(Callback):
         if state is not None:
             self._overflows.append(state[0])
         if self.global_step % self.every == 0 and self._new("step"):
-            metrics = {f"train/{name}": value for name, value in
-                       loss_parts(params.net_outputs, self.loss_names).items()}
+            metrics = {
+                f"train/{name}": value
+                for name, value in loss_parts(params.net_outputs, self.loss_names).items()
+            }
             # The first of several losses is the loss; converted once, above.
-            metrics["train/loss"] = (metrics[f"train/{self.loss_names[0]}"] if self.loss_names
-                                     else loss_value(params.net_outputs))
+            metrics["train/loss"] = (
+                metrics[f"train/{self.loss_names[0]}"]
+                if self.loss_names
+                else loss_value(params.net_outputs)
+            )
             metrics["train/step_time_ms"] = step_time * 1000.0
             metrics["train/samples_per_s"] = self.samples_per_step / step_time
             metrics.update(self._step_curves(state))
@@ -143,8 +160,11 @@ class MlflowMetrics(Callback):
         """One evaluation's results, at the current step."""
         # Model.fit adds the eval network's last output as "eval_loss"; the averaged
         # "loss" metric is the one worth plotting.
-        metrics = {f"eval/{name}": float(value) for name, value in results.items()
-                   if not name.startswith("eval_")}
+        metrics = {
+            f"eval/{name}": float(value)
+            for name, value in results.items()
+            if not name.startswith("eval_")
+        }
         self.eval_history.append(metrics)
         if self._new("eval"):
             self.tracker.log_metrics(metrics, step=self.global_step)
@@ -168,5 +188,8 @@ class MlflowMetrics(Callback):
         median = times[len(times) // 2]
         throughput = self.samples_per_step / median
         self.record_epoch(params.cur_epoch_num, epoch_time)
-        print(f"epoch: {params.cur_epoch_num} throughput: {throughput:.1f} samples/s, "
-              f"median step time: {median * 1000:.3f} ms", flush=True)
+        print(
+            f"epoch: {params.cur_epoch_num} throughput: {throughput:.1f} samples/s, "
+            f"median step time: {median * 1000:.3f} ms",
+            flush=True,
+        )

@@ -10,6 +10,7 @@ that it differs between two runs only when their experiments differ. What is
 unknown (an experiment, a sweep, a run id, a metric no run logged) raises CompareError, one
 line naming what exists.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -66,6 +67,7 @@ class CompareError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Finding the runs
 
+
 def open_store(tracking_uri: Optional[str]) -> MlflowClient:
     """The store at ``tracking_uri`` (default: ``sqlite:///mlflow.db`` here, the store
     ``ms_exp.run`` records in from this folder); one with a password in its URI, or one that
@@ -77,22 +79,29 @@ def open_store(tracking_uri: Optional[str]) -> MlflowClient:
     try:
         return existing_store(uri)
     except StoreError as error:
-        raise CompareError(f"--tracking-uri: {uri}: {error.problem}; expected an existing "
-                           "MLflow store (run this where the runs ran, or pass "
-                           "--tracking-uri)") from None
+        raise CompareError(
+            f"--tracking-uri: {uri}: {error.problem}; expected an existing "
+            "MLflow store (run this where the runs ran, or pass "
+            "--tracking-uri)"
+        ) from None
 
 
 @dataclass
 class Selection:
     """The runs asked for, newest first, and what was asked (for messages and defaults)."""
+
     runs: List[Run]
     where: str
     sweep: Optional[Run] = None
     experiments: List[str] = field(default_factory=list)
 
 
-def select_runs(client: MlflowClient, experiment: Optional[str] = None,
-                sweep: Optional[str] = None, filter_string: Optional[str] = None) -> Selection:
+def select_runs(
+    client: MlflowClient,
+    experiment: Optional[str] = None,
+    sweep: Optional[str] = None,
+    filter_string: Optional[str] = None,
+) -> Selection:
     """The job runs of ``experiment`` (default: every experiment), or of the sweep ``sweep``
     (its parent run id, its folder or one of its job folders), that match ``filter_string``
     (MLflow's search syntax), newest first. A sweep's parent run and an evaluation's run
@@ -105,9 +114,10 @@ def select_runs(client: MlflowClient, experiment: Optional[str] = None,
         try:
             parent = client.get_run(find_sweep(client, sweep))
         except ReportError as error:
-            raise CompareError(f"--sweep: {sweep}: {error}; expected the parent run id or "
-                               "the folder of a sweep: "
-                               + newest(client, "tags.`ms_exp.sweep` = 'true'")) from None
+            raise CompareError(
+                f"--sweep: {sweep}: {error}; expected the parent run id or "
+                "the folder of a sweep: " + newest(client, "tags.`ms_exp.sweep` = 'true'")
+            ) from None
         ids = [parent.info.experiment_id]
         filters.insert(0, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     experiments = all_pages(client.search_experiments)
@@ -115,29 +125,43 @@ def select_runs(client: MlflowClient, experiment: Optional[str] = None,
     if experiment is not None:
         ids = [e.experiment_id for e in experiments if e.name == experiment]
         if not ids:
-            raise CompareError(f"--experiment: {experiment}: no such experiment in "
-                               f"{client.tracking_uri}; expected one of: "
-                               + ", ".join(sorted(names.values())))
+            raise CompareError(
+                f"--experiment: {experiment}: no such experiment in "
+                f"{client.tracking_uri}; expected one of: " + ", ".join(sorted(names.values()))
+            )
         if parent is not None and parent.info.experiment_id not in ids:
-            raise CompareError(f"--sweep: {sweep}: its runs are in experiment "
-                               f"{names.get(parent.info.experiment_id)!r}, not {experiment!r}")
+            raise CompareError(
+                f"--sweep: {sweep}: its runs are in experiment "
+                f"{names.get(parent.info.experiment_id)!r}, not {experiment!r}"
+            )
     elif parent is None:
         ids = list(names)
     try:
-        runs = all_pages(client.search_runs, experiment_ids=ids,
-                         filter_string=" and ".join(filters),
-                         order_by=["attributes.start_time DESC"])
+        runs = all_pages(
+            client.search_runs,
+            experiment_ids=ids,
+            filter_string=" and ".join(filters),
+            order_by=["attributes.start_time DESC"],
+        )
     except MlflowException as error:
         if error.error_code != "INVALID_PARAMETER_VALUE":
             raise
-        raise CompareError(f"--filter: {filter_string}: {str(error).splitlines()[0][:300]}; "
-                           "expected MLflow's search syntax, e.g. \"params.optimizer.lr = "
-                           "'0.1' and metrics.`eval/accuracy` > 0.9\"") from None
-    where = (f"sweep {parent.info.run_id}" if parent is not None else
-             f"experiment {experiment!r}" if experiment is not None else "the store")
+        raise CompareError(
+            f"--filter: {filter_string}: {str(error).splitlines()[0][:300]}; "
+            "expected MLflow's search syntax, e.g. \"params.optimizer.lr = "
+            "'0.1' and metrics.`eval/accuracy` > 0.9\""
+        ) from None
+    where = (
+        f"sweep {parent.info.run_id}"
+        if parent is not None
+        else f"experiment {experiment!r}"
+        if experiment is not None
+        else "the store"
+    )
     where += f" ({client.tracking_uri})"
-    return Selection([r for r in runs if is_job_run(r)], where, parent,
-                     [names[i] for i in ids if i in names])
+    return Selection(
+        [r for r in runs if is_job_run(r)], where, parent, [names[i] for i in ids if i in names]
+    )
 
 
 def is_job_run(run: Run) -> bool:
@@ -148,13 +172,17 @@ def is_job_run(run: Run) -> bool:
 # ---------------------------------------------------------------------------------------------
 # What a run holds, comparably
 
+
 def config(run: Run) -> Dict[str, str]:
     """The run's params, a path inside its own folder relative to that folder (as a job
     records it; a run recorded before it did so holds the path whole)."""
     folder = run.data.tags.get("ms_exp.run_dir")
     params = run.data.params
-    return {k: str(v) for k, v in relative_to_run(params, Path(folder)).items()} if folder \
+    return (
+        {k: str(v) for k, v in relative_to_run(params, Path(folder)).items()}
+        if folder
         else dict(params)
+    )
 
 
 def logged_metrics(runs: Sequence[Run]) -> List[str]:
@@ -169,16 +197,17 @@ def final_metrics(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None) 
         for metric in metrics:
             check_metric(metric, logged)
         return list(dict.fromkeys(metrics))
-    return [m for m in logged if m.startswith(EVAL_PREFIX)] + \
-        [m for m in logged if m == TRAIN_LOSS]
+    return [m for m in logged if m.startswith(EVAL_PREFIX)] + [m for m in logged if m == TRAIN_LOSS]
 
 
 def check_metric(metric: str, logged: Sequence[str]) -> None:
     if metric not in logged:
         close = difflib.get_close_matches(metric, logged, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise CompareError(f"--metric: {metric}: no run logged it{hint}; expected one the "
-                           f"runs logged: {', '.join(logged) or 'none'}")
+        raise CompareError(
+            f"--metric: {metric}: no run logged it{hint}; expected one the "
+            f"runs logged: {', '.join(logged) or 'none'}"
+        )
 
 
 def duration_s(run: Run) -> float:
@@ -191,25 +220,35 @@ def start_time(run: Run) -> pandas.Timestamp:
     return pandas.Timestamp(run.info.start_time, unit="ms", tz="UTC")
 
 
-def runs_table(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None
-               ) -> pandas.DataFrame:
+def runs_table(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None) -> pandas.DataFrame:
     """One row per run in the order given: id, name, status, start (UTC), duration in
     seconds, the config keys whose values differ among the runs (text, as MLflow holds
     params) and the final metrics (numbers; NaN where a run lacks one)."""
     configs = [config(run) for run in runs]
     keys = differing_keys(configs) if len(runs) > 1 else []
     shown = final_metrics(runs, metrics) if runs else []
-    rows = [{"run_id": run.info.run_id, "name": run.info.run_name, "status": run.info.status,
-             "start": start_time(run), "duration_s": duration_s(run),
-             **{key: values.get(key, "") for key in keys},
-             **{metric: run.data.metrics.get(metric, math.nan) for metric in shown}}
-            for run, values in zip(runs, configs)]
+    rows = [
+        {
+            "run_id": run.info.run_id,
+            "name": run.info.run_name,
+            "status": run.info.status,
+            "start": start_time(run),
+            "duration_s": duration_s(run),
+            **{key: values.get(key, "") for key in keys},
+            **{metric: run.data.metrics.get(metric, math.nan) for metric in shown},
+        }
+        for run, values in zip(runs, configs)
+    ]
     return pandas.DataFrame(rows, columns=[*RUN_COLUMNS, *keys, *shown])
 
 
-def table(experiment: Optional[str] = None, sweep: Optional[str] = None,
-          filter: Optional[str] = None, tracking_uri: Optional[str] = None,
-          metrics: Optional[Sequence[str]] = None) -> pandas.DataFrame:
+def table(
+    experiment: Optional[str] = None,
+    sweep: Optional[str] = None,
+    filter: Optional[str] = None,
+    tracking_uri: Optional[str] = None,
+    metrics: Optional[Sequence[str]] = None,
+) -> pandas.DataFrame:
     """The runs of ``python -m ms_exp.runs list`` with the same arguments, as a DataFrame
     (for a notebook): newest first, the config keys that differ among them, their final
     metrics. Raises CompareError naming what exists when something asked for does not."""
@@ -254,13 +293,14 @@ def render(frame: pandas.DataFrame, form: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # The best run
 
+
 @dataclass
 class Best:
     run: Run
     metric: str
     lowest: bool
-    why: str          # where the direction came from
-    candidates: int   # the finished runs that logged the metric
+    why: str  # where the direction came from
+    candidates: int  # the finished runs that logged the metric
     checkpoints: Dict[str, str]
 
     @property
@@ -272,8 +312,12 @@ class Best:
         return read_overrides(self.run.data.tags.get("ms_exp.overrides", ""))
 
 
-def best_run(client: MlflowClient, selection: Selection, metric: Optional[str] = None,
-             lowest: Optional[bool] = None) -> Best:
+def best_run(
+    client: MlflowClient,
+    selection: Selection,
+    metric: Optional[str] = None,
+    lowest: Optional[bool] = None,
+) -> Best:
     """The finished run with the best ``metric`` (default: the sweep's objective, else the
     first of eval/accuracy, eval/auc the runs logged); best is lowest when ``lowest`` says
     so, else as the sweep states it for its objective, else by the metric's name (the
@@ -281,15 +325,21 @@ def best_run(client: MlflowClient, selection: Selection, metric: Optional[str] =
     that started first."""
     finished = [r for r in selection.runs if r.info.status == "FINISHED"]
     if not finished:
-        raise CompareError(f"no finished run in {selection.where}; expected runs that "
-                           f"finished (statuses: {_statuses(selection.runs) or 'no runs'})")
+        raise CompareError(
+            f"no finished run in {selection.where}; expected runs that "
+            f"finished (statuses: {_statuses(selection.runs) or 'no runs'})"
+        )
     logged = logged_metrics(finished)
     stated = stated_metric(selection.sweep) if selection.sweep is not None else None
-    metric = metric or objective_metric(logged, stated if stated in logged else None) or \
-        OBJECTIVE_METRICS[0]
+    metric = (
+        metric
+        or objective_metric(logged, stated if stated in logged else None)
+        or OBJECTIVE_METRICS[0]
+    )
     check_metric(metric, logged)
-    direction = stated_direction(selection.sweep, metric, logged) \
-        if selection.sweep is not None else None
+    direction = (
+        stated_direction(selection.sweep, metric, logged) if selection.sweep is not None else None
+    )
     if lowest is not None:
         direction, why = ("minimize" if lowest else "maximize"), ("--min" if lowest else "--max")
     elif direction:
@@ -301,8 +351,9 @@ def best_run(client: MlflowClient, selection: Selection, metric: Optional[str] =
     if run is None:
         raise CompareError(f"--metric: {metric}: no finished run has a value for it (NaN)")
     scored = sum(1 for r in finished if metric in r.data.metrics)
-    return Best(run, metric, lower_is_better(metric, direction), why, scored,
-                checkpoints(client, run))
+    return Best(
+        run, metric, lower_is_better(metric, direction), why, scored, checkpoints(client, run)
+    )
 
 
 def _statuses(runs: Sequence[Run]) -> str:
@@ -324,8 +375,9 @@ def checkpoints(client: MlflowClient, run: Run) -> Dict[str, str]:
             found[which] = ""
         elif (folder / artifact).is_file():
             found[which] = str(folder / artifact)
-        elif artifact in {a.path for a in client.list_artifacts(run.info.run_id,
-                                                                 str(Path(artifact).parent))}:
+        elif artifact in {
+            a.path for a in client.list_artifacts(run.info.run_id, str(Path(artifact).parent))
+        }:
             found[which] = f"runs:/{run.info.run_id}/{artifact}"
         else:
             found[which] = f"{folder / artifact} (no longer there, and not logged to the run)"
@@ -336,9 +388,11 @@ def best_lines(best: Best) -> List[str]:
     run = best.run
     order = "lowest" if best.lowest else "highest"
     count = f"{best.candidates} finished run{'s' if best.candidates != 1 else ''}"
-    lines = [f"best run: {run.info.run_id} ({run.info.run_name})",
-             f"{best.metric}: {best.value:.6g}, the {order} of {count} ({best.why})",
-             f"overrides: {shlex.join(best.overrides) or '(none)'}"]
+    lines = [
+        f"best run: {run.info.run_id} ({run.info.run_name})",
+        f"{best.metric}: {best.value:.6g}, the {order} of {count} ({best.why})",
+        f"overrides: {shlex.join(best.overrides) or '(none)'}",
+    ]
     for which in CHECKPOINTS:
         lines.append(f"{which} checkpoint: {best.checkpoints[which] or '(none saved)'}")
     return lines
@@ -346,6 +400,7 @@ def best_lines(best: Best) -> List[str]:
 
 # ---------------------------------------------------------------------------------------------
 # Two runs side by side
+
 
 def job_runs(client: MlflowClient, ids: Sequence[Tuple[str, str]]) -> List[Run]:
     """The runs of ``(label, run id)`` pairs, each refused in one line saying what it is
@@ -357,8 +412,9 @@ def job_runs(client: MlflowClient, ids: Sequence[Tuple[str, str]]) -> List[Run]:
         except StoreError as error:
             unknown = error.problem.startswith(("no such run", "not a run id"))
             known = f" (the newest: {newest(client)})" if unknown else ""
-            raise CompareError(f"{label}: {run_id}: {error.problem}; expected "
-                               f"{error.allowed}{known}") from None
+            raise CompareError(
+                f"{label}: {run_id}: {error.problem}; expected {error.allowed}{known}"
+            ) from None
     return runs
 
 
@@ -366,23 +422,28 @@ def newest(client: MlflowClient, filter_string: str = "", count: int = 3) -> str
     """The newest few runs matching ``filter_string`` (job runs when it is empty), as
     ``id (name)``: what a refusal names as existing."""
     experiments = [e.experiment_id for e in all_pages(client.search_experiments)]
-    runs = client.search_runs(experiments, filter_string, max_results=100,
-                              order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        experiments, filter_string, max_results=100, order_by=["attributes.start_time DESC"]
+    )
     chosen = [r for r in runs if filter_string or is_job_run(r)][:count]
     return ", ".join(f"{r.info.run_id} ({r.info.run_name})" for r in chosen) or "none recorded"
 
 
-def run_diff(client: MlflowClient, a: Run, b: Run,
-             metrics: Optional[Sequence[str]] = None) -> str:
+def run_diff(client: MlflowClient, a: Run, b: Run, metrics: Optional[Sequence[str]] = None) -> str:
     """Markdown: the config keys that differ, the final metrics with B - A, the checkpoints."""
     configs = [config(a), config(b)]
     keys = differing_keys(configs)
-    lines = [f"A: {a.info.run_id} ({a.info.run_name}, {a.info.status})",
-             f"B: {b.info.run_id} ({b.info.run_name}, {b.info.status})", ""]
+    lines = [
+        f"A: {a.info.run_id} ({a.info.run_name}, {a.info.status})",
+        f"B: {b.info.run_id} ({b.info.run_name}, {b.info.status})",
+        "",
+    ]
     total = len(set(configs[0]) | set(configs[1]))
     if keys:
-        frame = pandas.DataFrame([[k, configs[0].get(k, "(unset)"), configs[1].get(k, "(unset)")]
-                                  for k in keys], columns=["config key", "A", "B"])
+        frame = pandas.DataFrame(
+            [[k, configs[0].get(k, "(unset)"), configs[1].get(k, "(unset)")] for k in keys],
+            columns=["config key", "A", "B"],
+        )
         lines += [f"config: {len(keys)} of {total} keys differ", "", _md(frame)]
     else:
         lines.append(f"config: the same {total} keys and values")
@@ -395,9 +456,13 @@ def run_diff(client: MlflowClient, a: Run, b: Run,
         frame = pandas.DataFrame(rows, columns=["final metric", "A", "B", "B - A"])
         lines += ["", "final metrics:", "", _md(frame)]
     found = [checkpoints(client, run) for run in (a, b)]
-    frame = pandas.DataFrame([[which, found[0][which] or "(none saved)",
-                               found[1][which] or "(none saved)"] for which in CHECKPOINTS],
-                             columns=["checkpoint", "A", "B"])
+    frame = pandas.DataFrame(
+        [
+            [which, found[0][which] or "(none saved)", found[1][which] or "(none saved)"]
+            for which in CHECKPOINTS
+        ],
+        columns=["checkpoint", "A", "B"],
+    )
     lines += ["", "checkpoints:", "", _md(frame)]
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ out: they change where and how a result is recorded or reached, not the result. 
 experiment is not trained again; a re-run of a sweep with a failed or missing job therefore
 trains only those.
 """
+
 import hashlib
 import json
 from pathlib import Path
@@ -16,8 +17,12 @@ from typing import Any, Dict, Optional, cast
 from omegaconf import DictConfig, OmegaConf
 
 DIGEST_TAG = "ms_exp.config_digest"
-_NOT_PART_OF_THE_RESULT = (("tracking",), ("sweep",), ("trainer", "progress_bar"),
-                           ("trainer", "resume"))
+_NOT_PART_OF_THE_RESULT = (
+    ("tracking",),
+    ("sweep",),
+    ("trainer", "progress_bar"),
+    ("trainer", "resume"),
+)
 
 
 def config_digest(cfg: DictConfig, run_dir: Path) -> str:
@@ -42,12 +47,16 @@ def find_finished(client, experiment_name: str, digest: str):
     runs = client.search_runs(
         [experiment.experiment_id],
         filter_string=f"attributes.status = 'FINISHED' and tags.`{DIGEST_TAG}` = '{digest}'",
-        order_by=["attributes.start_time DESC"], max_results=1)
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     return runs[0] if runs else None
 
 
 def skip_note(run) -> Optional[str]:
     accuracy = run.data.metrics.get("eval/accuracy")
     shown = f", eval/accuracy {accuracy:.4f}" if accuracy is not None else ""
-    return (f"skipped: run {run.info.run_id} ({run.info.run_name}) already finished with "
-            f"this config{shown} (tracking.skip_finished=true)")
+    return (
+        f"skipped: run {run.info.run_id} ({run.info.run_name}) already finished with "
+        f"this config{shown} (tracking.skip_finished=true)"
+    )

@@ -20,6 +20,7 @@ by the launching job, ms_exp/job/, on its own tracker once ``enabled``) and ``cl
 MLflow client of ``Tracker`` and ``JournalTracker``, which ``provenance.record`` and the sweep
 callback use on those).
 """
+
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
@@ -59,17 +60,24 @@ class RunTracker(Protocol):
     def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
         """Upload a folder's files into the run's artifacts under ``artifact_path``."""
 
-    def log_artifact_to(self, run_id: Optional[str], path: Path,
-                        artifact_path: Optional[str] = None) -> None:
+    def log_artifact_to(
+        self, run_id: Optional[str], path: Path, artifact_path: Optional[str] = None
+    ) -> None:
         """Upload one file into run ``run_id``'s artifacts (None: this run's)."""
 
     def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
         """Write ``run_dir/provenance`` (code, packages, command, data) and log it on the run."""
 
-    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
-                  metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None,
-                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
+    def log_model(
+        self,
+        name: str,
+        directory: Path,
+        params: Mapping[str, object],
+        metrics: Mapping[str, float],
+        epoch: Optional[int] = None,
+        tags: Optional[Mapping[str, object]] = None,
+        mlmodel: Optional[Mapping[str, object]] = None,
+    ) -> None:
         """Log ``directory`` (an MLflow model, ms_exp/job/model_package.py) as a LoggedModel
         named ``name`` of this run, one of its outputs, with ``params``, ``tags`` and
         ``metrics`` linked to it at the step of ``epoch``'s evaluation (None: the last);

@@ -22,6 +22,7 @@ A damaged line (not JSON, or not a call) costs that call only: the upload skips 
 it, and keeps it in ``<journal>.damaged``; the lines after it are delivered as if it were
 not there, and their numbers stay those of the file, which ``<journal>.delivered`` counts.
 """
+
 import json
 import os
 import re
@@ -60,10 +61,14 @@ def offline_note(uri: str, journal: Path, run_id: Optional[str]) -> str:
     """The line of a job's report when (some of) its run is only in the journal."""
     upload = upload_command(run_dir_of(journal))
     if run_id is None:
-        return (f"MLflow run not recorded yet: {uri} was unreachable; kept in {journal}; "
-                f"upload with: {upload}")
-    return (f"{uri} stopped answering during the run: the calls since are kept in "
-            f"{journal}; upload with: {upload}")
+        return (
+            f"MLflow run not recorded yet: {uri} was unreachable; kept in {journal}; "
+            f"upload with: {upload}"
+        )
+    return (
+        f"{uri} stopped answering during the run: the calls since are kept in "
+        f"{journal}; upload with: {upload}"
+    )
 
 
 class Journal:
@@ -95,7 +100,7 @@ class JournalTracker:
     """The recording calls of :class:`ms_exp.tracking.tracker.Tracker`, kept in a journal."""
 
     enabled = True
-    run_id = None       # unknown until the journal is delivered
+    run_id = None  # unknown until the journal is delivered
     experiment_id = None
 
     def __init__(self, journal: Journal):
@@ -117,8 +122,9 @@ class JournalTracker:
         self.journal.write("set_tags", tags={k: str(v) for k, v in tags.items()})
 
     def log_artifacts(self, directory, artifact_path: Optional[str] = None) -> None:
-        self.journal.write("log_artifacts", directory=str(Path(directory).absolute()),
-                           artifact_path=artifact_path)
+        self.journal.write(
+            "log_artifacts", directory=str(Path(directory).absolute()), artifact_path=artifact_path
+        )
 
     # The rest of RunTracker (ms_exp/tracking/interface.py), spelled out: __getattr__ takes
     # keyword arguments only, and would answer for a member renamed or gone.
@@ -130,28 +136,46 @@ class JournalTracker:
         self.journal.write("log_params", params=dict(params))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        self.journal.write("log_metrics", metrics={k: float(v) for k, v in metrics.items()},
-                           step=int(step))
+        self.journal.write(
+            "log_metrics", metrics={k: float(v) for k, v in metrics.items()}, step=int(step)
+        )
 
     def log_artifact(self, path, artifact_path: Optional[str] = None) -> None:
-        self.journal.write("log_artifact", path=str(Path(path).absolute()),
-                           artifact_path=artifact_path)
+        self.journal.write(
+            "log_artifact", path=str(Path(path).absolute()), artifact_path=artifact_path
+        )
 
-    def log_artifact_to(self, run_id: Optional[str], path,
-                        artifact_path: Optional[str] = None) -> None:
-        self.journal.write("log_artifact_to", run_id=run_id, path=str(Path(path).absolute()),
-                           artifact_path=artifact_path)
+    def log_artifact_to(
+        self, run_id: Optional[str], path, artifact_path: Optional[str] = None
+    ) -> None:
+        self.journal.write(
+            "log_artifact_to",
+            run_id=run_id,
+            path=str(Path(path).absolute()),
+            artifact_path=artifact_path,
+        )
 
-    def log_model(self, name: str, directory, params: Mapping[str, object],
-                  metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None,
-                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
+    def log_model(
+        self,
+        name: str,
+        directory,
+        params: Mapping[str, object],
+        metrics: Mapping[str, float],
+        epoch: Optional[int] = None,
+        tags: Optional[Mapping[str, object]] = None,
+        mlmodel: Optional[Mapping[str, object]] = None,
+    ) -> None:
         # The model directory stays in the run directory until the journal is delivered.
-        self.journal.write("log_model", name=name, directory=str(Path(directory).absolute()),
-                           params={k: str(v) for k, v in params.items()},
-                           metrics={k: float(v) for k, v in metrics.items()}, epoch=epoch,
-                           tags={k: str(v) for k, v in (tags or {}).items()},
-                           mlmodel=dict(mlmodel) if mlmodel else None)
+        self.journal.write(
+            "log_model",
+            name=name,
+            directory=str(Path(directory).absolute()),
+            params={k: str(v) for k, v in params.items()},
+            metrics={k: float(v) for k, v in metrics.items()},
+            epoch=epoch,
+            tags={k: str(v) for k, v in (tags or {}).items()},
+            mlmodel=dict(mlmodel) if mlmodel else None,
+        )
 
     def wait_for_run(self) -> None:
         """Nothing to wait for: the journal is open."""
@@ -173,8 +197,9 @@ class _JournalClient:
         from google.protobuf import json_format
 
         for dataset_input in datasets:
-            self.journal.write("log_dataset", dataset_input=json_format.MessageToDict(
-                dataset_input.to_proto()))
+            self.journal.write(
+                "log_dataset", dataset_input=json_format.MessageToDict(dataset_input.to_proto())
+            )
 
 
 Call = Dict[str, Any]
@@ -185,7 +210,7 @@ class Damage(NamedTuple):
 
     number: int
     text: bytes
-    cut_off: bool   # the last line, without its newline: its job ended while writing it
+    cut_off: bool  # the last line, without its newline: its job ended while writing it
 
     def held(self) -> str:
         """What the line seems to have held, as far as its text tells."""
@@ -204,7 +229,7 @@ class Damage(NamedTuple):
 def _call(line: bytes) -> Optional[Call]:
     try:
         call = json.loads(line)
-    except ValueError:      # not JSON, or not UTF-8
+    except ValueError:  # not JSON, or not UTF-8
         return None
     return call if isinstance(call, dict) and isinstance(call.get("call"), str) else None
 
@@ -224,8 +249,11 @@ def read(path: Path) -> List[Optional[Call]]:
 
 def damage(path: Path) -> List[Damage]:
     """The journal's lines that are not calls, a cut off last line included."""
-    return [Damage(number, text, cut_off) for number, text, call, cut_off in _lines(path)
-            if call is None]
+    return [
+        Damage(number, text, cut_off)
+        for number, text, call, cut_off in _lines(path)
+        if call is None
+    ]
 
 
 def keep_damaged(journal: Path, damaged: Sequence[Damage]) -> Path:
@@ -254,8 +282,9 @@ class Progress:
         self.path.unlink(missing_ok=True)
 
 
-def pending(calls: Sequence[Optional[Mapping[str, Any]]], progress: Progress
-            ) -> Iterator[Tuple[int, Optional[Mapping[str, Any]]]]:
+def pending(
+    calls: Sequence[Optional[Mapping[str, Any]]], progress: Progress
+) -> Iterator[Tuple[int, Optional[Mapping[str, Any]]]]:
     """(line index, call or None if damaged) for the lines after the start line not
     delivered yet."""
     first = max(progress.lines, 1)

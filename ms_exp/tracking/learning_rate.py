@@ -8,6 +8,7 @@ once and read without touching the device; a LearningRateSchedule cell is evalua
 the step; a constant rate is the optimizer's Parameter, read when logged (a callback may
 change it). With group learning rates the first group's is the one logged.
 """
+
 from typing import Any
 
 import numpy as np

@@ -12,6 +12,7 @@ the current step, where ms_exp.train.loop_control.StopOnSignal saves a checkpoin
 then raises, so an interrupted run can be resumed from where it stopped. A second signal
 stops at once.
 """
+
 import signal
 import sys
 from contextlib import contextmanager
@@ -49,8 +50,12 @@ def _raise_terminated(signum, frame):
     name = signal.Signals(signum).name
     if StepBoundary.armed and StepBoundary.pending is None:
         StepBoundary.pending = f"received signal {name}"
-        print(f"ms_exp: {name}: stopping after this step and saving a checkpoint (send it "
-              "again to stop at once)", file=sys.stderr, flush=True)
+        print(
+            f"ms_exp: {name}: stopping after this step and saving a checkpoint (send it "
+            "again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     raise Terminated(f"received signal {name}")
 
@@ -69,8 +74,11 @@ def interruptible(command: Callable[[], int]) -> int:
         try:
             return command()
         except KeyboardInterrupt as interrupt:
-            print(f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); its temporary files were "
-                  "removed", file=sys.stderr, flush=True)
+            print(
+                f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); its temporary files were removed",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_INTERRUPTED
 
 
@@ -114,14 +122,21 @@ class DisabledTracker:
     def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
         pass
 
-    def log_artifact_to(self, run_id: Optional[str], path: Path,
-                        artifact_path: Optional[str] = None) -> None:
+    def log_artifact_to(
+        self, run_id: Optional[str], path: Path, artifact_path: Optional[str] = None
+    ) -> None:
         pass
 
-    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
-                  metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None,
-                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
+    def log_model(
+        self,
+        name: str,
+        directory: Path,
+        params: Mapping[str, object],
+        metrics: Mapping[str, float],
+        epoch: Optional[int] = None,
+        tags: Optional[Mapping[str, object]] = None,
+        mlmodel: Optional[Mapping[str, object]] = None,
+    ) -> None:
         pass
 
     def wait_for_run(self) -> None:
@@ -138,12 +153,17 @@ class DisabledTracker:
 
 
 @contextmanager
-def tracked_run(enabled: bool, tracking_uri: str, experiment_name: str, run_name: str,
-                tags: Mapping[str, str],
-                parent_run_id: Optional[str] = None, run_id: Optional[str] = None,
-                offline_dir: Optional[Path] = None,
-                system_metrics_interval: Optional[float] = None
-                ) -> Iterator[Union[SidecarTracker, DisabledTracker]]:
+def tracked_run(
+    enabled: bool,
+    tracking_uri: str,
+    experiment_name: str,
+    run_name: str,
+    tags: Mapping[str, str],
+    parent_run_id: Optional[str] = None,
+    run_id: Optional[str] = None,
+    offline_dir: Optional[Path] = None,
+    system_metrics_interval: Optional[float] = None,
+) -> Iterator[Union[SidecarTracker, DisabledTracker]]:
     """Yield a tracker for a new run, or for run ``run_id`` reopened (created or reopened
     by the sidecar process while the job goes on); end the run FINISHED, KILLED or FAILED.
     With ``offline_dir`` (the run directory) a tracking server that cannot be reached does
@@ -154,9 +174,16 @@ def tracked_run(enabled: bool, tracking_uri: str, experiment_name: str, run_name
         with terminate_as_interrupt():
             yield DisabledTracker()
         return
-    tracker = SidecarTracker(tracking_uri, experiment_name, run_name, tags, parent_run_id,
-                             run_id=run_id, offline_dir=offline_dir,
-                             system_metrics_interval=system_metrics_interval)
+    tracker = SidecarTracker(
+        tracking_uri,
+        experiment_name,
+        run_name,
+        tags,
+        parent_run_id,
+        run_id=run_id,
+        offline_dir=offline_dir,
+        system_metrics_interval=system_metrics_interval,
+    )
     status = "FAILED"
     try:
         with terminate_as_interrupt():

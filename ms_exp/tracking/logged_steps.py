@@ -13,6 +13,7 @@ written (``before_save`` in ms_exp/checkpoint/callbacks.py), so nothing is missi
 A store that cannot be read gives no steps: the job then logs everything again, as twice is
 better than never.
 """
+
 from typing import Dict
 
 # Curves logged together, and the metric that says how far each group reaches.

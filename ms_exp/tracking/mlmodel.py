@@ -10,6 +10,7 @@ this file cost about 2.5 s at the end of every job (docs/design.md#mlmodel-in-th
 ``spec`` describes the flavors: ``{"flavor": name, "fields": {...}, "loader_module": ...}``,
 JSON as it travels through the sidecar's pipe and the journal.
 """
+
 from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
@@ -36,13 +37,14 @@ def write_mlmodel(directory: Path, spec: Mapping[str, Any]) -> None:
 
     directory = Path(directory)
     if (directory / "MLmodel").is_file() and not (directory / EXAMPLE_ARRAYS).exists():
-        return      # written already: a journal's upload cut short after it goes on
+        return  # written already: a journal's upload cut short after it goes on
     with np.load(directory / EXAMPLE_ARRAYS, allow_pickle=False) as saved:
         inputs = [saved[f"input_{i}"] for i in range(len(saved.files) - 1)]
         output = saved[_OUTPUT]
     # One array for a one-input network; named arrays (input_0, ...) otherwise.
-    example = inputs[0] if len(inputs) == 1 else {
-        f"input_{i}": array for i, array in enumerate(inputs)}
+    example = (
+        inputs[0] if len(inputs) == 1 else {f"input_{i}": array for i, array in enumerate(inputs)}
+    )
     model = Model(signature=infer_signature(example, output))
     model.add_flavor(str(spec["flavor"]), **dict(spec["fields"]))
     mlflow.pyfunc.add_to_model(model, loader_module=str(spec["loader_module"]))

@@ -1,4 +1,5 @@
 """Config trees as MLflow params: dotted names, string values."""
+
 import os
 from pathlib import Path
 from typing import Dict, Mapping
@@ -23,7 +24,6 @@ def flatten(tree: Mapping, prefix: str = "") -> Dict[str, object]:
     return flat
 
 
-
 def relative_to_run(params: Mapping[str, object], run_dir: Path) -> Dict[str, object]:
     """``params`` with each path inside the run's folder relative to it (``strategy.ckpt``,
     not ``/…/multirun/…/3/strategy.ckpt``): a param then differs between two runs only where
@@ -38,4 +38,5 @@ def relative_to_run(params: Mapping[str, object], run_dir: Path) -> Dict[str, ob
             if path == folder or path.startswith(folder + os.sep):
                 return os.path.relpath(path, folder)
         return value
+
     return {key: relative(value) for key, value in params.items()}

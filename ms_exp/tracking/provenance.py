@@ -11,6 +11,7 @@ Recorded on every MLflow run (tags, plus artifacts under ``provenance/``):
 - the dataset through MLflow's dataset API (name, location, digest), with its file list and
   sample hashes in ``provenance/dataset.json``.
 """
+
 import hashlib
 import json
 import platform
@@ -31,8 +32,16 @@ def _checkout() -> Optional[Path]:
 
 
 PROJECT_DIR = _checkout()
-KEY_PACKAGES = ("mindspore", "hydra-core", "omegaconf", "numpy", "mlflow", "pandas",
-                "scikit-learn", "ms_exp")
+KEY_PACKAGES = (
+    "mindspore",
+    "hydra-core",
+    "omegaconf",
+    "numpy",
+    "mlflow",
+    "pandas",
+    "scikit-learn",
+    "ms_exp",
+)
 # Files whose first bytes are hashed into a dataset's fingerprint, and how many bytes.
 SAMPLE_FILES = 16
 SAMPLE_BYTES = 1 << 16
@@ -45,8 +54,9 @@ def git_state(path: Optional[Path]) -> Optional[Dict[str, str]]:
         return None
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(path), *args], capture_output=True,
-                              text=True, check=True).stdout
+        return subprocess.run(
+            ["git", "-C", str(path), *args], capture_output=True, text=True, check=True
+        ).stdout
 
     try:
         top = git("rev-parse", "--show-toplevel").strip()
@@ -69,8 +79,10 @@ def package_versions() -> Dict[str, str]:
 
 
 def requirements() -> str:
-    names = sorted({(d.metadata["Name"] or "?", d.version) for d in metadata.distributions()},
-                   key=lambda item: item[0].lower())
+    names = sorted(
+        {(d.metadata["Name"] or "?", d.version) for d in metadata.distributions()},
+        key=lambda item: item[0].lower(),
+    )
     return "".join(f"{name}=={version}\n" for name, version in names)
 
 
@@ -80,8 +92,9 @@ def command_line(argv: Optional[List[str]] = None) -> str:
     recorded in the run."""
     from ms_exp.tracking.store import without_passwords
 
-    return without_passwords(shlex.join([sys.executable, "-m", "ms_exp.run",
-                                         *(sys.argv[1:] if argv is None else argv)]))
+    return without_passwords(
+        shlex.join([sys.executable, "-m", "ms_exp.run", *(sys.argv[1:] if argv is None else argv)])
+    )
 
 
 def dataset_fingerprint(dataset_cfg) -> Dict[str, Any]:
@@ -104,8 +117,10 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, Any]:
         source = f"scikit-learn {sklearn.__version__} load_digits()"
         files: List[Dict[str, Any]] = []
     elif name == "synthetic":
-        settings = {k: dataset_cfg[k] for k in ("num_samples", "num_eval_samples",
-                                                "num_classes", "noise", "data_seed")}
+        settings = {
+            k: dataset_cfg[k]
+            for k in ("num_samples", "num_eval_samples", "num_classes", "noise", "data_seed")
+        }
         settings["image_shape"] = list(dataset_cfg.image_shape)
         digest.update(json.dumps(settings, sort_keys=True).encode())
         source, files = "generated in memory", []
@@ -123,9 +138,14 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, Any]:
             with open(path, "rb") as handle:
                 digest.update(handle.read(SAMPLE_BYTES))
         source = str(root)
-    return {"name": name, "source": source, "digest": digest.hexdigest()[:16],
-            "files": len(files), "bytes": sum(int(f["bytes"]) for f in files),
-            "file_list": files}
+    return {
+        "name": name,
+        "source": source,
+        "digest": digest.hexdigest()[:16],
+        "files": len(files),
+        "bytes": sum(int(f["bytes"]) for f in files),
+        "file_list": files,
+    }
 
 
 def record(tracker, dataset_cfg, run_dir: Path, command: str) -> None:
@@ -134,8 +154,7 @@ def record(tracker, dataset_cfg, run_dir: Path, command: str) -> None:
     from omegaconf import OmegaConf
 
     dataset_cfg = OmegaConf.create(dataset_cfg)
-    tags: Dict[str, str] = {"ms_exp.python": platform.python_version(),
-                            "ms_exp.command": command}
+    tags: Dict[str, str] = {"ms_exp.python": platform.python_version(), "ms_exp.command": command}
     folder = Path(run_dir) / "provenance"
     folder.mkdir(exist_ok=True)
     trees = {"project": PROJECT_DIR, "workdir": Path.cwd()}
@@ -161,15 +180,25 @@ def record(tracker, dataset_cfg, run_dir: Path, command: str) -> None:
         tracker.set_tags(tags)
         tracker.log_artifacts(folder, "provenance")
         profile = {k: fingerprint[k] for k in ("files", "bytes")}
-        dataset = Dataset(name=fingerprint["name"], digest=fingerprint["digest"],
-                          source_type="local", source=json.dumps({"uri": fingerprint["source"]}),
-                          profile=json.dumps(profile))
-        log_dataset_input(tracker.client, tracker.run_id, DatasetInput(
-            dataset, tags=[InputTag("mlflow.data.context", "training")]))
+        dataset = Dataset(
+            name=fingerprint["name"],
+            digest=fingerprint["digest"],
+            source_type="local",
+            source=json.dumps({"uri": fingerprint["source"]}),
+            profile=json.dumps(profile),
+        )
+        log_dataset_input(
+            tracker.client,
+            tracker.run_id,
+            DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")]),
+        )
 
 
-DUPLICATE = ("UNIQUE constraint failed", "duplicate key value violates unique constraint",
-             "Duplicate entry")
+DUPLICATE = (
+    "UNIQUE constraint failed",
+    "duplicate key value violates unique constraint",
+    "Duplicate entry",
+)
 
 
 def log_dataset_input(client, run_id: str, dataset_input, attempts: int = 3) -> None:

@@ -18,6 +18,7 @@ the calls come from the sidecar's pipe or rank 0's thread.
 :func:`replay` delivers a journal; the sidecar calls it when the run ends, and so does
 ``python -m ms_exp.tracking.upload`` afterwards.
 """
+
 import os
 import sys
 from pathlib import Path
@@ -29,8 +30,11 @@ if TYPE_CHECKING:
     from ms_exp.tracking.tracker import Tracker
 
 ENDED_WITHOUT_STATUS = "the job's process ended without ending the run (killed?)"
-_QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+_QUICK_HTTP = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 _OUTAGE_STATUS = (502, 503, 504)
 # Damaged lines of a journal named one by one; one damaged throughout says the rest in one.
 _DAMAGE_NAMED = 5
@@ -53,10 +57,18 @@ def is_unreachable(error: Optional[BaseException]) -> bool:
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, (requests.ConnectionError, requests.Timeout,
-                              urllib3.exceptions.MaxRetryError,
-                              urllib3.exceptions.NewConnectionError,
-                              urllib3.exceptions.ProtocolError, ConnectionError, TimeoutError)):
+        if isinstance(
+            error,
+            (
+                requests.ConnectionError,
+                requests.Timeout,
+                urllib3.exceptions.MaxRetryError,
+                urllib3.exceptions.NewConnectionError,
+                urllib3.exceptions.ProtocolError,
+                ConnectionError,
+                TimeoutError,
+            ),
+        ):
             return True
         response = getattr(error, "response", None)
         if getattr(response, "status_code", None) in _OUTAGE_STATUS:
@@ -86,9 +98,14 @@ class RunRecorder:
     ``ends_run=False`` for rank 0 of a distributed job, whose run the launching job ends.
     """
 
-    def __init__(self, spec: Mapping[str, Any], journal_path: Union[str, Path, None] = None,
-                 ends_run: bool = True, strict: bool = False,
-                 system_metrics_interval: Optional[float] = None):
+    def __init__(
+        self,
+        spec: Mapping[str, Any],
+        journal_path: Union[str, Path, None] = None,
+        ends_run: bool = True,
+        strict: bool = False,
+        system_metrics_interval: Optional[float] = None,
+    ):
         self.spec = dict(spec)
         self.journal_path = Path(journal_path) if journal_path else None
         self.ends_run = ends_run
@@ -120,7 +137,7 @@ class RunRecorder:
 
         detect_outages_quickly()
         if not self.ends_run and not self.spec.get("run_id"):
-            self._go_offline(None)      # the launching job's run exists only in the journal
+            self._go_offline(None)  # the launching job's run exists only in the journal
             return
         try:
             arguments = {k: v for k, v in self.spec.items() if k != "tracking_uri"}
@@ -140,11 +157,17 @@ class RunRecorder:
 
         try:
             self.system_metrics = start_system_metrics(
-                run_id, self.spec["tracking_uri"], self.system_metrics_interval,
-                resume=bool(self.spec.get("run_id")))
+                run_id,
+                self.spec["tracking_uri"],
+                self.system_metrics_interval,
+                resume=bool(self.spec.get("run_id")),
+            )
         except Exception as error:  # noqa: BLE001 - the run goes on without them
-            print(f"ms_exp: warning: no system metrics ({type(error).__name__}: {error})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"ms_exp: warning: no system metrics ({type(error).__name__}: {error})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _stop_system_metrics(self, deliver: bool = True) -> None:
         """``deliver=False``: the store stopped answering, the pending samples are dropped."""
@@ -181,8 +204,9 @@ class RunRecorder:
         """End the run with ``status`` (``None``: only flush, for rank 0); return the
         journal if it could not be delivered."""
         if self.errors and status == "FINISHED":
-            self.record("set_tags", {"tags": {"ms_exp.error":
-                                              f"MLflow refused {self.errors[0]}"[:5000]}})
+            self.record(
+                "set_tags", {"tags": {"ms_exp.error": f"MLflow refused {self.errors[0]}"[:5000]}}
+            )
             status = "FAILED"
         # Its last samples go in while the run is still RUNNING (the monitor stops logging
         # into an ended run).
@@ -192,7 +216,7 @@ class RunRecorder:
             self._close_journal()
             return self.journal_path if self.journal_path and self.journal_path.exists() else None
         if self.journal is None and self.journal_path is not None and self.journal_path.exists():
-            self._go_offline(None)      # rank 0 kept its metrics there: they come first
+            self._go_offline(None)  # rank 0 kept its metrics there: they come first
         self.record("finish", {"status": status})
         if self.journal is None:
             return None
@@ -203,13 +227,19 @@ class RunRecorder:
         except StoreUnreachable:
             return self.journal_path
         except Exception as error:  # noqa: BLE001 - the journal stays; the upload shows why
-            print(f"ms_exp: error: {self.journal_path}: not delivered ({type(error).__name__}:"
-                  f" {error}); upload with: "
-                  f"{journals.upload_command(journals.run_dir_of(self.journal_path))}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"ms_exp: error: {self.journal_path}: not delivered ({type(error).__name__}:"
+                f" {error}); upload with: "
+                f"{journals.upload_command(journals.run_dir_of(self.journal_path))}",
+                file=sys.stderr,
+                flush=True,
+            )
             return self.journal_path
-        print(f"ms_exp: {self.spec['tracking_uri']} answers again: {delivered}",
-              file=sys.stderr, flush=True)
+        print(
+            f"ms_exp: {self.spec['tracking_uri']} answers again: {delivered}",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
 
     def _refused(self, call: str, error: Exception) -> None:
@@ -226,11 +256,15 @@ class RunRecorder:
         self.tracker = None
         if journal.created and error is not None:
             run_dir = journals.run_dir_of(self.journal_path)
-            print(f"ms_exp: warning: tracking.uri={self.spec['tracking_uri']} is unreachable "
-                  f"({outage_reason(error)}); training goes on and its MLflow calls are kept "
-                  f"in {self.journal_path}; they are delivered when the run ends if the "
-                  f"server is back, else upload them with: "
-                  f"{journals.upload_command(run_dir)}", file=sys.stderr, flush=True)
+            print(
+                f"ms_exp: warning: tracking.uri={self.spec['tracking_uri']} is unreachable "
+                f"({outage_reason(error)}); training goes on and its MLflow calls are kept "
+                f"in {self.journal_path}; they are delivered when the run ends if the "
+                f"server is back, else upload them with: "
+                f"{journals.upload_command(run_dir)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _close_journal(self) -> None:
         if self.journal is not None:
@@ -249,8 +283,11 @@ class Delivered:
         self.status: Optional[str] = None
 
     def count(self, call: str, arguments: Mapping[str, Any]) -> None:
-        sizes = {"log_params": ("params", "params"), "log_metric_rows": ("rows", "metric values"),
-                 "set_tags": ("tags", "tags")}
+        sizes = {
+            "log_params": ("params", "params"),
+            "log_metric_rows": ("rows", "metric values"),
+            "set_tags": ("tags", "tags"),
+        }
         if call in sizes:
             key, what = sizes[call]
             self.counts[what] = self.counts.get(what, 0) + len(arguments[key])
@@ -265,8 +302,10 @@ class Delivered:
     def __str__(self) -> str:
         what = ", ".join(f"{name}: {n}" for name, n in self.counts.items()) or "nothing new"
         ended = f", ended {self.status}" if self.status else ""
-        return (f"run {self.run_id} (experiment {self.experiment_id}) in {self.tracking_uri}: "
-                f"{what}{ended} (from {self.path})")
+        return (
+            f"run {self.run_id} (experiment {self.experiment_id}) in {self.tracking_uri}: "
+            f"{what}{ended} (from {self.path})"
+        )
 
 
 def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
@@ -279,8 +318,10 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     calls = journals.read(path)
     start = calls[0] if calls else None
     if calls and start is None:
-        raise ValueError(f"{path}: its start line (line 1) is damaged, so which run it is "
-                         f"for cannot be told; nothing delivered")
+        raise ValueError(
+            f"{path}: its start line (line 1) is damaged, so which run it is "
+            f"for cannot be told; nothing delivered"
+        )
     if start is None or start.get("call") != "start":
         raise ValueError(f"{path}: not an ms_exp MLflow journal (no start line)")
     progress = journals.Progress(path)
@@ -313,7 +354,7 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
         progress.save(recorder.run_id, number + 1)
     if finished and ended_later:
         delivered.status = ended_later
-    if not finished and not any(c and c["call"] == "finish" for c in calls[:progress.lines]):
+    if not finished and not any(c and c["call"] == "finish" for c in calls[: progress.lines]):
         if ended_later:
             recorder.finish(ended_later)
         else:
@@ -333,14 +374,20 @@ def _skip_damage(path: Path, run_id: Optional[str], progress: journals.Progress)
     skipped = [line for line in damage if line.number > progress.lines]
     for line in skipped[:_DAMAGE_NAMED]:
         if line.cut_off:
-            what = (f"line {line.number}, the last, is cut off (its job ended while writing "
-                    f"it) and was left out ({line.held()})")
+            what = (
+                f"line {line.number}, the last, is cut off (its job ended while writing "
+                f"it) and was left out ({line.held()})"
+            )
         else:
             what = f"line {line.number} is damaged and was skipped ({line.held()}); kept in {kept}"
         print(f"ms_exp: warning: journal of run {run_id}: {what}", file=sys.stderr, flush=True)
     if len(skipped) > _DAMAGE_NAMED:
-        print(f"ms_exp: warning: journal of run {run_id}: {len(skipped) - _DAMAGE_NAMED} more "
-              f"damaged lines were skipped; kept in {kept}", file=sys.stderr, flush=True)
+        print(
+            f"ms_exp: warning: journal of run {run_id}: {len(skipped) - _DAMAGE_NAMED} more "
+            f"damaged lines were skipped; kept in {kept}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _status_if_ended(spec: Mapping[str, Any]) -> Optional[str]:
@@ -368,9 +415,13 @@ def deliver_earlier_journals(run_dir: Path) -> None:
         try:
             delivered = replay(path)
         except StoreUnreachable as error:
-            print(f"ms_exp: warning: {path}: an earlier attempt's journal is not delivered, "
-                  f"the store does not answer ({error}); upload it later with: "
-                  f"{journals.upload_command(run_dir)}", file=sys.stderr, flush=True)
+            print(
+                f"ms_exp: warning: {path}: an earlier attempt's journal is not delivered, "
+                f"the store does not answer ({error}); upload it later with: "
+                f"{journals.upload_command(run_dir)}",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         except ValueError as error:
             print(f"ms_exp: warning: {error}; left in place", file=sys.stderr, flush=True)

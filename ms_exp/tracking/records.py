@@ -4,6 +4,7 @@ The modules above tracking read a store through a client of :mod:`ms_exp.trackin
 and these, never through MLflow itself: MLflow's refusal of a read comes back as
 :class:`NotRecorded`, with MLflow's message, for the caller's own one-line error.
 """
+
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Tuple
@@ -35,17 +36,25 @@ def download(client: "MlflowClient", run_id: str, path: str, folder: Path) -> Pa
     MLflow raises (its types vary with the store): the caller names it."""
     from mlflow.artifacts import download_artifacts
 
-    return Path(download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(folder),
-                                   tracking_uri=client.tracking_uri))
+    return Path(
+        download_artifacts(
+            run_id=run_id,
+            artifact_path=path,
+            dst_path=str(folder),
+            tracking_uri=client.tracking_uri,
+        )
+    )
 
 
-def download_logged_model(client: "MlflowClient", model_id: str,
-                          folder: Path) -> Tuple["LoggedModel", Path]:
+def download_logged_model(
+    client: "MlflowClient", model_id: str, folder: Path
+) -> Tuple["LoggedModel", Path]:
     """The LoggedModel ``model_id`` and its files downloaded into ``folder``; NotRecorded
     when the store has no such model."""
     from mlflow.artifacts import download_artifacts
 
     with reading_store():
         logged = client.get_logged_model(model_id)
-    return logged, Path(download_artifacts(artifact_uri=logged.artifact_location,
-                                           dst_path=str(folder)))
+    return logged, Path(
+        download_artifacts(artifact_uri=logged.artifact_location, dst_path=str(folder))
+    )

@@ -6,13 +6,14 @@ A single job registers its own; in a sweep the parent run registers the best job
 sweep's metric, at the sweep's end (ms_exp/tracking/sweep.py). Every registration is a new
 version of the registered model, which is created the first time.
 """
+
 import math
 from typing import Optional, Sequence
 
 from ms_exp.tracking.sweep_report import lower_is_better
 from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS, objective_metric
 
-MODEL_TAG = "ms_exp.checkpoint"         # set by ms_exp.job.model_package on each model
+MODEL_TAG = "ms_exp.checkpoint"  # set by ms_exp.job.model_package on each model
 PREFERRED = ("best", "last")
 REGISTERED_TAG = "ms_exp.registered_model"  # on the run that registered: NAME/VERSION
 
@@ -24,8 +25,9 @@ def run_model(client, run_id: str, experiment_id: Optional[str] = None):
     if experiment_id is None:
         experiment_id = client.get_run(run_id).info.experiment_id
     # Filtered here: a "status = 'READY'" filter matched nothing in MLflow 3.17.
-    models = client.search_logged_models([experiment_id],
-                                         filter_string=f"source_run_id = '{run_id}'")
+    models = client.search_logged_models(
+        [experiment_id], filter_string=f"source_run_id = '{run_id}'"
+    )
     by_name = {m.tags.get(MODEL_TAG): m for m in models if m.status == LoggedModelStatus.READY}
     return next((by_name[name] for name in PREFERRED if name in by_name), None)
 
@@ -46,12 +48,19 @@ def register(client, model, name: str, run_id: Optional[str] = None):
 
     with _use_tracking_uri(client.tracking_uri):
         version = client.create_model_version(
-            name, source=f"models:/{model.model_id}", run_id=model.source_run_id,
-            model_id=model.model_id, tags={MODEL_TAG: model.tags.get(MODEL_TAG, "")})
+            name,
+            source=f"models:/{model.model_id}",
+            run_id=model.source_run_id,
+            model_id=model.model_id,
+            tags={MODEL_TAG: model.tags.get(MODEL_TAG, "")},
+        )
     client.set_tag(run_id or model.source_run_id, REGISTERED_TAG, f"{name}/{version.version}")
-    print(f"registered model {name} version {version.version} "
-          f"(models:/{name}/{version.version}): the {model.tags.get(MODEL_TAG, '')} "
-          f"checkpoint of run {model.source_run_id}", flush=True)
+    print(
+        f"registered model {name} version {version.version} "
+        f"(models:/{name}/{version.version}): the {model.tags.get(MODEL_TAG, '')} "
+        f"checkpoint of run {model.source_run_id}",
+        flush=True,
+    )
     return version
 
 
@@ -72,26 +81,39 @@ def best_child(children: Sequence, metric: Optional[str], direction: Optional[st
     finished = [c for c in children if c.info.status == "FINISHED"]
     logged = {key for c in finished for key in c.data.metrics}
     metric = objective_metric(logged, metric) or OBJECTIVE_METRICS[0]
-    scored = [c for c in finished if metric in c.data.metrics
-              and not math.isnan(c.data.metrics[metric])]
+    scored = [
+        c for c in finished if metric in c.data.metrics and not math.isnan(c.data.metrics[metric])
+    ]
     if not scored:
         return None, metric
     pick = min if lower_is_better(metric, direction) else max
     return pick(scored, key=lambda c: c.data.metrics[metric]), metric
 
 
-def register_sweep_best(client, parent_run_id: str, children: Sequence, name: str,
-                        metric: Optional[str], direction: Optional[str]) -> None:
+def register_sweep_best(
+    client,
+    parent_run_id: str,
+    children: Sequence,
+    name: str,
+    metric: Optional[str],
+    direction: Optional[str],
+) -> None:
     """Register the model of the sweep's best job, by ``metric``, and tag the parent."""
     child, metric = best_child(children, metric, direction)
     if child is None:
-        print(f"tracking.register_model={name}: not registered, no finished job of the "
-              f"sweep logged {metric}", flush=True)
+        print(
+            f"tracking.register_model={name}: not registered, no finished job of the "
+            f"sweep logged {metric}",
+            flush=True,
+        )
         return
     model = run_model(client, child.info.run_id, child.info.experiment_id)
     if model is None:
-        print(f"tracking.register_model={name}: not registered, the best job "
-              f"({child.info.run_name}) logged no model", flush=True)
+        print(
+            f"tracking.register_model={name}: not registered, the best job "
+            f"({child.info.run_name}) logged no model",
+            flush=True,
+        )
         return
     version = register(client, model, name, run_id=parent_run_id)
     client.set_tag(parent_run_id, "ms_exp.sweep.best_run", child.info.run_id)

@@ -20,6 +20,7 @@ claim by the same process is a no-op, and :func:`release_all` ends every claim
 (``ms_exp.run``'s ``main()`` does, so a caller that runs it twice in one process starts
 clean).
 """
+
 import fcntl
 import json
 import os
@@ -42,19 +43,19 @@ class FolderRefused(Exception):
 
 # -- the run record -------------------------------------------------------------------------
 
+
 def write_run_record(run_dir: Path, **fields) -> None:
     """Update fields of the record (digest, status, run_id: the MLflow run). Written whole
     (a temporary file renamed), so a killed job leaves the previous version."""
     path = Path(run_dir) / RUN_RECORD
-    record = {"started": time.time(), **read_run_record(run_dir), **fields,
-              "updated": time.time()}
-    remove_leftovers(run_dir)   # what a killed or full-disk job left half-written here
+    record = {"started": time.time(), **read_run_record(run_dir), **fields, "updated": time.time()}
+    remove_leftovers(run_dir)  # what a killed or full-disk job left half-written here
     partial = path.with_suffix(f".{os.getpid()}.partial")
     try:
         partial.write_text(json.dumps(record, indent=2))
         os.replace(partial, path)
     except OSError:
-        partial.unlink(missing_ok=True)     # a full disk: the previous version stays
+        partial.unlink(missing_ok=True)  # a full disk: the previous version stays
         raise
 
 
@@ -95,24 +96,33 @@ def read_run_record(run_dir: Path) -> dict:
     except FileNotFoundError:
         return {}
     except OSError as error:
-        raise FolderRefused(f"{path}: cannot be read ({error.strerror or error}); it names "
-                            "the run that owns the folder") from None
+        raise FolderRefused(
+            f"{path}: cannot be read ({error.strerror or error}); it names "
+            "the run that owns the folder"
+        ) from None
     try:
         record = json.loads(text)
     except ValueError as error:
         record = error
     if not isinstance(record, dict) or not {"digest", "status"} <= set(record):
-        why = "empty" if not text.strip() else "not a run record" \
-            if not isinstance(record, ValueError) else f"not JSON: {record}"
-        raise FolderRefused(f"{path}: damaged ({why}); it names the run that owns the folder: "
-                            "choose another folder, or move the file away to start a new run "
-                            "there")
+        why = (
+            "empty"
+            if not text.strip()
+            else "not a run record"
+            if not isinstance(record, ValueError)
+            else f"not JSON: {record}"
+        )
+        raise FolderRefused(
+            f"{path}: damaged ({why}); it names the run that owns the folder: "
+            "choose another folder, or move the file away to start a new run "
+            "there"
+        )
     return record
 
 
 # -- holding a folder -----------------------------------------------------------------------
 
-_held: Dict[Path, int] = {}     # folder -> the descriptor that holds its lock, kept open
+_held: Dict[Path, int] = {}  # folder -> the descriptor that holds its lock, kept open
 
 
 def hold_folder(run_dir: Path, key: str) -> None:
@@ -125,18 +135,27 @@ def hold_folder(run_dir: Path, key: str) -> None:
     try:
         descriptor = _lock(folder, fcntl.LOCK_EX, os.O_RDWR | os.O_CREAT)
     except BlockingIOError:
-        raise FolderRefused(f"{key}: {folder} is in use by another ms_exp process "
-                            f"({_holder(folder)}); wait for it to end, or choose another "
-                            "folder") from None
+        raise FolderRefused(
+            f"{key}: {folder} is in use by another ms_exp process "
+            f"({_holder(folder)}); wait for it to end, or choose another "
+            "folder"
+        ) from None
     _held[folder] = descriptor
-    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-              "command": shlex.join([Path(sys.executable).name, *sys.argv])}
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": time.time(),
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+    }
     on_folder = stat.S_ISDIR(os.fstat(descriptor).st_mode)
     try:
         # Where the lock is the lock file's, through its descriptor: NFS emulates flock
         # with POSIX locks, which closing another descriptor of the file would drop.
-        note = os.open(folder / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644) if on_folder \
+        note = (
+            os.open(folder / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+            if on_folder
             else descriptor
+        )
         try:
             os.ftruncate(note, 0)
             os.pwrite(note, json.dumps(holder).encode(), 0)
@@ -144,7 +163,7 @@ def hold_folder(run_dir: Path, key: str) -> None:
             if note != descriptor:
                 os.close(note)
     except OSError:
-        pass    # a full disk: the lock holds all the same, the refusal names less
+        pass  # a full disk: the lock holds all the same, the refusal names less
 
 
 def folder_in_use(run_dir: Path) -> Optional[bool]:
@@ -190,7 +209,7 @@ def _lock(folder: Path, file_operation: int, file_flags: int) -> int:
 def release_folder(run_dir: Path) -> None:
     descriptor = _held.pop(Path(run_dir).resolve(), None)
     if descriptor is not None:
-        os.close(descriptor)    # the lock goes with the last descriptor of it
+        os.close(descriptor)  # the lock goes with the last descriptor of it
 
 
 def discard_if_unused(run_dir: Path, hydra_subdir: Optional[str]) -> None:
@@ -241,8 +260,7 @@ def _holder(folder: Path) -> str:
     if holder.get("pid"):
         parts.append(f"pid {holder['pid']} on {holder.get('host', '?')}")
     if holder.get("since"):
-        parts.append("since " + time.strftime("%Y-%m-%d %H:%M:%S",
-                                              time.localtime(holder["since"])))
+        parts.append("since " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["since"])))
     try:
         run_id = read_run_record(folder).get("run_id")
     except FolderRefused:
@@ -260,7 +278,7 @@ def _locking_pid(folder: Path) -> Optional[int]:
         found = os.stat(folder)
         inode = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
         for line in Path("/proc/locks").read_text().splitlines():
-            fields = line.split()    # 1: FLOCK ADVISORY WRITE <pid> <dev:inode> 0 EOF
+            fields = line.split()  # 1: FLOCK ADVISORY WRITE <pid> <dev:inode> 0 EOF
             if fields[1:2] == ["FLOCK"] and inode in fields:
                 return int(fields[fields.index(inode) - 1])
     except (OSError, ValueError):
@@ -270,8 +288,8 @@ def _locking_pid(folder: Path) -> Optional[int]:
 
 # -- who may work in a folder ---------------------------------------------------------------
 
-def check_owner(run_dir: Path, key: str, resume: Optional[str],
-                digest: Callable[[], str]) -> None:
+
+def check_owner(run_dir: Path, key: str, resume: Optional[str], digest: Callable[[], str]) -> None:
     """Refuse a folder that holds another run's record. A command with ``trainer.resume``
     may work in it: ``auto`` only where the record is an unfinished run of this config (the
     run it continues), an explicit run id, folder or checkpoint whatever it holds (the
@@ -283,8 +301,12 @@ def check_owner(run_dir: Path, key: str, resume: Optional[str],
     if resume == "auto":
         if record.get("status") != "FINISHED" and record.get("digest") == digest():
             return
-        refuse_foreign(run_dir, key, record, " (trainer.resume=auto continues only an "
-                       "unfinished run of this config)")
+        refuse_foreign(
+            run_dir,
+            key,
+            record,
+            " (trainer.resume=auto continues only an unfinished run of this config)",
+        )
     refuse_foreign(run_dir, key, record, "")
 
 
@@ -295,4 +317,5 @@ def refuse_foreign(run_dir: Path, key: str, record: dict, why: str) -> None:
     raise FolderRefused(
         f"{key}: {folder} belongs to {run} ({record.get('status', '?')}) of an earlier "
         f"command{why}; choose a new folder, or continue that run with "
-        f"trainer.resume={shlex.quote(str(folder))}")
+        f"trainer.resume={shlex.quote(str(folder))}"
+    )

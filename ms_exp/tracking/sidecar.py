@@ -25,6 +25,7 @@ The sidecar ignores SIGINT and SIGTERM (Ctrl-C reaches the whole process group) 
 still record the status the job ends with; if the job's process dies without ending the run
 (SIGKILL), the sidecar's stdin closes and it ends the run KILLED.
 """
+
 import json
 import logging
 import os
@@ -45,8 +46,16 @@ if TYPE_CHECKING:
 
 SUBMIT_SECONDS = 0.5
 # What the sidecar may be asked to do: Tracker's recording methods, nothing else.
-RECORDING_CALLS = ("log_params", "log_metric_rows", "set_tags", "log_artifact",
-                   "log_artifacts", "log_artifact_to", "record_provenance", "log_model")
+RECORDING_CALLS = (
+    "log_params",
+    "log_metric_rows",
+    "set_tags",
+    "log_artifact",
+    "log_artifacts",
+    "log_artifact_to",
+    "record_provenance",
+    "log_model",
+)
 
 
 class TrackingFailed(RuntimeError):
@@ -58,12 +67,19 @@ class SidecarTracker:
 
     enabled = True
 
-    def __init__(self, tracking_uri: str, experiment_name: Optional[str],
-                 run_name: Optional[str], tags: Mapping[str, str],
-                 parent_run_id: Optional[str] = None, run_id: Optional[str] = None,
-                 offline_dir: Optional[Path] = None, journal: Union[str, Path, None] = None,
-                 ends_run: bool = True,
-                 system_metrics_interval: Optional[float] = None):
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment_name: Optional[str],
+        run_name: Optional[str],
+        tags: Mapping[str, str],
+        parent_run_id: Optional[str] = None,
+        run_id: Optional[str] = None,
+        offline_dir: Optional[Path] = None,
+        journal: Union[str, Path, None] = None,
+        ends_run: bool = True,
+        system_metrics_interval: Optional[float] = None,
+    ):
         """``run_id``: reopen that run instead of creating one (no ``experiment_name``
         nor ``run_name`` then). ``offline_dir``: where a
         journal is kept if the tracking server cannot be reached (the run directory);
@@ -77,8 +93,9 @@ class SidecarTracker:
         self.journal = Path(journal) if journal else None
         self._process = _idle_sidecar() or _new_sidecar()
         self._outbox: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._writer = threading.Thread(target=self._write_lines, name="ms_exp-sidecar",
-                                         daemon=True)
+        self._writer = threading.Thread(
+            target=self._write_lines, name="ms_exp-sidecar", daemon=True
+        )
         self._writer.start()
         self._rows: List[list] = []
         self._submitted = time.monotonic()
@@ -87,11 +104,20 @@ class SidecarTracker:
         self._ended = False
         self.kept_journal: Optional[Path] = None
         # A sidecar kept from an earlier job of this process works where this job does.
-        self._send("start", tracking_uri=tracking_uri, experiment_name=experiment_name,
-                   run_name=run_name, tags=dict(tags), parent_run_id=parent_run_id,
-                   run_id=run_id, journal=str(self.journal) if self.journal else None,
-                   ends_run=ends_run, system_metrics_interval=system_metrics_interval,
-                   cwd=os.getcwd(), environ=_mlflow_environment())
+        self._send(
+            "start",
+            tracking_uri=tracking_uri,
+            experiment_name=experiment_name,
+            run_name=run_name,
+            tags=dict(tags),
+            parent_run_id=parent_run_id,
+            run_id=run_id,
+            journal=str(self.journal) if self.journal else None,
+            ends_run=ends_run,
+            system_metrics_interval=system_metrics_interval,
+            cwd=os.getcwd(),
+            environ=_mlflow_environment(),
+        )
 
     # -- the run ------------------------------------------------------------------------
     @property
@@ -127,7 +153,8 @@ class SidecarTracker:
             if "error" in reply:
                 self._start_error = TrackingFailed(
                     f"tracking.uri={self.tracking_uri}: no MLflow run could be created: "
-                    f"{reply['error']}")
+                    f"{reply['error']}"
+                )
                 raise self._start_error
             self._ids = (reply["run_id"], reply["experiment_id"])
         return self._ids
@@ -149,30 +176,49 @@ class SidecarTracker:
         self._send("log_artifact", path=str(Path(path).absolute()), artifact_path=artifact_path)
 
     def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
-        self._send("log_artifacts", directory=str(Path(directory).absolute()),
-                   artifact_path=artifact_path)
+        self._send(
+            "log_artifacts", directory=str(Path(directory).absolute()), artifact_path=artifact_path
+        )
 
     def log_artifact_to(self, run_id: str, path: Path, artifact_path: Optional[str] = None) -> None:
-        self._send("log_artifact_to", run_id=run_id, path=str(Path(path).absolute()),
-                   artifact_path=artifact_path)
+        self._send(
+            "log_artifact_to",
+            run_id=run_id,
+            path=str(Path(path).absolute()),
+            artifact_path=artifact_path,
+        )
 
     def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
         from omegaconf import OmegaConf
 
-        self._send("record_provenance", dataset_cfg=OmegaConf.to_container(
-            dataset_cfg, resolve=True, enum_to_str=True),
-                   run_dir=str(Path(run_dir).absolute()), command=command)
+        self._send(
+            "record_provenance",
+            dataset_cfg=OmegaConf.to_container(dataset_cfg, resolve=True, enum_to_str=True),
+            run_dir=str(Path(run_dir).absolute()),
+            command=command,
+        )
 
-    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
-                  metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None,
-                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
-        self._submit()      # the run's metrics first: they place the model's (Tracker)
-        self._send("log_model", name=name, directory=str(Path(directory).absolute()),
-                   params={k: str(v) for k, v in params.items()},
-                   metrics={k: float(v) for k, v in metrics.items()}, epoch=epoch,
-                   tags={k: str(v) for k, v in (tags or {}).items()},
-                   mlmodel=dict(mlmodel) if mlmodel else None)
+    def log_model(
+        self,
+        name: str,
+        directory: Path,
+        params: Mapping[str, object],
+        metrics: Mapping[str, float],
+        epoch: Optional[int] = None,
+        tags: Optional[Mapping[str, object]] = None,
+        mlmodel: Optional[Mapping[str, object]] = None,
+    ) -> None:
+        self._submit()  # the run's metrics first: they place the model's (Tracker)
+        self._send(
+            "log_model",
+            name=name,
+            directory=str(Path(directory).absolute()),
+            params={k: str(v) for k, v in params.items()},
+            metrics={k: float(v) for k, v in metrics.items()},
+            epoch=epoch,
+            tags={k: str(v) for k, v in (tags or {}).items()},
+            mlmodel=dict(mlmodel) if mlmodel else None,
+        )
 
     def flush(self) -> None:
         """Wait until everything sent so far is in the store."""
@@ -192,12 +238,12 @@ class SidecarTracker:
             self._run_ids()
         except TrackingFailed:
             self._close()
-            return          # no run to end; the job has raised or raises this already
+            return  # no run to end; the job has raised or raises this already
         self._send("finish", status=status)
         reply = self._reply()
         self.kept_journal = Path(reply["journal"]) if reply.get("journal") else None
         self._stop_writer()
-        _IDLE.append(self._process)     # the next job of this process starts faster
+        _IDLE.append(self._process)  # the next job of this process starts faster
         if status == "FINISHED":
             # Otherwise the job is raising its own error already (a refusal was warned of).
             self._raise_errors(reply)
@@ -223,20 +269,23 @@ class SidecarTracker:
                 stdin.write(json.dumps(message) + "\n")
                 stdin.flush()
             except (OSError, ValueError):
-                break       # the sidecar is gone; _reply reports how it ended
+                break  # the sidecar is gone; _reply reports how it ended
 
     def _reply(self) -> Dict[str, Any]:
         assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if not line:
             code = self._process.wait()
-            if code < 0:    # killed: it printed nothing, there is no error above to read
+            if code < 0:  # killed: it printed nothing, there is no error above to read
                 raise TrackingFailed(
                     f"the MLflow sidecar process (pid {self._process.pid}) was killed by "
                     f"{signal.Signals(-code).name} before answering; the run keeps what it "
-                    f"had delivered (continue it with trainer.resume=auto)")
-            raise TrackingFailed(f"the MLflow sidecar process ended (exit status {code}) "
-                                 f"before answering; its error is printed above")
+                    f"had delivered (continue it with trainer.resume=auto)"
+                )
+            raise TrackingFailed(
+                f"the MLflow sidecar process ended (exit status {code}) "
+                f"before answering; its error is printed above"
+            )
         return json.loads(line)
 
     def _stop_writer(self) -> None:
@@ -273,8 +322,9 @@ def start_spare() -> None:
 
 
 def _new_sidecar() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
 
 
 def _idle_sidecar() -> Optional[subprocess.Popen]:
@@ -291,6 +341,7 @@ def _mlflow_environment() -> Dict[str, str]:
 
 # -- the sidecar process --------------------------------------------------------------------
 
+
 def _take_environment(cwd: str, environ: Dict[str, str]) -> None:
     """The job's working directory and MLflow variables (a kept sidecar may have served a
     job with others)."""
@@ -300,13 +351,23 @@ def _take_environment(cwd: str, environ: Dict[str, str]) -> None:
     os.environ.update(environ)
 
 
-def _open_run(cwd: str, environ: Dict[str, str], journal: Optional[str], ends_run: bool,
-              system_metrics_interval: Optional[float] = None, **spec) -> "RunRecorder":
+def _open_run(
+    cwd: str,
+    environ: Dict[str, str],
+    journal: Optional[str],
+    ends_run: bool,
+    system_metrics_interval: Optional[float] = None,
+    **spec,
+) -> "RunRecorder":
     _take_environment(cwd, environ)
     from ms_exp.tracking.recorder import RunRecorder
 
-    recorder = RunRecorder(spec, journal_path=journal, ends_run=ends_run,
-                           system_metrics_interval=system_metrics_interval)
+    recorder = RunRecorder(
+        spec,
+        journal_path=journal,
+        ends_run=ends_run,
+        system_metrics_interval=system_metrics_interval,
+    )
     recorder.open()
     return recorder
 
@@ -322,10 +383,15 @@ def start_error(error: Exception) -> str:
     refused = _REFUSED.search(text)
     if refused is None:
         return text
-    given = "MLFLOW_TRACKING_USERNAME is not set" if not os.environ.get(
-        "MLFLOW_TRACKING_USERNAME") else "check them"
-    return (f"the server refused the job's credentials (HTTP {refused.group(1)}): it reads "
-            f"them from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD ({given})")
+    given = (
+        "MLFLOW_TRACKING_USERNAME is not set"
+        if not os.environ.get("MLFLOW_TRACKING_USERNAME")
+        else "check them"
+    )
+    return (
+        f"the server refused the job's credentials (HTTP {refused.group(1)}): it reads "
+        f"them from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD ({given})"
+    )
 
 
 def serve(requests, replies) -> int:

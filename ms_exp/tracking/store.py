@@ -7,6 +7,7 @@ artifacts in ``mlartifacts/`` beside the database: MLflow would otherwise create
 file-store experiments silently switches every later ``mlflow ui`` there to it)
 (docs/design.md#mlflow-default-store, docs/design.md#mlflow-file-store).
 """
+
 import fcntl
 import functools
 import os
@@ -45,15 +46,25 @@ def resolve_tracking_uri(uri: Optional[str], workdir: Optional[Path] = None) -> 
 CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s'\":/?#@]*:)[^\s'\"]*@")
 # Names that carry a credential as ``name=value``: a query parameter (SQLAlchemy hands
 # ``?password=`` to the database driver) or a keyword of libpq's ``host=x password=y`` string.
-CREDENTIAL_NAMES = ("password", "passwd", "pwd", "token", "access_token", "secret", "api_key",
-                    "sslpassword")
+CREDENTIAL_NAMES = (
+    "password",
+    "passwd",
+    "pwd",
+    "token",
+    "access_token",
+    "secret",
+    "api_key",
+    "sslpassword",
+)
 
 
 def _named_credential(value: str) -> "re.Pattern[str]":
     """``name=`` (group 1) and its value, for a name of CREDENTIAL_NAMES at the start of a
     parameter or keyword, in any case and with any letter %-encoded (SQLAlchemy decodes it)."""
-    names = "|".join("".join(f"(?:{c}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})"
-                             for c in name) for name in CREDENTIAL_NAMES)
+    names = "|".join(
+        "".join(f"(?:{c}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in name)
+        for name in CREDENTIAL_NAMES
+    )
     return re.compile(rf"(?i)((?<![^?&;=\s'\"])(?:{names})\s*=\s*)(?:{value})")
 
 
@@ -79,8 +90,8 @@ def masked(url: str) -> str:
         if parts.password is not None:
             host = parts.netloc.rpartition("@")[2]
             url = urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
-        parts.port          # raises when it is no number: a password that ended the host
-    except ValueError:      # no port number, or an unclosed [IPv6 host]
+        parts.port  # raises when it is no number: a password that ended the host
+    except ValueError:  # no port number, or an unclosed [IPv6 host]
         url = CREDENTIALS.sub(r"\1***@", url)
     return CREDENTIAL_IN_URI.sub(r"\1***", url)
 
@@ -95,9 +106,9 @@ def holds_password(url: str) -> bool:
         parts = urlsplit(url)
         if parts.password is not None:
             return True
-        parts.port          # raises when it is no number
+        parts.port  # raises when it is no number
         return False
-    except ValueError:      # no port number, or an unclosed [IPv6 host]
+    except ValueError:  # no port number, or an unclosed [IPv6 host]
         return bool(CREDENTIALS.match(url))
 
 
@@ -108,20 +119,24 @@ def password_refusal(key: str, uri: Optional[str]) -> Optional[str]:
     params and tags and the printed lines, and one of them would keep it."""
     if not uri or not holds_password(uri):
         return None
-    where = ("the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, "
-             "which MLflow sends to the server" if uri.lower().startswith(("http:", "https:"))
-             else
-             "the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), which "
-             "the database client reads")
-    return (f"{key}={masked(uri)!r}: a password in {key} would be written into the run's "
-            f"records and printed; expected a URI without a password, {where}")
+    where = (
+        "the credentials in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, "
+        "which MLflow sends to the server"
+        if uri.lower().startswith(("http:", "https:"))
+        else "the password in PGPASSWORD or ~/.pgpass (PostgreSQL; MySQL: ~/.my.cnf), which "
+        "the database client reads"
+    )
+    return (
+        f"{key}={masked(uri)!r}: a password in {key} would be written into the run's "
+        f"records and printed; expected a URI without a password, {where}"
+    )
 
 
 def sqlite_path(uri: str) -> Optional[Path]:
     """The database file of a ``sqlite:///`` URI, None for other stores."""
     if not uri.startswith("sqlite:///"):
         return None
-    return Path(uri[len("sqlite:///"):])
+    return Path(uri[len("sqlite:///") :])
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -150,23 +165,29 @@ def not_a_database(database: Path) -> Optional[str]:
         stat = database.stat()
     except OSError as error:
         return f"{database} cannot be read: {error.strerror or error}"
-    if header and header[:len(SQLITE_HEADER)] != SQLITE_HEADER:
+    if header and header[: len(SQLITE_HEADER)] != SQLITE_HEADER:
         return f"{database} is not a SQLite database"
     if not header:
         return None
     size = stat.st_size
     if size < SQLITE_HEADER_SIZE:
-        return (f"{database} is cut short: {size} bytes, less than SQLite's "
-                f"{SQLITE_HEADER_SIZE}-byte header: {CUT_SHORT}")
+        return (
+            f"{database} is cut short: {size} bytes, less than SQLite's "
+            f"{SQLITE_HEADER_SIZE}-byte header: {CUT_SHORT}"
+        )
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
     if pages and header[24:28] == header[92:96] and size < pages * page_size:
-        return (f"{database} is cut short: {size} bytes, where its header says "
-                f"{pages * page_size} ({pages} pages of {page_size}): {CUT_SHORT}")
+        return (
+            f"{database} is cut short: {size} bytes, where its header says "
+            f"{pages * page_size} ({pages} pages of {page_size}): {CUT_SHORT}"
+        )
     if page_size and size % page_size:
-        return (f"{database} is cut short: {size} bytes, not a whole number of its "
-                f"{page_size}-byte pages: {CUT_SHORT}")
+        return (
+            f"{database} is cut short: {size} bytes, not a whole number of its "
+            f"{page_size}-byte pages: {CUT_SHORT}"
+        )
     # WAL mode (2 at offset 18) without its -wal and -shm: a read-only connection would
     # create both and leave them; the header's checks above are all there is then.
     if header[18] == 2 and not all(Path(f"{database}{end}").exists() for end in WAL_FILES):
@@ -178,8 +199,10 @@ WAL_FILES = ("-wal", "-shm")
 DAMAGED = "restore the whole file from a copy"
 # What SQLite says of a file it cannot read as a database (SQLITE_CORRUPT, SQLITE_NOTADB),
 # in the words MLflow and SQLAlchemy pass on in their own errors.
-SQLITE_DAMAGE = re.compile(r"(?:database disk image is malformed|malformed database schema"
-                           r"|file is not a database)[^\[\n]{0,160}")
+SQLITE_DAMAGE = re.compile(
+    r"(?:database disk image is malformed|malformed database schema"
+    r"|file is not a database)[^\[\n]{0,160}"
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -189,26 +212,32 @@ def _quick_check(database: str, inode: int, size: int, mtime_ns: int) -> Optiona
     0.05-0.1 s for a 50 MB store in the page cache, 0.7 s from disk. Cached for one state
     of the file: each job of a sweep is checked against the same store."""
     try:
-        with closing(sqlite3.connect(f"{Path(database).absolute().as_uri()}?mode=ro",
-                                     uri=True)) as db:
+        with closing(
+            sqlite3.connect(f"{Path(database).absolute().as_uri()}?mode=ro", uri=True)
+        ) as db:
             rows = db.execute("PRAGMA quick_check(5)").fetchall()
     except sqlite3.Error as error:
         # Anything else (locked by a writer, a hot journal only a writer can roll back) is
         # for MLflow to meet as it opens the store.
         return _damaged(database, error)
-    problems = [line for (row,) in rows for line in str(row).splitlines()
-                if not line.startswith("***")]
+    problems = [
+        line for (row,) in rows for line in str(row).splitlines() if not line.startswith("***")
+    ]
     if problems == ["ok"]:
         return None
     more = " (and more)" if len(problems) > 1 else ""
-    return (f"{database} is damaged: SQLite's quick_check says {problems[0][:200]!r}{more}: "
-            f"{DAMAGED}")
+    return (
+        f"{database} is damaged: SQLite's quick_check says {problems[0][:200]!r}{more}: {DAMAGED}"
+    )
 
 
 def _damaged(database: str, error: BaseException) -> Optional[str]:
     words = SQLITE_DAMAGE.search(str(error))
-    return (f"{database} is damaged: SQLite says {words.group().strip()!r}: {DAMAGED}"
-            if words else None)
+    return (
+        f"{database} is damaged: SQLite says {words.group().strip()!r}: {DAMAGED}"
+        if words
+        else None
+    )
 
 
 def damaged_store(error: BaseException, uri: Optional[str]) -> Optional[str]:
@@ -274,14 +303,17 @@ def existing_store(uri: str, hint: str = "pass --tracking-uri") -> "MlflowClient
     exist, before MLflow would create it."""
     missing = missing_store(uri)
     if missing is not None:
-        raise StoreError(f"no MLflow store at {missing} (searched {uri}; nothing was created)",
-                         f"the id of a run in an existing store (run this where the job ran, "
-                         f"or {hint})")
+        raise StoreError(
+            f"no MLflow store at {missing} (searched {uri}; nothing was created)",
+            f"the id of a run in an existing store (run this where the job ran, or {hint})",
+        )
     database = sqlite_path(uri)
     problem = not_a_database(database) if database is not None else None
     if problem is not None:
-        raise StoreError(f"no MLflow store at {uri} ({problem})",
-                         f"the id of a run in an existing store ({hint})")
+        raise StoreError(
+            f"no MLflow store at {uri} ({problem})",
+            f"the id of a run in an existing store ({hint})",
+        )
     return open_client(uri)
 
 
@@ -300,6 +332,7 @@ def is_run_id(value: str) -> bool:
     """Is ``value`` shaped like an MLflow run id (32 lowercase hex digits)?"""
     return bool(RUN_ID.fullmatch(value))
 
+
 JOB_RUN = "the id of a job's run (32 hex digits, printed as 'MLflow run <id>' by the job)"
 
 
@@ -315,21 +348,29 @@ def job_run(client: "MlflowClient", run_id: str) -> "Run":
         run = client.get_run(run_id)
     except MlflowException as error:
         if error.error_code != "RESOURCE_DOES_NOT_EXIST":
-            raise StoreError(f"cannot read it from {uri} ({str(error).splitlines()[0][:200]})",
-                             JOB_RUN) from None
+            raise StoreError(
+                f"cannot read it from {uri} ({str(error).splitlines()[0][:200]})", JOB_RUN
+            ) from None
         raise StoreError(f"no such run in {uri}", f"{JOB_RUN} in that store") from None
     tags = run.data.tags
     if tags.get("ms_exp.sweep") == "true":
         children = client.search_runs(
-            [run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'",
-            max_results=1000, order_by=["attributes.start_time ASC"])
+            [run.info.experiment_id],
+            f"tags.mlflow.parentRunId = '{run_id}'",
+            max_results=1000,
+            order_by=["attributes.start_time ASC"],
+        )
         ids = [c.info.run_id for c in children]
         listed = ", ".join(ids[:4]) + (f" (and {len(ids) - 4} more)" if len(ids) > 4 else "")
-        raise StoreError(f"this is the parent run of a sweep ({len(ids)} jobs), not a job's "
-                         "run", f"the run of one of its jobs: {listed or 'none recorded'}")
+        raise StoreError(
+            f"this is the parent run of a sweep ({len(ids)} jobs), not a job's run",
+            f"the run of one of its jobs: {listed or 'none recorded'}",
+        )
     if "ms_exp.evaluated_checkpoint" in tags:
-        raise StoreError("this is an evaluation's run (ms_exp.eval), not a job's run",
-                         f"the run it evaluated, {tags.get('mlflow.parentRunId', '(unknown)')}")
+        raise StoreError(
+            "this is an evaluation's run (ms_exp.eval), not a job's run",
+            f"the run it evaluated, {tags.get('mlflow.parentRunId', '(unknown)')}",
+        )
     return run
 
 
@@ -408,14 +449,14 @@ def ensure_experiment(client: "MlflowClient", name: str) -> str:
 def _ensure_experiment(client: "MlflowClient", name: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
-        if EXPERIMENT_KIND_TAG not in experiment.tags:   # a kind the user chose stays
-            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
-                                      TRAINING_KIND)
+        if EXPERIMENT_KIND_TAG not in experiment.tags:  # a kind the user chose stays
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return experiment.experiment_id
     artifact_location = None
     db = sqlite_path(client.tracking_uri)
     if db is not None:
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
         artifact_location = (db.parent / "mlartifacts" / safe).as_uri()
-    return client.create_experiment(name, artifact_location=artifact_location,
-                                    tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
+    return client.create_experiment(
+        name, artifact_location=artifact_location, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND}
+    )

@@ -5,6 +5,7 @@ from the study's storage with Optuna's public API.
 ms_exp.tracking.sweep_report calls it when the sweep's parent run names a study (the
 ``ms_exp.optuna.study`` and ``ms_exp.optuna.storage`` tags the Optuna sweeper sets).
 """
+
 import math
 import warnings
 from collections import Counter
@@ -29,8 +30,9 @@ class StudyPart:
     files: List[str]
 
 
-def study_part(storage_url: str, study_name: str, folder: Path,
-               recorded: bool = False) -> StudyPart:
+def study_part(
+    storage_url: str, study_name: str, folder: Path, recorded: bool = False
+) -> StudyPart:
     """Write the study's tables and plots into ``folder``; return their Markdown and names.
     ``recorded``: the storage URL was read from a record (the sweep's tag).
 
@@ -40,13 +42,18 @@ def study_part(storage_url: str, study_name: str, folder: Path,
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     maximize = study.direction.name == "MAXIMIZE"
     counts = Counter(t.state.name for t in trials)
-    lines = [f"Optuna study {study_name} in {masked(storage_url)}: "
-             f"{'maximize' if maximize else 'minimize'}, {len(trials)} trials ("
-             + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + ")"]
+    lines = [
+        f"Optuna study {study_name} in {masked(storage_url)}: "
+        f"{'maximize' if maximize else 'minimize'}, {len(trials)} trials ("
+        + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        + ")"
+    ]
     if complete:
         best = study.best_trial
-        lines.append(f"Best trial: #{best.number}, value {best.value:.6g}, "
-                     + ", ".join(f"{k}={_param(v)}" for k, v in sorted(best.params.items())))
+        lines.append(
+            f"Best trial: #{best.number}, value {best.value:.6g}, "
+            + ", ".join(f"{k}={_param(v)}" for k, v in sorted(best.params.items()))
+        )
     else:
         lines.append("Best trial: none, no trial completed")
     params, table = _history(trials, maximize)
@@ -72,33 +79,43 @@ def _load(storage_url: str, study_name: str, recorded: bool = False):
 
     where = f"study {study_name!r} in {masked(storage_url) or 'no storage'}"
     if not storage_url:
-        raise ReportError(f"{where}: the sweep's parent run names none; pass the study's "
-                          "storage URL with --optuna-storage")
+        raise ReportError(
+            f"{where}: the sweep's parent run names none; pass the study's "
+            "storage URL with --optuna-storage"
+        )
     if ":***@" in storage_url:  # as masked() wrote it into the parent's tag
-        raise ReportError(f"{where}: the sweep's tag hides the storage's password; "
-                          "pass the storage URL with --optuna-storage")
+        raise ReportError(
+            f"{where}: the sweep's tag hides the storage's password; "
+            "pass the storage URL with --optuna-storage"
+        )
     # Optuna would create an empty SQLite file where none is; a report must not.
     database = sqlite_path(storage_url)
     if database is not None and not database.is_file():
-        raise ReportError(f"{where}: no such file; pass the study's storage URL with "
-                          "--optuna-storage")
+        raise ReportError(
+            f"{where}: no such file; pass the study's storage URL with --optuna-storage"
+        )
     # A storage named by a record is opened only if it is an Optuna file already: Optuna
     # adds its tables to any database it opens, and a server would be sent this user's
     # credentials (PGPASSWORD) because whoever wrote the tag named it.
     if recorded and (database is None or not _holds_studies(database)):
-        raise ReportError(f"{where}: named by the sweep's tag, and not a SQLite file of "
-                          "Optuna's; a report opens such a storage only where you name it: "
-                          "pass the study's storage URL with --optuna-storage")
+        raise ReportError(
+            f"{where}: named by the sweep's tag, and not a SQLite file of "
+            "Optuna's; a report opens such a storage only where you name it: "
+            "pass the study's storage URL with --optuna-storage"
+        )
     try:
         study = optuna.load_study(study_name=study_name, storage=storage_url)
     except KeyError:
         names = ", ".join(optuna.get_all_study_names(storage_url)) or "none"
-        raise ReportError(f"no {where} (studies there: {names}); pass the study's storage "
-                          "URL with --optuna-storage") from None
+        raise ReportError(
+            f"no {where} (studies there: {names}); pass the study's storage "
+            "URL with --optuna-storage"
+        ) from None
     except Exception as error:  # driver missing, host unreachable, bad URL: all one line
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ReportError(f"cannot open {where}: {first}; pass a reachable storage URL "
-                          "with --optuna-storage") from None
+        raise ReportError(
+            f"cannot open {where}: {first}; pass a reachable storage URL with --optuna-storage"
+        ) from None
     if len(study.directions) > 1:
         raise ReportError(f"{where} has several objectives; the report reads one")
     return study
@@ -108,18 +125,22 @@ def _history(trials, maximize: bool):
     """``(params, table)``: one row per trial by number; ``best_so_far`` over the COMPLETE
     trials up to it (a pruned trial's value is its last intermediate one, never the best)."""
     params = sorted({name for t in trials for name in t.params})
-    columns = ["number", "state", "value", "best_so_far", *params, "pruned_epoch",
-               "duration_s"]
+    columns = ["number", "state", "value", "best_so_far", *params, "pruned_epoch", "duration_s"]
     rows, best = [], None
     for t in sorted(trials, key=lambda t: t.number):
         if t.state.name == "COMPLETE" and math.isfinite(t.value):
             best = t.value if best is None else (max if maximize else min)(best, t.value)
-        rows.append({
-            "number": t.number, "state": t.state.name, "value": t.value, "best_so_far": best,
-            **{name: t.params.get(name) for name in params},
-            "pruned_epoch": t.last_step if t.state.name == "PRUNED" else None,
-            "duration_s": t.duration.total_seconds() if t.duration else None,
-        })
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": t.value,
+                "best_so_far": best,
+                **{name: t.params.get(name) for name in params},
+                "pruned_epoch": t.last_step if t.state.name == "PRUNED" else None,
+                "duration_s": t.duration.total_seconds() if t.duration else None,
+            }
+        )
     return params, pandas.DataFrame(rows, columns=columns, dtype=object)  # 2 stays 2, not 2.0
 
 
@@ -153,8 +174,10 @@ def _importances(study, folder: Path) -> str:
     _plot(folder / IMPORTANCES_PNG, "plot_param_importances", study, evaluator=evaluator)
     ordered = sorted(importances.items(), key=lambda item: (-item[1], item[0]))
     table = pandas.DataFrame(ordered, columns=["param", "importance"], dtype=object)
-    return ("Parameter importances (PED-ANOVA, over the completed trials; they sum to 1):\n\n"
-            + markdown(table.map(_cell)))
+    return (
+        "Parameter importances (PED-ANOVA, over the completed trials; they sum to 1):\n\n"
+        + markdown(table.map(_cell))
+    )
 
 
 def _plot(path: Path, name: str, study, **kwargs) -> None:
@@ -182,7 +205,11 @@ def _holds_studies(database: Path) -> bool:
 
     try:
         with closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as db:
-            return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
-                              "name = 'studies'").fetchone() is not None
+            return (
+                db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'"
+                ).fetchone()
+                is not None
+            )
     except sqlite3.Error:
         return False

@@ -15,6 +15,7 @@ unwinds straight through it; in both cases Hydra never calls ``on_multirun_end``
 MLflow is imported only once a sweep starts: ``ms_exp.run`` imports this module, and a
 refused command line must not pay for MLflow.
 """
+
 import json
 import os
 import shlex
@@ -60,8 +61,10 @@ def parent_run_id(tracking_uri: str, experiment_name: str) -> Optional[str]:
     None outside a multirun, and for a job that sweeps ``tracking.uri`` or
     ``tracking.experiment_name`` away from the parent's: the UI nests runs only within one
     experiment, and a run id means nothing in another store."""
-    if (os.environ.get(PARENT_TRACKING_URI), os.environ.get(PARENT_EXPERIMENT)) != \
-            (tracking_uri, experiment_name):
+    if (os.environ.get(PARENT_TRACKING_URI), os.environ.get(PARENT_EXPERIMENT)) != (
+        tracking_uri,
+        experiment_name,
+    ):
         return None
     return os.environ.get(PARENT_RUN_ID)
 
@@ -148,8 +151,8 @@ class SweepRun(Callback):
         self.swept: List[str] = []
         self.jobs = 0
         self.failed: List[str] = []
-        self.register_as: Optional[str] = None   # tracking.register_model
-        self.metric: Optional[str] = None        # sweep.metric
+        self.register_as: Optional[str] = None  # tracking.register_model
+        self.metric: Optional[str] = None  # sweep.metric
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         global _active
@@ -165,23 +168,36 @@ class SweepRun(Callback):
         uri = resolve_tracking_uri(tracking.uri)
         _end_abandoned(store_client(uri), tracking.experiment_name)
         overrides = list(config.hydra.overrides.task)
-        name = (f"{tracking.run_name}-sweep" if tracking.run_name else
-                f"sweep-{config.hydra.job.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        name = (
+            f"{tracking.run_name}-sweep"
+            if tracking.run_name
+            else f"sweep-{config.hydra.job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
         self.metric = OmegaConf.select(config, "sweep.metric", default=None)
-        self.tracker = Tracker.start(store_client(uri), tracking.experiment_name, name, {
-            "ms_exp.sweep": "true",
-            # Hydra does not change directory (version_base 1.3), so relative is to here.
-            "ms_exp.sweep.dir": str(Path(config.hydra.sweep.dir).resolve()),
-            "ms_exp.sweep.overrides": shlex.join(overrides),
-            "ms_exp.command": command_line()[:5000],
-            **({METRIC_TAG: self.metric} if self.metric else {}),  # the report ranks by it
-        })
+        self.tracker = Tracker.start(
+            store_client(uri),
+            tracking.experiment_name,
+            name,
+            {
+                "ms_exp.sweep": "true",
+                # Hydra does not change directory (version_base 1.3), so relative is to here.
+                "ms_exp.sweep.dir": str(Path(config.hydra.sweep.dir).resolve()),
+                "ms_exp.sweep.overrides": shlex.join(overrides),
+                "ms_exp.command": command_line()[:5000],
+                **({METRIC_TAG: self.metric} if self.metric else {}),  # the report ranks by it
+            },
+        )
         self.tracker.log_params(sweep_params(config))
         self.swept = swept_keys(config)
         self.register_as = tracking.register_model
-        os.environ.update({PARENT_RUN_ID: self.tracker.run_id, PARENT_TRACKING_URI: uri,
-                           PARENT_EXPERIMENT: tracking.experiment_name,
-                           SWEPT_KEYS: json.dumps(self.swept)})
+        os.environ.update(
+            {
+                PARENT_RUN_ID: self.tracker.run_id,
+                PARENT_TRACKING_URI: uri,
+                PARENT_EXPERIMENT: tracking.experiment_name,
+                SWEPT_KEYS: json.dumps(self.swept),
+            }
+        )
         _active = self
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
@@ -192,8 +208,9 @@ class SweepRun(Callback):
             return
         self.jobs += 1
         if job_return.status == JobStatus.FAILED and not _pruned(job_return):
-            self.failed.append(f"{_job_number(config, self.jobs - 1)} "
-                               f"{' '.join(job_return.overrides or [])}")
+            self.failed.append(
+                f"{_job_number(config, self.jobs - 1)} {' '.join(job_return.overrides or [])}"
+            )
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         self.finish("FINISHED")
@@ -215,8 +232,9 @@ class SweepRun(Callback):
             children = child_runs(tracker.client, parent)
             failed_runs = [c for c in children if c.info.status == "FAILED"]
             # A job can also fail before its run exists (only the callback saw it).
-            failed = self.failed or [f"{c.info.run_name}: {c.data.tags.get('ms_exp.error', '')}"
-                                     for c in failed_runs]
+            failed = self.failed or [
+                f"{c.info.run_name}: {c.data.tags.get('ms_exp.error', '')}" for c in failed_runs
+            ]
             failures = max(len(self.failed), len(failed_runs))
             if failures and status == "FINISHED":
                 status = "FAILED"
@@ -228,37 +246,49 @@ class SweepRun(Callback):
             finished = sum(c.info.status == "FINISHED" for c in children)
             pruned = sum(PRUNED_EPOCH_TAG in c.data.tags for c in children)
             jobs = max(self.jobs, len(children) + skipped)
-            counts = f"{finished} of {jobs} jobs finished" + (f", {pruned} pruned"
-                                                              if pruned else "")
+            counts = f"{finished} of {jobs} jobs finished" + (
+                f", {pruned} pruned" if pruned else ""
+            )
             shares = jobs_per_device(children)
-            per_device = "; ".join(f"{share}: {len(names)} ({', '.join(names)})"
-                                   for share, names in shares.items())
+            per_device = "; ".join(
+                f"{share}: {len(names)} ({', '.join(names)})" for share, names in shares.items()
+            )
             if per_device:
                 tracker.set_tags({"ms_exp.sweep.jobs_per_device": per_device[:5000]})
-            tracker.log_metrics({"sweep/jobs": jobs,
-                                 "sweep/finished_jobs": finished,
-                                 "sweep/failed_jobs": failures,
-                                 "sweep/pruned_jobs": pruned,
-                                 "sweep/skipped_jobs": skipped}, step=0)
+            tracker.log_metrics(
+                {
+                    "sweep/jobs": jobs,
+                    "sweep/finished_jobs": finished,
+                    "sweep/failed_jobs": failures,
+                    "sweep/pruned_jobs": pruned,
+                    "sweep/skipped_jobs": skipped,
+                },
+                step=0,
+            )
             # Optuna's best trial, written by the sweeper into the sweep folder.
             best = Path(tags.get("ms_exp.sweep.dir", "")) / "optimization_results.yaml"
             if best.is_file():
                 tracker.log_artifact(best, "sweep")
             report = _log_report(tracker)
             if self.register_as and status == "FINISHED":
-                _register_best(tracker, children, self.register_as, self.metric,
-                               tags.get(DIRECTION_TAG))
+                _register_best(
+                    tracker, children, self.register_as, self.metric, tags.get(DIRECTION_TAG)
+                )
         finally:
             tracker.finish(status)
         last_lines = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""
         if per_device:
             last_lines += f"\njobs per device: {per_device[:2000]}"
-        print(where_lines(tracker, tags.get("ms_exp.sweep.dir"), report,
-                          f"{status}, {counts}") + last_lines, flush=True)
+        print(
+            where_lines(tracker, tags.get("ms_exp.sweep.dir"), report, f"{status}, {counts}")
+            + last_lines,
+            flush=True,
+        )
 
 
-def _register_best(tracker, children, name: str, metric: Optional[str],
-                   direction: Optional[str]) -> None:
+def _register_best(
+    tracker, children, name: str, metric: Optional[str], direction: Optional[str]
+) -> None:
     """The best job's model in the Model Registry (the jobs of a sweep do not register
     their own); a failure is said, never changes the sweep's status."""
     from ms_exp.tracking.registry import register_sweep_best
@@ -266,8 +296,12 @@ def _register_best(tracker, children, name: str, metric: Optional[str],
     try:
         register_sweep_best(tracker.client, tracker.run_id, children, name, metric, direction)
     except Exception as error:
-        print(f"ms_exp: warning: tracking.register_model={name}: not registered "
-              f"({type(error).__name__}: {error})", file=sys.stderr, flush=True)
+        print(
+            f"ms_exp: warning: tracking.register_model={name}: not registered "
+            f"({type(error).__name__}: {error})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _pruned(job_return) -> bool:
@@ -311,17 +345,27 @@ def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
     uri = tracker.tracking_uri
     lines = [f"sweep folder: {sweep_dir} (a folder per job, by number)"] if sweep_dir else []
     if report is not None:
-        lines += [f"sweep report: {', '.join(report.files)}",
-                  f"  in {_local_path(report.artifact_uri)}"]
-    lines.append(f"MLflow parent run {tracker.run_id} (experiment {tracker.experiment_id}, "
-                 f"{outcome}) in {uri}")
+        lines += [
+            f"sweep report: {', '.join(report.files)}",
+            f"  in {_local_path(report.artifact_uri)}",
+        ]
+    lines.append(
+        f"MLflow parent run {tracker.run_id} (experiment {tracker.experiment_id}, "
+        f"{outcome}) in {uri}"
+    )
     store = "" if uri == resolve_tracking_uri(None) else f" --tracking-uri {shlex.quote(uri)}"
     lines.append(f"report again: {python_command()} -m ms_exp.report {tracker.run_id}{store}")
     if report is None:
         lines += ui_lines(uri, tracker.experiment_id, tracker.run_id)
     else:
-        lines += sweep_lines(uri, tracker.experiment_id, tracker.run_id, report.ranked,
-                             report.metric, report.share_key)
+        lines += sweep_lines(
+            uri,
+            tracker.experiment_id,
+            tracker.run_id,
+            report.ranked,
+            report.metric,
+            report.share_key,
+        )
     return "\n".join(lines)
 
 
@@ -341,5 +385,6 @@ def _end_abandoned(client, experiment_name: str) -> None:
         return
     ended = end_abandoned_runs(client, experiment.experiment_id)
     if ended:
-        print(f"runs {', '.join(ended)} were RUNNING, their process gone: marked KILLED",
-              flush=True)
+        print(
+            f"runs {', '.join(ended)} were RUNNING, their process gone: marked KILLED", flush=True
+        )

@@ -5,6 +5,7 @@ compare its jobs, logged as artifacts of its parent run under ``report/``
 The sweep callback writes it when a sweep ends (ms_exp.tracking.sweep); ``python -m
 ms_exp.report`` writes it again. Finding the sweep and its jobs is ms_exp.tracking.sweep_runs.
 """
+
 import math
 import re
 import statistics
@@ -63,6 +64,7 @@ class SweepReport:
 @dataclass
 class Reference:
     """A score the jobs are measured against: a horizontal line on the plots."""
+
     label: str
     value: float
     run_id: Optional[str] = None
@@ -71,6 +73,7 @@ class Reference:
 # ---------------------------------------------------------------------------------------------
 # The table
 
+
 def lower_is_better(metric: str, direction: Optional[str] = None) -> bool:
     """Whether smaller ``metric`` is better: as ``direction`` says, else by the metric's name."""
     if direction:
@@ -78,36 +81,56 @@ def lower_is_better(metric: str, direction: Optional[str] = None) -> bool:
     return any(word in metric for word in _LOWER_IS_BETTER)
 
 
-def summary_table(children: Sequence[Run], keys: Sequence[str], metric: str,
-                  lowest_first: bool) -> pandas.DataFrame:
+def summary_table(
+    children: Sequence[Run], keys: Sequence[str], metric: str, lowest_first: bool
+) -> pandas.DataFrame:
     """One row per job, best ``metric`` first; a job without it, or with NaN, last."""
-    ranks = sorted({int(m.group(1)) for child in children for name in child.data.metrics
-                    if (m := _BYTES_METRIC.match(name))})
+    ranks = sorted(
+        {
+            int(m.group(1))
+            for child in children
+            for name in child.data.metrics
+            if (m := _BYTES_METRIC.match(name))
+        }
+    )
     with_save_time = any(SAVE_TIME in child.data.metrics for child in children)
     logged = {name for child in children for name in child.data.metrics}
     metrics = [metric] + [m for m in FINAL_METRICS if m != metric and m in logged]
-    columns = ["run_name", "job", "status", *keys, *metrics, "duration_s",
-               *(["ckpt_save_s"] if with_save_time else []),
-               *[f"ckpt_bytes_rank_{rank}" for rank in ranks], "error", "run_id"]
+    columns = [
+        "run_name",
+        "job",
+        "status",
+        *keys,
+        *metrics,
+        "duration_s",
+        *(["ckpt_save_s"] if with_save_time else []),
+        *[f"ckpt_bytes_rank_{rank}" for rank in ranks],
+        "error",
+        "run_id",
+    ]
     rows = []
     for child in children:
         values = job_values(child)
         found = child.data.metrics  # each metric's value at its last step
         info = child.info
-        rows.append({
-            "run_name": info.run_name,
-            "job": Path(child.data.tags.get("ms_exp.run_dir", "")).name,
-            "status": info.status,
-            # As the job's command line wrote it; a key swept by other means from params.
-            **{key: values.get(key, child.data.params.get(key, "")) for key in keys},
-            **{m: found.get(m) for m in metrics},
-            "duration_s": (info.end_time - info.start_time) / 1000 if info.end_time else None,
-            "ckpt_save_s": found.get(SAVE_TIME),
-            **{f"ckpt_bytes_rank_{r}": _whole(found.get(f"checkpoint/bytes_rank_{r}"))
-               for r in ranks},
-            "error": child.data.tags.get("ms_exp.error", ""),
-            "run_id": info.run_id,
-        })
+        rows.append(
+            {
+                "run_name": info.run_name,
+                "job": Path(child.data.tags.get("ms_exp.run_dir", "")).name,
+                "status": info.status,
+                # As the job's command line wrote it; a key swept by other means from params.
+                **{key: values.get(key, child.data.params.get(key, "")) for key in keys},
+                **{m: found.get(m) for m in metrics},
+                "duration_s": (info.end_time - info.start_time) / 1000 if info.end_time else None,
+                "ckpt_save_s": found.get(SAVE_TIME),
+                **{
+                    f"ckpt_bytes_rank_{r}": _whole(found.get(f"checkpoint/bytes_rank_{r}"))
+                    for r in ranks
+                },
+                "error": child.data.tags.get("ms_exp.error", ""),
+                "run_id": info.run_id,
+            }
+        )
     # Objects, not numbers: a byte count stays whole, and a diverged job's NaN stays apart
     # from a missing value (None) in summary.csv.
     table = pandas.DataFrame(rows, columns=columns, dtype=object)
@@ -131,27 +154,30 @@ def _md_cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 100 else f"{value:.1f}"
     text = " ".join(str(value).split()).replace("|", "\\|")
-    return text if len(text) <= _CELL_CHARS else text[:_CELL_CHARS - 3] + "..."
+    return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 3] + "..."
 
 
 def _write_tables(folder: Path, title: str, table: pandas.DataFrame) -> str:
     """summary.csv, in full, and summary.md, without run ids and empty columns: its text."""
     table.map(lambda value: "" if value is None else value).to_csv(
-        folder / "summary.csv", index=False, na_rep="nan")
+        folder / "summary.csv", index=False, na_rep="nan"
+    )
     text = f"{title}\n\n{markdown(table.drop(columns='run_id').map(_md_cell))}\n"
     (folder / "summary.md").write_text(text)
     return text
 
 
-def stage_one_references(client: MlflowClient, children: Sequence[Run],
-                         metric: str) -> List[Reference]:
+def stage_one_references(
+    client: MlflowClient, children: Sequence[Run], metric: str
+) -> List[Reference]:
     """``metric`` of the stage-one runs that stage-two jobs (boost=dim_reduce) started from:
     what those jobs must beat. A job's ``boost.stage_one_run_id`` param is the run it used
     (``latest`` already resolved); a run that is gone or lacks the metric gives none."""
     from mlflow.exceptions import MlflowException
 
-    ids = sorted({child.data.params.get(STAGE_ONE_PARAM) for child in children}
-                 - {None, "", "null", "None"})
+    ids = sorted(
+        {child.data.params.get(STAGE_ONE_PARAM) for child in children} - {None, "", "null", "None"}
+    )
     references = []
     for run_id in ids:
         try:
@@ -159,13 +185,13 @@ def stage_one_references(client: MlflowClient, children: Sequence[Run],
         except MlflowException:
             continue
         if _usable(value):
-            references.append(Reference(f"stage one ({run_id[:8]}): {value:.4f}", value,
-                                        run_id))
+            references.append(Reference(f"stage one ({run_id[:8]}): {value:.4f}", value, run_id))
     return references
 
 
 # ---------------------------------------------------------------------------------------------
 # The plots
+
 
 def _figure():
     # Figure() draws with Agg and leaves pyplot's global backend and state alone: the sweep
@@ -229,8 +255,13 @@ def metric_figure(rows, key: str, metric: str, references: Sequence["Reference"]
     if numbers is not None:
         axes.plot(ordered, means, color="grey", label=mean_label)
     else:
-        axes.hlines(means, [x - width / 2 for x in ordered], [x + width / 2 for x in ordered],
-                    color="grey", label=mean_label)
+        axes.hlines(
+            means,
+            [x - width / 2 for x in ordered],
+            [x + width / 2 for x in ordered],
+            color="grey",
+            label=mean_label,
+        )
     axes.scatter(_side_by_side(xs, width), ys, zorder=3, label="each job")
     for reference in references:
         axes.axhline(reference.value, linestyle="--", color="tab:red", label=reference.label)
@@ -256,8 +287,9 @@ def _side_by_side(xs: Sequence[float], width: float) -> List[float]:
     return spread
 
 
-def plot_metric_against(folder: Path, rows, key: str, metric: str,
-                        references: Sequence["Reference"] = ()) -> None:
+def plot_metric_against(
+    folder: Path, rows, key: str, metric: str, references: Sequence["Reference"] = ()
+) -> None:
     figure = metric_figure(rows, key, metric, references)
     if figure is not None:
         figure.savefig(folder / f"{_slug(metric)}_vs_{_slug(key)}.png", dpi=110)
@@ -268,13 +300,16 @@ def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[st
     labels = _short_names(keys)
     drawn = 0
     for row in rows:
-        history = sorted(client.get_metric_history(row["run_id"], LOSS_CURVE),
-                         key=lambda m: m.step)
+        history = sorted(client.get_metric_history(row["run_id"], LOSS_CURVE), key=lambda m: m.step)
         if not history:
             continue
         label = ", ".join(f"{name}={row[key]}" for name, key in zip(labels, keys))
-        axes.plot([m.step for m in history], [m.value for m in history],
-                  label=label or row["run_name"], linewidth=1)
+        axes.plot(
+            [m.step for m in history],
+            [m.value for m in history],
+            label=label or row["run_name"],
+            linewidth=1,
+        )
         drawn += 1
     if not drawn:
         return
@@ -289,9 +324,14 @@ def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[st
 # ---------------------------------------------------------------------------------------------
 # The report
 
-def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str] = None,
-                 optuna_storage: Optional[str] = None, own_sweep: bool = False
-                 ) -> SweepReport:
+
+def write_report(
+    client: MlflowClient,
+    parent_run_id: str,
+    metric: Optional[str] = None,
+    optuna_storage: Optional[str] = None,
+    own_sweep: bool = False,
+) -> SweepReport:
     """Write the sweep's report and log it into the parent run under ``report/``.
 
     Works on a running parent (the sweep callback, before it ends the run) as on a finished
@@ -308,21 +348,27 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
     default = objective_metric(logged, stated if stated in logged else None)
     metric = metric or default or DEFAULT_METRICS[0]
     if logged and metric not in logged:
-        raise ReportError(f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
-                          + ", ".join(sorted(logged)))
+        raise ReportError(
+            f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
+            + ", ".join(sorted(logged))
+        )
     keys = swept_keys(parent, children)
     # An Optuna sweep states which way is best for what it optimises, a basic sweep nothing.
     direction = stated_direction(parent, metric, logged)
     lowest_first = lower_is_better(metric, direction)
     table = summary_table(children, keys, metric, lowest_first)
     rows = table.to_dict("records")
-    title = (f"Sweep {parent.info.run_name} ({parent_run_id}): {len(rows)} jobs, by {metric}, "
-             f"{'lowest' if lowest_first else 'highest'} first"
-             + (f", as the sweep {direction.lower()}s it" if direction else ""))
+    title = (
+        f"Sweep {parent.info.run_name} ({parent_run_id}): {len(rows)} jobs, by {metric}, "
+        f"{'lowest' if lowest_first else 'highest'} first"
+        + (f", as the sweep {direction.lower()}s it" if direction else "")
+    )
     references = stage_one_references(client, children, metric)
     for reference in references:
-        title += (f"\n\nStage one (run {reference.run_id}), which the jobs started from: "
-                  f"{metric} {reference.value:.4f}")
+        title += (
+            f"\n\nStage one (run {reference.run_id}), which the jobs started from: "
+            f"{metric} {reference.value:.4f}"
+        )
     with tempfile.TemporaryDirectory(prefix="ms_exp_report_") as scratch:
         folder = Path(scratch)
         text = _write_tables(folder, title, table)
@@ -332,11 +378,19 @@ def write_report(client: MlflowClient, parent_run_id: str, metric: Optional[str]
         text += _study_markdown(parent, optuna_storage, folder, own_sweep)
         client.log_artifacts(parent_run_id, scratch, REPORT_DIR)
         files = sorted(p.name for p in folder.iterdir())
-    share_key = share_sweep_view(client, parent.info.experiment_id, parent_run_id, keys,
-                                 metric, lowest_first)
-    return SweepReport(parent_run_id, parent.info.experiment_id,
-                       f"{parent.info.artifact_uri}/{REPORT_DIR}", files, text, metric,
-                       list(table["run_id"]), share_key)
+    share_key = share_sweep_view(
+        client, parent.info.experiment_id, parent_run_id, keys, metric, lowest_first
+    )
+    return SweepReport(
+        parent_run_id,
+        parent.info.experiment_id,
+        f"{parent.info.artifact_uri}/{REPORT_DIR}",
+        files,
+        text,
+        metric,
+        list(table["run_id"]),
+        share_key,
+    )
 
 
 def _study_markdown(parent: Run, storage: Optional[str], folder: Path, own_sweep: bool) -> str:
@@ -344,8 +398,12 @@ def _study_markdown(parent: Run, storage: Optional[str], folder: Path, own_sweep
     if study is None:
         return ""
     try:
-        part = study_part(storage or parent.data.tags.get(STORAGE_TAG, ""), study, folder,
-                          recorded=not (storage or own_sweep))
+        part = study_part(
+            storage or parent.data.tags.get(STORAGE_TAG, ""),
+            study,
+            folder,
+            recorded=not (storage or own_sweep),
+        )
     except ReportError as error:  # the jobs' table and plots stand without the study
         return f"\nno study part: {error}\n"
     return f"\n{part.markdown}"

@@ -9,6 +9,7 @@ MLflow is imported only inside the functions that call it: a job names its run w
 ``override_values`` (ms_exp.tracking.sweep.child_run_name) in its own process, which leaves
 MLflow to its sidecar (ms_exp/tracking/sidecar.py).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -54,13 +55,17 @@ def all_pages(search, **kwargs) -> list:
     from mlflow.utils import get_results_from_paginated_fn
 
     return get_results_from_paginated_fn(
-        lambda count, token: search(**kwargs, max_results=count, page_token=token), 1000)
+        lambda count, token: search(**kwargs, max_results=count, page_token=token), 1000
+    )
 
 
 def child_runs(client: MlflowClient, parent: Run) -> List[Run]:
-    return all_pages(client.search_runs, experiment_ids=[parent.info.experiment_id],
-                      filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-                      order_by=["attributes.start_time ASC"])
+    return all_pages(
+        client.search_runs,
+        experiment_ids=[parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        order_by=["attributes.start_time ASC"],
+    )
 
 
 def find_sweep(client: MlflowClient, target: str) -> str:
@@ -69,8 +74,9 @@ def find_sweep(client: MlflowClient, target: str) -> str:
         return _parent_by_id(client, target)
     folder = Path(target).resolve()
     ids = [e.experiment_id for e in all_pages(client.search_experiments)]
-    parents = all_pages(client.search_runs, experiment_ids=ids,
-                         filter_string="tags.`ms_exp.sweep` = 'true'")
+    parents = all_pages(
+        client.search_runs, experiment_ids=ids, filter_string="tags.`ms_exp.sweep` = 'true'"
+    )
     by_dir = {p.data.tags.get("ms_exp.sweep.dir"): p.info.run_id for p in parents}
     for candidate in (folder, folder.parent):
         if str(candidate) in by_dir:
@@ -121,8 +127,11 @@ def parsed_overrides(lines: Iterable[str]) -> Iterator[Tuple[str, Override]]:
 def override_values(overrides: Iterable[str]) -> Dict[str, str]:
     """``{"optimizer.lr": "0.10"}``: the key each override sets and its value as the
     override wrote it; a deletion (``~key``) sets none."""
-    return {override.key_or_group: line.partition("=")[2].strip()
-            for line, override in parsed_overrides(overrides) if not override.is_delete()}
+    return {
+        override.key_or_group: line.partition("=")[2].strip()
+        for line, override in parsed_overrides(overrides)
+        if not override.is_delete()
+    }
 
 
 def job_values(job: Run) -> Dict[str, str]:

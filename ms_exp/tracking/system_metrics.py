@@ -13,6 +13,7 @@ and ``..._memory_usage_percentage`` (HBM, or the chip's memory where it has no H
 ``npu-smi info``. An ``npu-smi`` that fails or prints a table this parser does not know is
 warned of once, in one line; the run goes on without NPU metrics.
 """
+
 import functools
 import logging
 import re
@@ -38,8 +39,9 @@ except ImportError:  # pragma: no cover - an install without MLflow records noth
     BaseMetricsMonitor = object
 
 
-def start_system_metrics(run_id: str, tracking_uri: str, interval: Optional[float],
-                         resume: bool = False) -> Optional[Any]:
+def start_system_metrics(
+    run_id: str, tracking_uri: str, interval: Optional[float], resume: bool = False
+) -> Optional[Any]:
     """Start sampling system metrics into run ``run_id`` of ``tracking_uri`` every
     ``interval`` seconds; None (and nothing started) when ``interval`` is None. ``resume``:
     the run was reopened, its samples continue after the steps it already has. The object
@@ -55,8 +57,13 @@ def start_system_metrics(run_id: str, tracking_uri: str, interval: Optional[floa
     monitor_logger = logging.getLogger(MONITOR_LOGGER)
     if _quiet_when_abandoned not in monitor_logger.filters:
         monitor_logger.addFilter(_quiet_when_abandoned)
-    monitor = _monitor_class()(run_id, sampling_interval=interval, samples_before_logging=1,
-                               resume_logging=resume, tracking_uri=tracking_uri)
+    monitor = _monitor_class()(
+        run_id,
+        sampling_interval=interval,
+        samples_before_logging=1,
+        resume_logging=resume,
+        tracking_uri=tracking_uri,
+    )
     # The job's setting wins over MLflow's MLFLOW_SYSTEM_METRICS_* variables: it is the one
     # recorded with the run.
     monitor.sampling_interval = float(interval)
@@ -92,7 +99,8 @@ def _monitor_class():
                 self.publish_metrics(self.aggregate_metrics())
             except Exception as error:  # noqa: BLE001 - as MLflow's loop treats a failed sample
                 logging.getLogger(MONITOR_LOGGER).warning(
-                    f"Failed to log the last system metrics: {error}")
+                    f"Failed to log the last system metrics: {error}"
+                )
             super().finish()
 
     return SampledToTheEnd
@@ -141,8 +149,9 @@ def _values(cell: str) -> List[object]:
     return values
 
 
-def parse_npu_smi_info(text: str) -> Dict[str, Tuple[Optional[float], Optional[float],
-                                                     Optional[float]]]:
+def parse_npu_smi_info(
+    text: str,
+) -> Dict[str, Tuple[Optional[float], Optional[float], Optional[float]]]:
     """``npu-smi info``'s table as ``{name: (utilisation %, used MB, total MB)}`` per chip.
 
     The table has two lines per chip: ``| NPU Name | Health | Power(W) Temp(C) ... |`` and
@@ -166,7 +175,7 @@ def parse_npu_smi_info(text: str) -> Dict[str, Tuple[Optional[float], Optional[f
         if columns is None:
             continue
         if "Process" in line or "No running processes" in line:
-            break           # the table of processes below the chips
+            break  # the table of processes below the chips
         first = cells[0].split()
         if not first or not first[0].isdigit():
             continue
@@ -174,7 +183,7 @@ def parse_npu_smi_info(text: str) -> Dict[str, Tuple[Optional[float], Optional[f
             if npu is not None:
                 chips.append((npu, first[0], _values(cells[2])))
         elif len(first) >= 2:
-            npu = first[0]      # "| 0     910B1 | OK | ..." opens an NPU
+            npu = first[0]  # "| 0     910B1 | OK | ..." opens an NPU
     if columns is None or not chips:
         raise NpuSmiError("no table of NPU chips in its output")
     per_npu: DefaultDict[str, int] = defaultdict(int)
@@ -195,8 +204,13 @@ def parse_npu_smi_info(text: str) -> Dict[str, Tuple[Optional[float], Optional[f
 
 def read_npu_smi() -> Dict[str, Tuple[Optional[float], Optional[float], Optional[float]]]:
     try:
-        done = subprocess.run([NPU_SMI, "info"], capture_output=True, text=True,
-                              timeout=NPU_SMI_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [NPU_SMI, "info"],
+            capture_output=True,
+            text=True,
+            timeout=NPU_SMI_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError) as error:
         raise NpuSmiError(f"{type(error).__name__}: {error}") from error
     if done.returncode != 0:
@@ -243,11 +257,16 @@ class NPUMonitor(BaseMetricsMonitor):
                     self._metrics[f"{name}_memory_usage_percentage"].append(used / total * 100)
 
     def aggregate_metrics(self):
-        return {key: round(sum(values) / len(values), 1)
-                for key, values in self._metrics.items() if values}
+        return {
+            key: round(sum(values) / len(values), 1)
+            for key, values in self._metrics.items()
+            if values
+        }
 
 
 def _warn_broken(error: Exception) -> None:
-    print(f"ms_exp: warning: `{NPU_SMI} info` cannot be read ({error}); no NPU metrics are "
-          "recorded", file=sys.stderr, flush=True)
-
+    print(
+        f"ms_exp: warning: `{NPU_SMI} info` cannot be read ({error}); no NPU metrics are recorded",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -10,6 +10,7 @@ docs/design.md#mlflow-logging-cost) and does not pay for MLflow's per-call valid
 either: an asynchronous log_batch of three metrics took 110 us a call here, 2.5% of the
 default job's 4.4 ms step; collecting them takes 8 us (README, Framework overhead).
 """
+
 import os
 import sys
 import time
@@ -51,8 +52,15 @@ class Tracker:
         self._submitted = time.monotonic()
 
     @classmethod
-    def start(cls, client, experiment_name: str, run_name: str, tags: Mapping[str, str],
-              parent_run_id: Optional[str] = None, run_id: Optional[str] = None) -> "Tracker":
+    def start(
+        cls,
+        client,
+        experiment_name: str,
+        run_name: str,
+        tags: Mapping[str, str],
+        parent_run_id: Optional[str] = None,
+        run_id: Optional[str] = None,
+    ) -> "Tracker":
         """Create a run, or with ``run_id`` reopen that one (a resumed job, or calls kept
         while the store was unreachable): RUNNING again, everything appended to it."""
         from ms_exp.tracking.store import ensure_experiment
@@ -94,16 +102,20 @@ class Tracker:
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
-        self._buffer.extend(Metric(key, float(value), now, int(step))
-                            for key, value in metrics.items())
-        if (len(self._buffer) >= _METRICS_PER_BATCH - 50
-                or time.monotonic() - self._submitted >= SUBMIT_SECONDS):
+        self._buffer.extend(
+            Metric(key, float(value), now, int(step)) for key, value in metrics.items()
+        )
+        if (
+            len(self._buffer) >= _METRICS_PER_BATCH - 50
+            or time.monotonic() - self._submitted >= SUBMIT_SECONDS
+        ):
             self._submit()
 
     def log_metric_rows(self, rows: List[list]) -> None:
         """``[key, value, timestamp_ms, step]`` rows, as the sidecar receives them."""
-        metrics = [Metric(key, float(value), int(stamp), int(step))
-                   for key, value, stamp, step in rows]
+        metrics = [
+            Metric(key, float(value), int(stamp), int(step)) for key, value, stamp, step in rows
+        ]
         for batch in _batches(metrics, _METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=batch)
 
@@ -126,8 +138,9 @@ class Tracker:
     def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
         self.client.log_artifacts(self.run_id, str(directory), artifact_path)
 
-    def log_artifact_to(self, run_id: Optional[str], path: Path,
-                        artifact_path: Optional[str] = None) -> None:
+    def log_artifact_to(
+        self, run_id: Optional[str], path: Path, artifact_path: Optional[str] = None
+    ) -> None:
         """Into another run (a stage-one run owns the PCA matrix its snapshots gave); None:
         this one (its id was not known yet where the call was made: kept offline)."""
         self.client.log_artifact(run_id or self.run_id, str(path), artifact_path)
@@ -144,10 +157,16 @@ class Tracker:
     def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
         provenance.record(self, dataset_cfg, run_dir, command)
 
-    def log_model(self, name: str, directory: Path, params: Mapping[str, object],
-                  metrics: Mapping[str, float], epoch: Optional[int] = None,
-                  tags: Optional[Mapping[str, object]] = None,
-                  mlmodel: Optional[Mapping[str, object]] = None) -> None:
+    def log_model(
+        self,
+        name: str,
+        directory: Path,
+        params: Mapping[str, object],
+        metrics: Mapping[str, float],
+        epoch: Optional[int] = None,
+        tags: Optional[Mapping[str, object]] = None,
+        mlmodel: Optional[Mapping[str, object]] = None,
+    ) -> None:
         """A LoggedModel of this run: ``directory``'s files as its artifacts, ``metrics``
         linked to it (at the step the run logged that epoch's evaluation), READY, and one of
         the run's outputs. ``mlmodel``: write the directory's MLmodel file first."""
@@ -157,21 +176,29 @@ class Tracker:
             try:
                 write_mlmodel(directory, mlmodel)
             except Exception as error:  # noqa: BLE001 - a model never costs the run
-                print(f"ms_exp: warning: no MLflow model {name!r} logged for this run "
-                      f"({type(error).__name__}: {error})", file=sys.stderr, flush=True)
+                print(
+                    f"ms_exp: warning: no MLflow model {name!r} logged for this run "
+                    f"({type(error).__name__}: {error})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return
-        self.flush()    # the run's train/epoch history places the metrics
+        self.flush()  # the run's train/epoch history places the metrics
         # One model of each name per run: a resumed run's replaces its earlier attempt's
         # (also one that attempt was killed while logging).
         for earlier in self.client.search_logged_models(
-                [self.experiment_id], filter_string=f"source_run_id = '{self.run_id}'"):
+            [self.experiment_id], filter_string=f"source_run_id = '{self.run_id}'"
+        ):
             if earlier.name == name:
                 self.client.delete_logged_model(earlier.model_id)
         model = self.client.create_logged_model(
-            self.experiment_id, name=name, source_run_id=self.run_id,
+            self.experiment_id,
+            name=name,
+            source_run_id=self.run_id,
             params={key: param_value(value) for key, value in params.items()},
             tags={key: str(value) for key, value in (tags or {}).items()},
-            model_type="mindspore")
+            model_type="mindspore",
+        )
         model_id = model.model_id
         try:
             self.client.log_model_artifacts(model_id, str(directory))
@@ -182,9 +209,13 @@ class Tracker:
                 # model (docs/design.md#mlflow-model-metrics).
                 point = self._point(key, step)
                 self.client.log_metric(
-                    self.run_id, key, point.value if point else float(value),
-                    timestamp=point.timestamp if point else None, step=step,
-                    model_id=model_id)
+                    self.run_id,
+                    key,
+                    point.value if point else float(value),
+                    timestamp=point.timestamp if point else None,
+                    step=step,
+                    model_id=model_id,
+                )
         except BaseException:
             self.client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
             raise
@@ -194,15 +225,19 @@ class Tracker:
 
     def _point(self, key: str, step: int):
         """The run's value of metric ``key`` at ``step``; None if it has none there."""
-        return next((m for m in self.client.get_metric_history(self.run_id, key)
-                     if m.step == step), None)
+        return next(
+            (m for m in self.client.get_metric_history(self.run_id, key) if m.step == step), None
+        )
 
     def _epoch_step(self, epoch: Optional[int]) -> int:
         """The step at which the run logged the end of ``epoch`` (its train/epoch metric),
         so a model's metrics sit on the run's own evaluation; None: the last epoch's; 0
         when the run logged no such epoch."""
-        steps = [m.step for m in self.client.get_metric_history(self.run_id, "train/epoch")
-                 if epoch is None or int(m.value) == int(epoch)]
+        steps = [
+            m.step
+            for m in self.client.get_metric_history(self.run_id, "train/epoch")
+            if epoch is None or int(m.value) == int(epoch)
+        ]
         return max(steps) if steps else 0
 
     def wait_for_run(self) -> None:
@@ -223,7 +258,7 @@ class Tracker:
 
 def _batches(items: List, size: int):
     """``items`` in slices of at most ``size``: MLflow's limits for one log_batch call."""
-    return (items[start:start + size] for start in range(0, len(items), size))
+    return (items[start : start + size] for start in range(0, len(items), size))
 
 
 def _done(operation) -> bool:

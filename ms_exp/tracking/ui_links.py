@@ -9,6 +9,7 @@ experiment, as the UI's own "Share" button stores one (the experiment tag
 jobs, its swept keys and objective as columns, best first. MLflow reads no columns from an
 address, only from such a view.
 """
+
 import json
 import shlex
 import shutil
@@ -44,8 +45,10 @@ def ui_command(uri: str) -> str:
     (the URI shell-quoted: it is printed for the user to paste into a shell)."""
     if not is_local_store(uri):
         return f"open {uri} in a browser"
-    return (f"{mlflow_executable()} ui --backend-store-uri {shlex.quote(uri)} "
-            "--host 127.0.0.1 --port 5000")
+    return (
+        f"{mlflow_executable()} ui --backend-store-uri {shlex.quote(uri)} "
+        "--host 127.0.0.1 --port 5000"
+    )
 
 
 def ui_base(uri: str) -> Optional[str]:
@@ -82,23 +85,43 @@ def ui_lines(uri: str, experiment_id: str, run_id: str) -> List[str]:
         return [f"open it with: {ui_command(uri)}"]
     if not is_local_store(uri):
         return [f"open it in a browser: {run_url(base, experiment_id, run_id)}"]
-    return [f"open it with: {ui_command(uri)}",
-            f"  then browse to {run_url(base, experiment_id, run_id)}"]
+    return [
+        f"open it with: {ui_command(uri)}",
+        f"  then browse to {run_url(base, experiment_id, run_id)}",
+    ]
 
 
-def share_sweep_view(client: "MlflowClient", experiment_id: str, parent_run_id: str,
-                     keys: Sequence[str], metric: str, lowest_first: bool) -> str:
+def share_sweep_view(
+    client: "MlflowClient",
+    experiment_id: str,
+    parent_run_id: str,
+    keys: Sequence[str],
+    metric: str,
+    lowest_first: bool,
+) -> str:
     """Store the runs-table view of a sweep's jobs in its experiment; its share key."""
-    view = {"searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
-            "orderByKey": f"metrics.`{metric}`", "orderByAsc": lowest_first,
-            "selectedColumns": [*(f"params.`{key}`" for key in keys), f"metrics.`{metric}`",
-                                "attributes.`Duration`"]}
+    view = {
+        "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        "orderByKey": f"metrics.`{metric}`",
+        "orderByAsc": lowest_first,
+        "selectedColumns": [
+            *(f"params.`{key}`" for key in keys),
+            f"metrics.`{metric}`",
+            "attributes.`Duration`",
+        ],
+    }
     client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + parent_run_id, json.dumps(view))
     return parent_run_id
 
 
-def sweep_lines(uri: str, experiment_id: str, parent_run_id: str, ranked: Sequence[str],
-                metric: str, share_key: Optional[str]) -> List[str]:
+def sweep_lines(
+    uri: str,
+    experiment_id: str,
+    parent_run_id: str,
+    ranked: Sequence[str],
+    metric: str,
+    share_key: Optional[str],
+) -> List[str]:
     """How to see a sweep in the MLflow UI: its parent run, its jobs on one compare page
     (the best :data:`COMPARED_AT_MOST` of ``ranked``, best first) and its runs table."""
     lines = ui_lines(uri, experiment_id, parent_run_id)
@@ -106,10 +129,15 @@ def sweep_lines(uri: str, experiment_id: str, parent_run_id: str, ranked: Sequen
     if base is None or not ranked:
         return lines
     compared = list(ranked[:COMPARED_AT_MOST])
-    which = "its jobs" if len(compared) == len(ranked) else \
-        f"its best {len(compared)} jobs of {len(ranked)} by {metric}"
+    which = (
+        "its jobs"
+        if len(compared) == len(ranked)
+        else f"its best {len(compared)} jobs of {len(ranked)} by {metric}"
+    )
     lines.append(f"  compare {which}: {compare_url(base, experiment_id, compared)}")
     if share_key is not None:
-        lines.append(f"  its jobs in a table, swept keys and {metric} as columns: "
-                     f"{shared_view_url(base, experiment_id, share_key)}")
+        lines.append(
+            f"  its jobs in a table, swept keys and {metric} as columns: "
+            f"{shared_view_url(base, experiment_id, share_key)}"
+        )
     return lines

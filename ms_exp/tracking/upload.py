@@ -9,6 +9,7 @@ line is skipped with a warning on stderr and kept in ``<journal>.damaged``.
 ``--tracking-uri`` sends the run to another store than the one the job was given (the
 server moved, or a local ``sqlite:///`` file to look at it now).
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -19,11 +20,13 @@ from ms_exp.tracking.store import password_refusal
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ms_exp.tracking.upload",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ms_exp.tracking.upload", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    parser.add_argument("--tracking-uri", help="the store to deliver to (default: the job's "
-                                               "tracking.uri)")
+    parser.add_argument(
+        "--tracking-uri", help="the store to deliver to (default: the job's tracking.uri)"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     refused = password_refusal("--tracking-uri", args.tracking_uri)
     if refused:
@@ -31,8 +34,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     journals = journals_in(args.run_dir)
     if not journals:
-        print(f"ms_exp: error: RUN_DIR={args.run_dir}: nothing to upload (no "
-              f"{OFFLINE_DIR}/*.jsonl journal there)", file=sys.stderr)
+        print(
+            f"ms_exp: error: RUN_DIR={args.run_dir}: nothing to upload (no "
+            f"{OFFLINE_DIR}/*.jsonl journal there)",
+            file=sys.stderr,
+        )
         return 2
     from ms_exp.tracking.recorder import StoreUnreachable, replay
 
@@ -40,8 +46,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             delivered = replay(journal, args.tracking_uri)
         except StoreUnreachable as error:
-            print(f"ms_exp: error: {journal}: the tracking server is still unreachable "
-                  f"({error}); nothing lost, run this command again later", file=sys.stderr)
+            print(
+                f"ms_exp: error: {journal}: the tracking server is still unreachable "
+                f"({error}); nothing lost, run this command again later",
+                file=sys.stderr,
+            )
             return 1
         except ValueError as error:
             print(f"ms_exp: error: {error}", file=sys.stderr)

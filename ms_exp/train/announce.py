@@ -1,5 +1,6 @@
 """What a rank says about how it trains, on the console and as tags of the run: where the
 parameters are (placement) and which loop and precision train them."""
+
 from ms_exp.config.amp import needs_overflow_check
 from ms_exp.placement.tables import describe_placement, host_tables
 
@@ -23,7 +24,10 @@ def announce_loop(cfg, tracker) -> None:
     scale = amp.loss_scale.value
     if scale != "none":
         scale = f"{scale} {amp.loss_scale_value:g}" + (
-            " (overflowing steps skipped)" if needs_overflow_check(amp) else "")
-    print(f"trainer.loop={cfg.trainer.loop.value}, amp level {amp.level.value}, "
-          f"loss scale {scale}", flush=True)
+            " (overflowing steps skipped)" if needs_overflow_check(amp) else ""
+        )
+    print(
+        f"trainer.loop={cfg.trainer.loop.value}, amp level {amp.level.value}, loss scale {scale}",
+        flush=True,
+    )
     tracker.set_tags({"ms_exp.loop": cfg.trainer.loop.value})

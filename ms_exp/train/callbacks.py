@@ -10,6 +10,7 @@ rank 0's alone: the weight snapshots, the strategy file of the emulated layouts,
 delete their copy), the progress bar, and MLflow's metrics (the other ranks' trackers are
 disabled, ms_exp/worker.py); checkpoints go into each rank's own folder. The user's
 callbacks run on every rank but those set ``rank_zero_only``."""
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -49,43 +50,68 @@ SHARDED_MODES = ("semi_auto", "auto")
 @dataclass
 class FitCallbacks:
     callbacks: List[Callback]
-    metrics: MlflowMetrics               # keeps every evaluation's results
+    metrics: MlflowMetrics  # keeps every evaluation's results
     saver: Optional[TimedModelCheckpoint]  # None: checkpoint=none
-    best: Optional[BestCheckpoint]       # None: no best.ckpt kept
+    best: Optional[BestCheckpoint]  # None: no best.ckpt kept
     pruning: Optional[ReportToTrial] = None  # a job of an Optuna sweep
 
 
-def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, tracker,
-                     steps_per_epoch: int, start_step: int, loss_names: Sequence[str],
-                     best_metric: str, strategies, already_logged=None) -> FitCallbacks:
+def create_callbacks(
+    cfg,
+    network,
+    runtime,
+    run_dir: Path,
+    ckpt_dir: Path,
+    tracker,
+    steps_per_epoch: int,
+    start_step: int,
+    loss_names: Sequence[str],
+    best_metric: str,
+    strategies,
+    already_logged=None,
+) -> FitCallbacks:
     """``already_logged``: the last step of each group of curves the MLflow run has (a
     resumed run's, ms_exp/tracking/logged_steps.py)."""
     interval = cfg.trainer.loss_print_interval
     monitor = LossPartsMonitor(loss_names, interval) if loss_names else LossMonitor(interval)
     global_batch = loader_settings(cfg.dataset)["batch_size"] * runtime.group_size
-    metrics = MlflowMetrics(tracker, global_batch,
-                            cfg.tracking.log_every_n_steps, loss_names, already_logged)
-    callbacks = [monitor, FitTimeMonitor(), metrics,
-                 DeviceMemory(tracker, runtime.device_target)]
-    callbacks += create_checkpoint_callbacks(cfg.checkpoint, network, ckpt_dir,
-                                             steps_per_epoch, runtime.parallel_mode,
-                                             best_metric, start_step, runtime.rank_id,
-                                             sharded=runtime.parallel_mode in SHARDED_MODES
-                                             and not runtime.emulated,
-                                             # the metrics of the steps a checkpoint holds
-                                             # are in MLflow before it exists
-                                             before_save=tracker.flush)
+    metrics = MlflowMetrics(
+        tracker, global_batch, cfg.tracking.log_every_n_steps, loss_names, already_logged
+    )
+    callbacks = [monitor, FitTimeMonitor(), metrics, DeviceMemory(tracker, runtime.device_target)]
+    callbacks += create_checkpoint_callbacks(
+        cfg.checkpoint,
+        network,
+        ckpt_dir,
+        steps_per_epoch,
+        runtime.parallel_mode,
+        best_metric,
+        start_step,
+        runtime.rank_id,
+        sharded=runtime.parallel_mode in SHARDED_MODES and not runtime.emulated,
+        # the metrics of the steps a checkpoint holds
+        # are in MLflow before it exists
+        before_save=tracker.flush,
+    )
     if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
         callbacks.append(_snapshots(cfg, network, run_dir, steps_per_epoch, tracker))
     if runtime.emulated:
         from ms_exp.parallel.emulation import SemiAutoLayouts
 
         ckpt_cfg = cfg.checkpoint
-        callbacks.append(SemiAutoLayouts(
-            network, strategies, runtime.group_size, runtime.rank_id, ckpt_dir,
-            ckpt_cfg.prefix, ckpt_cfg.strategy.save_file,
-            slice_files=ckpt_cfg.save and not ckpt_cfg.integrated_save,
-            save_steps=save_interval_steps(ckpt_cfg, steps_per_epoch)))
+        callbacks.append(
+            SemiAutoLayouts(
+                network,
+                strategies,
+                runtime.group_size,
+                runtime.rank_id,
+                ckpt_dir,
+                ckpt_cfg.prefix,
+                ckpt_cfg.strategy.save_file,
+                slice_files=ckpt_cfg.save and not ckpt_cfg.integrated_save,
+                save_steps=save_interval_steps(ckpt_cfg, steps_per_epoch),
+            )
+        )
     if wants_progress_bar(cfg.trainer.progress_bar.value) and runtime.rank_id == 0:
         callbacks.append(ProgressBar(steps_per_epoch, cfg.trainer.epochs))
     callbacks += user_callbacks(cfg.trainer, runtime.rank_id)
@@ -97,8 +123,9 @@ def create_callbacks(cfg, network, runtime, run_dir: Path, ckpt_dir: Path, track
     pruning = _report_to_trial(cfg, runtime)
     if pruning is not None:
         callbacks.append(pruning)
-    callbacks.append(StopOnSignal(
-        saver, stop_step_file(run_dir) if runtime.group_size > 1 else None))
+    callbacks.append(
+        StopOnSignal(saver, stop_step_file(run_dir) if runtime.group_size > 1 else None)
+    )
     return FitCallbacks(callbacks, metrics, saver, best, pruning)
 
 
@@ -116,16 +143,27 @@ def user_callbacks(trainer_cfg, rank_id: int = 0) -> List[Callback]:
     """``trainer.callbacks`` of rank ``rank_id``, built in their order: every entry on
     every rank, as MindSpore runs each rank's callbacks, but those set ``rank_zero_only``
     (built on rank 0 alone); an entry set to null is left out."""
-    return [build(f"trainer.callbacks.{name}", node, own_keys=own_keys(CallbackEntry),
-                  expected=(Callback,), expected_text=CALLBACK_TARGET)
-            for name, node in (trainer_cfg.callbacks or {}).items()
-            if node is not None and (rank_id == 0 or not callback_rank_zero_only(node))]
+    return [
+        build(
+            f"trainer.callbacks.{name}",
+            node,
+            own_keys=own_keys(CallbackEntry),
+            expected=(Callback,),
+            expected_text=CALLBACK_TARGET,
+        )
+        for name, node in (trainer_cfg.callbacks or {}).items()
+        if node is not None and (rank_id == 0 or not callback_rank_zero_only(node))
+    ]
 
 
 def _snapshots(cfg, network, run_dir: Path, steps_per_epoch: int, tracker) -> WeightSnapshots:
     snapshots = cfg.checkpoint.snapshots
-    require(snapshots.per_epoch <= steps_per_epoch, "checkpoint.snapshots.per_epoch",
-            snapshots.per_epoch, f"at most the {steps_per_epoch} steps of an epoch")
+    require(
+        snapshots.per_epoch <= steps_per_epoch,
+        "checkpoint.snapshots.per_epoch",
+        snapshots.per_epoch,
+        f"at most the {steps_per_epoch} steps of an epoch",
+    )
     directory = (run_dir / SNAPSHOT_DIR).resolve()
     tracker.set_tags({"ms_exp.snapshots.dir": str(directory)})
     return WeightSnapshots(snapshots, network, directory, steps_per_epoch)

@@ -7,6 +7,7 @@ SEMI_AUTO_PARALLEL and AUTO_PARALLEL ("Invalid communication backend: CPU"), tho
 as DATA_PARALLEL over the same ranks: the same math, with the layouts emulated when
 checkpoints are written (docs/design.md#semi-auto-refused-on-cpu).
 """
+
 from dataclasses import dataclass
 
 import mindspore as ms
@@ -50,9 +51,11 @@ def auto_parallel_context(parallel_cfg, strategy_cfg, device_target: str) -> dic
     """Arguments of ``set_auto_parallel_context`` for a distributed ``parallel_cfg``."""
     emulated = is_emulated(parallel_cfg.mode, device_target)
     mode = "data" if emulated else parallel_cfg.mode
-    context = {"parallel_mode": PARALLEL_MODES[mode],
-               "gradients_mean": parallel_cfg.gradients_mean,
-               "device_num": parallel_cfg.device_num}
+    context = {
+        "parallel_mode": PARALLEL_MODES[mode],
+        "gradients_mean": parallel_cfg.gradients_mean,
+        "device_num": parallel_cfg.device_num,
+    }
     if parallel_cfg.all_reduce_fusion_config:
         context["all_reduce_fusion_config"] = list(parallel_cfg.all_reduce_fusion_config)
     if mode in ("semi_auto", "auto"):
@@ -86,29 +89,52 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
     if parallel_cfg.mode == "stand_alone":
         # A stand-alone run has no sharding, so MindSpore writes no strategy file for it;
         # the settings are handed over all the same so the context matches the config.
-        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.STAND_ALONE,
-                                     strategy_ckpt_config=strategy_ckpt_config(strategy_cfg))
-        return Runtime(device_target=target, mode=mode, device_id=device_id, rank_id=0,
-                       group_size=1, parallel_mode="stand_alone")
+        ms.set_auto_parallel_context(
+            parallel_mode=ms.ParallelMode.STAND_ALONE,
+            strategy_ckpt_config=strategy_ckpt_config(strategy_cfg),
+        )
+        return Runtime(
+            device_target=target,
+            mode=mode,
+            device_id=device_id,
+            rank_id=0,
+            group_size=1,
+            parallel_mode="stand_alone",
+        )
 
     from mindspore.communication import get_group_size, get_rank, init
 
     init()
     group_size = get_group_size()
     if parallel_cfg.device_num != group_size:
-        raise ValueError(f"the setting device_num: {parallel_cfg.device_num} not equal to the "
-                         f"real group_size: {group_size}")
+        raise ValueError(
+            f"the setting device_num: {parallel_cfg.device_num} not equal to the "
+            f"real group_size: {group_size}"
+        )
     emulated = is_emulated(parallel_cfg.mode, target)
     ms.set_auto_parallel_context(**auto_parallel_context(parallel_cfg, strategy_cfg, target))
     if emulated:
-        print(f"parallel={parallel_cfg.mode} on CPU: MindSpore refuses this mode on CPU, so "
-              "ms_exp trains the same math data parallel over the same ranks"
-              + (" and writes each rank's checkpoint slice and the strategy file as "
-                 "MindSpore lays them out" if parallel_cfg.mode == "semi_auto" else
-                 " with data-parallel layouts (every parameter whole on every rank)"),
-              flush=True)
-    full_batch = parallel_cfg.mode in ("semi_auto", "auto") and parallel_cfg.full_batch \
-        and not emulated
-    return Runtime(device_target=target, mode=mode, device_id=device_id, rank_id=get_rank(),
-                   group_size=group_size, parallel_mode=parallel_cfg.mode, emulated=emulated,
-                   shard_data=not full_batch)
+        print(
+            f"parallel={parallel_cfg.mode} on CPU: MindSpore refuses this mode on CPU, so "
+            "ms_exp trains the same math data parallel over the same ranks"
+            + (
+                " and writes each rank's checkpoint slice and the strategy file as "
+                "MindSpore lays them out"
+                if parallel_cfg.mode == "semi_auto"
+                else " with data-parallel layouts (every parameter whole on every rank)"
+            ),
+            flush=True,
+        )
+    full_batch = (
+        parallel_cfg.mode in ("semi_auto", "auto") and parallel_cfg.full_batch and not emulated
+    )
+    return Runtime(
+        device_target=target,
+        mode=mode,
+        device_id=device_id,
+        rank_id=get_rank(),
+        group_size=group_size,
+        parallel_mode=parallel_cfg.mode,
+        emulated=emulated,
+        shard_data=not full_batch,
+    )

@@ -9,20 +9,23 @@ tensors only; ``system/gpu_*``/``system/npu_*`` from the sidecar's monitor count
 device. On CPU MindSpore 2.10 always answers 0 (docs/design.md#device-memory-on-cpu): nothing
 is logged there.
 """
+
 from mindspore.train import Callback
 
 from ms_exp.tracking.interface import RunTracker
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def device_memory_mb() -> dict:
     """MindSpore's figures for the current device, in MiB."""
     from mindspore import runtime
 
-    return {"system/device_memory_allocated_mb": runtime.memory_allocated() / MIB,
-            "system/device_memory_peak_mb": runtime.max_memory_allocated() / MIB,
-            "system/device_memory_reserved_mb": runtime.memory_reserved() / MIB}
+    return {
+        "system/device_memory_allocated_mb": runtime.memory_allocated() / MIB,
+        "system/device_memory_peak_mb": runtime.max_memory_allocated() / MIB,
+        "system/device_memory_reserved_mb": runtime.memory_reserved() / MIB,
+    }
 
 
 class DeviceMemory(Callback):
@@ -40,7 +43,9 @@ class DeviceMemory(Callback):
             metrics = device_memory_mb()
         except Exception as error:  # noqa: BLE001 - a figure is not worth a failed run
             self.enabled = False
-            print(f"ms_exp: warning: no device memory metrics ({type(error).__name__}: "
-                  f"{error})", flush=True)
+            print(
+                f"ms_exp: warning: no device memory metrics ({type(error).__name__}: {error})",
+                flush=True,
+            )
             return
         self.tracker.log_metrics(metrics, step=run_context.original_args().cur_step_num)

@@ -11,6 +11,7 @@ same order (mindspore/train/model.py ``_train_process`` and ``_eval_in_fit``), s
 checkpoint group, best.ckpt, LossMonitor, resume and MLflow logging are shared with
 ``trainer.loop=model``.
 """
+
 from typing import Dict, List, Sequence
 
 import mindspore as ms
@@ -43,9 +44,16 @@ def gradient_reducer(weights):
 
 
 class FunctionalTrainer:
-    def __init__(self, network: nn.Cell, loss_parts: nn.Cell, optimizer: nn.Optimizer,
-                 scaler, skip_overflow: bool, metrics: Dict[str, Metric],
-                 report_scale: bool = False):
+    def __init__(
+        self,
+        network: nn.Cell,
+        loss_parts: nn.Cell,
+        optimizer: nn.Optimizer,
+        scaler,
+        skip_overflow: bool,
+        metrics: Dict[str, Metric],
+        report_scale: bool = False,
+    ):
         self.network = network
         self.loss_parts = loss_parts
         self.opt = optimizer
@@ -54,8 +62,9 @@ class FunctionalTrainer:
         self.skip_overflow = skip_overflow
         self.dynamic = isinstance(scaler, DynamicLossScaler)
         self.metrics = metrics
-        self.value_and_grad = ms.value_and_grad(self.forward_fn, None, weights=self.weights,
-                                                has_aux=True)
+        self.value_and_grad = ms.value_and_grad(
+            self.forward_fn, None, weights=self.weights, has_aux=True
+        )
         self.grad_reducer = gradient_reducer(self.weights)
         self.train_network = TrainState(network, optimizer)
         self.overflow_steps = 0
@@ -88,21 +97,38 @@ class FunctionalTrainer:
             self.scaler.adjust(finite)
         return (loss,) + outputs[1:], finite, scale
 
-    def fit(self, epochs: int, train_set, eval_set=None, valid_frequency: int = 1,
-            callbacks: Sequence[Callback] = (), dataset_sink_mode: bool = False,
-            initial_epoch: int = 0) -> None:
+    def fit(
+        self,
+        epochs: int,
+        train_set,
+        eval_set=None,
+        valid_frequency: int = 1,
+        callbacks: Sequence[Callback] = (),
+        dataset_sink_mode: bool = False,
+        initial_epoch: int = 0,
+    ) -> None:
         """``Model.fit`` for this loop: evaluates after every epoch, without sink mode
         (refused before the run starts, ms_exp/preflight/validate.py)."""
         if valid_frequency != 1 or dataset_sink_mode:
             raise ValueError("the functional loop evaluates every epoch and has no sink mode")
         params = _InternalCallbackParam(
-            cur_step_num=0, cur_epoch_num=initial_epoch, epoch_num=epochs - initial_epoch,
-            batch_num=train_set.get_dataset_size(), mode="train", dataset_sink_mode=False,
-            train_network=self.train_network, network=self.network, optimizer=self.opt,
-            loss_fn=self.loss_parts, train_dataset=train_set, net_outputs=None,
+            cur_step_num=0,
+            cur_epoch_num=initial_epoch,
+            epoch_num=epochs - initial_epoch,
+            batch_num=train_set.get_dataset_size(),
+            mode="train",
+            dataset_sink_mode=False,
+            train_network=self.train_network,
+            network=self.network,
+            optimizer=self.opt,
+            loss_fn=self.loss_parts,
+            train_dataset=train_set,
+            net_outputs=None,
             parallel_mode=ms.get_auto_parallel_context("parallel_mode"),
             device_number=ms.get_auto_parallel_context("device_num"),
-            last_save_ckpt_step=None, latest_ckpt_file=None)
+            last_save_ckpt_step=None,
+            latest_ckpt_file=None,
+        )
         run_context = RunContext(params)
         # All epochs, as Model's iterator: a resumed run's set_init_step counts from 0.
         batches = train_set.create_tuple_iterator(num_epochs=epochs)
@@ -136,8 +162,7 @@ class FunctionalTrainer:
             manager.on_train_end(run_context)
         if self.overflow_steps:
             done = "skipped" if self.skip_overflow else "applied all the same"
-            print(f"{self.overflow_steps} steps had gradients that overflowed: {done}",
-                  flush=True)
+            print(f"{self.overflow_steps} steps had gradients that overflowed: {done}", flush=True)
 
     def eval(self, eval_set, dataset_sink_mode: bool = False) -> dict:
         """``Model.eval`` for this loop: the metrics over ``eval_set``."""
@@ -149,8 +174,13 @@ class FunctionalTrainer:
         """The tutorial's evaluation after each epoch, reported to the callbacks as
         Model.fit reports its own (``eval_results``: the metrics and ``eval_loss``)."""
         saved = {key: params[key] for key in ("cur_step_num", "batch_num", "net_outputs")}
-        params.update(mode="eval", cur_step_num=0, batch_num=eval_set.get_dataset_size(),
-                      valid_dataset=eval_set, eval_network=self.network)
+        params.update(
+            mode="eval",
+            cur_step_num=0,
+            batch_num=eval_set.get_dataset_size(),
+            valid_dataset=eval_set,
+            eval_network=self.network,
+        )
         run_context = RunContext(params)
         for metric in self.metrics.values():
             metric.clear()
@@ -184,5 +214,8 @@ class FunctionalTrainer:
 def _eval_callbacks(callbacks: Sequence[Callback]) -> List[Callback]:
     """Those Model.fit also calls during its evaluation: not MindSpore's own callbacks
     (whose step_end/end would count eval steps as training), except TimeMonitor."""
-    return [cb for cb in callbacks
-            if type(cb).__name__ not in MINDSPORE_CALLBACKS or isinstance(cb, TimeMonitor)]
+    return [
+        cb
+        for cb in callbacks
+        if type(cb).__name__ not in MINDSPORE_CALLBACKS or isinstance(cb, TimeMonitor)
+    ]

@@ -13,6 +13,7 @@ gradients overflowed is skipped without calling the optimizer, and stores nothin
 The Parameter is held by a plain object, not a Cell attribute, so it stays out of the
 network's parameters and of every checkpoint (docs/design.md#grad-norm-probe).
 """
+
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, ops
@@ -51,8 +52,7 @@ class _StoresGradNorm:
 def store_grad_norm(optimizer) -> GradNormProbe:
     """Make ``optimizer`` store each step's gradient norm; the probe to read it from."""
     cls = type(optimizer)
-    optimizer.__class__ = type(cls.__name__, (_StoresGradNorm, cls),
-                               {"__module__": cls.__module__})
+    optimizer.__class__ = type(cls.__name__, (_StoresGradNorm, cls), {"__module__": cls.__module__})
     probe = GradNormProbe()
     object.__setattr__(optimizer, "grad_norm_probe", probe)
     return probe

@@ -1,5 +1,6 @@
 """Callbacks that move where ``Model.fit`` starts and stops: a resumed run starts at the
 step after its checkpoint, an interrupted one stops at a step boundary with a checkpoint."""
+
 from pathlib import Path
 from typing import Optional
 
@@ -61,11 +62,12 @@ class StopOnSignal(Callback):
         StepBoundary.reset()
 
     def _stop(self, run_context) -> None:
-        message = StepBoundary.pending or \
-            f"another rank received a signal: all stop after step {self.stop_at}"
+        message = (
+            StepBoundary.pending
+            or f"another rank received a signal: all stop after step {self.stop_at}"
+        )
         StepBoundary.reset()
         if self.saver is not None:
             self.saver.save_now(run_context)
-            print(f"interrupted: checkpoint {self.saver.latest_ckpt_file_name} saved",
-                  flush=True)
+            print(f"interrupted: checkpoint {self.saver.latest_ckpt_file_name} saved", flush=True)
         raise Terminated(message)

@@ -1,6 +1,7 @@
 """The training loop of ``trainer.loop``: MindSpore's ``Model`` or the tutorial's functional
 Trainer (ms_exp/train/functional.py), both built from the same network, loss, optimizer and
 ``amp`` section and driven through the same ``fit`` call."""
+
 import os
 from pathlib import Path
 from typing import Tuple
@@ -40,9 +41,14 @@ def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
     if cfg.trainer.loop.value == "model":
         import mindspore as ms
 
-        return ms.Model(network, loss_fn=create_training_loss(cfg.loss, num_classes),
-                        optimizer=optimizer, metrics=metrics, boost_level=cfg.boost.level,
-                        **model_arguments(cfg.amp))
+        return ms.Model(
+            network,
+            loss_fn=create_training_loss(cfg.loss, num_classes),
+            optimizer=optimizer,
+            metrics=metrics,
+            boost_level=cfg.boost.level,
+            **model_arguments(cfg.amp),
+        )
     from ms_exp.train.functional import FunctionalTrainer
     from ms_exp.train.precision import cast_network, loss_scaler
 
@@ -50,10 +56,16 @@ def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
     # As the tutorial's Trainer: every step's gradients are checked; with a fixed scale and
     # no drop_overflow_update the step is applied all the same, as Model applies it.
     skip = needs_overflow_check(amp) or amp.loss_scale.value == "none"
-    return FunctionalTrainer(cast_network(network, amp), create_loss_parts(cfg.loss, num_classes),
-                             optimizer, loss_scaler(amp), skip, metrics,
-                             # the steps Model's loss-scale cell reports on
-                             report_scale=needs_overflow_check(amp))
+    return FunctionalTrainer(
+        cast_network(network, amp),
+        create_loss_parts(cfg.loss, num_classes),
+        optimizer,
+        loss_scaler(amp),
+        skip,
+        metrics,
+        # the steps Model's loss-scale cell reports on
+        report_scale=needs_overflow_check(amp),
+    )
 
 
 def fit_arguments(trainer_cfg, device_target: str) -> dict:
@@ -64,10 +76,17 @@ def fit_arguments(trainer_cfg, device_target: str) -> dict:
     if not trainer_cfg.dataset_sink_mode:
         return {"dataset_sink_mode": False}
     if device_target == "CPU":
-        print("trainer.dataset_sink_mode=true: the CPU has no dataset sink mode, so this run "
-              "trains without it (every epoch the whole dataset, callbacks after every "
-              "step); on Ascend/GPU it sinks "
-              + ("the whole dataset" if trainer_cfg.sink_size == -1 else
-                 f"{trainer_cfg.sink_size} steps") + " per call", flush=True)
+        print(
+            "trainer.dataset_sink_mode=true: the CPU has no dataset sink mode, so this run "
+            "trains without it (every epoch the whole dataset, callbacks after every "
+            "step); on Ascend/GPU it sinks "
+            + (
+                "the whole dataset"
+                if trainer_cfg.sink_size == -1
+                else f"{trainer_cfg.sink_size} steps"
+            )
+            + " per call",
+            flush=True,
+        )
         return {"dataset_sink_mode": False}
     return {"dataset_sink_mode": True, "sink_size": trainer_cfg.sink_size}

@@ -6,6 +6,7 @@ loss2``: the loss is the weighted sum, and each part is reported on its own
 
 A built-in name is a ``_target_`` config (``NAMED_LOSSES``) built by the same path as a
 user's target (``ms_exp.config.targets.build``)."""
+
 from typing import Tuple
 
 from mindspore import Tensor, nn, ops
@@ -19,14 +20,21 @@ TOTAL = "loss"  # the name of the weighted sum among the reported values
 # loss.name -> the ``_target_`` config it stands for, from the loss's own keys.
 NAMED_LOSSES = {
     # The model-saving tutorial's loss.
-    "cross_entropy": lambda cfg: {TARGET: "mindspore.nn.CrossEntropyLoss",
-                                  "label_smoothing": cfg.label_smoothing},
+    "cross_entropy": lambda cfg: {
+        TARGET: "mindspore.nn.CrossEntropyLoss",
+        "label_smoothing": cfg.label_smoothing,
+    },
     # The training-flow tutorial's loss; MindSpore's version has no label smoothing.
-    "softmax_cross_entropy": lambda cfg: {TARGET: "mindspore.nn.SoftmaxCrossEntropyWithLogits",
-                                          "sparse": True, "reduction": "mean"},
+    "softmax_cross_entropy": lambda cfg: {
+        TARGET: "mindspore.nn.SoftmaxCrossEntropyWithLogits",
+        "sparse": True,
+        "reduction": "mean",
+    },
     # The model zoo ResNet's; num_classes is passed (its signature names it).
-    "cross_entropy_smooth": lambda cfg: {TARGET: "ms_exp.train.losses.CrossEntropySmooth",
-                                         "smooth_factor": cfg.label_smoothing},
+    "cross_entropy_smooth": lambda cfg: {
+        TARGET: "ms_exp.train.losses.CrossEntropySmooth",
+        "smooth_factor": cfg.label_smoothing,
+    },
 }
 
 
@@ -58,8 +66,14 @@ def create_loss(cfg, num_classes: int, key: str = "loss") -> nn.Cell:
         node, own = NAMED_LOSSES[cfg.name.value](cfg), ()
     else:
         node, own = cfg, loss_own_keys(cfg, LossConfig if key == "loss" else LossPart)
-    return build(key, node, own_keys=own, provided={"num_classes": num_classes},
-                 expected=(nn.Cell,), expected_text=LOSS_TARGET)
+    return build(
+        key,
+        node,
+        own_keys=own,
+        provided={"num_classes": num_classes},
+        expected=(nn.Cell,),
+        expected_text=LOSS_TARGET,
+    )
 
 
 class LossParts(nn.Cell):
@@ -102,9 +116,10 @@ def create_loss_parts(loss_cfg, num_classes: int) -> LossParts:
     parts = loss_parts(loss_cfg)
     if not parts:
         return LossParts([create_loss(loss_cfg, num_classes)], [1.0])
-    return LossParts([create_loss(part, num_classes, f"loss.parts.{name}")
-                      for name, part in parts.items()],
-                     [part.weight for part in parts.values()])
+    return LossParts(
+        [create_loss(part, num_classes, f"loss.parts.{name}") for name, part in parts.items()],
+        [part.weight for part in parts.values()],
+    )
 
 
 def create_training_loss(loss_cfg, num_classes: int) -> nn.Cell:

@@ -1,6 +1,7 @@
 """The eval metrics: the classification ones (accuracy, loss, top-5) of the models that
 bring none of their own (``ModelOption.evaluation``), and the user's ``trainer.metrics``
 (any mindspore.train.Metric by ``_target_``), logged as ``eval/<name>``."""
+
 from typing import Dict
 
 from mindspore import nn
@@ -20,10 +21,17 @@ def classification_metrics(num_classes: int) -> Dict[str, Metric]:
 def user_metrics(trainer_cfg, num_classes: int) -> Dict[str, Metric]:
     """``trainer.metrics``: each updated with (logits, labels) as the classification ones;
     ``num_classes`` passed when the signature names it. An entry set to null is left out."""
-    return {str(name): build(f"trainer.metrics.{name}", node,
-                             provided={"num_classes": num_classes}, expected=(Metric,),
-                             expected_text=METRIC_TARGET)
-            for name, node in (trainer_cfg.metrics or {}).items() if node is not None}
+    return {
+        str(name): build(
+            f"trainer.metrics.{name}",
+            node,
+            provided={"num_classes": num_classes},
+            expected=(Metric,),
+            expected_text=METRIC_TARGET,
+        )
+        for name, node in (trainer_cfg.metrics or {}).items()
+        if node is not None
+    }
 
 
 def eval_metrics(cfg, num_classes: int) -> Dict[str, Metric]:

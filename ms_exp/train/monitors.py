@@ -1,5 +1,6 @@
 """Console monitors: the loss lines of networks with several losses, and epoch times that
 an evaluation inside ``Model.fit`` does not corrupt."""
+
 import time
 from typing import Sequence
 
@@ -28,8 +29,10 @@ class LossPartsMonitor(Callback):
         bad = [name for name, value in parts.items() if not np.isfinite(value)]
         if bad:
             # As LossMonitor does for its one loss: a diverged run should stop, not go on.
-            raise ValueError(f"epoch: {params.cur_epoch_num} step: {step_in_epoch}: "
-                             f"{', '.join(bad)} is {parts[bad[0]]}; training stopped")
+            raise ValueError(
+                f"epoch: {params.cur_epoch_num} step: {step_in_epoch}: "
+                f"{', '.join(bad)} is {parts[bad[0]]}; training stopped"
+            )
         shown = ", ".join(f"{name} is {value}" for name, value in parts.items())
         print(f"epoch: {params.cur_epoch_num} step: {step_in_epoch}, {shown}", flush=True)
 

@@ -9,6 +9,7 @@ The optimizer is any mindspore.nn.Optimizer subclass: ``optimizer._target_`` wit
 arguments beside it, or a built-in ``optimizer.name``, which stands for a ``_target_``
 config (``NAMED_OPTIMIZERS``) built by the same path (``ms_exp.config.targets.build``).
 """
+
 import math
 from typing import List
 
@@ -83,13 +84,16 @@ def parameter_groups(network: nn.Cell, weight_decay: float) -> list:
     params = network.trainable_params()
     decayed = [p for p in params if not any(word in p.name for word in NO_DECAY_NAMES)]
     not_decayed = [p for p in params if any(word in p.name for word in NO_DECAY_NAMES)]
-    return [{"params": decayed, "weight_decay": weight_decay},
-            {"params": not_decayed, "weight_decay": 0.0},
-            {"order_params": params}]
+    return [
+        {"params": decayed, "weight_decay": weight_decay},
+        {"params": not_decayed, "weight_decay": 0.0},
+        {"order_params": params},
+    ]
 
 
-def create_optimizer(cfg, network: nn.Cell, steps_per_epoch: int, epochs: int,
-                     loss_scale: float = 1.0):
+def create_optimizer(
+    cfg, network: nn.Cell, steps_per_epoch: int, epochs: int, loss_scale: float = 1.0
+):
     """The optimizer of ``network``'s trainable parameters. ``loss_scale``: the fixed loss
     scale the gradients arrive multiplied by (``FixedLossScaleManager`` with
     ``drop_overflow_update=False`` leaves the division to the optimizer, as the tutorial's
@@ -100,23 +104,34 @@ def create_optimizer(cfg, network: nn.Cell, steps_per_epoch: int, epochs: int,
         # An array, not a list: it is handed to the target as it is, never through a
         # config node per step (MindSpore makes the same float32 tensor of either).
         lr = np.asarray(learning_rates(cfg, steps_per_epoch, epochs), dtype=np.float32)
-    params = parameter_groups(network, cfg.weight_decay) if cfg.group_params \
+    params = (
+        parameter_groups(network, cfg.weight_decay)
+        if cfg.group_params
         else network.trainable_params()
+    )
     # The user's ``_target_`` config with its own keys, else the built-in's.
     user = target_path(cfg) is not None
-    return build("optimizer", cfg if user else NAMED_OPTIMIZERS[cfg.name.value],
-                 own_keys=own_keys(OptimizerConfig) if user else (),
-                 provided=optimizer_arguments(cfg, params, lr, loss_scale),
-                 required=OPTIMIZER_REQUIRED, expected=(nn.Optimizer,),
-                 expected_text=OPTIMIZER_TARGET)
+    return build(
+        "optimizer",
+        cfg if user else NAMED_OPTIMIZERS[cfg.name.value],
+        own_keys=own_keys(OptimizerConfig) if user else (),
+        provided=optimizer_arguments(cfg, params, lr, loss_scale),
+        required=OPTIMIZER_REQUIRED,
+        expected=(nn.Optimizer,),
+        expected_text=OPTIMIZER_TARGET,
+    )
 
 
 def optimizer_arguments(cfg, params, lr, loss_scale: float) -> dict:
     """ms_exp's values for the optimizer: ``params`` and ``learning_rate`` always; the
     rest when the target's signature names them. With parameter groups the groups carry
     the weight decay."""
-    arguments = {"params": params, "learning_rate": lr, "momentum": cfg.momentum,
-                 "loss_scale": loss_scale}
+    arguments = {
+        "params": params,
+        "learning_rate": lr,
+        "momentum": cfg.momentum,
+        "loss_scale": loss_scale,
+    }
     if not cfg.group_params:
         arguments["weight_decay"] = cfg.weight_decay
     return arguments

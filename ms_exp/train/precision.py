@@ -18,11 +18,13 @@ def model_arguments(amp_cfg) -> dict:
 
     kind = amp_cfg.loss_scale.value
     if kind == "fixed":
-        manager = FixedLossScaleManager(amp_cfg.loss_scale_value,
-                                        drop_overflow_update=amp_cfg.drop_overflow_update)
+        manager = FixedLossScaleManager(
+            amp_cfg.loss_scale_value, drop_overflow_update=amp_cfg.drop_overflow_update
+        )
     elif kind == "dynamic":
-        manager = DynamicLossScaleManager(amp_cfg.loss_scale_value, amp_cfg.scale_factor,
-                                          amp_cfg.scale_window)
+        manager = DynamicLossScaleManager(
+            amp_cfg.loss_scale_value, amp_cfg.scale_factor, amp_cfg.scale_window
+        )
     else:
         manager = None
     arguments = {"amp_level": amp_cfg.level.value, "loss_scale_manager": manager}
@@ -36,8 +38,7 @@ def optimizer_loss_scale(amp_cfg, loop: str) -> float:
     TrainOneStepCell scales the gradients and the optimizer divides them again (the
     tutorial's ``Momentum(..., loss_scale=1024)``). Everywhere else the scaled step itself
     unscales them, and the optimizer must not."""
-    fixed_without_check = (amp_cfg.loss_scale.value == "fixed"
-                           and not needs_overflow_check(amp_cfg))
+    fixed_without_check = amp_cfg.loss_scale.value == "fixed" and not needs_overflow_check(amp_cfg)
     return amp_cfg.loss_scale_value if loop == "model" and fixed_without_check else 1.0
 
 
@@ -64,6 +65,7 @@ def loss_scaler(amp_cfg):
 
     kind = amp_cfg.loss_scale.value
     if kind == "dynamic":
-        return DynamicLossScaler(amp_cfg.loss_scale_value, amp_cfg.scale_factor,
-                                 amp_cfg.scale_window)
+        return DynamicLossScaler(
+            amp_cfg.loss_scale_value, amp_cfg.scale_factor, amp_cfg.scale_window
+        )
     return StaticLossScaler(amp_cfg.loss_scale_value if kind == "fixed" else 1.0)

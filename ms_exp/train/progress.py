@@ -1,4 +1,5 @@
 """A progress bar over each epoch's steps, shown only where a person is watching."""
+
 import sys
 
 from mindspore.train import Callback
@@ -22,8 +23,13 @@ class ProgressBar(Callback):
         from tqdm import tqdm
 
         epoch = run_context.original_args().cur_epoch_num
-        self._bar = tqdm(total=self.steps_per_epoch, desc=f"epoch {epoch}/{self.epochs}",
-                         unit="step", leave=False, dynamic_ncols=True)
+        self._bar = tqdm(
+            total=self.steps_per_epoch,
+            desc=f"epoch {epoch}/{self.epochs}",
+            unit="step",
+            leave=False,
+            dynamic_ncols=True,
+        )
 
     def on_train_step_end(self, run_context):
         if self._bar is not None:

@@ -1,5 +1,6 @@
 """A job of an Optuna sweep reports its eval metric to its trial after every epoch, and
 stops at the end of the epoch after which the study's pruner prunes it."""
+
 from typing import Optional
 
 from mindspore.train import Callback
@@ -23,8 +24,10 @@ class ReportToTrial(Callback):
 
     def on_train_epoch_end(self, run_context):
         params = run_context.original_args()
-        results = {f"eval/{name}": float(value)
-                   for name, value in (params.get("eval_results") or {}).items()}
+        results = {
+            f"eval/{name}": float(value)
+            for name, value in (params.get("eval_results") or {}).items()
+        }
         name = objective_metric(results, self.metric)
         if name not in results:
             return
@@ -34,7 +37,9 @@ class ReportToTrial(Callback):
         # After the last epoch the trial has trained to the end: it completes with its value.
         if epoch < self.last_epoch and self.trial.should_prune():
             self.pruned_epoch = epoch
-            print(f"Optuna study {self.link.study_name} pruned trial {self.link.number} after "
-                  f"epoch {epoch} ({name} {value:.4f}): stopping",
-                  flush=True)
+            print(
+                f"Optuna study {self.link.study_name} pruned trial {self.link.number} after "
+                f"epoch {epoch} ({name} {value:.4f}): stopping",
+                flush=True,
+            )
             run_context.request_stop()

@@ -6,6 +6,7 @@ The same function trains a stand-alone job in the launching process and each ran
 msrun starts (``ms_exp.worker``). MindSpore is imported only here and below, once the
 config is known to be good.
 """
+
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -37,19 +38,33 @@ def train_in_process(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
 
 def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
-    tracker.set_tags({"ms_exp.device_target": runtime.device_target,
-                      "ms_exp.mode": runtime.mode,
-                      "ms_exp.parallel_emulated": str(runtime.emulated).lower()})
+    tracker.set_tags(
+        {
+            "ms_exp.device_target": runtime.device_target,
+            "ms_exp.mode": runtime.mode,
+            "ms_exp.parallel_emulated": str(runtime.emulated).lower(),
+        }
+    )
     shard = Shard(runtime.group_size, runtime.rank_id) if runtime.shard_data else Shard()
     train_set, eval_set, spec = create_datasets(cfg.dataset, shard)
     steps_per_epoch = train_set.get_dataset_size()
     epochs = cfg.trainer.epochs
-    print(f"dataset={dataset_name(cfg.dataset)}: {spec.train_size} training and {spec.eval_size} "
-          f"held-out samples of shape {spec.image_shape}, {spec.num_classes} classes, "
-          f"{steps_per_epoch} steps per epoch", flush=True)
+    print(
+        f"dataset={dataset_name(cfg.dataset)}: {spec.train_size} training and {spec.eval_size} "
+        f"held-out samples of shape {spec.image_shape}, {spec.num_classes} classes, "
+        f"{steps_per_epoch} steps per epoch",
+        flush=True,
+    )
     if shard.num_shards > 1 and runtime.rank_id == 0:
-        print(global_batch_note(shard.num_shards, loader_settings(cfg.dataset)["batch_size"],
-                                steps_per_epoch, spec.train_size), flush=True)
+        print(
+            global_batch_note(
+                shard.num_shards,
+                loader_settings(cfg.dataset)["batch_size"],
+                steps_per_epoch,
+                spec.train_size,
+            ),
+            flush=True,
+        )
 
     option = model_option(cfg.model)
     placement = create_placement(cfg.placement)
@@ -60,19 +75,29 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         from ms_exp.parallel.emulation import apply_strategies
 
         apply_strategies(network, strategies)
-    model, loss_names = build_model(cfg, network, placement, spec, runtime, run_dir, tracker,
-                                    steps_per_epoch)
+    model, loss_names = build_model(
+        cfg, network, placement, spec, runtime, run_dir, tracker, steps_per_epoch
+    )
 
     ckpt_dir = rank_dir(run_dir, runtime.rank_id)
     start_step = 0
     resume = ResumePoint.load(run_dir)
     if resume is not None:
-        start_step = restore(resume, model.train_network, train_set, ckpt_dir,
-                             steps_per_epoch)
-    fit = create_callbacks(cfg, network, runtime, run_dir, ckpt_dir, tracker,
-                           steps_per_epoch, start_step, loss_names, option.best_metric,
-                           strategies,
-                           resume.not_to_log_again if resume is not None else None)
+        start_step = restore(resume, model.train_network, train_set, ckpt_dir, steps_per_epoch)
+    fit = create_callbacks(
+        cfg,
+        network,
+        runtime,
+        run_dir,
+        ckpt_dir,
+        tracker,
+        steps_per_epoch,
+        start_step,
+        loss_names,
+        option.best_metric,
+        strategies,
+        resume.not_to_log_again if resume is not None else None,
+    )
 
     # The MLflow run is created by the sidecar meanwhile (ms_exp/tracking/sidecar.py); a
     # store that cannot be reached stops the job here, before training.
@@ -86,12 +111,20 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     after_fit = boost_option(cfg.boost).after_fit
     try:
         if start_step < epochs * steps_per_epoch:
-            model.fit(epochs, train_set, eval_set, valid_frequency=1,
-                      callbacks=fit.callbacks, initial_epoch=start_step // steps_per_epoch,
-                      **fit_arguments(cfg.trainer, runtime.device_target))
+            model.fit(
+                epochs,
+                train_set,
+                eval_set,
+                valid_frequency=1,
+                callbacks=fit.callbacks,
+                initial_epoch=start_step // steps_per_epoch,
+                **fit_arguments(cfg.trainer, runtime.device_target),
+            )
         else:
-            print(f"the checkpoint is at the last step ({start_step}): nothing left to train",
-                  flush=True)
+            print(
+                f"the checkpoint is at the last step ({start_step}): nothing left to train",
+                flush=True,
+            )
     finally:
         StepBoundary.reset()
         if after_fit is not None and runtime.rank_id == 0:
@@ -106,12 +139,17 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     best = fit.best
     history = fit.metrics.eval_history
     return JobResult(
-        run_dir=run_dir, run_id=tracker.run_id, final_eval=history[-1] if history else {},
-        best_value=best.best if best else None, best_metric=option.best_metric,
+        run_dir=run_dir,
+        run_id=tracker.run_id,
+        final_eval=history[-1] if history else {},
+        best_value=best.best if best else None,
+        best_metric=option.best_metric,
         last_checkpoint=last_checkpoint(ckpt_dir, cfg.checkpoint.prefix)
-        if cfg.checkpoint.save else None,
+        if cfg.checkpoint.save
+        else None,
         best_checkpoint=best.path if best and best.path.exists() else None,
-        pruned_epoch=fit.pruning.pruned_epoch if fit.pruning else None)
+        pruned_epoch=fit.pruning.pruned_epoch if fit.pruning else None,
+    )
 
 
 def _evaluation_missing(start_step: int, steps_per_epoch: int, logged) -> bool:
@@ -125,12 +163,11 @@ def _evaluation_missing(start_step: int, steps_per_epoch: int, logged) -> bool:
 
 def _evaluate_epoch(model, eval_set, fit, step: int, steps_per_epoch: int) -> None:
     epoch = step // steps_per_epoch
-    print(f"epoch {epoch} was not evaluated before the run stopped: evaluating it now",
-          flush=True)
+    print(f"epoch {epoch} was not evaluated before the run stopped: evaluating it now", flush=True)
     results = model.eval(eval_set, dataset_sink_mode=False)
     fit.metrics.global_step = step
     fit.metrics.record_eval(results)
-    fit.metrics.record_epoch(epoch)     # its time is unknown: that attempt was cut short
+    fit.metrics.record_epoch(epoch)  # its time is unknown: that attempt was cut short
     if fit.best is not None:
         fit.best.consider(results, epoch)
 
@@ -139,10 +176,12 @@ def global_batch_note(ranks: int, batch: int, steps_per_epoch: int, shard_size: 
     """Why a sharded run's accuracy trails a stand-alone run's of the same epochs: one step
     trains on every rank's batch at once, so an epoch has ``ranks`` times fewer steps."""
     alone = ranks * shard_size // batch
-    return (f"{ranks} ranks x batch {batch} = global batch {ranks * batch}: each rank trains "
-            f"{steps_per_epoch} steps per epoch on its 1/{ranks} of the training data, where "
-            f"stand-alone takes about {alone} steps of batch {batch}, so accuracy after the "
-            "same epochs is lower than stand-alone's")
+    return (
+        f"{ranks} ranks x batch {batch} = global batch {ranks * batch}: each rank trains "
+        f"{steps_per_epoch} steps per epoch on its 1/{ranks} of the training data, where "
+        f"stand-alone takes about {alone} steps of batch {batch}, so accuracy after the "
+        "same epochs is lower than stand-alone's"
+    )
 
 
 def peak_host_memory_mb() -> float:

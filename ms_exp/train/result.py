@@ -1,5 +1,6 @@
 """What one job's training leaves for the launching process: its final evaluation and
 checkpoints. Rank 0 of a distributed job writes it to ``<run dir>/result.json``."""
+
 import json
 import os
 from dataclasses import asdict, dataclass

@@ -14,6 +14,7 @@ at most one step behind), so it is the only one written.
 The launching process removes the file before it starts the ranks; MindSpore is not
 imported here.
 """
+
 import os
 from pathlib import Path
 from typing import Optional
@@ -34,7 +35,7 @@ def propose_stop_step(path: Path, step: int) -> int:
     part = path.with_name(f"{path.name}.{os.getpid()}.part")
     part.write_text(str(step))
     try:
-        os.link(part, path)     # all of it or nothing, and never over another proposal
+        os.link(part, path)  # all of it or nothing, and never over another proposal
     except FileExistsError:
         pass
     finally:

@@ -1,4 +1,5 @@
 """The project's callback: appends a line per finished epoch to a file in the run dir."""
+
 from pathlib import Path
 
 from mindspore.train import Callback

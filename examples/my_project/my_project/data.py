@@ -3,11 +3,18 @@
 ms_exp calls ``blobs(split="train")`` and ``blobs(split="eval")`` with the option's own
 keys, and does the batching, shuffling and sharding itself.
 """
+
 import numpy as np
 
 
-def blobs(split: str, samples: int = 512, features: int = 16, classes: int = 4,
-          spread: float = 1.0, seed: int = 0):
+def blobs(
+    split: str,
+    samples: int = 512,
+    features: int = 16,
+    classes: int = 4,
+    spread: float = 1.0,
+    seed: int = 0,
+):
     rng = np.random.default_rng(seed)
     centres = rng.normal(0.0, 0.6, size=(classes, features))
     rng = np.random.default_rng(seed + (1 if split == "train" else 2))

@@ -4,6 +4,7 @@ Its first layer multiplies with ``ops.MatMul`` (not ``nn.Dense``) so that a semi
 shard strategy can name it: ``parallel.strategies={hidden: {matmul: [[2, 1], [1, 2]]}}``.
 ms_exp passes ``input_shape`` and ``num_classes`` because the signature names them.
 """
+
 import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import initializer
