@@ -4,6 +4,7 @@ count), options asked rather than named, the preflight free of MindSpore, and mo
 enough to read."""
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,12 @@ MAX_LINES = 500
 PLUGINS = ROOT / "hydra_plugins"
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """Each file parsed once per test process: every test here walks the same trees."""
+    return ast.parse(path.read_text())
+
+
 def modules():
     """Module name -> file, for every module of the package and of its Hydra plugins."""
     found = {}
@@ -38,7 +45,7 @@ def imported_modules(name: str, path: Path, known) -> set:
     inside functions alike), each resolved to the deepest module that exists."""
     is_package = path.name == "__init__.py"
     targets = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -59,6 +66,7 @@ def imported_modules(name: str, path: Path, known) -> set:
     return targets
 
 
+@functools.lru_cache(maxsize=None)
 def import_graph():
     known = modules()
     return {name: imported_modules(name, path, known) for name, path in known.items()}
@@ -142,7 +150,7 @@ def test_hydras_private_api_is_used_through_one_module():
     door = "ms_exp/config/hydra_internals.py"
     users = []
     for path in [*PACKAGE.rglob("*.py"), *PLUGINS.rglob("*.py")]:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             names = (
                 [a.name for a in node.names]
                 if isinstance(node, ast.Import)
@@ -279,7 +287,7 @@ def test_preflight_refuses_before_mindspore_is_imported():
     "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.relative_to(PACKAGE).as_posix()
 )
 def test_every_module_says_its_job_and_stays_short(path):
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     docstring = ast.get_docstring(tree)
     assert docstring, f"{path} has no module docstring saying what it is for"
     lines = len(path.read_text().splitlines())
@@ -297,7 +305,7 @@ def test_only_tracking_imports_mlflow():
     functions count."""
     users = []
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             names = (
                 [a.name for a in node.names]
                 if isinstance(node, ast.Import)

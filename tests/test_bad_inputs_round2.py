@@ -127,6 +127,7 @@ def test_a_worker_refuses_a_bad_config_in_one_line_before_mindspore(case, tmp_pa
     assert sorted(p.name for p in run_dir.iterdir()) == before  # no log_output/, no pid file
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_the_worker_accepts_the_config_the_launcher_saves(tmp_path):
     """What a rank runs before MindSpore: the config every job saves passes it (the rank's
     checks are the launcher's, but for the master port that msrun holds by then)."""
@@ -182,6 +183,7 @@ def run_with_checkpoint(tmp_path_factory) -> Path:
     return checkpoint
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_eval_refuses_a_checkpoint_of_another_shape_before_an_mlflow_run(
     run_with_checkpoint, tmp_path
 ):

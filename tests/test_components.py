@@ -348,6 +348,7 @@ def test_ranks_other_than_0_write_no_file_all_ranks_share(tmp_path):
     assert kinds[0] - kinds[1] == {WeightSnapshots, ProgressBar}
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_cfg_job_shows_no_built_in_name_beside_a_target(tmp_path):
     """``--cfg job`` prints the config the job uses: a user's loss or optimizer by
     ``_target_`` has ``name: null``; otherwise it is Hydra's own print, byte for byte."""

@@ -160,6 +160,7 @@ def test_a_folder_names_its_first_damaged_file_and_counts_the_rest(tmp_path):
     )
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_a_truncated_jpeg_stops_the_job_before_training_naming_the_file(tmp_path):
     """The job of the report: a folder that trains, with one JPEG cut off inside its header.
     Before: SIGFPE (exit 136), nothing printed, run.json RUNNING."""
@@ -261,6 +262,7 @@ def test_a_rank_trusts_the_launching_process_check_of_the_same_files(tmp_path, f
     assert rank() == (25, 25)
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_the_ranks_of_a_job_trust_the_launching_process_check(tmp_path, fresh_process, monkeypatch):
     """The launching process of a distributed job records what it checked before it starts
     the ranks; what each rank runs before MindSpore (ms_exp.worker's checks of the saved

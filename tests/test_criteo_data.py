@@ -23,11 +23,11 @@ from ms_exp.config.errors import ConfigError
 from ms_exp.config.schema import CriteoDataset
 from ms_exp.data import create_datasets, criteo_convert, criteo_text
 from ms_exp.data.build import declared_shape
+from ms_exp.data.checks import validate_dataset
 from ms_exp.data.criteo_convert import main, split_sizes
 from ms_exp.data.criteo_format import read_meta
 from ms_exp.data.criteo_sample import sample_lines
 from ms_exp.data.spec import Shard
-from ms_exp.preflight.dataset import validate_dataset
 
 PROG = "ms_exp.data.criteo_convert"
 LINES = 4000
@@ -110,6 +110,7 @@ def converted(cli) -> Path:
 # --- the converter as a command ---------------------------------------------------------
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_cli_converts_and_reports_malformed_lines_by_reason(raw, cli):
     result, out = cli
     assert result.rc == 0, result.stderr
@@ -559,6 +560,7 @@ def unpacked(raw, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_packing_round_trip_in_order_with_the_padded_tail(converted, unpacked):
     """Unshuffled, the loader yields the encoded samples of each split in file order,
     then the split's first samples again up to the end of its last record."""
@@ -715,6 +717,7 @@ def test_a_folder_of_the_first_format_asks_for_a_new_conversion(tmp_path, conver
 SAMPLE = "ms_exp.data.criteo_sample"
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_sample_cli_writes_the_generator_lines_through_a_temporary_file(tmp_path):
     result = run_cli(
         SAMPLE, ["s/sample.txt.gz", "--lines", "50", "--seed", "3", "--malformed", "2"], tmp_path

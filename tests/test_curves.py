@@ -55,6 +55,7 @@ def test_learning_rates_for_a_schedule_cell_and_groups():
     assert LearningRates(nn.Momentum(groups, 0.1, 0.9)).at(5) == pytest.approx(0.3)
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_the_stored_norm_is_of_the_unscaled_gradients():
     import mindspore as ms
     from mindspore import nn

@@ -422,6 +422,7 @@ def test_bad_stage_two_inputs_are_refused_with_one_line(stage_one, tmp_path, mon
         assert "\n" not in text
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_latest_without_any_stage_one_run_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")  # an empty store

@@ -107,6 +107,7 @@ def test_an_earlier_journal_with_a_damaged_line_is_delivered_past_it(tmp_path, c
     assert not journal.exists() and Path(f"{journal}.damaged").is_file()
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_a_resumed_run_first_delivers_the_journal_its_earlier_attempt_left(tmp_path):
     """Resumed after its models were logged (as if killed before its record said
     FINISHED): the run still has one ``best`` and one ``last`` model."""

@@ -155,6 +155,7 @@ def test_a_logging_handler_made_during_a_job_still_reaches_the_console_after_it(
     assert (tmp_path / "console.log").read_text() == "during the job\n"
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_asking_for_the_devices_is_silent_and_leaves_the_backend_to_the_job():
     # The check runs in the process that then trains: set_context and an op must still work.
     probe = (

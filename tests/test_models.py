@@ -230,6 +230,7 @@ def test_bad_register_model_is_refused(workdir, overrides, message):
     assert list(workdir.iterdir()) == []
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_unknown_registered_model_is_refused(workdir):
     shutil.copyfile(migrated_store(), workdir / "mlflow.db")
     result = main_in_process("ms_exp.eval", ["--model", "models:/nothing_here/1"], workdir)

@@ -234,6 +234,7 @@ def load_with_crc_check(path: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_merge_says_what_it_merged_and_writes_a_crc(slices, tmp_path):
     from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
@@ -357,6 +358,7 @@ def command_of(line: str, module: str) -> List[str]:
     return words[3:]
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     tmp_path, monkeypatch
 ):
@@ -386,6 +388,7 @@ def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     ) == str(merged_file)
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_a_merge_by_run_id_is_evaluated_as_it_is_with_that_run_id(tmp_path, monkeypatch):
     """``ms_exp.ckpt merge <run id>`` writes ./merged/<run id>/rank_0/: with ``--run-id``
     eval evaluates that file, not a fresh merge of the run's slices; alone, it names the

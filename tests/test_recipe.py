@@ -111,6 +111,7 @@ def smoothed_cross_entropy(logits, labels, smooth, classes):
     return float(np.mean(-(target * log_softmax).sum(axis=1)))
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_cross_entropy_smooth_is_the_model_zoo_loss():
     from ms_exp.train.losses import create_loss
 
@@ -182,7 +183,7 @@ def test_checkpoints_every_n_epochs_unless_steps_are_given():
 
 def test_the_checks_accept_increasing_fusion_indices_and_refuse_others():
     from ms_exp.config.errors import ConfigError
-    from ms_exp.preflight.parallel import validate_parallel
+    from ms_exp.parallel.checks import validate_parallel
 
     for fusion in ([85, 160], [1], []):
         validate_parallel(

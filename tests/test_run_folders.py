@@ -257,6 +257,7 @@ def finished(tmp_path_factory):
     )
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_a_relative_strategy_file_is_the_runs_own(finished):
     """MindSpore writes a relative strategy file from the working directory, where every
     run would share it: the run's config names it inside the run folder."""

@@ -9,6 +9,7 @@ module could do it elsewhere.
 """
 
 import ast
+import functools
 import os
 import pickle
 import re
@@ -400,8 +401,14 @@ def test_shell_metacharacters_in_config_are_quoted_in_the_saved_msrun_command(tm
     assert not marker.exists()
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """Each file parsed once per test process: the scans here walk the same trees."""
+    return ast.parse(path.read_text())
+
+
 def imported_modules(path: Path) -> Iterator[str]:
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -535,7 +542,7 @@ def test_no_module_hands_a_command_line_to_a_shell():
     started = 0
     found = {}
     for path in project_files():
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         started += sum(name in PROCESS_CALLS for name, _ in calls(tree))
         bad = shell_uses(path.read_text())
         if bad:
@@ -598,7 +605,7 @@ def test_every_np_load_refuses_pickles_explicitly():
     """Each np.load in ms_exp and benchmarks passes allow_pickle=False itself."""
     loads, found = 0, []
     for path in project_files():
-        for name, call in calls(ast.parse(path.read_text())):
+        for name, call in calls(parsed(path)):
             if name in ("numpy.load", "np.load") or name.endswith(".numpy.load"):
                 loads += 1
                 flag = next((k.value for k in call.keywords if k.arg == "allow_pickle"), None)
@@ -740,7 +747,7 @@ def test_the_pool_unpickles_only_what_its_own_pipe_brings():
     the pipe between them; every ``cloudpickle.loads`` there reads a ``recv_bytes()``."""
     loads = []
     for path in (ROOT / "ms_exp" / "pool").glob("*.py"):
-        for name, call in calls(ast.parse(path.read_text())):
+        for name, call in calls(parsed(path)):
             if name == "cloudpickle.loads":
                 (argument,) = call.args
                 loads.append(
@@ -766,7 +773,7 @@ def test_no_module_imports_an_unpickler_or_evaluates_text():
             if m.split(".")[0] in UNPICKLERS
             and not (m == "cloudpickle" and where.parts[:2] == ("ms_exp", "pool"))
         ]
-        for name, call in calls(ast.parse(path.read_text())):
+        for name, call in calls(parsed(path)):
             if name in (
                 "eval",
                 "exec",

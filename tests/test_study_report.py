@@ -117,6 +117,7 @@ def table(markdown: str, header: str):
     return rows
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_optuna_sweep_report_holds_its_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     make_study(storage, "rho-search", "maximize")
@@ -185,6 +186,7 @@ def test_one_completed_trial_says_why_there_are_no_importances(tmp_path):
     assert not (tmp_path / "optuna_importances.png").exists()
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_a_study_that_cannot_be_loaded_leaves_the_rest_of_the_report(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     make_study(storage, "other", "maximize")
@@ -218,6 +220,7 @@ def test_a_study_that_cannot_be_loaded_leaves_the_rest_of_the_report(tmp_path):
     assert victim.read_bytes() == before
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_report_command_reads_the_storage_the_tag_masks(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     make_study(storage, "rho-search", "maximize")

@@ -139,6 +139,7 @@ def test_device_placement_keeps_dense_tables_and_learns(placements):
     assert metric(result, "eval/auc")[-1] > 0.7
 
 
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_placements_build_the_tutorials_kernels_and_train_the_same_loss(criteo):
     import mindspore as ms
     from omegaconf import OmegaConf
