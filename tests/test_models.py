@@ -270,6 +270,25 @@ def test_the_mlmodel_file_is_written_from_the_saved_example_once(tmp_path):
     assert (tmp_path / "MLmodel").read_text() == written
 
 
+def test_a_model_logged_by_an_earlier_layout_loads_and_predicts_as_it_did(tmp_path):
+    """Users keep models logged by earlier versions: tests/data/model_logged_by_65ca5bd is
+    one (MLmodel, config.yaml, checkpoint) logged by ms_exp at commit 65ca5bd, with the
+    predictions that version's loader gave for its input example. MLflow finds the loader by
+    the module path its MLmodel names, ms_exp.job.model_package, so that path stays."""
+    import mlflow.pyfunc
+    import numpy as np
+
+    model = tmp_path / "model"
+    shutil.copytree(Path(__file__).parent / "data" / "model_logged_by_65ca5bd", model)
+    mlmodel = yaml.safe_load((model / "MLmodel").read_text())
+    assert mlmodel["flavors"]["python_function"]["loader_module"] == "ms_exp.job.model_package"
+    example = np.asarray(json.loads((model / "input_example.json").read_text()), np.float32)
+    predictions = mlflow.pyfunc.load_model(str(model)).predict(example)
+    np.testing.assert_allclose(
+        predictions, np.load(model / "predictions.npy", allow_pickle=False), rtol=1e-6
+    )
+
+
 def test_a_model_whose_mlmodel_cannot_be_written_is_one_warning_not_a_failed_run(tmp_path, capsys):
     from mlflow import MlflowClient
 
