@@ -41,8 +41,8 @@ from datafiles import (
 )
 
 from ms_exp.data.criteo_sample import sample_lines
+from ms_exp.parallel import checks as parallel_checks
 from ms_exp.preflight import memory
-from ms_exp.preflight import parallel as parallel_checks
 from ms_exp.run import main
 
 ERROR = "ms_exp: error: "

@@ -28,8 +28,8 @@ from conftest import (
 from mlflow import MlflowClient
 
 from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments
+from ms_exp.parallel.checks import port_is_free
 from ms_exp.preflight.compose import compose_config
-from ms_exp.preflight.parallel import port_is_free
 
 DP = ("parallel=data", "dataset.shuffle=false")
 ERROR = "ms_exp: error: "

@@ -19,7 +19,6 @@ from ms_exp.parallel.layout import (
     operator_layouts,
     operator_strategies,
     slice_for_rank,
-    validate_strategies,
     write_sliced_checkpoints,
     write_strategy_file,
 )
@@ -299,7 +298,7 @@ def test_transform_refuses_a_destination_strategy_missing_a_parameter(sliced, ne
 )
 def test_bad_strategy_is_one_line_naming_the_operator(network, strategies, message):
     with pytest.raises(StrategyError) as caught:
-        validate_strategies(network, strategies, DEVICES)
+        operator_strategies(network, strategies, DEVICES)
     assert str(caught.value) == message
     assert isinstance(caught.value, ValueError)
 

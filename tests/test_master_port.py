@@ -11,8 +11,8 @@ from conftest import free_port
 
 from ms_exp.config.errors import ConfigError
 from ms_exp.job.launch_plan import COMMAND_FILE, launch_plan, save_command
+from ms_exp.parallel.checks import port_is_free
 from ms_exp.preflight.compose import compose_config, preflight
-from ms_exp.preflight.parallel import port_is_free
 from ms_exp.run import main
 
 ERROR = "ms_exp: error: "

@@ -1,25 +1,22 @@
 """Checkpoint callbacks of the ``checkpoint`` group.
 
-``ModelCheckpoint`` with ``CheckpointConfig(save_checkpoint_steps, keep_checkpoint_max,
-integrated_save)`` writes into one folder per rank, ``<run dir>/checkpoints/rank_<r>``, as
-the model-saving tutorial lays them out; ``BestCheckpoint`` keeps ``best.ckpt`` by the
-model's best metric next to them. What saving costs (seconds in ``ModelCheckpoint``) is
-measured here, so a sweep over ``integrated_save`` can compare the two.
-
-``ModelCheckpoint`` removes the oldest file before it writes the next one; with
-``keep_checkpoint_max=1`` a save that fails or is killed would leave no checkpoint at all.
-Here old files are removed only after the new one is written (:class:`TimedModelCheckpoint`).
-"""
+``ModelCheckpoint`` writes into one folder per rank, ``<run dir>/checkpoints/rank_<r>``, as
+the model-saving tutorial lays them out, timed so a sweep over ``integrated_save`` can
+compare the two; ``BestCheckpoint`` keeps ``best.ckpt`` by the model's best metric beside
+them. ``ModelCheckpoint`` removes the oldest file before it writes the next one (with
+``keep_checkpoint_max=1`` a failed save would leave none): :class:`TimedModelCheckpoint`
+removes old files only after the new one is written."""
 
 import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import mindspore as ms
 from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
+from omegaconf import DictConfig
 
 from ms_exp.checkpoint.files import BEST_NAME, numbered_checkpoints
 from ms_exp.checkpoint.snapshots import SNAPSHOT_PREFIX, snapshot_files
@@ -62,7 +59,7 @@ class TimedModelCheckpoint(ModelCheckpoint):
             self._prefix = prefix
             self._last_triggered_step = start_step
 
-    def _check_save_ckpt(self, cb_params, force_to_save):
+    def _check_save_ckpt(self, cb_params: Any, force_to_save: bool) -> bool:
         # ModelCheckpoint decides here, right before writing, whether this step is saved:
         # the one place to run ``before_save`` (waiting for the step's metrics to be in
         # MLflow) before the file exists, so no kill can leave a checkpoint whose steps'
@@ -73,26 +70,26 @@ class TimedModelCheckpoint(ModelCheckpoint):
             self.before_save()
         return save
 
-    def save_now(self, run_context) -> None:
+    def save_now(self, run_context: Any) -> None:
         """Save at the current step (an interrupted run's last checkpoint)."""
         self.on_train_end(run_context)
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         self._timed(super().on_train_step_end, run_context)
 
-    def on_train_end(self, run_context):
+    def on_train_end(self, run_context: Any) -> None:
         self._timed(super().on_train_end, run_context)
 
     # Model.fit keeps its own callbacks out of the evaluation it runs each epoch, but knows
     # them by class name: this one would get eval steps too and save a checkpoint after each
     # evaluation (checkpoint-<epoch>_<eval steps>.ckpt).
-    def on_eval_step_end(self, run_context):
+    def on_eval_step_end(self, run_context: Any) -> None:
         pass
 
-    def on_eval_end(self, run_context):
+    def on_eval_end(self, run_context: Any) -> None:
         pass
 
-    def _timed(self, call, run_context) -> None:
+    def _timed(self, call: Callable[[Any], None], run_context: Any) -> None:
         start = time.perf_counter()
         before = self.latest_ckpt_file_name
         try:
@@ -120,7 +117,7 @@ class BestCheckpoint(Callback):
 
     def __init__(
         self,
-        network,
+        network: Any,
         directory: Path,
         metric: str = "accuracy",
         keep: bool = True,
@@ -139,11 +136,11 @@ class BestCheckpoint(Callback):
             if earlier.get("metric") == metric:
                 self.best, self.best_epoch = earlier["value"], earlier["epoch"]
 
-    def on_eval_end(self, run_context):
+    def on_eval_end(self, run_context: Any) -> None:
         params = run_context.original_args()
         self.consider(params.eval_results, params.cur_epoch_num)
 
-    def consider(self, results, epoch: int) -> None:
+    def consider(self, results: Dict[str, Any], epoch: int) -> None:
         """Keep the network's weights if ``results`` (an evaluation after ``epoch``) beat
         the best so far."""
         value = results.get(self.metric)
@@ -160,29 +157,18 @@ class BestCheckpoint(Callback):
             return
         os.replace(partial, self.path)
         self.best, self.best_epoch = float(value), epoch
+        # Every metric of that evaluation: what the run's best model scored.
+        scored = {f"eval/{n}": float(v) for n, v in results.items() if not n.startswith("eval_")}
+        best = {"metric": self.metric, "value": self.best, "epoch": epoch, "results": scored}
         record = self.path.with_name(BEST_RECORD)
-        record.with_suffix(".partial").write_text(
-            json.dumps(
-                {
-                    "metric": self.metric,
-                    "value": self.best,
-                    "epoch": self.best_epoch,
-                    # every metric of that evaluation: what the run's best model scored
-                    "results": {
-                        f"eval/{name}": float(v)
-                        for name, v in results.items()
-                        if not name.startswith("eval_")
-                    },
-                }
-            )
-        )
+        record.with_suffix(".partial").write_text(json.dumps(best))
         os.replace(record.with_suffix(".partial"), record)
         print(
             f"epoch: {epoch} new best {self.metric}: {value:.4f} saved to {self.path}", flush=True
         )
 
 
-def save_interval_steps(cfg, steps_per_epoch: int) -> int:
+def save_interval_steps(cfg: DictConfig, steps_per_epoch: int) -> int:
     """Steps between two checkpoints: ``save_checkpoint_steps``, else
     ``save_checkpoint_epochs`` epochs (the model zoo ResNet's
     ``save_checkpoint_epochs * step_size``)."""
@@ -190,8 +176,8 @@ def save_interval_steps(cfg, steps_per_epoch: int) -> int:
 
 
 def create_checkpoint_callbacks(
-    cfg,
-    network,
+    cfg: DictConfig,
+    network: Any,
     directory: Path,
     steps_per_epoch: int,
     parallel_mode: str,
@@ -259,7 +245,9 @@ class WeightSnapshots(Callback):
     snapshots are not passed on to it; on the steps that are, its own counter
     (``save_checkpoint_steps=interval``) agrees and it saves."""
 
-    def __init__(self, cfg, network, directory: Path, steps_per_epoch: int):
+    def __init__(
+        self, cfg: DictConfig, network: Any, directory: Path, steps_per_epoch: int
+    ) -> None:
         super().__init__()
         self.start_epoch = cfg.start_epoch
         self.interval = max(1, steps_per_epoch // cfg.per_epoch)
@@ -274,12 +262,12 @@ class WeightSnapshots(Callback):
             prefix=SNAPSHOT_PREFIX, directory=str(directory), config=config
         )
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         params = run_context.original_args()
         step_in_epoch = (params.cur_step_num - 1) % params.batch_num + 1
         if params.cur_epoch_num >= self.start_epoch and step_in_epoch % self.interval == 0:
             self.saver.step_end(run_context)
 
-    def on_train_end(self, run_context):
+    def on_train_end(self, run_context: Any) -> None:
         count = len(snapshot_files(self.directory))
         print(f"{count} weight snapshots in {self.directory}", flush=True)

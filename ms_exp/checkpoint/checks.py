@@ -4,11 +4,13 @@ the chosen option, the strategy file to load, and stage one's weight snapshots."
 from pathlib import Path
 from typing import Optional
 
+from omegaconf import DictConfig
+
 from ms_exp.config.errors import positive, require
-from ms_exp.preflight.paths import inside_run_dir
+from ms_exp.config.paths import inside_run_dir
 
 
-def validate_checkpoint(cfg) -> None:
+def validate_checkpoint(cfg: DictConfig) -> None:
     if cfg.save_checkpoint_steps is not None:
         positive("checkpoint", cfg, "save_checkpoint_steps")
         require(
@@ -26,7 +28,7 @@ def validate_checkpoint(cfg) -> None:
     )
 
 
-def validate_checkpoint_choice(cfg, option: Optional[str]) -> None:
+def validate_checkpoint_choice(cfg: DictConfig, option: Optional[str]) -> None:
     """Keys that contradict the checkpoint option they were set on. checkpoint=integrated is
     the default and the documented sweep varies its integrated_save (README), so only the
     explicit options sliced and none are held to what their names say."""
@@ -72,7 +74,7 @@ def validate_checkpoint_choice(cfg, option: Optional[str]) -> None:
         )
 
 
-def validate_snapshots(cfg) -> None:
+def validate_snapshots(cfg: DictConfig) -> None:
     snapshots = cfg.checkpoint.snapshots
     require(
         snapshots.per_epoch >= 0,

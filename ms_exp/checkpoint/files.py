@@ -1,14 +1,10 @@
 """Checkpoint files of a run: where each rank's are, their names and sizes, and reading
-them back whole.
-
-Every checkpoint is written with MindSpore's CRC32 (``crc_check=True``) and read back through
-:func:`load_verified`, so a truncated or corrupt file is refused by name instead of loading
-wrong weights (without the CRC, a flipped byte in the tensor data loads silently).
-"""
+them back whole: every checkpoint is written with MindSpore's CRC32 and read through
+:func:`load_verified`, so a truncated or corrupt one is refused by name, not loaded wrong."""
 
 from itertools import count
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import mindspore as ms
 
@@ -21,7 +17,7 @@ class DamagedCheckpoint(ValueError):
     """A checkpoint file that cannot be read back whole; the message names the file."""
 
 
-def load_verified(path: Path, **kwargs) -> dict:
+def load_verified(path: Path, **kwargs: Any) -> dict:
     """``load_checkpoint(path, crc_check=True)``, with a failure naming the file and why.
 
     MindSpore reports a CRC mismatch as "May not have permission to read it"."""
@@ -42,7 +38,9 @@ def verify_checkpoint(path: Path) -> None:
     load_verified(path, choice_func=lambda name: next(entries) == 0)
 
 
-def check_shapes(network, weights: dict, key: str, value, saved_in: str = "the checkpoint") -> None:
+def check_shapes(
+    network: Any, weights: dict, key: str, value: Any, saved_in: str = "the checkpoint"
+) -> None:
     """Refuse a checkpoint whose parameters have other shapes than the network's (MindSpore's
     load_param_into_net raises a RuntimeError of several sentences): one line naming what
     chose the checkpoint (``key``, ``value``), the first such parameter and both shapes.

@@ -1,22 +1,16 @@
 """Continuing an interrupted run (``trainer.resume``) from its last good checkpoint.
 
-Every job keeps a small record in its run directory, ``run.json``
-(ms_exp/tracking/run_folder.py): the config digest, the MLflow run it records into and the status
-it ended with. A job killed outright (SIGKILL, a node lost) never updates it, so it still
-says RUNNING. ``trainer.resume=auto`` picks the newest run under the same outputs folder
-(``outputs/``, ``multirun/``) with this config's digest that did not finish, holding its
-folder while its checkpoints are read (a process still training there refuses this one);
-finding none, it starts a new run, so the same command can be submitted again and again. An
-MLflow run id, a run directory or one checkpoint file name the run explicitly (the config
-may then differ, e.g. more epochs).
+``trainer.resume=auto`` picks the newest run under the same outputs folder (``outputs/``,
+``multirun/``) whose ``run.json`` (ms_exp/tracking/run_folder.py) has this config's digest
+and did not finish (a job killed outright still says RUNNING), holding its folder while its
+checkpoints are read; finding none, it starts a new run, so the same command can be
+submitted again and again. An MLflow run id, a run directory or one checkpoint file name
+the run explicitly (the config may then differ, e.g. more epochs).
 
-The checkpoint to continue from is chosen here, in the launching process, once for all
-ranks: the newest ``<prefix>-<epoch>_<step>.ckpt`` that every rank folder holds and that
-reads back whole under MindSpore's CRC check. A file that does not is reported by name and
-renamed ``*.ckpt.damaged`` (kept, never loaded, never counted by the retention). The choice
-goes to the ranks as ``resume.json``; each rank loads weights and optimizer state into the
-train network, sets the dataset to the step after the checkpoint (``set_init_step``, which
-replays MindSpore's shuffle order) and starts ``Model.fit`` at that epoch and step, so a
+The launching process chooses, once for all ranks, the newest ``<prefix>-<epoch>_<step>.ckpt``
+that every rank folder holds and that reads back whole (a damaged one is renamed
+``*.ckpt.damaged``), and hands it to the ranks as ``resume.json``; each rank loads weights
+and optimizer state and sets the dataset to the step after it (``set_init_step``), so a
 resumed run ends with the weights an uninterrupted one would have (tests/test_resume.py).
 """
 
@@ -24,7 +18,9 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
+
+from omegaconf import DictConfig
 
 from ms_exp.tracking.records import NotRecorded, reading_store
 from ms_exp.tracking.run_folder import (
@@ -43,9 +39,6 @@ DAMAGED_SUFFIX = ".damaged"
 
 class ResumeError(ValueError):
     """The named run or checkpoint cannot be continued; the message is one line."""
-
-
-# -- where to continue from -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -87,7 +80,9 @@ def clear_resume_point(run_dir: Path) -> None:
     (Path(run_dir) / RESUME_FILE).unlink(missing_ok=True)
 
 
-def find_resume_point(cfg, new_run_dir: Path, digest: str, uri: str) -> Optional[ResumePoint]:
+def find_resume_point(
+    cfg: DictConfig, new_run_dir: Path, digest: str, uri: str
+) -> Optional[ResumePoint]:
     """Where this job continues, or None for a new run (``trainer.resume`` unset, or
     ``auto`` with nothing to continue)."""
     value = cfg.trainer.resume
@@ -248,11 +243,8 @@ def _is_good(path: Path) -> bool:
     return True
 
 
-# -- continuing in the ranks ----------------------------------------------------------------
-
-
 def restore(
-    point: ResumePoint, train_network, train_set, ckpt_dir: Path, steps_per_epoch: int
+    point: ResumePoint, train_network: Any, train_set: Any, ckpt_dir: Path, steps_per_epoch: int
 ) -> int:
     """Load the checkpoint into the train network (weights and optimizer state) and move
     the dataset to the step after it; return that global step."""

@@ -1,12 +1,7 @@
 """Temporary folders of the commands (eval's checkpoint copies, a merge's scratch) that do
-not outlive a killed command for good.
-
-SIGTERM and Ctrl-C unwind the command (``ms_exp.tracking.lifecycle.interruptible``), so the
-``with`` block removes its folder; SIGKILL runs nothing. The folder's name carries the pid
-of the process that made it, and the next command that makes one of the same kind in the
-same place removes those whose process is gone. (What a killed job left half-written in a
-run folder, the next job there removes: ms_exp.tracking.run_folder.remove_leftovers.)
-"""
+not outlive a killed command for good: SIGTERM and Ctrl-C unwind the ``with`` block, and
+since SIGKILL runs nothing, the folder's name carries its maker's pid and the next command
+making one in the same place removes those whose process is gone."""
 
 import os
 import shutil

@@ -2,30 +2,21 @@
 what ``python -m ms_exp.ckpt`` runs, and ``ms_exp.eval`` before evaluating a sliced run.
 
 CHECKPOINT_DIR holds one ``rank_<r>/`` folder per device, as ``ModelCheckpoint`` (and the CPU
-layout emulation of ``parallel=semi_auto``) writes them. ``merge`` says what it merged (the
-file, epoch and step each rank held, the ranks, the strategy file), then prints the path of
-the one full checkpoint, written with a CRC so that loading it is checked; ``transform``
-re-slices N ranks into the M of the destination strategy and prints the output folder.
+layout emulation of ``parallel=semi_auto``) writes them. ``merge`` writes one full checkpoint
+(with a CRC); ``transform`` re-slices N ranks into the M of the destination strategy.
 
 What ms_exp handles around ``mindspore.parallel.transform_checkpoints`` (2.10):
 
-- it takes the *last file in lexicographic order* under each ``rank_<r>/``, so
-  ``checkpoint-9_10.ckpt`` wins over ``checkpoint-10_10.ckpt`` and ``best.ckpt`` over both:
-  ms_exp picks each rank's newest ``<prefix>-<epoch>_<step>.ckpt`` itself (else the newest
-  ``<prefix>*.ckpt``), checks that every rank picked the same step, and hands MindSpore a
-  staging folder of links holding exactly that file per rank
-  (docs/design.md#transform-checkpoints-last-file);
-- its ``ckpt_prefix`` names the *output*: ``<out>/rank_<r>/<prefix><r>.ckpt``
-  (``<prefix><r>_part0.ckpt`` when the destination strategy lists more parameters than the
-  source); the paths are read back rather than assumed;
-- it refuses output paths containing ``..``, ``//``, ``~`` or ``./.``: the output is resolved
-  to an absolute real path first;
-- parameters missing from the source strategy are copied unchanged from one rank: right for
-  ``learning_rate`` or ``global_step``, wrong for a sliced optimizer state, which is warned
-  about; parameters missing from the destination strategy would be copied still sliced, so
-  ``transform`` refuses a destination strategy that lacks any source parameter;
-- results are written to a temporary folder and moved into place, so an interrupted run
-  leaves no half-written checkpoint under ``--output``.
+- it takes the *last file in lexicographic order* under each ``rank_<r>/``: ms_exp hands it
+  a staging folder holding each rank's newest ``<prefix>-<epoch>_<step>.ckpt``, the same step
+  on every rank (docs/design.md#transform-checkpoints-last-file);
+- its ``ckpt_prefix`` names the *output* (``<prefix><r>.ckpt``, or ``<prefix><r>_part0.ckpt``):
+  the paths are read back rather than assumed;
+- it refuses output paths containing ``..``, ``//``, ``~`` or ``./.``: the output is resolved;
+- parameters missing from the source strategy are copied from one rank (a sliced optimizer
+  state is warned about); ones missing from the destination strategy would be copied still
+  sliced, so ``transform`` refuses that strategy;
+- results are written to a temporary folder and moved into place.
 """
 
 import glob
@@ -35,11 +26,14 @@ import shutil
 import sys
 from math import prod
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from omegaconf import DictConfig
 
 PROG = "ms_exp.ckpt"  # what its warnings and errors start with
 # A merge's scratch folders beside its output: the pid in the name (ms_exp/checkpoint/scratch.py).
 SCRATCH_PREFIX = ".ms_exp-ckpt-"
+PathLike = Union[str, Path]
 _RANK_DIR = re.compile(r"rank_(\d+)$")
 
 
@@ -52,7 +46,7 @@ class CkptError(Exception):
 
 
 def _check_inputs(
-    src_dir, strategy_files: List[Tuple[str, Union[str, Path]]], prefix: str
+    src_dir: PathLike, strategy_files: List[Tuple[str, PathLike]], prefix: str
 ) -> Dict[int, Path]:
     """The checks that need no MindSpore; returns the rank folders by rank."""
     src = Path(src_dir)
@@ -76,7 +70,7 @@ def _check_inputs(
     return ranks
 
 
-def strategy_file_layouts(path) -> Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+def strategy_file_layouts(path: PathLike) -> Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]]:
     """(dev_matrix, tensor_map) of every parameter in a strategy file, read back with
     ``mindspore.parallel.build_searched_strategy`` (the file holds no full shapes)."""
     from mindspore.parallel import build_searched_strategy
@@ -87,7 +81,7 @@ def strategy_file_layouts(path) -> Dict[str, Tuple[Tuple[int, ...], Tuple[int, .
     }
 
 
-def _read_strategy(option: str, path) -> Dict[str, Tuple[tuple, tuple]]:
+def _read_strategy(option: str, path: PathLike) -> Dict[str, Tuple[tuple, tuple]]:
     try:
         layouts = strategy_file_layouts(Path(path).resolve())
     except Exception as error:  # MindSpore raises TypeError/ValueError/protobuf's DecodeError
@@ -112,7 +106,9 @@ def _newest_file(rank_dir: Path, prefix: str) -> Optional[Path]:
     return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
 
 
-def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -> Dict[int, Path]:
+def _rank_files(
+    src_dir: PathLike, ranks: Dict[int, Path], device_num: int, prefix: str
+) -> Dict[int, Path]:
     missing = [r for r in range(device_num) if r not in ranks]
     if missing:
         raise CkptError(
@@ -146,7 +142,7 @@ def _rank_files(src_dir, ranks: Dict[int, Path], device_num: int, prefix: str) -
     return files
 
 
-def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
+def _warn_unlisted_states(rank0_file: Path, layouts: Mapping[str, Tuple[tuple, tuple]]) -> None:
     """Optimizer states cloned from a sliced parameter but absent from the strategy file:
     transform_checkpoints would copy one rank's slice instead of merging them."""
     from mindspore.parallel._tensor import _get_tensor_strategy
@@ -171,12 +167,12 @@ def _warn_unlisted_states(rank0_file: Path, layouts) -> None:
             )
 
 
-# ---------------------------------------------------------------------------------------------
-# Running transform_checkpoints
-
-
 def _transform(
-    src_dir, src_strategy, dst_strategy, output_dir, prefix: str
+    src_dir: PathLike,
+    src_strategy: PathLike,
+    dst_strategy: Optional[PathLike],
+    output_dir: PathLike,
+    prefix: str,
 ) -> Tuple[Dict[int, Path], Dict[int, Path]]:
     """Stage one file per rank, run MindSpore's transform into a temporary folder next to
     ``output_dir``, then move each rank's result into ``output_dir/rank_<r>/``; returns the
@@ -266,7 +262,7 @@ def _with_crc(path: Path) -> None:
 _STEPPED = re.compile(r"-(\d+)_(\d+)\.ckpt$")
 
 
-def describe_merge(files: Dict[int, Path], strategy_file) -> str:
+def describe_merge(files: Dict[int, Path], strategy_file: PathLike) -> str:
     """What a merge took: the file each rank held (one name: every rank saved the same step),
     its epoch and step, the ranks and the strategy file."""
     name = files[0].name
@@ -278,14 +274,18 @@ def describe_merge(files: Dict[int, Path], strategy_file) -> str:
     )
 
 
-def merged_file(src_dir, prefix: str = "checkpoint") -> Path:
+def merged_file(src_dir: PathLike, prefix: str = "checkpoint") -> Path:
     """Where :func:`merge_checkpoints` writes by default:
     ``<src_dir>/merged/rank_0/<prefix>0.ckpt``."""
     return Path(src_dir) / "merged" / "rank_0" / f"{prefix}0.ckpt"
 
 
 def merge_checkpoints(
-    src_dir, strategy_file, output_dir=None, prefix: str = "checkpoint", report=None
+    src_dir: PathLike,
+    strategy_file: PathLike,
+    output_dir: Optional[PathLike] = None,
+    prefix: str = "checkpoint",
+    report: Optional[Callable[[str], Any]] = None,
 ) -> Path:
     """Merge every rank's slices into one full checkpoint (``output_dir/rank_0/<prefix>0.ckpt``;
     ``output_dir`` defaults to ``<src_dir>/merged``) and return its path; ``report`` (a
@@ -297,18 +297,20 @@ def merge_checkpoints(
     return produced[0]
 
 
-def transform(src_dir, src_strategy, dst_strategy, output_dir, prefix: str = "checkpoint") -> Path:
+def transform(
+    src_dir: PathLike,
+    src_strategy: PathLike,
+    dst_strategy: PathLike,
+    output_dir: PathLike,
+    prefix: str = "checkpoint",
+) -> Path:
     """Re-slice the checkpoints of ``src_strategy``'s ranks into ``dst_strategy``'s ranks,
     written as ``output_dir/rank_<r>/``; returns ``output_dir``."""
     _transform(src_dir, src_strategy, dst_strategy, output_dir, prefix)
     return Path(output_dir).resolve()
 
 
-# ---------------------------------------------------------------------------------------------
-# Runs as sources
-
-
-def is_sliced_run(cfg) -> bool:
+def is_sliced_run(cfg: DictConfig) -> bool:
     """Did this run's ranks save slices (semi-auto or auto parallel, integrated_save off)?"""
     return (
         cfg.parallel.mode in ("semi_auto", "auto")
@@ -340,7 +342,9 @@ def run_sources(
     return _download_run(source, workdir, tracking_uri)
 
 
-def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]):
+def _download_run(
+    run_id: str, workdir: Path, tracking_uri: Optional[str]
+) -> Tuple[Path, Optional[Path], str]:
     from ms_exp.config.run_config import load_run_config
     from ms_exp.tracking.store import (
         StoreError,

@@ -1,23 +1,15 @@
 """Datasets from the ``dataset`` option, built-in or a user's, by one contract.
 
-The option's ``_target_`` is called once per split, ``target(split="train" | "eval",
-**its own keys)``, through Hydra's instantiate. It returns
+The option's ``_target_`` is called once per split, ``target(split="train" | "eval", **its
+own keys)``, and returns a pair of numpy arrays ``(x, y)`` (float64 samples become float32,
+integer labels int32) or a ``mindspore.dataset`` dataset of unbatched ``(data, label)``
+samples. ms_exp then applies the option's ``batch_size``, ``shuffle``,
+``num_parallel_workers``, ``drop_remainder`` and each rank's shard: a numpy pair through
+``NumpySlicesDataset``, a dataset by replacing the sampler of its (random-access) source. A
+target whose signature names one of those keys, or ``num_shards`` / ``shard_id``, is passed
+it and applies it itself, as MindSpore's readers do."""
 
-- a pair of numpy arrays ``(x, y)``: samples and labels (float64 samples become float32,
-  integer labels int32, as MindSpore's losses expect), or
-- a ``mindspore.dataset`` dataset of unbatched ``(data, label)`` samples.
-
-ms_exp then applies the option's own keys (``batch_size``, ``shuffle``,
-``num_parallel_workers``, ``drop_remainder``) and each rank's shard under data parallel: a
-numpy pair through ``NumpySlicesDataset``'s shuffle and shards, a dataset by replacing the
-sampler of its source (which must be random-access, as MindSpore's file readers and a
-``GeneratorDataset`` over an indexable source are). A target whose signature names one of
-those keys, or ``num_shards`` / ``shard_id``, is passed it instead and applies it itself,
-as MindSpore's readers do (the built-in readers shard and shuffle in the reader; Criteo's
-also batches, so it returns batches).
-"""
-
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -29,12 +21,7 @@ from ms_exp.data.spec import LABEL_KEYS, LOADER_KEYS, DataSpec, Shard
 
 SHARD_KEYS = ("num_shards", "shard_id")
 # A user's option may leave ms_exp's keys out; then these apply (the schemas' defaults).
-LOADER_DEFAULTS = {
-    "batch_size": 32,
-    "shuffle": True,
-    "num_parallel_workers": 1,
-    "drop_remainder": True,
-}
+LOADER_DEFAULTS = dict(batch_size=32, shuffle=True, num_parallel_workers=1, drop_remainder=True)
 COLUMNS = ["data", "label"]
 # Samples a dataset without random access is shuffled over (Dataset.shuffle's buffer).
 SHUFFLE_BUFFER = 10000
@@ -44,12 +31,12 @@ RETURNS = (
 )
 
 
-def loader_settings(dataset_cfg) -> dict:
+def loader_settings(dataset_cfg: Any) -> Dict[str, Any]:
     """ms_exp's keys of the option, defaults filled in for a user's option that omits them."""
     return {key: dataset_cfg.get(key, default) for key, default in LOADER_DEFAULTS.items()}
 
 
-def create_datasets(dataset_cfg, shard: Shard = Shard()):
+def create_datasets(dataset_cfg: DictConfig, shard: Shard = Shard()) -> Tuple[Any, Any, DataSpec]:
     """Return ``(train, eval, spec)``: batched MindSpore datasets and what they hold.
     ``shard``: the part of the training set this rank reads; evaluation reads all."""
     train, train_size, train_labels = _pipeline(dataset_cfg, "train", shard)
@@ -65,7 +52,7 @@ def create_datasets(dataset_cfg, shard: Shard = Shard()):
     return train, evaluation, DataSpec(shape, classes, train_size, eval_size, vocab)
 
 
-def declared_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
+def declared_shape(dataset_cfg: Any) -> Tuple[Tuple[int, ...], int]:
     """Sample shape and class count a network is sized to: a built-in option's from its
     config alone (no sample read); a user's from what its target returns."""
     option = dataset_option(dataset_cfg)
@@ -74,20 +61,20 @@ def declared_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
     return sampled_shape(dataset_cfg)
 
 
-def declared_spec(dataset_cfg) -> DataSpec:
+def declared_spec(dataset_cfg: Any) -> DataSpec:
     """The spec a network is built from in the config checks."""
     shape, classes = declared_shape(dataset_cfg)
     option = dataset_option(dataset_cfg)
     return DataSpec(shape, classes, 0, 0, option.vocab_size(dataset_cfg) if option else 0)
 
 
-def sampled_shape(dataset_cfg) -> Tuple[Tuple[int, ...], int]:
+def sampled_shape(dataset_cfg: Any) -> Tuple[Tuple[int, ...], int]:
     """Sample shape and class count of a user's option, from what its target returns for
     the training split (asked once per config in a process)."""
     return _sampled(dataset_cfg)[:2]
 
 
-def sampled_size(dataset_cfg) -> int:
+def sampled_size(dataset_cfg: Any) -> int:
     """Samples in the training split of a user's option (before any shard)."""
     return _sampled(dataset_cfg)[2]
 
@@ -97,7 +84,7 @@ def sampled_size(dataset_cfg) -> int:
 _SAMPLED = {}
 
 
-def _sampled(dataset_cfg):
+def _sampled(dataset_cfg: Any) -> Tuple[Tuple[int, ...], int, int]:
     key = (
         OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) else repr(dataset_cfg)
     )
@@ -107,7 +94,7 @@ def _sampled(dataset_cfg):
     return _SAMPLED[key]
 
 
-def _pipeline(dataset_cfg, split: str, shard: Shard):
+def _pipeline(dataset_cfg: Any, split: str, shard: Shard) -> Tuple[Any, int, Optional[np.ndarray]]:
     """(batched dataset, samples before batching, the labels when they came as an array)."""
     import mindspore.dataset as ds
 
@@ -178,7 +165,9 @@ def _pipeline(dataset_cfg, split: str, shard: Shard):
     )
 
 
-def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
+def _sample_order(
+    data: Any, dataset_cfg: Any, applied: Set[str], passed: Dict[str, Any], shard: Shard
+) -> Any:
     """Shard and shuffle a returned dataset the target did not shard or shuffle itself, by
     replacing the sampler of its source."""
     import mindspore.dataset as ds
@@ -210,7 +199,7 @@ def _sample_order(data, dataset_cfg, applied: set, passed: dict, shard: Shard):
     return data
 
 
-def _random_access(source) -> bool:
+def _random_access(source: Any) -> bool:
     """A source whose sampler decides what is read. A GeneratorDataset over a generator
     or iterable has a sampler too, but ignores it: every rank would read everything
     (docs/design.md#generator-ignores-sampler)."""
@@ -221,13 +210,16 @@ def _random_access(source) -> bool:
     return isinstance(source, ds.MappableDataset)
 
 
-def _sample_shape(batches) -> Tuple[int, ...]:
+def _sample_shape(batches: Any) -> Tuple[int, ...]:
     """One sample's shape: the first column of a batch, without the batch dimension."""
     return tuple(int(d) for d in batches.output_shapes()[0][1:])
 
 
 def _class_count(
-    dataset_cfg, train_labels: Optional[np.ndarray], eval_labels: Optional[np.ndarray], train
+    dataset_cfg: Any,
+    train_labels: Optional[np.ndarray],
+    eval_labels: Optional[np.ndarray],
+    train: Any,
 ) -> int:
     """The option's ``num_classes``; else the largest label + 1 over the returned arrays,
     or over one pass of the training set's labels."""

@@ -4,6 +4,9 @@ idx files, image folders, the Criteo converter's output, and batches that fit th
 import math
 import multiprocessing
 from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig
 
 from ms_exp.config.errors import ConfigError, positive, require
 from ms_exp.data.build import loader_settings, sampled_shape, sampled_size
@@ -11,6 +14,7 @@ from ms_exp.data.criteo import check_record_file, samples_per_record
 from ms_exp.data.criteo_format import COLUMNS as CRITEO_COLUMNS
 from ms_exp.data.criteo_format import EVAL_FILE, META_FILE, RECONVERT, TRAIN_FILE, read_meta
 from ms_exp.data.headers import (
+    MNIST_SPLITS,
     check_image_folder,
     count_files,
     first_file,
@@ -20,21 +24,25 @@ from ms_exp.data.headers import (
 )
 from ms_exp.data.options import dataset_name, dataset_option
 from ms_exp.data.spec import IMAGE_EXTENSIONS
-from ms_exp.preflight.paths import existing_dir
 
-MNIST_FILES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
+MNIST_FILES = [name for pair in MNIST_SPLITS.values() for name in pair]
+
+
+def existing_dir(key: str, value: Optional[str]) -> Path:
+    if value is None:
+        raise ConfigError(
+            key, value, "a folder that exists (set it, or the DATA_PATH environment variable)"
+        )
+    path = Path(value).expanduser()
+    require(path.is_dir(), key, value, "a folder that exists")
+    return path
 
 
 # scikit-learn's bundled handwritten digits (dataset=digits) hold this many images.
 DIGITS_SAMPLES = 1797
 
 
-def validate_dataset(cfg) -> None:
+def validate_dataset(cfg: DictConfig) -> None:
     option = dataset_option(cfg)
     if option is None:
         validate_user_dataset(cfg)
@@ -97,7 +105,7 @@ def validate_workers(workers: int) -> None:
     )
 
 
-def validate_user_dataset(cfg) -> None:
+def validate_user_dataset(cfg: DictConfig) -> None:
     """A user's option: ms_exp's keys in range, then its target called for the training
     split (it imports, takes these arguments and returns samples ms_exp can batch)."""
     settings = loader_settings(cfg)
@@ -115,7 +123,7 @@ def validate_user_dataset(cfg) -> None:
     sampled_shape(cfg)
 
 
-def validate_image_folder(cfg) -> None:
+def validate_image_folder(cfg: DictConfig) -> None:
     root = existing_dir("dataset.path", cfg.path)
     folders = 0
     for key in ("train_dir", "eval_dir"):
@@ -155,7 +163,7 @@ def validate_image_folder(cfg) -> None:
         )
 
 
-def validate_criteo(cfg) -> None:
+def validate_criteo(cfg: DictConfig) -> None:
     """The converter's output folder: both record files and a meta file of the current
     format that names the vocabulary size, sample counts and samples per record; the batch
     size a multiple of the samples per record, and (when dropping the remainder) at most the
@@ -216,7 +224,7 @@ def validate_criteo(cfg) -> None:
         )
 
 
-def validate_batch_fits(dataset_cfg, parallel_cfg) -> None:
+def validate_batch_fits(dataset_cfg: DictConfig, parallel_cfg: DictConfig) -> None:
     """With drop_remainder a batch larger than the samples a rank reads gives 0 steps per
     epoch, and MindSpore stops only in Model.fit ("There is no valid data in dataset").
     Criteo is checked in validate_criteo, in records."""
@@ -243,7 +251,7 @@ def validate_batch_fits(dataset_cfg, parallel_cfg) -> None:
     )
 
 
-def training_samples(cfg, enough: int) -> int:
+def training_samples(cfg: DictConfig, enough: int) -> int:
     """The training split's size, read from headers; image folders are counted only up to
     ``enough`` files."""
     if cfg.name == "digits":

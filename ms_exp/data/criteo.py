@@ -1,25 +1,18 @@
-"""Criteo as MindRecord (the converter's output) with mindspore.dataset.MindDataset.
+"""Criteo as MindRecord (the converter's output, ms_exp/data/criteo_format.py) with
+mindspore.dataset.MindDataset.
 
-Each sample is 39 (id, weight) pairs plus a float label, the layout of MindSpore's
-Wide&Deep model zoo. The converter packs ``samples_per_record`` N consecutive samples of a
-split into each record (``criteo_meta.json`` says N; 1000 unless converted with
-``--samples-per-record``), so the reader batches ``batch_size // N`` records and a map
-flattens them: batches come out as ``feat_ids`` int32 [batch_size, 39], ``feat_vals``
-float32 [batch_size, 39], ``label`` float32 [batch_size, 1], in that order because the
-network is called as ``net(ids, vals, label)``. ``dataset.batch_size`` must therefore be a
-multiple of N (validation refuses others).
-
-Consequences of packing: ``dataset.shuffle`` shuffles records, not samples (the N samples
-of a record stay together and in file order, as in the model zoo); sharding deals out
-records; and each split's last record was filled up by the converter with the split's first
-samples, so an epoch reads at most N - 1 samples of a split twice (``padded_samples`` in
-the meta). Evaluation reads every record, keeping a last batch of fewer records. The
-vocabulary size also comes from ``criteo_meta.json``.
+Records pack N samples (``criteo_meta.json`` says N), so the reader batches
+``batch_size // N`` records and a map flattens them into batches of ``feat_ids``,
+``feat_vals`` and ``label``, in the order the network takes them; ``dataset.batch_size``
+must be a multiple of N. ``dataset.shuffle`` shuffles records, not samples (as in the model
+zoo), sharding deals out records, and evaluation keeps a last batch of fewer records.
 """
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, Optional, Tuple, cast
+
+import numpy as np
 
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.data.criteo_format import (
@@ -35,7 +28,7 @@ from ms_exp.data.criteo_format import (
 )
 
 
-def samples_per_record(cfg, meta: dict) -> int:
+def samples_per_record(cfg: Any, meta: dict) -> int:
     """The N of the converted folder ``cfg.path``, after checking that its meta file is of
     the current format and that ``cfg.batch_size`` is a multiple of N. ConfigError (one
     line) otherwise."""
@@ -75,10 +68,10 @@ def criteo(
     batch_size: int = 1000,
     drop_remainder: bool = True,
     shuffle: bool = True,
-    num_shards=None,
-    shard_id=None,
+    num_shards: Optional[int] = None,
+    shard_id: Optional[int] = None,
     num_parallel_workers: int = 1,
-):
+) -> Any:
     """Batches of ``split`` (its signature names ``batch_size``: records are batched here,
     ``batch_size // N`` at a time, then flattened to samples)."""
     # Imported here: read_meta runs in preflight, before MindSpore may be imported.
@@ -128,12 +121,14 @@ def check_record_file(path: str, records_file: Path, meta: dict) -> None:
     _WHOLE_FILES.add(key)
 
 
-def _flatten(ids, vals, labels):
+def _flatten(
+    ids: np.ndarray, vals: np.ndarray, labels: np.ndarray
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[records, N, ...] -> [records * N, ...]."""
     return (ids.reshape(-1, FIELD_SIZE), vals.reshape(-1, FIELD_SIZE), labels.reshape(-1, 1))
 
 
-def unpack(dataset, workers: int):
+def unpack(dataset: Any, workers: int) -> Any:
     """Batches of records as batches of samples."""
     return dataset.map(
         _flatten,

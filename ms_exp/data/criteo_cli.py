@@ -1,14 +1,11 @@
-"""Command-line checks shared by the two Criteo commands, ``criteo_convert`` and
-``criteo_sample``: one-line usage errors, argparse without its usage block, integer
-options and paths that can be created. Kept apart so that the sample writer need not
-import the converter, and ``criteo_records.publish`` raises the same error without
-importing the command.
-"""
+"""Command-line checks shared by ``criteo_convert``, ``criteo_sample`` and
+``criteo_records.publish``: one-line usage errors, argparse without its usage block, integer
+options and paths that can be created (apart, so none of them imports another command)."""
 
 import argparse
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, NoReturn, Optional
 
 
 class UsageError(ValueError):
@@ -16,7 +13,7 @@ class UsageError(ValueError):
     line."""
 
 
-def usage_error(name: str, value, problem: str, allowed: str) -> UsageError:
+def usage_error(name: str, value: Any, problem: str, allowed: str) -> UsageError:
     """``name=value: problem; expected allowed``, the shape of ms_exp's config errors."""
     shown = repr(value) if isinstance(value, str) else value
     return UsageError(f"{name}={shown}: {problem}; expected {allowed}")
@@ -25,7 +22,7 @@ def usage_error(name: str, value, problem: str, allowed: str) -> UsageError:
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors as one line (no usage block), raised as UsageError."""
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 

@@ -11,36 +11,22 @@ C1..C26 (may be empty). Each sample becomes 39 (id, weight) pairs, as MindSpore'
 - dense field i: id i (0..12), weight value / max_i (the field's maximum over the file;
   1.0 where that maximum is <= 0), weight 0 when the field is empty;
 - categorical field j: weight 1.0 and, with ``--threshold N`` (the model zoo's mode), an id
-  of its own for a value seen more than N times in its field, else the field's
-  out-of-vocabulary id 13 + j. Kept values are numbered from 39 in field order, then by
-  first appearance in the file, so the same file always gives the same ids. With
-  ``--hash-buckets B`` nothing is counted: value v of field j gets
-  39 + j*B + zlib.crc32(v) % B (crc32 of v's bytes, not Python's salted hash, so ids are
-  stable across runs and machines). That is how tables of millions of rows (the
-  hybrid-training tutorial's scale) are made.
+  of its own for a value seen more than N times in its field (numbered from 39 in field
+  order, then by first appearance), else the field's out-of-vocabulary id 13 + j. With
+  ``--hash-buckets B`` nothing is counted: value v of field j gets 39 + j*B +
+  zlib.crc32(v) % B (stable across runs, unlike Python's hash): tables of millions of rows,
+  the hybrid-training tutorial's scale.
 
 Records hold ``--samples-per-record`` N consecutive samples of their split (default 1000,
-the model zoo's line_per_sample): ``feat_ids`` int32 [N, 39], ``feat_vals`` float32
-[N, 39], ``label`` float32 [N, 1]. One sample per record would cost MindRecord about 1.4 KB
-of index memory per sample when the file is committed (some 57 GB for the full 45 million
-lines) and about 0.45 KB per sample in a shuffling reader; packed, those costs are per
-record (measured: peak memory of a conversion no longer grows with the line count).
-Training's ``dataset.batch_size`` must be a multiple of N. A split whose sample count is not
-a multiple of N gets its last record filled up with the split's first samples, in order
-(over and over when the split has fewer than N): nothing is dropped, fewer than N extra
-samples of a split are read an epoch (training and evaluation alike), and
-``criteo_meta.json`` records the real counts (``train_samples``, ``eval_samples``), the
-records (``train_records``, ``eval_records``) and the padding (``padded_samples``) of each
-split; the summary line says how many samples were added.
+as the model zoo; one sample per record would cost MindRecord about 1.4 KB of index memory
+per sample). A split's last record is filled up with the split's first samples, in order,
+and ``criteo_meta.json`` records the real counts and the padding (``padded_samples``).
 
-For a try without the 11 GB download, ``python -m ms_exp.data.criteo_sample`` writes
-Criteo-format text with a learnable click signal (not Criteo data).
-
-Two passes over RAW: the first counts (dense maxima, categorical values, valid lines), the
-second encodes and writes. Malformed lines are skipped in both and reported by reason with
-their line numbers; they are not fatal, because real dumps have a few. The output is written
-into a sibling ``OUT_DIR.partial-<pid>`` folder and renamed into place once complete, so an
-interrupted or failed run never leaves half a dataset where training would read it.
+Two passes over RAW: the first counts, the second encodes and writes; malformed lines are
+skipped and reported by reason (real dumps have a few). The output is written into a sibling
+``OUT_DIR.partial-<pid>`` folder and renamed into place once complete, so an interrupted run
+never leaves half a dataset where training would read it. Users' guide:
+docs/guides/host-device.md.
 """
 
 import argparse
@@ -59,6 +45,7 @@ from ms_exp.data.criteo_encoding import (
     MAX_HASH_BUCKETS,
     HashVocabulary,
     ThresholdVocabulary,
+    Vocabulary,
     split_sizes,
 )
 from ms_exp.data.criteo_records import publish, write_meta, write_records
@@ -68,9 +55,6 @@ PROG = "ms_exp.data.criteo_convert"
 DEFAULT_SAMPLES_PER_RECORD = 1000
 # A record is about 316 bytes a sample; this keeps one well inside MindRecord's 32 MB page.
 MAX_SAMPLES_PER_RECORD = 50000
-
-
-# --- command line ----------------------------------------------------------------------
 
 
 @dataclass
@@ -100,19 +84,11 @@ def hydra_value(value: str) -> str:
     return f"'{quoted}'"
 
 
-def train_command(out_dir) -> str:
+def train_command(out_dir: Union[str, Path]) -> str:
     """The command that trains on ``out_dir``, printed for the user to paste: the path is
     quoted for Hydra and the whole argument for the shell."""
-    return shlex.join(
-        [
-            "python",
-            "-m",
-            "ms_exp.run",
-            "model=wide_deep",
-            "dataset=criteo",
-            f"dataset.path={hydra_value(str(out_dir))}",
-        ]
-    )
+    command = ["python", "-m", "ms_exp.run", "model=wide_deep", "dataset=criteo"]
+    return shlex.join([*command, f"dataset.path={hydra_value(str(out_dir))}"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,7 +231,7 @@ def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO
             f"{sizes[1]} eval samples (seed {options.seed})",
             "a fraction that leaves both splits non-empty",
         )
-    vocabulary: Union[HashVocabulary, ThresholdVocabulary]
+    vocabulary: Vocabulary
     if options.hash_buckets is not None:  # hashed
         vocabulary = HashVocabulary(options.hash_buckets)
     else:  # a threshold is set whenever hash_buckets is not, and scan counted the categories

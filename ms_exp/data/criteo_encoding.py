@@ -6,7 +6,7 @@ split. Nothing here imports MindSpore.
 """
 
 import zlib
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -24,9 +24,6 @@ def dense_divisors(dense_max: Sequence[Optional[float]]) -> List[float]:
     """The model zoo's minmax_scale_value divides by the field's maximum; a maximum <= 0
     (or a field that is always empty) would flip signs or divide by zero, so 1.0 then."""
     return [float(m) if m is not None and m > 0 else 1.0 for m in dense_max]
-
-
-# --- vocabulary ------------------------------------------------------------------------
 
 
 class ThresholdVocabulary:
@@ -78,6 +75,7 @@ class HashVocabulary:
         return {"vocab_mode": self.mode, "hash_buckets": self.buckets}
 
 
+Vocabulary = Union[ThresholdVocabulary, HashVocabulary]
 # The out-of-vocabulary id of each categorical field (C1 first).
 _OOV_IDS = [DENSE_FIELDS + j for j in range(CATEGORICAL_FIELDS)]
 _DENSE_IDS = list(range(DENSE_FIELDS))
@@ -85,7 +83,7 @@ _CATEGORY_WEIGHTS = [1.0] * CATEGORICAL_FIELDS
 
 
 def encode(
-    fields: Sequence[bytes], vocabulary, divisors: Sequence[float]
+    fields: Sequence[bytes], vocabulary: Vocabulary, divisors: Sequence[float]
 ) -> Tuple[List[int], List[float], float]:
     """``(feat_ids, feat_vals, label)`` of one valid line's 40 fields."""
     dense = fields[1 : 1 + DENSE_FIELDS]
@@ -95,9 +93,6 @@ def encode(
         values + _CATEGORY_WEIGHTS,
         float(fields[0] == b"1"),
     )
-
-
-# --- split -----------------------------------------------------------------------------
 
 
 def eval_draws(valid: int, eval_fraction: float, seed: int) -> Iterator[np.ndarray]:

@@ -1,23 +1,15 @@
 """The on-disk Criteo format: what the converter (``python -m ms_exp.data.criteo_convert``)
-writes, and what the reader (``ms_exp.data.criteo``) and the config checks
-(``ms_exp.preflight``) read.
+writes, and what the reader (``ms_exp.data.criteo``) and the checks (``ms_exp.data.checks``)
+read: ``train.mindrecord`` and ``eval.mindrecord`` of records packing N samples each, and
+``criteo_meta.json``, which says N, the vocabulary size, the sample counts and each record
+file's size and CRC32 (MindSpore's reader dies with SIGSEGV on some flipped bytes).
 
-A converted folder holds ``train.mindrecord`` and ``eval.mindrecord``, whose records pack
-``samples_per_record`` N samples each (columns ``feat_ids`` int32 [N, 39], ``feat_vals``
-float32 [N, 39], ``label`` float32 [N, 1]), and ``criteo_meta.json``, which says N, the
-vocabulary size, the sample counts and each record file's size and CRC32 (``files``: a
-file damaged after conversion is named before training; MindSpore's reader dies with
-SIGSEGV on some flipped bytes), under format number META_FORMAT. The raw text the
-converter reads has RAW_FIELDS tab-separated fields a line: the label, DENSE_FIELDS
-integers and CATEGORICAL_FIELDS hexadecimal categories.
-
-Nothing here imports MindSpore: the checks read the meta file before it may be imported.
-"""
+Nothing here imports MindSpore: the checks read the meta file before it may be imported."""
 
 import json
 import zlib
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 DENSE_FIELDS = 13
 CATEGORICAL_FIELDS = 26
@@ -43,7 +35,7 @@ def record_schema(samples_per_record: int) -> dict:
     }
 
 
-def read_meta(path) -> dict:
+def read_meta(path: Union[str, Path]) -> dict:
     """The converter's ``criteo_meta.json`` in folder ``path``."""
     return json.loads((Path(path).expanduser() / META_FILE).read_text())
 

@@ -1,20 +1,18 @@
 """Writing a converted Criteo folder: the second pass (``write_records``) encodes RAW's
-valid lines and packs them into the train and eval MindRecord files, ``write_meta`` writes
-``criteo_meta.json``, and ``publish`` moves the complete folder into place. It is the only
-part of the converter that imports MindSpore (the MindRecord writer, at call time) or
-writes a file.
-"""
+valid lines into the train and eval MindRecord files, ``write_meta`` writes
+``criteo_meta.json``, ``publish`` moves the complete folder into place. The only part of the
+converter that imports MindSpore (the MindRecord writer, at call time) or writes a file."""
 
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ms_exp.data.criteo_cli import usage_error
-from ms_exp.data.criteo_encoding import BATCH_LINES, dense_divisors, encode, eval_draws
+from ms_exp.data.criteo_encoding import BATCH_LINES, Vocabulary, dense_divisors, encode, eval_draws
 from ms_exp.data.criteo_format import (
     CATEGORICAL_FIELDS,
     COLUMNS,
@@ -35,7 +33,7 @@ class RecordPacker:
     """Packs one split's samples, in order, into records of ``samples_per_record`` and
     writes them; ``close`` fills the last record up with the split's first samples."""
 
-    def __init__(self, writer, samples_per_record: int):
+    def __init__(self, writer: Any, samples_per_record: int) -> None:
         self.writer, self.size = writer, samples_per_record
         self.pending: List[Tuple[np.ndarray, ...]] = []  # samples not yet in a record
         self.pending_count = 0
@@ -89,7 +87,7 @@ class RecordPacker:
 def write_records(
     path: Path,
     stats: Stats,
-    vocabulary,
+    vocabulary: Vocabulary,
     folder: Path,
     eval_fraction: float,
     seed: int,
@@ -110,7 +108,7 @@ def write_records(
     masks = eval_draws(stats.valid, eval_fraction, seed)
     batch: List[Tuple[List[int], List[float], float]] = []
 
-    def flush():
+    def flush() -> None:
         ids = np.array([row[0] for row in batch], np.int32)
         vals = np.array([row[1] for row in batch], np.float32)
         labels = np.array([[row[2]] for row in batch], np.float32)
@@ -129,23 +127,19 @@ def write_records(
         packer.close()
     # MindRecord's commit makes its files owner-only (0600); give them the mode any new
     # file gets here (the umask's), so that a shared data folder stays readable.
-    mode = 0o666 & ~_umask()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    mode = 0o666 & ~umask
     for item in folder.iterdir():
         item.chmod(mode)
     return packers
-
-
-def _umask() -> int:
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
 
 
 def write_meta(
     folder: Path,
     raw: Path,
     stats: Stats,
-    vocabulary,
+    vocabulary: Vocabulary,
     packers: Dict[str, RecordPacker],
     eval_fraction: float,
     seed: int,

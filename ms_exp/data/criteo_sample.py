@@ -1,19 +1,14 @@
 """Write a Criteo-format sample with a learnable click signal: text the converter
 (``ms_exp.data.criteo_convert``) reads, for trying the pipeline, and for tests and
-benchmarks, without the 11 GB download. It is NOT Criteo data: every value is drawn at
-random here, and only the format (and roughly the shape of the fields) is Criteo's.
+benchmarks, without the 11 GB download. It is NOT Criteo data: every value is drawn here.
 
     python -m ms_exp.data.criteo_sample OUT_FILE --lines N [--seed S] [--malformed M]
         [--overwrite]
 
-OUT_FILE gets N valid lines (label, I1..I13, C1..C26, tab-separated; gzipped when its name
-ends in ``.gz``) plus M malformed ones, the converter's four kinds in turn, spread evenly
-through the file. The same N, S and M always give the same lines. Clicks follow a logistic
-model of C1..C4 and I1, so a model of the fields ranks them with an AUC of about 0.8 (see
-``criteo_lines``). The file is written under a temporary name next to OUT_FILE and renamed
-into place once complete; an existing OUT_FILE is replaced only with ``--overwrite``.
-Memory: about 170 bytes a line while it runs (the drawn columns), whatever N is.
-"""
+OUT_FILE gets N valid lines (gzipped when its name ends in ``.gz``) plus M malformed ones of
+the converter's four kinds, spread evenly; the same N, S and M give the same lines. Clicks
+follow a logistic model of C1..C4 and I1 (``criteo_lines``). Written under a temporary name
+and renamed into place; about 170 bytes of memory a line, whatever N is."""
 
 import argparse
 import gzip
@@ -24,7 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence
+from typing import BinaryIO, ContextManager, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -35,32 +30,8 @@ PROG = "ms_exp.data.criteo_sample"
 # Distinct values per categorical field: small ones (fields C1..C4 carry the click signal)
 # to ones of thousands, whose rare values fall under the converter's threshold.
 CRITEO_VOCAB = (
-    8,
-    6,
-    10,
-    12,
-    3,
-    25,
-    60,
-    150,
-    400,
-    1000,
-    2500,
-    5000,
-    30,
-    80,
-    200,
-    700,
-    4,
-    15,
-    90,
-    3000,
-    6,
-    40,
-    120,
-    350,
-    9,
-    1500,
+    *(8, 6, 10, 12, 3, 25, 60, 150, 400, 1000, 2500, 5000, 30),  # C1..C13
+    *(80, 200, 700, 4, 15, 90, 3000, 6, 40, 120, 350, 9, 1500),  # C14..C26
 )
 CRITEO_SIGNAL_FIELDS = 4
 CRITEO_EMPTY_RATE = 0.05
@@ -201,14 +172,11 @@ def write_criteo_text(path: Path, lines: int, seed: int = 0, malformed: int = 0)
     return malformed_positions(lines, malformed)
 
 
-def _text_sink(raw: BinaryIO, path: Path):
+def _text_sink(raw: BinaryIO, path: Path) -> Union[ContextManager[BinaryIO], gzip.GzipFile]:
     if path.suffix != ".gz":
         return nullcontext(raw)  # closing is left to its owner
     # mtime 0 and the final name in the header: the same arguments give the same bytes.
     return gzip.GzipFile(filename=path.name, mode="wb", fileobj=raw, compresslevel=6, mtime=0)
-
-
-# --- command line ----------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,9 +37,6 @@ _VALID_LINE = re.compile(
 _INTEGER = re.compile(rb"-?[0-9]+")
 
 
-# --- parsing ---------------------------------------------------------------------------
-
-
 def parse_line(line: bytes) -> Tuple[Optional[List[bytes]], Optional[str]]:
     """``(fields, None)`` for a valid line (its 40 fields), ``(None, reason)`` for a
     malformed one. ``line`` may end with ``\\n`` or ``\\r\\n``."""
@@ -101,9 +98,6 @@ class Malformed:
 
     def summary(self, lines: int) -> str:
         return f"skipped {self.total} malformed lines of {lines}: {self.describe()}"
-
-
-# --- reading ---------------------------------------------------------------------------
 
 
 def open_lines(path: Path) -> io.BufferedIOBase:

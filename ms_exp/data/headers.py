@@ -1,17 +1,12 @@
 """Header checks of dataset files, so a broken file is refused before any work starts.
 
 MindSpore's readers find a wrong magic number, a truncated file or a file that is not an
-image only once the pipeline runs, after the run directory and the MLflow run exist (and
-ImageFolderDataset stops mid-epoch with "Decode: image decode failed"). These checks read
-a few bytes of each file, never whole files, and import no MindSpore: they run in preflight.
-Each refusal is a ConfigError naming the config key, its value and what was expected.
-
-Image files are all checked, not sampled: a JPEG cut off inside its header (before its
-scan) makes MindSpore's Decode divide by zero, and the job dies with SIGFPE (exit 136)
-printing nothing (or it hangs; docs/design.md#damaged-jpeg-headers). ``damaged_image``
-reads each file's header with Pillow (which MindSpore depends on) and its last bytes,
-never its pixels.
-"""
+image only once the pipeline runs, after the run directory and the MLflow run exist. These
+checks read a few bytes of each file and import no MindSpore: they run in preflight. Image
+files are all checked, not sampled: a JPEG cut off inside its header makes MindSpore's
+Decode die with SIGFPE (exit 136) printing nothing, or hang
+(docs/design.md#damaged-jpeg-headers); ``damaged_image`` reads each header with Pillow and
+the file's last bytes, never its pixels."""
 
 import hashlib
 import json
@@ -19,7 +14,7 @@ import math
 import os
 import struct
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, Optional, Sequence
 
 from ms_exp.config.errors import ConfigError
 
@@ -51,7 +46,7 @@ MINDRECORD_HEADER_KEYS = ("header_size", "page_size", "schema")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def mnist_train_samples(key: str, value, root: Path) -> int:
+def mnist_train_samples(key: str, value: Any, root: Path) -> int:
     """Check the four idx files in ``root``: magic numbers, 28x28 images, sizes that match
     their headers, as many labels as images. Returns the training split's sample count."""
     counts = {}
@@ -79,7 +74,7 @@ def mnist_train_samples(key: str, value, root: Path) -> int:
     return counts["train"]
 
 
-def _idx_header(key: str, value, path: Path, magic: int, dims: int) -> Sequence[int]:
+def _idx_header(key: str, value: Any, path: Path, magic: int, dims: int) -> Sequence[int]:
     """The dimensions of an idx file whose magic, header and size are right."""
     header_size = 4 * (1 + dims)
     with open(path, "rb") as f:
@@ -101,7 +96,7 @@ def _idx_header(key: str, value, path: Path, magic: int, dims: int) -> Sequence[
     return shape
 
 
-def _refuse(key: str, value, path: Path, problem: str) -> None:
+def _refuse(key: str, value: Any, path: Path, problem: str) -> None:
     raise ConfigError(
         key, value, f"MNIST idx files as MnistDataset reads them ({path.name} {problem})"
     )
@@ -110,7 +105,10 @@ def _refuse(key: str, value, path: Path, problem: str) -> None:
 def image_signature(path: Path) -> Optional[str]:
     """The format of an image file by its leading bytes, None if it is none of them."""
     with open(path, "rb") as f:
-        head = f.read(8)
+        return _signature(f.read(8))
+
+
+def _signature(head: bytes) -> Optional[str]:
     return next((name for magic, name in IMAGE_SIGNATURES.items() if head.startswith(magic)), None)
 
 
@@ -127,9 +125,7 @@ def damaged_image(path: Path) -> Optional[str]:
             return "is empty (0 bytes)"
         with open(path, "rb") as f:
             head = f.read(8)
-            signature = next(
-                (name for magic, name in IMAGE_SIGNATURES.items() if head.startswith(magic)), None
-            )
+            signature = _signature(head)
             f.seek(0)
             try:
                 with Image.open(f, formats=(signature,) if signature else None) as image:
@@ -189,7 +185,7 @@ _CHECKED_BY_LAUNCHER: Dict[str, dict] = {}
 CHECKED_IMAGES = "checked_images.json"
 
 
-def check_image_folder(key: str, value, folder: Path, extensions: Iterable[str]) -> int:
+def check_image_folder(key: str, value: Any, folder: Path, extensions: Iterable[str]) -> int:
     """Refuse ``folder`` (a split of class folders) if any of its images is damaged
     (``damaged_image``), naming the first such file and how many more there are. Returns
     the images checked: none for a folder found whole in this process, or by the launching
@@ -272,7 +268,7 @@ def count_files(folders: Iterable[Path], extensions: Iterable[str], enough: int)
     return total
 
 
-def mindrecord_columns(key: str, value, path: Path) -> Dict[str, dict]:
+def mindrecord_columns(key: str, value: Any, path: Path) -> Dict[str, dict]:
     """Check that ``path`` is a MindRecord file with its ``.db`` index beside it and
     return its schema (column -> {type, shape})."""
     allowed = f"a folder of MindRecord files written by the Criteo converter ({path.name} "

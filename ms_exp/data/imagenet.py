@@ -1,16 +1,12 @@
 """An ImageNet-style image folder with mindspore.dataset.ImageFolderDataset.
 
-Transforms are the model zoo's ResNet ones: random-resized crop and flip for training;
-resize to size/0.875 and center crop for evaluation. Classes are the sorted folder names of
-the training split, and the eval split is read with the same indexing so a class missing
-from it does not shift the labels.
-
-Every image of the split is checked (header and end, ``headers.check_image_folder``) before
-the reader is built: a JPEG cut off inside its header makes MindSpore's Decode die with
-SIGFPE mid-epoch, printing nothing; here it is refused with its path before training.
-"""
+Transforms are the model zoo's ResNet ones (random-resized crop and flip for training;
+resize to size/0.875 and center crop for evaluation); both splits index classes by the
+training split's sorted folders. Every image is checked first (``check_image_folder``): a
+JPEG cut off in its header kills MindSpore's Decode with SIGFPE, printing nothing."""
 
 from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import mindspore.dataset as ds
 
@@ -22,30 +18,27 @@ from ms_exp.data.transforms import normalize
 EVAL_CROP_FRACTION = 0.875
 
 
-def class_folders(split_dir: Path):
-    return sorted(p.name for p in Path(split_dir).iterdir() if p.is_dir())
-
-
 def imagenet(
     split: str,
     path: str,
     train_dir: str = "train",
     eval_dir: str = "val",
     image_size: int = 224,
-    num_classes=None,
-    mean=(0.485 * 255, 0.456 * 255, 0.406 * 255),
-    std=(0.229 * 255, 0.224 * 255, 0.225 * 255),
+    num_classes: Optional[int] = None,
+    mean: Sequence[float] = (0.485 * 255, 0.456 * 255, 0.406 * 255),
+    std: Sequence[float] = (0.229 * 255, 0.224 * 255, 0.225 * 255),
     shuffle: bool = True,
-    num_shards=None,
-    shard_id=None,
+    num_shards: Optional[int] = None,
+    shard_id: Optional[int] = None,
     num_parallel_workers: int = 1,
-):
+) -> Any:
     """Unbatched samples of ``split`` after the model zoo's transforms. ``num_classes``
     (null: the class folders) is what the network is sized to; labels index the sorted
     folders of ``train_dir``."""
     # Expanded as validation expands it: MindSpore's readers take "~/data" literally.
     root = Path(path).expanduser()
-    indexing = {name: index for index, name in enumerate(class_folders(root / train_dir))}
+    classes = sorted(p.name for p in (root / train_dir).iterdir() if p.is_dir())
+    indexing = {name: index for index, name in enumerate(classes)}
     size = image_size
     key, name = (
         ("dataset.train_dir", train_dir) if split == "train" else ("dataset.eval_dir", eval_dir)

@@ -1,12 +1,9 @@
-"""MNIST from its idx files with mindspore.dataset.MnistDataset, as the tutorials read it:
-unbatched samples after the tutorial's transforms, the reader itself shuffling and sharding
-(its signature names ``shuffle``, ``num_shards`` and ``shard_id``, so ms_exp passes them).
-
-The idx headers and sizes are checked again when the dataset is built (16 bytes and a stat
-a file), so a rank, an evaluation or a file changed since the config checks names the
-broken file rather than failing inside MindSpore's reader."""
+"""MNIST from its idx files with mindspore.dataset.MnistDataset, as the tutorials read it;
+the reader shuffles and shards itself. The idx headers are checked again here (16 bytes and
+a stat a file), so a rank or an evaluation names a file changed since the config checks."""
 
 from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import mindspore.dataset as ds
 
@@ -17,13 +14,13 @@ from ms_exp.data.transforms import normalize
 def mnist(
     split: str,
     path: str,
-    mean=(0.1307,),
-    std=(0.3081,),
+    mean: Sequence[float] = (0.1307,),
+    std: Sequence[float] = (0.3081,),
     shuffle: bool = True,
-    num_shards=None,
-    shard_id=None,
+    num_shards: Optional[int] = None,
+    shard_id: Optional[int] = None,
     num_parallel_workers: int = 1,
-):
+) -> Any:
     # Expanded as validation expands it: MindSpore's readers take "~/mnist" literally.
     root = str(Path(path).expanduser())
     mnist_train_samples("dataset.path", path, Path(root))

@@ -1,15 +1,13 @@
 """The ``dataset`` group's built-in options: their ``_target_`` and what ms_exp knows of
 them without reading a sample (the shape and class count a network is sized to, what the
-samples are, Criteo's vocabulary). A user's option (any other ``_target_``) has no entry:
-its shape and classes come from the data it returns (``ms_exp.data.build``,
-``declared_shape``).
-
-No MindSpore import: the config checks read these before MindSpore starts.
-"""
+samples are, Criteo's vocabulary). A user's option (any other ``_target_``) has no entry.
+No MindSpore import: the config checks read these before MindSpore starts."""
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
+
+from omegaconf import DictConfig
 
 from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
@@ -35,22 +33,17 @@ class DatasetOption:
     in_memory: Optional[Callable[[Any], Dict[str, int]]] = None
 
 
-def _imagenet(cfg):
+def _imagenet(cfg: DictConfig) -> Tuple[Tuple[int, ...], int]:
     size = cfg.image_size
     train = Path(cfg.path).expanduser() / cfg.train_dir
     classes = cfg.num_classes or sum(p.is_dir() for p in train.iterdir())
     return (3, size, size), classes
 
 
-def _criteo_samples(cfg, split: str, num_shards: int) -> int:
+def _criteo_samples(cfg: DictConfig, split: str, num_shards: int) -> int:
     """Whole records: MindDataset gives every shard ceil(records / shards) of them."""
     meta = read_meta(cfg.path)
     return -(-meta[f"{split}_records"] // num_shards) * meta["samples_per_record"]
-
-
-def _criteo_vocab(cfg) -> int:
-    """Rows of the id space of the converted folder (``criteo_meta.json``)."""
-    return int(read_meta(cfg.path)["vocab_size"])
 
 
 DATASET_OPTIONS = {
@@ -79,7 +72,7 @@ DATASET_OPTIONS = {
             builtin_target("dataset", "criteo"),
             lambda cfg: ((FIELD_SIZE,), 2),
             inputs=CRITEO_INPUTS,
-            vocab_size=_criteo_vocab,
+            vocab_size=lambda cfg: int(read_meta(cfg.path)["vocab_size"]),
             samples=_criteo_samples,
         ),
     )
@@ -89,16 +82,16 @@ _BY_TARGET: Dict[Optional[str], DatasetOption] = {  # None: a user's option, not
 }
 
 
-def dataset_option(dataset_cfg) -> Optional[DatasetOption]:
+def dataset_option(dataset_cfg: Any) -> Optional[DatasetOption]:
     """The built-in option whose target ``dataset_cfg`` names; None for a user's."""
     return _BY_TARGET.get(target_path(dataset_cfg))
 
 
-def dataset_name(dataset_cfg) -> str:
+def dataset_name(dataset_cfg: Any) -> str:
     return component_name(dataset_cfg)
 
 
-def dataset_inputs(dataset_cfg) -> Optional[str]:
+def dataset_inputs(dataset_cfg: Any) -> Optional[str]:
     """What the samples are; None when the option does not declare it (a user's)."""
     option = dataset_option(dataset_cfg)
     return option.inputs if option else None

@@ -2,11 +2,20 @@
 HWC2CHW on images and TypeCast(int32) on labels. Batching is ms_exp's
 (``ms_exp.data.build``), as for every dataset option."""
 
+from typing import Any, Sequence
+
 import mindspore as ms
 import mindspore.dataset as ds
 
 
-def normalize(dataset, mean, std, rescale: float, workers: int, image_ops=()):
+def normalize(
+    dataset: Any,
+    mean: Sequence[float],
+    std: Sequence[float],
+    rescale: float,
+    workers: int,
+    image_ops: Sequence[Any] = (),
+) -> Any:
     """``image_ops`` run first (decode, crop, ...); ``rescale`` maps raw pixels to [0, 1]."""
     image_transforms = list(image_ops)
     if rescale != 1.0:

@@ -1,22 +1,41 @@
-"""Checks of the ``parallel`` group: device and worker counts, msrun's addresses and ports
-(free, and not shared by jobs a launcher runs at the same time), and shard strategies
-against the network the job builds (the one check here that imports MindSpore: it builds
-the network to read its operators' shapes)."""
+"""Checks of the ``parallel`` group: device and worker counts, the launch style (the keys
+each style reads, the device it needs, the Ascend rank table; ms_exp/job/launch_plan.py
+renders the styles), msrun's addresses and ports (free, and not shared by jobs a launcher
+runs at the same time), and shard strategies against the network the job builds (the one
+check here that imports MindSpore: it builds the network to read its operators' shapes)."""
 
+import json
+import shutil
 import socket
-from typing import Dict, Tuple
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from omegaconf import DictConfig
 
 from ms_exp.config.errors import ConfigError, InvalidConfig, positive, require
+from ms_exp.config.paths import inside_run_dir
 from ms_exp.data.build import declared_spec, loader_settings
-from ms_exp.parallel.launcher_config import launch_style
-from ms_exp.preflight.launch_style import validate_style_keys
-from ms_exp.preflight.paths import inside_run_dir
+from ms_exp.parallel.launcher_config import MPIRUN, MSRUN, RANK_TABLE, is_distributed, launch_style
 
 # Launchers that run several jobs of a sweep at the same time on this machine.
 CONCURRENT_LAUNCHERS = ("concurrent", "joblib", "submitit_local", "pool")
+# What each style needs of the device, and why, with MindSpore 2.10 (see LaunchStyle;
+# docs/design.md#mpirun-on-cpu).
+STYLE_TARGETS = {
+    MPIRUN: (("GPU", "Ascend"), "MindSpore 2.10 initialises no CPU communication under mpirun"),
+    RANK_TABLE: (("Ascend",), "rank-table ranks talk over HCCL, which only Ascend has"),
+}
+# Keys read by one style only: the style, and the value that means "unset".
+STYLE_ONLY_KEYS: Dict[str, Tuple[str, Any]] = {
+    "rank_table_file": (RANK_TABLE, None),
+    "start_device_id": (RANK_TABLE, 0),
+    "mpirun_args": (MPIRUN, []),
+    "local_worker_num": (MSRUN, None),
+    "node_rank": (MSRUN, -1),
+}
 
 
-def validate_parallel(cfg) -> None:
+def validate_parallel(cfg: DictConfig) -> None:
     if cfg.mode == "stand_alone":
         require(
             cfg.device_num == 1, "parallel.device_num", cfg.device_num, "1 for parallel=stand_alone"
@@ -57,9 +76,11 @@ def validate_parallel(cfg) -> None:
         )
     else:
         # msrun starts its scheduler where master_addr points; with every worker here an
-        # address of another machine makes them wait cluster_time_out for nobody.
+        # address of another machine (one no socket binds to here) makes them wait
+        # cluster_time_out for nobody.
+        address = launcher.master_addr
         require(
-            is_address_of_this_machine(launcher.master_addr),
+            is_local_address(address) or port_is_free(address, 0),
             "parallel.launcher.master_addr",
             launcher.master_addr,
             f"an address of this machine, e.g. 127.0.0.1, when all {workers} workers run "
@@ -97,7 +118,7 @@ def validate_parallel(cfg) -> None:
     )
 
 
-def validate_master_port_free(cfg) -> None:
+def validate_master_port_free(cfg: DictConfig) -> None:
     """Checked after every other key: a port other processes hold comes and goes, and must
     not hide a mistake in the config itself."""
     if cfg.mode == "stand_alone" or launch_style(cfg) != "msrun":
@@ -119,12 +140,6 @@ def is_local_address(address: str) -> bool:
     return address in ("127.0.0.1", "localhost", "::1") or address.startswith("127.")
 
 
-def is_address_of_this_machine(address: str) -> bool:
-    """Whether a socket can be bound to ``address`` here (a name is resolved first; one that
-    does not resolve, or an address of another machine, cannot)."""
-    return is_local_address(address) or port_is_free(address, 0)
-
-
 def port_is_free(address: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -135,16 +150,16 @@ def port_is_free(address: str, port: int) -> bool:
     return True
 
 
-def validate_shard_strategies(cfg) -> None:
+def validate_shard_strategies(cfg: DictConfig) -> None:
     """Check ``parallel.strategies`` against the network the job will build: the operator
     exists, one tuple per input of the right length, factors divide their dimensions and
     the product divides device_num (MindSpore checks these only once the graph compiles)."""
     from ms_exp.models import create_network
-    from ms_exp.parallel.layout import validate_strategies
+    from ms_exp.parallel.layout import operator_strategies
 
     network = create_network(cfg.model, declared_spec(cfg.dataset))
     try:
-        validate_strategies(
+        operator_strategies(  # raises StrategyError naming the first bad operator
             network,
             cfg.parallel.strategies,
             cfg.parallel.device_num,
@@ -159,7 +174,7 @@ def validate_shard_strategies(cfg) -> None:
         ) from None
 
 
-def concurrent_master_ports(configs) -> None:
+def concurrent_master_ports(configs: Sequence[DictConfig]) -> None:
     """Distributed jobs that a launcher runs at the same time must not share a master
     port: the second job's msrun cannot bind it, or its ranks join the first job's cluster.
     Only ports set explicitly can be shared; each job left at null chooses its own."""
@@ -188,3 +203,104 @@ def concurrent_master_ports(configs) -> None:
                 f"too, e.g. parallel.launcher.master_port={port},{port + 1})",
             )
         first_job[address] = number
+
+
+def validate_style_keys(parallel_cfg: DictConfig) -> None:
+    """Refuse keys the chosen launch style does not read (checked before msrun's own)."""
+    launcher = parallel_cfg.launcher
+    style = launch_style(parallel_cfg)
+    for key, (owner, unset) in STYLE_ONLY_KEYS.items():
+        value = launcher[key]
+        value = list(value) if owner == MPIRUN else value
+        require(
+            style == owner or value == unset,
+            f"parallel.launcher.{key}",
+            value,
+            f"{'null' if unset is None else unset} with "
+            f"parallel.launcher.style={style} (only style={owner} reads it)",
+        )
+
+
+def validate_launch_style(cfg: DictConfig) -> None:
+    """Refuse, before anything starts, a launch style this job cannot run here. ``cfg``:
+    the whole config (the device target counts)."""
+    if not is_distributed(cfg.parallel):
+        return
+    launcher = cfg.parallel.launcher
+    style = launch_style(cfg.parallel)
+    if style == MSRUN:
+        return
+    target = cfg.trainer.device_target or "None"
+    allowed, reason = STYLE_TARGETS[style]
+    require(
+        target in allowed,
+        "parallel.launcher.style",
+        style,
+        f"trainer.device_target={' or '.join(allowed)} with it "
+        f"({reason}; trainer.device_target is {target}), or "
+        "parallel.launcher.style=msrun",
+    )
+    if style == MPIRUN:
+        require(
+            shutil.which("mpirun") is not None,
+            "parallel.launcher.style",
+            style,
+            "mpirun on PATH (install Open MPI, e.g. apt-get install openmpi-bin), or "
+            "parallel.launcher.style=msrun",
+        )
+        return
+    validate_rank_table(launcher.rank_table_file, cfg.parallel.device_num)
+    require(
+        launcher.start_device_id >= 0,
+        "parallel.launcher.start_device_id",
+        launcher.start_device_id,
+        "an integer >= 0 (the first rank's DEVICE_ID)",
+    )
+
+
+def validate_rank_table(path: Optional[str], ranks: int) -> None:
+    """The file exists, is readable JSON, and lists one device per rank (MindSpore's rank
+    table: ``server_list[].device[]``)."""
+    key = "parallel.launcher.rank_table_file"
+    if path is None:
+        raise ConfigError(
+            key,
+            path,
+            "the path of the Ascend rank table (hccl_<n>p_*.json) "
+            "with parallel.launcher.style=rank_table",
+        )
+    resolved = Path(path).expanduser().resolve()
+    require(resolved.is_file(), key, path, f"a readable rank table file ({resolved} is not a file)")
+    try:
+        table = json.loads(resolved.read_text())
+    except OSError as error:
+        raise _rank_table_error(path, f"{resolved} cannot be read: {error.strerror}") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise _rank_table_error(path, f"{resolved} is not JSON: {error}") from None
+    try:
+        servers = len(table["server_list"])
+        devices = sum(len(server["device"]) for server in table["server_list"])
+    except (KeyError, TypeError):
+        raise _rank_table_error(
+            path, f"{resolved} has no server_list[].device[] of MindSpore's rank table"
+        ) from None
+    # As the tutorial's script, ms_exp starts every rank here, with RANK_ID 0 to RANK_SIZE-1.
+    require(
+        servers == 1,
+        key,
+        path,
+        f"a rank table of one server, this one (it lists {servers}); on several servers "
+        "use parallel.launcher.style=msrun or mpirun",
+    )
+    require(
+        devices == ranks,
+        key,
+        path,
+        f"a rank table listing {ranks} devices, one per rank (it lists {devices})",
+    )
+
+
+def _rank_table_error(path: str, reason: str) -> ConfigError:
+    return ConfigError(
+        "parallel.launcher.rank_table_file", path, f"a readable rank table file ({reason})"
+    )

@@ -1,18 +1,15 @@
 """Semi-auto parallel checkpoints on CPU, where MindSpore refuses the mode itself.
 
 Every rank trains the full network data parallel (the same math as semi-auto parallel on the
-global batch). ``ModelCheckpoint`` writes the full weights into the rank's folder; with
-``integrated_save=False`` :class:`SliceSavedCheckpoints` then replaces each new file with
-the slice this rank would hold under the configured shard strategies, and rank 0 writes the
-strategy file, so the run directory looks as the model-saving tutorial's does on 8 cards
-and MindSpore's ``transform_checkpoints`` merges it back
-(docs/design.md#semi-auto-refused-on-cpu, docs/design.md#offline-checkpoint-tools).
-"""
+global batch); with ``integrated_save=False`` :class:`SemiAutoLayouts` replaces each file
+``ModelCheckpoint`` writes with the slice this rank would hold under the shard strategies,
+and rank 0 writes the strategy file, so MindSpore's ``transform_checkpoints`` merges the run
+as on 8 cards (docs/design.md#semi-auto-refused-on-cpu)."""
 
 import os
 from functools import reduce
 from pathlib import Path
-from typing import Dict, Set
+from typing import Any, Dict, Mapping, Optional, Set
 
 import mindspore as ms
 from mindspore.train import Callback
@@ -29,7 +26,7 @@ from ms_exp.parallel.layout import (
 )
 
 
-def apply_strategies(network, strategies) -> None:
+def apply_strategies(network: Any, strategies: Optional[Mapping[str, Any]]) -> None:
     """``Primitive.shard`` for every configured operator: MindSpore's real semi-auto path."""
     for path, strategy in flatten_strategies(strategies).items():
         *cells, op_name = str(path).split(".")
@@ -49,8 +46,8 @@ class SemiAutoLayouts(Callback):
 
     def __init__(
         self,
-        network,
-        strategies,
+        network: Any,
+        strategies: Optional[Mapping[str, Any]],
         device_num: int,
         rank_id: int,
         directory: Path,
@@ -58,7 +55,7 @@ class SemiAutoLayouts(Callback):
         strategy_file: str,
         slice_files: bool,
         save_steps: int,
-    ):
+    ) -> None:
         super().__init__()
         self.network = network
         self.strategies = strategies
@@ -72,7 +69,7 @@ class SemiAutoLayouts(Callback):
         self.layouts: Dict[str, Layout] = {}
         self._sliced: Set[Path] = set()
 
-    def on_train_begin(self, run_context):
+    def on_train_begin(self, run_context: Any) -> None:
         train_network = run_context.original_args().train_network
         shapes = {p.name: p.shape for p in train_network.get_parameters()}
         layouts = operator_layouts(self.network, self.strategies, self.device_num)
@@ -84,12 +81,12 @@ class SemiAutoLayouts(Callback):
                 op_strategies=operator_strategies(self.network, self.strategies, self.device_num),
             )
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         # Only where ModelCheckpoint (called just before) has saved.
         if run_context.original_args().cur_step_num % self.save_steps == 0:
             self._slice_new_files()
 
-    def on_train_end(self, run_context):
+    def on_train_end(self, run_context: Any) -> None:
         self._slice_new_files()
 
     def _slice_new_files(self) -> None:

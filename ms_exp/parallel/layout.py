@@ -6,15 +6,10 @@ parameter that rank would hold in semi-auto parallel, plus a strategy file in Mi
 format. MindSpore's offline tools (``transform_checkpoints``, ``merge_sliced_parameter``,
 ``build_searched_strategy``) read both back; that is the proof the layout is right.
 
-Conventions (MindSpore's, see docs/design.md#device-matrix):
+Conventions (MindSpore's, docs/design.md#device-matrix): a repeated-calculation factor
+``device_num / used`` goes on the RIGHT of the device matrix, moving every tensor-map entry
+up by one; tensor-map entry ``i`` names ``dev_matrix[-i - 1]``, ``-1`` a dimension not split.
 
-- An operator's device matrix is built from its shard strategy; when the strategy uses fewer
-  devices than ``device_num``, the repeated-calculation factor ``device_num / used`` is
-  appended on the RIGHT of the device matrix (MindSpore's default,
-  ``repeated_num_in_dev_matrix_right_``), and every tensor-map entry moves up by one.
-- A tensor map entry ``i`` names device-matrix dimension ``i`` counted from the right
-  (``dev_matrix[-i - 1]``, as in ``mindspore.parallel._tensor._get_tensor_strategy``);
-  ``-1`` means that tensor dimension is not split.
 - MatMul ``((a, b), (b, c))``: device matrix ``[a, b, c]``, weight ``[in, out]`` tensor map
   ``[1, 0]``. So ``((2, 1), (1, 2))`` on 8 devices gives ``[2, 1, 2, 2]`` and ``[2, 1]``.
 - Add ``((x0, x1), (y1,))`` with the bias broadcast over the batch dim: device matrix
@@ -23,9 +18,7 @@ Conventions (MindSpore's, see docs/design.md#device-matrix):
 - Operators without a strategy get MindSpore's default data-parallel strategy: the first
   (batch) dim of the non-parameter input split ``device_num`` ways, parameters not split.
 
-The slicing itself is MindSpore's: :func:`slice_for_rank` makes the same three calls as
-``mindspore.parallel._tensor._load_tensor`` (``_get_tensor_strategy``,
-``_get_tensor_slice_index``, ``_chunk_tensor_by_strategy``) on the numpy array.
+The slicing itself is MindSpore's (:func:`slice_for_rank`).
 """
 
 import difflib
@@ -33,7 +26,7 @@ import os
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -55,7 +48,7 @@ class Layout:
     tensor_map: tuple
     tensor_shape: tuple
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("dev_matrix", "tensor_map", "tensor_shape"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         if len(self.tensor_map) != len(self.tensor_shape):
@@ -93,11 +86,7 @@ class _Operator:
     param_shape: Optional[Tuple[int, ...]]
 
 
-# ---------------------------------------------------------------------------------------------
-# Operators of a network and their strategies
-
-
-def _operators(network) -> Dict[str, _Operator]:
+def _operators(network: Any) -> Dict[str, _Operator]:
     """Every primitive held as a cell attribute, by path, with the parameter it consumes.
 
     A MatMul is bound to the one 2-D parameter of its cell and an Add to the one 1-D parameter
@@ -117,13 +106,8 @@ def _operators(network) -> Dict[str, _Operator]:
                 if len(candidates) == 1 and len(same_kind) == 1:
                     param = candidates[0]
             path = f"{cell_name}.{attr}" if cell_name else attr
-            operators[path] = _Operator(
-                path,
-                kind,
-                primitive,
-                param.name if param is not None else None,
-                tuple(param.shape) if param is not None else None,
-            )
+            bound = (param.name, tuple(param.shape)) if param is not None else (None, None)
+            operators[path] = _Operator(path, kind, primitive, *bound)
     return operators
 
 
@@ -131,7 +115,7 @@ def _shardable(operators: Mapping[str, _Operator]) -> List[_Operator]:
     return [op for op in operators.values() if op.kind in SUPPORTED_OPS and op.param_name]
 
 
-def _fmt(strategy) -> str:
+def _fmt(strategy: Iterable[Iterable[int]]) -> str:
     return str(tuple(tuple(t) for t in strategy))
 
 
@@ -143,11 +127,12 @@ def _input_shapes(op: _Operator, batch_size: Optional[int]) -> List[Tuple[str, t
     return [("x", (batch_size, *op.param_shape)), (op.param_name, op.param_shape)]  # type: ignore[misc, list-item]  # bound: _shardable, _check_strategy
 
 
-def _as_strategy(where: str, raw) -> Strategy:
-    def is_seq(value):
-        return not isinstance(value, (str, bytes)) and isinstance(value, Iterable)
+def _is_sequence(value: Any) -> bool:
+    return not isinstance(value, (str, bytes)) and isinstance(value, Iterable)
 
-    if not is_seq(raw) or not all(is_seq(t) for t in raw):
+
+def _as_strategy(where: str, raw: Any) -> Strategy:
+    if not _is_sequence(raw) or not all(_is_sequence(t) for t in raw):
         raise StrategyError(
             f"{where}: expected one tuple of factors per input, such as "
             f"((2, 1), (1, 2)), got {raw!r}"
@@ -155,7 +140,9 @@ def _as_strategy(where: str, raw) -> Strategy:
     return tuple(tuple(t) for t in raw)
 
 
-def _check_strategy(op: _Operator, raw, device_num: int, batch_size: Optional[int]) -> Strategy:
+def _check_strategy(
+    op: _Operator, raw: Any, device_num: int, batch_size: Optional[int]
+) -> Strategy:
     where = f"strategy for '{op.path}'"
     if op.kind not in SUPPORTED_OPS:
         raise StrategyError(
@@ -182,9 +169,7 @@ def _check_strategy(op: _Operator, raw, device_num: int, batch_size: Optional[in
             f"{len(strategy)} tuple(s) {_fmt(strategy)}"
         )
     for i, (factors, (name, shape)) in enumerate(zip(strategy, inputs)):
-        if not all(
-            isinstance(f, (int, np.integer)) and not isinstance(f, bool) and f >= 1 for f in factors
-        ):
+        if not all(_positive_integer(f) for f in factors):
             raise StrategyError(
                 f"{where}: input {i} factors must be positive integers, got {tuple(factors)}"
             )
@@ -235,12 +220,12 @@ def _default_strategy(op: _Operator, device_num: int) -> Strategy:
     return ((device_num, *ones), ones)
 
 
-def _check_device_num(device_num) -> int:
-    if (
-        isinstance(device_num, bool)
-        or not isinstance(device_num, (int, np.integer))
-        or device_num < 1
-    ):
+def _positive_integer(value: Any) -> bool:
+    return bool(isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1)
+
+
+def _check_device_num(device_num: Any) -> int:
+    if not _positive_integer(device_num):
         raise StrategyError(f"device_num must be a positive integer, got {device_num!r}")
     return int(device_num)
 
@@ -259,7 +244,7 @@ def flatten_strategies(strategies: Optional[Mapping[str, Any]], prefix: str = ""
 
 
 def operator_strategies(
-    network,
+    network: Any,
     strategies: Optional[Mapping[str, Any]],
     device_num: int,
     batch_size: Optional[int] = None,
@@ -288,16 +273,6 @@ def operator_strategies(
     }
 
 
-def validate_strategies(
-    network,
-    strategies: Optional[Mapping[str, Any]],
-    device_num: int,
-    batch_size: Optional[int] = None,
-) -> None:
-    """Raise :class:`StrategyError` (one line, naming the operator) for the first bad strategy."""
-    operator_strategies(network, strategies, device_num, batch_size)
-
-
 def _layout_of(op: _Operator, strategy: Strategy, device_num: int) -> Layout:
     if op.kind == "MatMul":
         (a, b), (_, c) = strategy
@@ -314,7 +289,7 @@ def _layout_of(op: _Operator, strategy: Strategy, device_num: int) -> Layout:
 
 
 def operator_layouts(
-    network,
+    network: Any,
     strategies: Optional[Mapping[str, Any]],
     device_num: int,
     batch_size: Optional[int] = None,
@@ -337,18 +312,10 @@ def operator_layouts(
     return layouts
 
 
-# ---------------------------------------------------------------------------------------------
-# Slices, sliced checkpoints and strategy files
-
-
 def slice_for_rank(array: np.ndarray, layout: Layout, rank: int) -> np.ndarray:
     """The slice of ``array`` that ``rank`` holds under ``layout``, as MindSpore cuts it
     (the body of ``mindspore.parallel._tensor._load_tensor``, without the Tensor round trip)."""
-    from mindspore.parallel._tensor import (
-        _chunk_tensor_by_strategy,
-        _get_tensor_slice_index,
-        _get_tensor_strategy,
-    )
+    from mindspore.parallel._tensor import _chunk_tensor_by_strategy, _get_tensor_slice_index
 
     array = np.asarray(array)
     if tuple(array.shape) != layout.tensor_shape:
@@ -363,36 +330,22 @@ def slice_for_rank(array: np.ndarray, layout: Layout, rank: int) -> np.ndarray:
         )
     if array.ndim == 0:
         return array.copy()
-    dev_matrix, tensor_map = list(layout.dev_matrix), list(layout.tensor_map)
-    strategy = _get_tensor_strategy(dev_matrix, tensor_map)
-    index = _get_tensor_slice_index(dev_matrix, strategy, tensor_map, rank)
+    strategy = list(layout.tensor_strategy())
+    index = _get_tensor_slice_index(
+        list(layout.dev_matrix), strategy, list(layout.tensor_map), rank
+    )
     return np.ascontiguousarray(_chunk_tensor_by_strategy(array, strategy)[int(index)])
-
-
-def _owner(name: str, layouts: Mapping[str, Layout]) -> Optional[str]:
-    """The parameter an optimizer state was cloned from: ``moments.layer1.weight`` ->
-    ``layer1.weight``."""
-    return max((p for p in layouts if name.endswith("." + p)), key=len, default=None)
 
 
 def checkpoint_layouts(
     shapes: Mapping[str, Sequence[int]], layouts: Mapping[str, Layout]
 ) -> Dict[str, Layout]:
-    """Layouts of every sliced entry of a training checkpoint (name -> shape).
-
-    What MindSpore does in semi-auto parallel, and so what ms_exp does:
-
-    - parameters: their own layout;
-    - optimizer states cloned from a parameter (``ParameterTuple.clone(prefix=...)``, named
-      ``<prefix>.<parameter>``: ``moments.*``, ``moment1.*``, ``adam_m.*``, ``accum.*``) share
-      their parameter's layout; MindSpore's step_parallel gives cloned parameters the layout
-      of the one they were cloned from, and strategy files list them (``transform_checkpoints``
-      itself special-cases ``adam_m``/``adam_v``/``accu_grads`` names found there);
-    - everything else (``learning_rate``, ``global_step``, ``momentum``, ``beta1_power``...)
-      is replicated: every rank holds the whole value, and it is left out of the strategy
-      file, where ``transform_checkpoints`` copies it unchanged ("Handle those parameter like
-      learning_rate, global_step which not in strategy_file").
-    """
+    """Layouts of every sliced entry of a training checkpoint (name -> shape), as MindSpore
+    lays them out in semi-auto parallel: parameters their own; optimizer states cloned from
+    one (``<prefix>.<parameter>``: ``moments.*``, ``adam_m.*``, ...) their parameter's, as
+    step_parallel gives them; everything else (``learning_rate``, ``global_step``, ...) is
+    replicated and left out of the strategy file, where ``transform_checkpoints`` copies
+    it unchanged."""
     result: Dict[str, Layout] = {}
     for name, shape in shapes.items():
         shape = tuple(int(s) for s in shape)
@@ -404,7 +357,8 @@ def checkpoint_layouts(
                 )
             result[name] = layouts[name]
             continue
-        owner = _owner(name, layouts)
+        # The parameter it was cloned from: moments.layer1.weight -> layer1.weight.
+        owner = max((p for p in layouts if name.endswith("." + p)), key=len, default=None)
         if owner is None:
             continue
         if shape != layouts[owner].tensor_shape:
@@ -419,7 +373,7 @@ def checkpoint_layouts(
     return result
 
 
-def _as_numpy(value) -> np.ndarray:
+def _as_numpy(value: Any) -> np.ndarray:
     return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
 
 
@@ -427,18 +381,16 @@ def write_sliced_checkpoints(
     param_dict: Mapping[str, Any],
     layouts: Mapping[str, Layout],
     device_num: int,
-    out_dir,
+    out_dir: Union[str, Path],
     prefix: str = "checkpoint",
     name: Optional[str] = None,
 ) -> Dict[str, Layout]:
     """Write ``out_dir/rank_<r>/<name>`` for every rank: each entry's slice for that rank.
 
-    ``param_dict`` maps checkpoint names to arrays (numpy, Tensor or Parameter): parameters
-    and optimizer states. ``prefix`` is the checkpoint prefix (ModelCheckpoint's, and what
-    ``python -m ms_exp.ckpt merge --prefix`` selects); ``name`` is the file name, by default
-    ``<prefix>.ckpt``. Files are written to a hidden temporary name and renamed. Returns the
-    layouts of every sliced entry (see :func:`checkpoint_layouts`): write the strategy file
-    from these so that optimizer states merge too."""
+    ``param_dict`` maps checkpoint names to arrays (numpy, Tensor or Parameter); ``name``
+    defaults to ``<prefix>.ckpt``. Files are written under a hidden name and renamed. Returns
+    the layouts of every sliced entry (:func:`checkpoint_layouts`): write the strategy file from
+    these so that optimizer states merge too."""
     import mindspore as ms
 
     device_num = _check_device_num(device_num)
@@ -475,7 +427,7 @@ def write_sliced_checkpoints(
 
 
 def write_strategy_file(
-    path,
+    path: Union[str, Path],
     layouts: Mapping[str, Layout],
     stage: int = 0,
     op_strategies: Optional[Mapping[str, Strategy]] = None,

@@ -68,13 +68,10 @@ except OSError:
 def die_with_parent() -> None:
     """Linux: have the kernel SIGKILL this process when its parent dies.
 
-    msrun and its ranks run in sessions of their own (so one signal stops them all), so
-    nothing else stops them when the launching process is killed outright (SIGKILL, out of
-    memory): they would train on into a run directory a resumed job may be writing to. The
-    launcher sets this for msrun, every rank and msrun's scheduler for themselves, so a
-    SIGKILL of the launcher takes the whole tree; a resumed job then continues from the last
-    checkpoint every rank holds. A thread polling the parent would not do: MindSpore's
-    scheduler holds the GIL while it waits for the ranks."""
+    msrun and its ranks run in sessions of their own, so nothing else stops them when the
+    launching process is killed outright: they would train on into a run directory a resumed
+    job may be writing to. Set by msrun, every rank and msrun's scheduler for themselves. (A
+    thread polling the parent would not do: MindSpore's scheduler holds the GIL.)"""
     prctl = getattr(_LIBC, "prctl", None)
     if prctl is None:
         return  # not Linux: the ranks outlive a killed launcher, as before

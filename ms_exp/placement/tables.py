@@ -8,6 +8,9 @@ tutorial's ``primitive_target`` CPU); the dense layers stay on the device.
 """
 
 from dataclasses import dataclass
+from typing import Any, List
+
+from omegaconf import DictConfig
 
 
 @dataclass(frozen=True)
@@ -19,17 +22,17 @@ class Placement:
         """``target`` of ``nn.EmbeddingLookup``."""
         return "CPU" if self.host_tables else "DEVICE"
 
-    def place_sparse_optimizer(self, optimizer) -> None:
+    def place_sparse_optimizer(self, optimizer: Any) -> None:
         """Run ``optimizer``'s update on host kernels when the tables live on the host."""
         if self.host_tables:
             optimizer.target = "CPU"
 
 
-def create_placement(placement_cfg) -> Placement:
+def create_placement(placement_cfg: DictConfig) -> Placement:
     return Placement(host_tables=placement_cfg.mode == "host_device")
 
 
-def describe_placement(placement_cfg, device_target: str, host_bytes: int = 0) -> str:
+def describe_placement(placement_cfg: DictConfig, device_target: str, host_bytes: int = 0) -> str:
     """One console line saying where the run's parameters are."""
     if placement_cfg.mode == "device":
         return f"placement=device: every parameter and optimizer state on {device_target}"
@@ -54,7 +57,7 @@ def readable_size(size: int) -> str:
     return f"{size / 2**10:.1f} KiB"
 
 
-def host_tables(network, placement: Placement):
+def host_tables(network: Any, placement: Placement) -> List[Any]:
     """The network's parameters that live on the host under ``placement``."""
     if not placement.host_tables:
         return []

@@ -1,18 +1,15 @@
 """Checks of the ``_target_`` components a job builds besides its network and data: the
-optimizer, the loss (or each of ``loss.parts``), ``trainer.callbacks`` and
-``trainer.metrics``, and Hydra's own ``hydra.callbacks``. Each target must import and its
-arguments fit its signature (an unknown or missing one refused in one line naming the key);
-the loss, callbacks and metrics are built, which is cheap, to check what they return; the
-optimizer, which needs the network's parameters, and Hydra's callbacks, which Hydra builds,
-are checked to be a subclass of mindspore.nn.Optimizer and of Hydra's Callback.
+optimizer, the loss (or each of ``loss.parts``), ``trainer.callbacks``, ``trainer.metrics``
+and ``hydra.callbacks``. Each target must import and its arguments fit its signature; the
+loss, callbacks and metrics are built (cheap) to check what they return, the optimizer and
+Hydra's callbacks checked to subclass mindspore.nn.Optimizer and Hydra's Callback.
 
-Only a config naming a target imports it (and so MindSpore); the built-in names are checked
-by their schemas and ms_exp/preflight/training.py alone.
-"""
+Only a config naming a target imports it (and so MindSpore)."""
 
 import inspect
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.boost.options import boost_option
@@ -53,7 +50,7 @@ PASSED_BY_MS_EXP = {
 }
 
 
-def validate_components(cfg, training: bool = True) -> None:
+def validate_components(cfg: DictConfig, training: bool = True) -> None:
     """The components a job builds (``training``), or an evaluation of its checkpoint
     builds: its loss and metrics."""
     validate_loss_targets(cfg)
@@ -63,7 +60,7 @@ def validate_components(cfg, training: bool = True) -> None:
         validate_callbacks(cfg.trainer)
 
 
-def validate_loss_targets(cfg) -> None:
+def validate_loss_targets(cfg: DictConfig) -> None:
     """``loss``, or each of ``loss.parts``, that names a ``_target_``: a loss Cell."""
     parts = typed_loss_parts(cfg.loss)
     entries: List[Tuple[str, Any, type]] = (
@@ -86,7 +83,7 @@ def validate_loss_targets(cfg) -> None:
         )
 
 
-def validate_optimizer_target(cfg) -> None:
+def validate_optimizer_target(cfg: DictConfig) -> None:
     """``optimizer._target_``: an Optimizer subclass taking what ms_exp gives it."""
     opt = cfg.optimizer
     path = target_path(opt)
@@ -140,7 +137,7 @@ def validate_optimizer_target(cfg) -> None:
         )
 
 
-def _optimizer_divides_loss_scale(cfg) -> bool:
+def _optimizer_divides_loss_scale(cfg: DictConfig) -> bool:
     """As ms_exp/train/precision.py ``optimizer_loss_scale``: with a fixed scale and no
     overflow check, Model leaves the division by the scale to the optimizer."""
     amp = cfg.amp
@@ -151,7 +148,7 @@ def _optimizer_divides_loss_scale(cfg) -> bool:
     )
 
 
-def validate_callbacks(trainer_cfg) -> None:
+def validate_callbacks(trainer_cfg: DictConfig) -> None:
     """``trainer.callbacks``: each builds a mindspore.train.Callback (every one, whichever
     ranks will run it), its ``rank_zero_only`` a bool."""
     for name, node in (trainer_cfg.callbacks or {}).items():
@@ -177,7 +174,7 @@ def validate_callbacks(trainer_cfg) -> None:
 HYDRA_CALLBACK = "hydra.experimental.callback.Callback"
 
 
-def validate_hydra_callbacks(hydra_cfg) -> None:
+def validate_hydra_callbacks(hydra_cfg: DictConfig) -> None:
     """``hydra.callbacks``: Hydra instantiates each before the job, and turns a failure into
     a traceback (a blocklisted or missing target) or a warning; each must be a Hydra
     Callback class taking the arguments given, checked here before Hydra starts."""
@@ -204,7 +201,7 @@ def validate_hydra_callbacks(hydra_cfg) -> None:
         fit_arguments(key, path, target, arguments)
 
 
-def validate_metrics(cfg) -> None:
+def validate_metrics(cfg: DictConfig) -> None:
     """``trainer.metrics``: each builds a mindspore.train.Metric, named as MLflow will
     show it (eval/<name>), for a model evaluated with the classification metrics."""
     metrics = {
@@ -240,7 +237,7 @@ def validate_metrics(cfg) -> None:
         )
 
 
-def _require_target(key: str, node, example: str) -> None:
+def _require_target(key: str, node: Any, example: str) -> None:
     if not hasattr(node, "keys") or target_path(node) is None:
         raise ConfigError(
             key,
@@ -249,7 +246,7 @@ def _require_target(key: str, node, example: str) -> None:
         )
 
 
-def _num_classes(cfg, key: str, node) -> dict:
+def _num_classes(cfg: DictConfig, key: str, node: Any) -> Dict[str, int]:
     """``num_classes`` for a target whose signature names it: the class count the dataset
     declares (a user's dataset is asked, as the network's checks ask it)."""
     params = parameters(load_target(key, target_path(node)))

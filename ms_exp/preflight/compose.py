@@ -1,15 +1,12 @@
 """Compose the config in the launching process, the way ``@hydra.main`` will.
 
-The launching process composes and validates every job of the command line before Hydra
-creates a run directory and before MindSpore or MLflow start, so bad input costs nothing
-and leaves nothing behind (docs/design.md#checked-before-running).
+Every job of the command line is composed and validated before Hydra creates a run
+directory and before MindSpore or MLflow start, so bad input costs nothing and leaves
+nothing behind (docs/design.md#checked-before-running). The search path (ms_exp's config
+folder or ``--config-path``, ``--config-dir``, every ``hydra.searchpath``) is built with
+Hydra's own functions, as ``run_hydra`` builds it (ms_exp/config/hydra_internals.py)."""
 
-The config is looked up where Hydra will look: ms_exp's config folder (or the folder of
-``--config-path``), a user's ``--config-dir`` and every ``hydra.searchpath`` entry of the
-primary config and the overrides. The search path is built with Hydra's own functions, as
-``hydra._internal.utils.run_hydra`` builds it (through ms_exp/config/hydra_internals.py).
-"""
-
+import argparse
 import copy
 import os
 from contextlib import contextmanager
@@ -28,10 +25,10 @@ from omegaconf.errors import OmegaConfBaseException
 from ms_exp.config import hydra_internals
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import builtin_targets, register_schemas
+from ms_exp.parallel.checks import concurrent_master_ports
 from ms_exp.pool.checks import check_pool
 from ms_exp.preflight.components import validate_hydra_callbacks
 from ms_exp.preflight.overrides import SWEEP_GRAMMAR, OverrideError, parse_overrides
-from ms_exp.preflight.parallel import concurrent_master_ports
 from ms_exp.preflight.paths import existing_run_folder, output_folder
 from ms_exp.preflight.plugins import register_plugins
 from ms_exp.preflight.validate import validate
@@ -79,7 +76,9 @@ class ConfigSource:
     calling_module: Optional[str] = "ms_exp.run"
 
     @classmethod
-    def from_args(cls, args, task_function: Optional[Callable] = None) -> "ConfigSource":
+    def from_args(
+        cls, args: argparse.Namespace, task_function: Optional[Callable] = None
+    ) -> "ConfigSource":
         """From Hydra's parsed command line (``hydra_internals.args_parser``)."""
         calling_file, calling_module = (
             hydra_internals.calling_module(task_function)
@@ -168,7 +167,7 @@ def group_options(
     source = source or ConfigSource()
     with hydra_for(source) as hydra:
 
-        def options(group: str, kind=ObjectType.CONFIG) -> List[str]:
+        def options(group: str, kind: ObjectType = ObjectType.CONFIG) -> List[str]:
             return hydra.config_loader.get_group_options(
                 group,
                 results_filter=kind,

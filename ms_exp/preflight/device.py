@@ -1,14 +1,13 @@
 """Is the device the config names on this machine? Asked of MindSpore
-(``mindspore.device_context.<target>.is_available()``) before anything is created, so a GPU
-job on a CPU-only laptop is one line, not a failed run and MindSpore's plugin-loading errors.
-
-The answer is the one MindSpore stored when it loaded its device plugins at import: asking
-starts no backend, so the job's own ``set_context`` later in this process is unaffected.
-"""
+(``mindspore.device_context.<target>.is_available()``, the answer it stored when it loaded
+its plugins: no backend starts) before anything is created, so a GPU job on a CPU-only
+laptop is one line, not a failed run."""
 
 import os
 from contextlib import contextmanager
 from typing import Iterator, Tuple
+
+from omegaconf import DictConfig
 
 from ms_exp.config.errors import require
 
@@ -39,7 +38,7 @@ def available_targets() -> Tuple[str, ...]:
         return tuple(t for t in TARGETS if getattr(devices, t.lower()).is_available())
 
 
-def validate_device_present(trainer_cfg) -> None:
+def validate_device_present(trainer_cfg: DictConfig) -> None:
     """An explicit GPU or Ascend must be here; None and CPU always are (checked last among
     the trainer's checks: what the machine has must not hide a mistake in the config)."""
     target = trainer_cfg.device_target or "None"

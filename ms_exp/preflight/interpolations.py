@@ -1,11 +1,7 @@
-"""Every value of a composed config resolves, or the command is refused naming the key.
-
-An interpolation that cannot resolve (an unset environment variable, a key that does not
-exist, a resolver nobody registered, keys that refer to each other, a value of the wrong
-type) would otherwise raise in the job, as a traceback, after its run folder and MLflow run
-exist. OmegaConf's own error names the key and the reason; this turns it into the one-line
-refusal every other bad input gets.
-"""
+"""Every value of a composed config resolves, or the command is refused naming the key:
+an interpolation that cannot resolve (an unset environment variable, a missing key, an
+unknown resolver, a loop, a wrong type) would otherwise raise in the job, as a traceback,
+after its run folder and MLflow run exist."""
 
 from typing import Any
 
@@ -34,7 +30,7 @@ def check_interpolations(cfg: DictConfig) -> None:
         raise ConfigError(key, _written(task, key), ALLOWED, _reason(error)) from None
 
 
-def _written(cfg: DictConfig, key: str):
+def _written(cfg: DictConfig, key: str) -> Any:
     """The value as written, before resolution."""
     value: Any = OmegaConf.to_container(cfg, resolve=False)
     try:

@@ -1,21 +1,18 @@
-"""Sizes checked against this machine's memory, where a lower bound is cheap to compute from
-the config alone: one batch of samples, the samples a dataset makes in memory
-(``dataset=synthetic``), a built-in network's parameters. Each estimate is what those arrays
-take as float32 and nothing more (no gradients, optimizer state, activations or copies), so
-a config refused here could never have trained in one process; the job would otherwise fail
-with a MemoryError after its run folder and MLflow run exist.
-"""
+"""Sizes checked against this machine's memory where a lower bound is cheap to compute from
+the config: one batch, the samples a dataset makes in memory, a built-in network's
+parameters, each as float32 and nothing more, so a config refused here could never have
+trained (the job would fail with a MemoryError after its run folder and MLflow run exist)."""
 
 import math
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import ConfigError
 from ms_exp.data.build import declared_shape
-from ms_exp.data.options import dataset_name, dataset_option
+from ms_exp.data.options import DatasetOption, dataset_name, dataset_option
 from ms_exp.data.spec import IMAGES
 from ms_exp.models.options import model_option
 
@@ -50,7 +47,7 @@ def size_text(size: int) -> str:
     return f"{size / 1024**power:.1f} {UNITS[power]}" if power else f"{size} bytes"
 
 
-def validate_memory(cfg) -> None:
+def validate_memory(cfg: DictConfig) -> None:
     """One batch, the samples a dataset makes in memory, then the network's parameters."""
     memory = machine_memory()
     if memory is None:
@@ -89,7 +86,9 @@ def validate_memory(cfg) -> None:
             )
 
 
-def _check_batch(cfg, option, sample: int, shown: str, memory: int, have: str) -> None:
+def _check_batch(
+    cfg: DictConfig, option: DatasetOption, sample: int, shown: str, memory: int, have: str
+) -> None:
     """A batch too large: its shape's key when one sample alone does not fit, else the
     batch size, with the most that fits."""
     batch = cfg.dataset.batch_size
@@ -115,6 +114,6 @@ def _check_batch(cfg, option, sample: int, shown: str, memory: int, have: str) -
     )
 
 
-def _value(cfg, key: str):
+def _value(cfg: DictConfig, key: str) -> Any:
     value = OmegaConf.select(cfg, key)
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value

@@ -4,6 +4,8 @@ A user's option (any other ``_target_``) is built once here, from the shape and 
 its dataset, so a target that does not import, takes other arguments or returns no Cell is
 refused before any run exists."""
 
+from omegaconf import DictConfig
+
 from ms_exp.config.errors import ConfigError, require
 from ms_exp.data.build import declared_spec
 from ms_exp.data.options import DATASET_OPTIONS, dataset_inputs, dataset_name
@@ -11,7 +13,7 @@ from ms_exp.data.spec import IMAGES
 from ms_exp.models.options import MODEL_OPTIONS, model_option
 
 
-def validate_model(cfg) -> None:
+def validate_model(cfg: DictConfig) -> None:
     """The dataset supplies the samples the model reads; then the model option's own
     checks (the dataset checks ran first, so its files are there to read)."""
     option = model_option(cfg.model)
@@ -40,7 +42,7 @@ def validate_model(cfg) -> None:
         create_network(cfg.model, declared_spec(cfg.dataset))
 
 
-def validate_placement(cfg, model_cfg) -> None:
+def validate_placement(cfg: DictConfig, model_cfg: DictConfig) -> None:
     if cfg.mode == "host_device":
         holders = " or ".join(
             f"model={name}" for name, option in MODEL_OPTIONS.items() if option.embedding_tables

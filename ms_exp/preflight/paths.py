@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Any
 
 from ms_exp.checkpoint.resume import misplaced_checkpoint_folder
 from ms_exp.config.errors import ConfigError, InvalidConfig, require
@@ -18,17 +18,7 @@ from ms_exp.tracking.run_folder import FolderRefused, read_run_record
 MIN_FREE_BYTES = 64 * 1024 * 1024
 
 
-def existing_dir(key: str, value: Optional[str]) -> Path:
-    if value is None:
-        raise ConfigError(
-            key, value, "a folder that exists (set it, or the DATA_PATH environment variable)"
-        )
-    path = Path(value).expanduser()
-    require(path.is_dir(), key, value, "a folder that exists")
-    return path
-
-
-def output_folder(key: str, value) -> None:
+def output_folder(key: str, value: Any) -> None:
     """A run or sweep folder: named, a path the filesystem takes, writable, and on a
     filesystem with room for a run."""
     require(
@@ -63,7 +53,7 @@ def _exists(path: Path) -> bool:
 RUN_FOLDER_ROOM = 200
 
 
-def fits_the_filesystem(key: str, value, path: Path) -> None:
+def fits_the_filesystem(key: str, value: Any, path: Path) -> None:
     """Refuse a folder path with a name longer than its filesystem's NAME_MAX, or longer
     than its PATH_MAX less RUN_FOLDER_ROOM (as an absolute path): the job would fail with
     ENAMETOOLONG as it makes the folder, or as it writes into it."""
@@ -90,13 +80,13 @@ def fits_the_filesystem(key: str, value, path: Path) -> None:
     )
 
 
-def shortened(value) -> str:
+def shortened(value: Any) -> str:
     """A value too long to print whole: its start and how it ends."""
     text = str(value)
     return text if len(text) <= 80 else f"{text[:50]}...{text[-20:]}"
 
 
-def enough_free_space(key: str, value, path: Path) -> None:
+def enough_free_space(key: str, value: Any, path: Path) -> None:
     existing = existing_ancestor(path)
     free = shutil.disk_usage(existing).free
     require(
@@ -108,7 +98,7 @@ def enough_free_space(key: str, value, path: Path) -> None:
     )
 
 
-def writable_dir(key: str, value, path: Path) -> None:
+def writable_dir(key: str, value: Any, path: Path) -> None:
     """Refuse ``path`` unless it is, or can be created as, a folder we can write into.
 
     Probes with a real temporary file because permission bits say nothing for root or on
@@ -127,24 +117,10 @@ def writable_dir(key: str, value, path: Path) -> None:
         raise ConfigError(key, value, f"a writable folder ({existing} is not writable)")
 
 
-def inside_run_dir(key: str, value) -> None:
-    """A path a job writes: absolute, or relative and so inside the run directory (without
-    '..', which would put the file in another run's folder, or anywhere)."""
-    written = Path(str(value)).expanduser()
-    require(
-        written.is_absolute() or ".." not in written.parts,
-        key,
-        value,
-        "an absolute path, or a relative one inside the run directory (without '..')",
-    )
-
-
-def existing_run_folder(key: str, value, ranks: int) -> None:
-    """A run folder that is there already (a fixed ``hydra.run.dir``, also one that
-    ``trainer.resume=auto`` continues in place): its record reads back (a damaged one is
-    named, as the job's claim of the folder would, but before Hydra writes anything into
-    the folder), and its checkpoint folders are folders (a file there would fail the job
-    when it starts saving, after its MLflow run exists)."""
+def existing_run_folder(key: str, value: Any, ranks: int) -> None:
+    """A run folder that is there already (a fixed ``hydra.run.dir``, or one that
+    ``trainer.resume=auto`` continues in place): its record reads back, and its checkpoint
+    folders are folders, checked before Hydra writes into it or its MLflow run exists."""
     folder = Path(value).expanduser()
     try:
         read_run_record(folder)

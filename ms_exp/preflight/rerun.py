@@ -11,10 +11,10 @@ import platform
 import shlex
 import tempfile
 from pathlib import Path
-from typing import List, Sequence, Tuple, cast
+from typing import Any, List, Mapping, Sequence, Tuple, Union, cast
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.record import check_recorded_overrides
@@ -128,16 +128,8 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
 
 # Hydra's flags that take a value (``--config-dir conf``), kept apart from the overrides.
 VALUE_FLAGS = (
-    "--config-dir",
-    "-cd",
-    "--config-path",
-    "-cp",
-    "--config-name",
-    "-cn",
-    "--cfg",
-    "-c",
-    "--package",
-    "-p",
+    *("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"),
+    *("--cfg", "-c", "--package", "-p"),
 )
 
 
@@ -154,7 +146,7 @@ def _split_flags(arguments: Sequence[str]) -> Tuple[List[str], List[str]]:
     return flags, overrides
 
 
-def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[str]]:
+def _config_source(client: Any, run_id: str, workdir: str) -> Tuple[List[str], List[str]]:
     """Where the run's config came from (Hydra's record, ``hydra/hydra.yaml``): its
     ``--config-name`` flag, and the ``--config-dir``, ``--config-path`` and
     ``hydra.searchpath`` arguments that named a config folder of the user's."""
@@ -178,7 +170,7 @@ def _config_source(client, run_id: str, workdir: str) -> Tuple[List[str], List[s
     return (["--config-name", str(name)] if name not in (None, CONFIG_NAME) else []), folders
 
 
-def _yaml(path: str, kind: type):
+def _yaml(path: str, kind: type) -> Any:
     """A recorded YAML file as plain data of ``kind``: a ValueError when it is not."""
     try:
         data = yaml.safe_load(Path(path).read_text())
@@ -222,7 +214,7 @@ def _config_dirs(flags: Sequence[str]) -> List[str]:
     return [folder for folder in (args.config_dir, args.config_path) if folder]
 
 
-def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()):
+def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()) -> DictConfig:
     """The config a re-run composes (Hydra's ``hydra.callbacks`` included: they are built
     too)."""
     from ms_exp.config.hydra_internals import args_parser
@@ -238,7 +230,12 @@ def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()):
         raise InvalidConfig(f"{FLAG}: {error}") from None
 
 
-def list_differences(tags, recorded_config, cfg, extra: Sequence[str]) -> List[str]:
+def list_differences(
+    tags: Mapping[str, str],
+    recorded_config: Union[DictConfig, ListConfig],
+    cfg: DictConfig,
+    extra: Sequence[str],
+) -> List[str]:
     """What may make a re-run differ from the original: versions, code, data, and config
     values of ``cfg`` (composed by ``compose_rerun``) other than ``recorded_config``'s."""
     from ms_exp.tracking import provenance

@@ -8,6 +8,8 @@ import posixpath
 from pathlib import Path
 from urllib.parse import urlparse
 
+from omegaconf import DictConfig
+
 from ms_exp.config.errors import InvalidConfig, positive, require
 from ms_exp.preflight.paths import enough_free_space, writable_dir
 from ms_exp.tracking.store import DEFAULT_DB_NAME, not_a_database, password_refusal
@@ -20,7 +22,7 @@ MAX_EXPERIMENT_NAME_LENGTH = 500
 MAX_RUN_NAME_LENGTH = 250
 
 
-def validate_tracking(cfg) -> None:
+def validate_tracking(cfg: DictConfig) -> None:
     positive("tracking", cfg, "log_every_n_steps")
     interval = cfg.system_metrics_interval
     require(
@@ -122,7 +124,7 @@ def validate_tracking(cfg) -> None:
                 )
 
 
-def _validate_register_model(cfg) -> None:
+def _validate_register_model(cfg: DictConfig) -> None:
     """A name MLflow's Model Registry takes (``_validate_model_name`` in
     mlflow/utils/validation.py: not blank, no '/' or ':', and the same name read as a file
     path), and the models it registers logged."""

@@ -7,6 +7,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from omegaconf import DictConfig
+
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.resume import (
     RESUME_ALLOWED,
@@ -21,7 +23,7 @@ from ms_exp.config.schema import DEVICE_TARGETS
 from ms_exp.tracking.store import is_run_id, resolve_tracking_uri
 
 
-def validate_trainer(cfg) -> None:
+def validate_trainer(cfg: DictConfig) -> None:
     positive("trainer", cfg, "epochs", "loss_print_interval")
     require(cfg.seed >= 0, "trainer.seed", cfg.seed, "an integer >= 0")
     require(cfg.device_id >= 0, "trainer.device_id", cfg.device_id, "an integer >= 0")
@@ -31,7 +33,7 @@ def validate_trainer(cfg) -> None:
     )
 
 
-def validate_resume(cfg) -> None:
+def validate_resume(cfg: DictConfig) -> None:
     """``trainer.resume``: where to continue from (ms_exp.checkpoint.resume finds the
     checkpoint)."""
     resume = cfg.trainer.resume
@@ -96,7 +98,7 @@ def validate_resume(cfg) -> None:
         verify_named_checkpoint(key, resume, run_dir, wanted, ranks)
 
 
-def validate_resume_fits(cfg) -> None:
+def validate_resume_fits(cfg: DictConfig) -> None:
     """An explicit ``trainer.resume``'s checkpoint fits the network (after the dataset and
     model checks: the network is built from them); a rank's slice of a sliced run has other
     shapes than the network's, and is not compared."""
@@ -128,12 +130,12 @@ def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str, ran
             ) from None
 
 
-def verify_network_fits(cfg, key: str, resume: str, run_dir: Path, wanted: Optional[str]) -> None:
-    """The parameters of the checkpoint the job would continue from (the named one, or
-    rank 0's newest that reads back whole) have the shapes of the network this config
-    builds: another shape (an override such as model.hidden_size other than the run's)
-    is refused here, before the run's folder and MLflow run are touched, not by the job's
-    restore, which would end the run FAILED. Only the network's parameters are loaded."""
+def verify_network_fits(
+    cfg: DictConfig, key: str, resume: str, run_dir: Path, wanted: Optional[str]
+) -> None:
+    """The parameters of the checkpoint the job would continue from (the named one, or rank 0's
+    newest that reads back whole) have the shapes of the network this config builds: refused
+    here, not by the job's restore, which would end the run FAILED."""
     from ms_exp.checkpoint.files import DamagedCheckpoint, check_shapes, load_verified, rank_dir
     from ms_exp.data.build import declared_spec
     from ms_exp.models import create_network

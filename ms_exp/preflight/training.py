@@ -4,7 +4,9 @@ builds. The ``_target_`` components they name are checked in ms_exp/preflight/co
 
 import dataclasses
 import re
+from typing import Dict, Optional
 
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.boost.options import boost_option
@@ -20,7 +22,7 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 PART_KEYS = (*own_keys(LossPart), TARGET)
 
 
-def validate_loop(cfg) -> None:
+def validate_loop(cfg: DictConfig) -> None:
     trainer, amp = cfg.trainer, cfg.amp
     loop = trainer.loop.value
     require(
@@ -58,7 +60,7 @@ def validate_loop(cfg) -> None:
     validate_amp(amp, loop, trainer.device_target)
 
 
-def validate_amp(amp, loop: str, device_target) -> None:
+def validate_amp(amp: DictConfig, loop: str, device_target: Optional[str]) -> None:
     level, kind = amp.level.value, amp.loss_scale.value
     if amp.keep_batchnorm_fp32 is not None:
         require(
@@ -93,7 +95,7 @@ def validate_amp(amp, loop: str, device_target) -> None:
         )
 
 
-def resolved_device_target(device_target) -> str:
+def resolved_device_target(device_target: Optional[str]) -> str:
     """The device MindSpore will train on: the configured one, else the default of the
     installed package (imported here only for the checks that depend on it)."""
     if device_target and device_target != "None":
@@ -103,7 +105,7 @@ def resolved_device_target(device_target) -> str:
     return ms.get_context("device_target")
 
 
-def typed_loss_parts(loss_cfg) -> dict:
+def typed_loss_parts(loss_cfg: DictConfig) -> Dict[str, DictConfig]:
     """``loss.parts`` read typed (ms_exp.config.schema.loss_part), but those set to null: a
     value of the wrong type, or a key LossPart does not declare in a part without
     ``_target_``, is refused."""
@@ -136,7 +138,7 @@ def typed_loss_parts(loss_cfg) -> dict:
     return parts
 
 
-def validate_loss_parts(loss_cfg) -> None:
+def validate_loss_parts(loss_cfg: DictConfig) -> None:
     parts = typed_loss_parts(loss_cfg)
     if not parts:
         return
@@ -170,7 +172,7 @@ def validate_loss_parts(loss_cfg) -> None:
     )
 
 
-def validate_optimizer(cfg, epochs: int) -> None:
+def validate_optimizer(cfg: DictConfig, epochs: int) -> None:
     require(
         cfg.name is not None or target_path(cfg) is not None,
         "optimizer.name",
@@ -238,12 +240,12 @@ def validate_optimizer(cfg, epochs: int) -> None:
         )
 
 
-def validate_loss(cfg) -> None:
+def validate_loss(cfg: DictConfig) -> None:
     validate_loss_terms(cfg, "loss")
     validate_loss_parts(cfg)
 
 
-def validate_loss_terms(cfg, key: str) -> None:
+def validate_loss_terms(cfg: DictConfig, key: str) -> None:
     """A loss's name and label smoothing: ``loss`` itself or one of ``loss.parts``."""
     require(
         0 <= cfg.label_smoothing < 1,

@@ -1,23 +1,17 @@
 """Which ``_target_`` a config read back from a store may build.
 
-A ``_target_`` is code: building it imports a module and calls what the config names with
-the arguments the config gives. A config the user composes (ms_exp's options, their
-``--config-dir``, their command line) is theirs, like a script they run. A config read back
-from an MLflow store (``ms_exp.eval --run-id`` or ``--model``, a checkpoint's run directory,
-``ms_exp.run --from-run``, a logged model loaded with ``mlflow.pyfunc.load_model``) was
-written by whoever could write to that store or folder, so it builds only targets the user
-trusts: those of ms_exp's own options, those of a config folder the user names, those the
-user's own overrides name, and those ``MS_EXP_TRUSTED_TARGETS`` allows. Anything else is
-refused in one line naming the key and the target, before anything is imported.
-
-Nothing here imports a target.
-"""
+A ``_target_`` is code. A config the user composes is theirs, like a script they run; one
+read back from an MLflow store or a run folder (``ms_exp.eval --run-id`` or ``--model``,
+``ms_exp.run --from-run``, a logged model) was written by whoever could write there, so it
+builds only targets the user trusts: ms_exp's own options', a config folder's the user
+names, the user's overrides', and those ``MS_EXP_TRUSTED_TARGETS`` allows. Anything else is
+refused in one line naming the key and the target; nothing here imports a target."""
 
 import fnmatch
 import functools
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, Sequence, Tuple, Union
 
 import yaml
 from omegaconf import DictConfig
@@ -30,7 +24,7 @@ from ms_exp.preflight.interpolations import without_hydra
 TRUSTED_VARIABLE = "MS_EXP_TRUSTED_TARGETS"
 
 
-def _built_targets(cfg):
+def _built_targets(cfg: Any) -> Iterator[Tuple[str, object]]:
     """The targets of the job's config, and of Hydra's callbacks when ``cfg`` holds
     Hydra's node (its launcher and sweeper are chosen by group, never by a target)."""
     if not isinstance(cfg, DictConfig) or "hydra" not in cfg:
@@ -38,11 +32,6 @@ def _built_targets(cfg):
         return
     yield from targets_in(without_hydra(cfg))
     yield from targets_in(cfg.hydra.get("callbacks") or {}, "hydra.callbacks")
-
-
-def environment_patterns() -> Tuple[str, ...]:
-    value = os.environ.get(TRUSTED_VARIABLE, "")
-    return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
 def override_targets(overrides: Sequence[str]) -> Iterator[str]:
@@ -86,20 +75,18 @@ def folder_targets(folder: Path) -> frozenset:
 
 
 def check_read_back(
-    cfg,
+    cfg: Any,
     source: str,
     overrides: Sequence[str] = (),
     config_dirs: Iterable[Union[str, Path, None]] = (),
 ) -> None:
     """The one call of a command that builds a config read back from ``source``: refuse the
-    first ``_target_`` of ``cfg`` (at any depth, lists included) that is not trusted, in one
-    line naming its key. Its own user trusts ms_exp's targets, those its overrides and the
-    YAML files of its config folders name, and those TRUSTED_VARIABLE's patterns match."""
+    first untrusted ``_target_`` of ``cfg`` (at any depth), in one line naming its key."""
     trusted = set(override_targets(overrides)) | shipped_targets()
     for folder in config_dirs:
         if folder is not None:
             trusted |= folder_targets(Path(folder))
-    patterns = environment_patterns()
+    patterns = [p.strip() for p in os.environ.get(TRUSTED_VARIABLE, "").split(",") if p.strip()]
     for key, path in _built_targets(cfg):
         if path is not None and not (
             isinstance(path, str)

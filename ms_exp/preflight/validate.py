@@ -1,40 +1,36 @@
 """Every check of a composed config, in order: what a schema's types cannot express
-(ranges, paths, files' headers, choices that conflict), asked section by section.
-
-Runs in the launching process, before Hydra creates a run directory or MLflow a run, and
-before MindSpore starts: only the checks that must build the network to know its shapes
-(``parallel.strategies``, ``boost=dim_reduce``) import it. Every refusal is a ConfigError:
-one line with the key, the value and what is allowed.
-"""
+(ranges, paths, files' headers, choices that conflict), asked section by section, each
+refusal a one-line ConfigError. Runs in the launching process before any run directory,
+MLflow run or MindSpore exists; only the checks that build the network import MindSpore."""
 
 import dataclasses
 import hashlib
-from typing import Mapping, Optional, Set
+from typing import Any, Mapping, Optional, Set
 
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.boost.options import boost_option
-from ms_exp.config.errors import ConfigError, one_of
-from ms_exp.config.numbers import check_number
-from ms_exp.config.schema import GROUP_SCHEMAS, Config, group_schema
-from ms_exp.config.targets import TARGET_ARGUMENTS, target_path
-from ms_exp.preflight.checkpoint import (
+from ms_exp.checkpoint.checks import (
     validate_checkpoint,
     validate_checkpoint_choice,
     validate_snapshots,
 )
-from ms_exp.preflight.components import validate_components
-from ms_exp.preflight.dataset import validate_batch_fits, validate_dataset
-from ms_exp.preflight.device import validate_device_present
-from ms_exp.preflight.interpolations import check_interpolations, without_hydra
-from ms_exp.preflight.launch_style import validate_launch_style
-from ms_exp.preflight.memory import validate_memory
-from ms_exp.preflight.model import validate_model, validate_placement
-from ms_exp.preflight.parallel import (
+from ms_exp.config.errors import ConfigError, one_of
+from ms_exp.config.numbers import check_number
+from ms_exp.config.schema import GROUP_SCHEMAS, Config, group_schema
+from ms_exp.config.targets import TARGET_ARGUMENTS, target_path
+from ms_exp.data.checks import validate_batch_fits, validate_dataset
+from ms_exp.parallel.checks import (
+    validate_launch_style,
     validate_master_port_free,
     validate_parallel,
     validate_shard_strategies,
 )
+from ms_exp.preflight.components import validate_components
+from ms_exp.preflight.device import validate_device_present
+from ms_exp.preflight.interpolations import check_interpolations, without_hydra
+from ms_exp.preflight.memory import validate_memory
+from ms_exp.preflight.model import validate_model, validate_placement
 from ms_exp.preflight.tracking import validate_tracking
 from ms_exp.preflight.trainer import validate_resume, validate_resume_fits, validate_trainer
 from ms_exp.preflight.training import validate_loop, validate_loss, validate_optimizer
@@ -121,7 +117,7 @@ def check_known_keys(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> N
             _known_keys(f"{group}.", cfg[group], schema)
 
 
-def _known_keys(prefix: str, node, schema) -> None:
+def _known_keys(prefix: str, node: Any, schema: Any) -> None:
     fields = {f.name: f.type for f in dataclasses.fields(schema)}
     # A schema subclassing Dict (optimizer, loss) admits the own arguments of the
     # ``_target_`` it names, checked against its signature (ms_exp/preflight/components.py).
