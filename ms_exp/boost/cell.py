@@ -18,6 +18,8 @@
    parameters after each trial as well (docs/design.md#dimreduce-batchnorm).
 """
 
+from typing import Any, Tuple
+
 import numpy as np
 from mindspore import ParameterTuple, nn, ops
 from mindspore.boost import BoostTrainOneStepCell
@@ -30,12 +32,12 @@ from mindspore.ops import composite as C
 class _AllReduceEach(nn.Cell):
     """AllReduce(SUM) of every tensor of a tuple: the sum over ranks of each rank's part."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.allreduce = ops.AllReduce()
         self.hyper_map = C.HyperMap()
 
-    def construct(self, parts):
+    def construct(self, parts: Any) -> Any:
         return self.hyper_map(self.allreduce, parts)
 
 
@@ -44,20 +46,24 @@ class FixedDimReduce(DimReduce):
 
     keep_stats = False
 
-    def keep_statistics(self, params) -> None:
+    def keep_statistics(self, params: Any) -> None:
         """Restore ``params`` (BatchNorm's moving statistics) after each line-search trial."""
         if params:
             self.stats = ParameterTuple(params)
             self.stats_clone = self.stats.clone(prefix="stats_clone", init="same")
             self.keep_stats = True
 
-    def _set_local_pca_mat(self, pca_mat_local, n_components, parameter_tuple):
+    def _set_local_pca_mat(
+        self, pca_mat_local: Any, n_components: int, parameter_tuple: Any
+    ) -> None:
         super()._set_local_pca_mat(pca_mat_local, n_components, parameter_tuple)
         if self.rank_size > 1:
             # DimReduce.construct adds broadcast(part) over this list onto zeros.
             self.broadcast_list = nn.CellList([_AllReduceEach()])
 
-    def _generate_gk(self, weight, loss, old_grad, loss_scale):
+    def _generate_gk(
+        self, weight: Any, loss: Any, old_grad: Any, loss_scale: Any
+    ) -> Tuple[Any, Any, Any]:
         weight = ops.depend(weight, loss)
         old_grad = ops.depend(old_grad, weight)
         old_grad = self.hyper_map(ops.partial(_scale_grad, loss_scale), old_grad)
@@ -69,7 +75,17 @@ class FixedDimReduce(DimReduce):
         gk = gk_pad[0 : self.n_components, :]
         return gk, old_loss, gk_local
 
-    def _find_rho(self, gk, dk, dn, old_loss, weight, weight_clone, rho, *inputs):
+    def _find_rho(
+        self,
+        gk: Any,
+        dk: Any,
+        dn: Any,
+        old_loss: Any,
+        weight: Any,
+        weight_clone: Any,
+        rho: Any,
+        *inputs: Any,
+    ) -> Any:
         res = self.false_flag
         sn = self.hyper_map(ops.partial(self.mul, -1 * rho), dn)
         sn = ops.depend(sn, old_loss)
@@ -97,7 +113,7 @@ class LossReturningBoostCell(BoostTrainOneStepCell):
     """``BoostTrainOneStepCell`` whose no-sens path returns the loss (fix 1 above) and whose
     DimReduce is ``FixedDimReduce`` (fixes 2 and 3)."""
 
-    def __init__(self, network, optimizer, sens=None):
+    def __init__(self, network: Any, optimizer: Any, sens: Any = None):
         # DimReduce is a Cell with auto_prefix: assigning it the optimizer renames the
         # network's own parameters to "optimizer.<name>", so checkpoints of stage two would
         # no longer load into the network. The names are put back below
@@ -125,7 +141,7 @@ class LossReturningBoostCell(BoostTrainOneStepCell):
         for param in network.get_parameters():
             param.name = names.get(id(param), param.name)
 
-    def _no_sens_impl(self, *inputs):
+    def _no_sens_impl(self, *inputs: Any) -> Any:
         loss = self.network(*inputs)
         sens = ops.fill(loss.dtype, loss.shape, self.sens)
         grads = self.grad_no_sens(self.network, self.weights)(*inputs)

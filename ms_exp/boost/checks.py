@@ -9,8 +9,10 @@ training cell is being built.
 
 from math import prod
 from pathlib import Path
+from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
+from omegaconf import DictConfig
 
 from ms_exp.boost.stage_one import resolve_stage_one
 from ms_exp.checkpoint.snapshots import snapshot_files
@@ -18,9 +20,10 @@ from ms_exp.config.errors import ConfigError, one_of, require
 from ms_exp.data.build import declared_spec
 
 LEVELS = ("O1", "O2")
+Shapes = Mapping[str, Tuple[int, ...]]  # parameter name -> shape
 
 
-def validate_dim_reduce(cfg) -> None:
+def validate_dim_reduce(cfg: DictConfig) -> None:
     boost = cfg.boost
     _check_numbers(boost)
     require(
@@ -51,34 +54,24 @@ def validate_dim_reduce(cfg) -> None:
         _check_snapshot_folder(stage_one.snapshots, boost.n_components, shapes)
 
 
-def _check_numbers(boost) -> None:
-    require(boost.level in LEVELS, "boost.level", boost.level, one_of(LEVELS))
-    require(
-        0 < boost.rho < 1,
-        "boost.rho",
-        boost.rho,
-        "a number in (0, 1): the line search tries steps 1 and rho",
-    )
-    require(
-        0 <= boost.gamma < 1,
-        "boost.gamma",
-        boost.gamma,
-        "a number in [0, 1): the residual gradient's momentum",
-    )
-    require(
-        boost.alpha >= 0, "boost.alpha", boost.alpha, "a number >= 0: the residual gradient's step"
-    )
-    require(
-        0 < boost.sigma < 1,
-        "boost.sigma",
-        boost.sigma,
-        "a number in (0, 1): the line search's sufficient-decrease factor",
-    )
-    require(boost.n_components >= 1, "boost.n_components", boost.n_components, "an integer >= 1")
-    require(boost.timeout >= 1, "boost.timeout", boost.timeout, "seconds >= 1")
+def _check_numbers(boost: DictConfig) -> None:
+    for key, ok, allowed in (
+        ("level", boost.level in LEVELS, one_of(LEVELS)),
+        ("rho", 0 < boost.rho < 1, "a number in (0, 1): the line search tries steps 1 and rho"),
+        ("gamma", 0 <= boost.gamma < 1, "a number in [0, 1): the residual gradient's momentum"),
+        ("alpha", boost.alpha >= 0, "a number >= 0: the residual gradient's step"),
+        (
+            "sigma",
+            0 < boost.sigma < 1,
+            "a number in (0, 1): the line search's sufficient-decrease factor",
+        ),
+        ("n_components", boost.n_components >= 1, "an integer >= 1"),
+        ("timeout", boost.timeout >= 1, "seconds >= 1"),
+    ):
+        require(ok, f"boost.{key}", boost[key], allowed)
 
 
-def _check_optimizer(optimizer) -> None:
+def _check_optimizer(optimizer: DictConfig) -> None:
     """AutoBoost replaces the optimizer with SGD(learning_rate=1) whatever it is given:
     refuse settings that would be silently ignored."""
     expected = {
@@ -102,7 +95,7 @@ def _check_optimizer(optimizer) -> None:
         )
 
 
-def _network_parameters(cfg):
+def _network_parameters(cfg: DictConfig) -> Dict[str, Tuple[int, ...]]:
     """Name -> shape of the trainable parameters of the network stage two builds."""
     from ms_exp.models import create_network
 
@@ -110,7 +103,7 @@ def _network_parameters(cfg):
     return {p.name: tuple(p.shape) for p in network.trainable_params()}
 
 
-def _check_weights(path: Path, shapes) -> None:
+def _check_weights(path: Path, shapes: Shapes) -> None:
     require(
         path.is_file() and path.suffix == ".ckpt",
         "boost.pretrained_weight_path",
@@ -127,7 +120,7 @@ def _check_weights(path: Path, shapes) -> None:
     )
 
 
-def _mismatched_parameters(path: Path, shapes, key: str) -> str:
+def _mismatched_parameters(path: Path, shapes: Shapes, key: str) -> str:
     """The first parameters of the network that ``path`` lacks or holds in another shape."""
     from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
 
@@ -175,9 +168,10 @@ def _check_pca_matrix(path: Path, n_components: int, size: int) -> None:
     )
 
 
-def _check_snapshot_folder(folder, n_components: int, shapes) -> None:
+def _check_snapshot_folder(folder: Optional[Path], n_components: int, shapes: Shapes) -> None:
     key = "boost.weight_load_dir"
-    require(folder is not None, key, None, "stage one's snapshot folder (or boost.pca_mat_path)")
+    if folder is None:
+        raise ConfigError(key, None, "stage one's snapshot folder (or boost.pca_mat_path)")
     require(folder.is_dir(), key, str(folder), "a folder that exists")
     files = snapshot_files(folder)
     require(

@@ -14,16 +14,24 @@ makes the same two calls Model would (``AutoBoost(level, dict)`` and its
 """
 
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
-from mindspore import Model, nn
+from mindspore import Model, load_param_into_net, nn
 from mindspore.boost import AutoBoost
+from omegaconf import DictConfig
 
 from ms_exp.boost.cell import LossReturningBoostCell
-from ms_exp.boost.pca import PcaPlan, pca_for_rank
+from ms_exp.boost.pca import pca_for_rank
+from ms_exp.checkpoint.files import load_verified
+from ms_exp.models.option import ModelBuild
 
 
-def boost_config_dict(boost_cfg, device_number: int, weight_load_dir, pca_mat_path) -> Dict:
+def boost_config_dict(
+    boost_cfg: DictConfig,
+    device_number: int,
+    weight_load_dir: Optional[Path],
+    pca_mat_path: Optional[Path],
+) -> Dict[str, Any]:
     """The tutorial's dictionary with MindSpore's real key names: ``n_components`` and
     ``common.device_number`` (the tutorial's ``n_component`` and ``device_num`` are
     silently ignored by MindSpore 2.10: docs/design.md#boost-config-unknown-keys)."""
@@ -48,71 +56,47 @@ def reset_auto_boost() -> None:
     AutoBoost._instance = None
 
 
-def build_dim_reduce_model(
-    boost_cfg,
-    snapshots: Optional[Path],
-    network: nn.Cell,
-    loss: nn.Cell,
-    metrics,
-    runtime,
-    run_dir: Path,
-) -> Tuple[Model, PcaPlan]:
+def build_stage_two(build: ModelBuild) -> Model:
+    """``BoostOption.own_train_step`` of ``boost=dim_reduce``: the stage-one weights loaded,
+    the PCA matrix found or computed (said on the console and tagged on the run), and the
+    DimReduce ``Model``."""
+    boost, runtime, tracker, network = build.cfg.boost, build.runtime, build.tracker, build.network
+    weights = Path(boost.pretrained_weight_path)  # its optimizer state is ignored
+    missing, _ = load_param_into_net(network, load_verified(weights))
+    if missing:
+        raise ValueError(
+            f"boost.pretrained_weight_path={weights}: lacks parameters "
+            f"{', '.join(missing[:5])} of this network"
+        )
+    print(f"stage two starts from the stage-one weights in {weights}", flush=True)
+    snapshots = Path(boost.weight_load_dir) if boost.weight_load_dir else None
     # One PCA computer per node, as MindSpore's device_number means; ranks of one node
     # share the run directory.
-    device_number = runtime.group_size
-    with pca_for_rank(boost_cfg, snapshots, run_dir, runtime.rank_id, runtime.group_size) as plan:
+    with pca_for_rank(boost, snapshots, build.run_dir, runtime.rank_id, runtime.group_size) as plan:
         reset_auto_boost()
-        boost = AutoBoost(
-            boost_cfg.level,
-            boost_config_dict(boost_cfg, device_number, plan.work_dir, plan.pca_mat_path),
+        auto_boost = AutoBoost(
+            boost.level,
+            boost_config_dict(boost, runtime.group_size, plan.work_dir, plan.pca_mat_path),
         )
         # Replaces the optimizer with SGD(learning_rate=1) flagged for dim_reduce.
-        network, optimizer = boost.network_auto_process_train(
+        network, optimizer = auto_boost.network_auto_process_train(
             network, nn.SGD(network.trainable_params(), learning_rate=1.0)
         )
     if runtime.rank_id != 0:
         print(
-            f"rank {runtime.rank_id}: waiting up to {boost_cfg.timeout} s for rank 0's PCA matrix",
+            f"rank {runtime.rank_id}: waiting up to {boost.timeout} s for rank 0's PCA matrix",
             flush=True,
         )
     # Waits (up to boost.timeout) for rank 0's split of the matrix, then builds DimReduce.
-    train_cell = LossReturningBoostCell(nn.WithLossCell(network, loss), optimizer)
+    train_cell = LossReturningBoostCell(nn.WithLossCell(network, build.loss_fn), optimizer)
     train_cell.set_train()
     # Model must not run AutoBoost again on the finished cell.
     reset_auto_boost()
     model = Model(
         train_cell,
-        eval_network=nn.WithEvalCell(network, loss),
-        metrics=metrics,
+        eval_network=nn.WithEvalCell(network, build.loss_fn),
+        metrics=build.metrics,
         eval_indexes=[0, 1, 2],
-    )
-    return model, plan
-
-
-def load_stage_one_weights(network: nn.Cell, path: Path) -> None:
-    """The stage-one final checkpoint (optimizer state in it is ignored)."""
-    import mindspore as ms
-
-    from ms_exp.checkpoint.files import load_verified
-
-    missing, _ = ms.load_param_into_net(network, load_verified(path))
-    if missing:
-        raise ValueError(
-            f"boost.pretrained_weight_path={path}: lacks parameters "
-            f"{', '.join(missing[:5])} of this network"
-        )
-    print(f"stage two starts from the stage-one weights in {path}", flush=True)
-
-
-def build_stage_two(build) -> Model:
-    """``BoostOption.own_train_step`` of ``boost=dim_reduce``: the stage-one weights loaded,
-    the PCA matrix found or computed (said on the console and tagged on the run), and the
-    DimReduce ``Model``. ``build``: ``ms_exp.models.option.ModelBuild``."""
-    boost, runtime, tracker = build.cfg.boost, build.runtime, build.tracker
-    load_stage_one_weights(build.network, Path(boost.pretrained_weight_path))
-    snapshots = Path(boost.weight_load_dir) if boost.weight_load_dir else None
-    model, plan = build_dim_reduce_model(
-        boost, snapshots, build.network, build.loss_fn, build.metrics, runtime, build.run_dir
     )
     if runtime.rank_id != 0:
         return model

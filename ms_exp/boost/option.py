@@ -1,9 +1,6 @@
-"""What a boost option tells the rest of ms_exp about itself.
-
-The job, the trainer and the config checks ask a ``BoostOption`` (the checks it needs,
-whether a run of it can be resumed, what the launching process prepares, whether it builds
-its own ``Model``, what it cleans up) instead of comparing ``boost.mode``. The options are
-listed in ``ms_exp.boost.options``. Nothing here imports MindSpore.
+"""What a boost option tells the rest of ms_exp about itself: the job, the trainer and the
+config checks ask its ``BoostOption`` instead of comparing ``boost.mode`` (the options are
+listed in ``ms_exp.boost.options``). Nothing here imports MindSpore.
 """
 
 from dataclasses import dataclass

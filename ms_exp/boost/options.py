@@ -1,17 +1,22 @@
 """The ``boost`` group's options: one ``BoostOption`` each. Builders import MindSpore when
 called, never when this module is imported (the checks read the options first)."""
 
+from typing import Any
+
+from omegaconf import DictConfig
+
 from ms_exp.boost.checks import validate_dim_reduce
 from ms_exp.boost.option import BoostOption
 from ms_exp.boost.pca import remove_work_dir
 from ms_exp.boost.stage_one import fill_stage_one
+from ms_exp.models.option import ModelBuild
 
 
-def _no_checks(cfg) -> None:
+def _no_checks(cfg: DictConfig) -> None:
     """``boost=off`` has no keys of its own."""
 
 
-def _stage_two_model(build):
+def _stage_two_model(build: ModelBuild) -> Any:
     from ms_exp.boost.dim_reduce import build_stage_two
 
     return build_stage_two(build)
@@ -33,6 +38,6 @@ BOOST_OPTIONS = {
 }
 
 
-def boost_option(boost_cfg) -> BoostOption:
+def boost_option(boost_cfg: DictConfig) -> BoostOption:
     """The option ``boost_cfg.mode`` names (the schemas admit no other)."""
     return BOOST_OPTIONS[boost_cfg.mode]

@@ -29,7 +29,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
+
+from omegaconf import DictConfig
 
 from ms_exp.checkpoint.snapshots import snapshot_files
 
@@ -70,7 +72,7 @@ def cache_dir(snapshots: Path) -> Path:
 
 @contextmanager
 def pca_for_rank(
-    boost_cfg, snapshots: Optional[Path], run_dir: Path, rank: int, group_size: int
+    boost_cfg: DictConfig, snapshots: Optional[Path], run_dir: Path, rank: int, group_size: int
 ) -> Iterator[PcaPlan]:
     """Prepare this rank's work folder; the caller builds MindSpore's boost network inside
     the ``with`` block. A matrix rank 0 computed is published to the cache on exit."""
@@ -134,7 +136,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _publish(target: Path, write) -> None:
+def _publish(target: Path, write: Callable[[Path], object]) -> None:
     """``write`` a temporary file, then rename it: readers never see half a file."""
     partial = target.with_name(target.name + ".partial")
     write(partial)

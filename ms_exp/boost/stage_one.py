@@ -9,7 +9,9 @@ Explicit paths win over what the run provides.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Tuple
+
+from omegaconf import DictConfig
 
 from ms_exp.config.errors import ConfigError
 
@@ -26,7 +28,7 @@ class StageOne:
     snapshots: Optional[Path]
 
 
-def resolve_stage_one(boost_cfg, tracking_cfg) -> StageOne:
+def resolve_stage_one(boost_cfg: DictConfig, tracking_cfg: DictConfig) -> StageOne:
     run_id = boost_cfg.stage_one_run_id
     weights = boost_cfg.pretrained_weight_path
     snapshots = boost_cfg.weight_load_dir
@@ -47,7 +49,7 @@ def resolve_stage_one(boost_cfg, tracking_cfg) -> StageOne:
     )
 
 
-def fill_stage_one(cfg) -> None:
+def fill_stage_one(cfg: DictConfig) -> None:
     """Write what ``resolve_stage_one`` found into ``cfg.boost``."""
     stage = resolve_stage_one(cfg.boost, cfg.tracking)
     cfg.boost.stage_one_run_id = stage.run_id
@@ -55,7 +57,7 @@ def fill_stage_one(cfg) -> None:
     cfg.boost.weight_load_dir = str(stage.snapshots) if stage.snapshots else None
 
 
-def _from_run(run_id: str, tracking_cfg):
+def _from_run(run_id: str, tracking_cfg: DictConfig) -> Tuple[str, Optional[Path], Path]:
     from ms_exp.tracking.records import NotRecorded, reading_store
     from ms_exp.tracking.store import missing_store, open_client, resolve_tracking_uri
 
@@ -98,7 +100,7 @@ def _from_run(run_id: str, tracking_cfg):
     return run.info.run_id, weights, snapshots
 
 
-def _latest_stage_one(client, experiment_name: str, uri: str):
+def _latest_stage_one(client: Any, experiment_name: str, uri: str) -> Any:
     experiment = client.get_experiment_by_name(experiment_name)
     runs = []
     if experiment is not None:
@@ -119,7 +121,7 @@ def _latest_stage_one(client, experiment_name: str, uri: str):
     return runs[0]
 
 
-def _download(client, run_id: str, last: str):
+def _download(client: Any, run_id: str, last: str) -> Tuple[Optional[Path], Path]:
     """Stage one ran elsewhere: fetch its final checkpoint and snapshots from MLflow."""
     from ms_exp.tracking.records import download
 

@@ -8,7 +8,7 @@ checks that ms_exp adds on top of the schema.
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Collection, Iterable, Optional
+from typing import Any, Collection, Iterable, List, Mapping, Optional
 
 from hydra.errors import MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -21,12 +21,12 @@ class InvalidConfig(ValueError):
 class ConfigError(InvalidConfig):
     """A config value that ms_exp refuses: the key, the value and what is allowed."""
 
-    def __init__(self, key: str, value, allowed: str, problem: str = "not allowed"):
+    def __init__(self, key: str, value: object, allowed: str, problem: str = "not allowed"):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={show(value)}: {problem}; expected {allowed}")
 
 
-def show(value) -> str:
+def show(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):  # as the user writes it on the command line and in YAML
@@ -40,7 +40,7 @@ def one_of(values: Iterable) -> str:
     return "one of " + ", ".join(str(v) for v in values)
 
 
-def require(condition: bool, key: str, value, allowed: str) -> None:
+def require(condition: bool, key: str, value: object, allowed: str) -> None:
     if not condition:
         raise ConfigError(key, value, allowed)
 
@@ -61,18 +61,10 @@ def from_composition_error(
             f"+{key}={value}: {key} is already in the config; expected {key}={value} "
             "(+ adds a key the config does not have; ++ adds or sets)"
         )
-    # Hydra's exception carries OmegaConf's as its cause; OmegaConf's own (a run's saved
-    # config merged with overrides) may carry the conversion's ValueError as its context.
-    cause = next(
-        (
-            e
-            for e in (error.__cause__, error.__context__, error)
-            if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)
-        ),
-        None,
-    )
-    if cause is None:
+    keyed = keyed_errors(error)
+    if not keyed:
         return None
+    cause = keyed[0]
     key = cause.full_key or ""  # not empty: the search above wants one
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         parent = cause.parent_node
@@ -89,6 +81,16 @@ def from_composition_error(
         given = _override_value(key, overrides)
         shown = None if given == "?" else given
     return value_error(key, cause, shown)
+
+
+def keyed_errors(error: BaseException) -> List[OmegaConfBaseException]:
+    """OmegaConf's exceptions among ``error``, its cause and its context that name a key,
+    each once: Hydra's exception carries OmegaConf's as its cause; OmegaConf's own (a run's
+    saved config merged with overrides) may carry the conversion's ValueError as its
+    context, and its cause is often its context too."""
+    chain = (error.__cause__, error.__context__, error)
+    found = {id(e): e for e in chain if isinstance(e, OmegaConfBaseException)}
+    return [e for e in found.values() if getattr(e, "full_key", None)]
 
 
 def value_error(key: str, error: OmegaConfBaseException, shown: Optional[str] = None) -> str:
@@ -112,8 +114,10 @@ def _reason(message: str) -> str:
     if choices:
         return f"not allowed; expected one of {choices.group(1)}"
     enum = re.search(r"is not a valid input for <enum '(\w+)'>", first)
-    if enum:
-        return f"not allowed; expected {_enum_values(enum.group(1))}"
+    if enum:  # OmegaConf names only the class: the values of the schema's Enum of that name
+        found = next((e for e in Enum.__subclasses__() if e.__name__ == enum.group(1)), None)
+        values = one_of(m.value for m in found) if found is not None else f"a {enum.group(1)}"
+        return f"not allowed; expected {values}"
     for pattern, allowed in _KIND_REASONS:
         if re.search(pattern, first):
             return f"not allowed; expected {allowed}"
@@ -139,12 +143,6 @@ _KIND_REASONS = (
     (r"is not Optional", "a value (it cannot be null)"),
     (r"Cannot convert '\w+' to string", "a string"),
 )
-
-
-def _enum_values(name: str) -> str:
-    """The values of the schema's Enum ``name`` (OmegaConf names only the class)."""
-    enum = next((e for e in Enum.__subclasses__() if e.__name__ == name), None)
-    return one_of(member.value for member in enum) if enum is not None else f"a {name}"
 
 
 _TYPE_NAMES = {
@@ -188,7 +186,7 @@ def _override_value(full_key: str, overrides: Iterable[str]) -> str:
     return "?"
 
 
-def positive(section: str, cfg, *keys: str) -> None:
+def positive(section: str, cfg: Mapping[str, Any], *keys: str) -> None:
     for key in keys:
         value = cfg[key]
         require(value >= 1, f"{section}.{key}", value, "an integer >= 1")

@@ -3,19 +3,10 @@ from the global-state helpers of ``hydra.initialize``.
 
 ms_exp composes and checks every job of a command line before ``@hydra.main`` runs it
 (docs/design.md#checked-before-running), so it needs what ``hydra._internal.utils.run_hydra``
-does before a job starts, and Hydra has no public API for it:
-
-- Hydra's command-line parser (``get_args_parser``): the flags ``--config-dir``,
-  ``--config-path``, ``-m`` ... read exactly as Hydra will read them;
-- the config search path as ``run_hydra`` builds it: the primary config's folder, found from
-  the calling module and ``config_path`` (``compute_search_path_dir``,
-  ``detect_calling_file_or_module_from_task_function``, ``create_config_search_path``);
-- a ``Hydra`` instance on that path, the global instance saved and put back around it
-  (``Hydra.create_main_hydra2``, ``get_gh_backup``, ``restore_gh_from_backup``), so composing
-  in the launching process never disturbs the ``@hydra.main`` that follows;
-- the basic sweeper's expansion of a sweep into jobs (``BasicSweeper.split_arguments``) and
-  the targets of the basic sweeper and launcher, which a config names when no plugin is
-  chosen.
+does before a job starts, and Hydra has no public API for it: the command-line parser, the
+config search path, a ``Hydra`` instance on it (the global one saved and put back, so
+composing never disturbs the ``@hydra.main`` that follows), the basic sweeper's expansion of
+a sweep into jobs, and the targets of the basic sweeper and launcher.
 
 Checked with hydra-core 1.3.8, the version the tests run; pyproject.toml pins ``<1.4``.
 Hydra 1.4 (in development) moves several of these; this module is what to port.

@@ -5,6 +5,7 @@ new key is covered without a check of its own."""
 
 import math
 import typing
+from typing import Any, Optional, Tuple
 
 from ms_exp.config.errors import require
 
@@ -21,7 +22,7 @@ SEED_KEYS = ("seed", "split_seed", "data_seed")
 SEED_MAX = 2**32 - 1
 
 
-def check_number(key: str, declared, value) -> None:
+def check_number(key: str, declared: Any, value: Any) -> None:
     """A value of a schema's ``float`` or ``int`` field (also Optional, or a list of them)
     that the type admits but MindSpore and numpy do not: a float that is not finite (inf,
     nan, or a literal beyond float64 such as 1e400, which reads as inf), an integer outside
@@ -29,7 +30,7 @@ def check_number(key: str, declared, value) -> None:
     kind, is_list = _number_kind(declared)
     if kind is None or value is None:
         return
-    items: typing.List[typing.Tuple[typing.Optional[int], typing.Any]] = (
+    items: typing.List[Tuple[Optional[int], Any]] = (
         list(enumerate(value)) if is_list else [(None, value)]
     )
     for index, item in items:
@@ -60,21 +61,12 @@ def check_number(key: str, declared, value) -> None:
                     "numpy.random.seed take)",
                 )
             else:
-                require(
-                    item <= INT32_MAX,
-                    shown_key,
-                    item,
-                    f"an integer of at most {INT32_MAX} (int32, as MindSpore takes it)",
-                )
-                require(
-                    item >= INT32_MIN,
-                    shown_key,
-                    item,
-                    f"an integer of at least {INT32_MIN} (int32, as MindSpore takes it)",
-                )
+                bound = f"at most {INT32_MAX}" if item > INT32_MAX else f"at least {INT32_MIN}"
+                allowed = f"an integer of {bound} (int32, as MindSpore takes it)"
+                require(INT32_MIN <= item <= INT32_MAX, shown_key, item, allowed)
 
 
-def _number_kind(declared):
+def _number_kind(declared: Any) -> Tuple[Optional[type], bool]:
     """(float or int or None, whether a list of them) of a schema field's type."""
     if typing.get_origin(declared) is typing.Union:  # Optional[float]
         args = [a for a in typing.get_args(declared) if a is not type(None)]

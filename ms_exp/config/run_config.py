@@ -11,7 +11,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ms_exp.config.errors import InvalidConfig, from_composition_error, show
+from ms_exp.config.errors import InvalidConfig, from_composition_error, keyed_errors, show
 from ms_exp.config.record import refuse_interpolations
 from ms_exp.config.schema import GROUP_SCHEMAS, Config, builtin_targets, group_schema
 from ms_exp.config.targets import component_name
@@ -91,15 +91,7 @@ def _refusal(
     """One line for OmegaConf's refusal: the key (under ``prefix`` when a group's schema
     refused it) and its value, from the overrides or else from the file (then named)."""
     overrides = list(overrides)
-    # Each exception once: OmegaConf's cause is often its context too, and a key prefixed
-    # twice would read model.model.<key>.
-    chain = list(
-        {
-            id(e): e
-            for e in (error.__cause__, error.__context__, error)
-            if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None)
-        }.values()
-    )
+    chain = keyed_errors(error)  # each once: a key prefixed twice would read model.model.<key>
     for refused in chain if prefix else ():
         refused.full_key = f"{prefix}{refused.full_key}"
     line = from_composition_error(error, overrides, builtin_targets())

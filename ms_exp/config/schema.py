@@ -15,7 +15,7 @@ import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -475,7 +475,7 @@ class CallbackEntry:
     _target_: Optional[str] = None
 
 
-def callback_rank_zero_only(node) -> bool:
+def callback_rank_zero_only(node: DictConfig) -> bool:
     """``rank_zero_only`` of a ``trainer.callbacks`` entry (False when unset), typed by
     CallbackEntry: raises OmegaConf's ValidationError for a value that is not a bool. The
     value is read from ``node`` first, so that an interpolation resolves where it stands."""
@@ -522,12 +522,12 @@ CALLBACK_TARGET = "a mindspore.train.Callback"
 METRIC_TARGET = "a mindspore.train.Metric"
 
 
-def own_keys(schema) -> tuple:
+def own_keys(schema: type) -> Tuple[str, ...]:
     """The keys of a section that are ms_exp's, never its ``_target_``'s arguments."""
     return tuple(f.name for f in dataclasses.fields(schema) if f.name != "_target_")
 
 
-def loss_own_keys(loss_cfg, schema) -> tuple:
+def loss_own_keys(loss_cfg: DictConfig, schema: type) -> Tuple[str, ...]:
     """ms_exp's keys of ``loss`` (schema LossConfig) or a part (LossPart) naming a
     ``_target_``: ``label_smoothing`` set (not 0) is the target's argument, as
     mindspore.nn.CrossEntropyLoss's."""
@@ -538,13 +538,13 @@ def loss_own_keys(loss_cfg, schema) -> tuple:
     )
 
 
-def loss_part(part) -> DictConfig:
+def loss_part(part: Any) -> DictConfig:
     """One of ``loss.parts`` typed by LossPart (defaults filled in, values converted).
     Raises OmegaConf's ValidationError for a value of the wrong type."""
     return cast(DictConfig, OmegaConf.merge(OmegaConf.structured(LossPart), part))
 
 
-def loss_parts(loss_cfg) -> Dict[str, DictConfig]:
+def loss_parts(loss_cfg: DictConfig) -> Dict[str, DictConfig]:
     """``loss.parts`` typed, but the parts set to null."""
     return {
         str(name): loss_part(part)
@@ -674,15 +674,11 @@ def builtin_target(group: str, option: str) -> str:
 
 def builtin_targets() -> frozenset:
     """The ``_target_`` of every built-in option: all its arguments are its schema's keys."""
-    targets = {
-        getattr(schema, TARGET, None)
-        for options in GROUP_SCHEMAS.values()
-        for schema in options.values()
-    }
-    return frozenset(t for t in targets if t)
+    schemas = [schema for options in GROUP_SCHEMAS.values() for schema in options.values()]
+    return frozenset(t for t in (getattr(schema, TARGET, None) for schema in schemas) if t)
 
 
-def group_schema(group: str, node, choice: Optional[str]):
+def group_schema(group: str, node: DictConfig, choice: Optional[str]) -> Optional[type]:
     """The schema of a group's option: a built-in option's, or the built-in one whose
     ``_target_`` (or ``mode``) a user's option re-uses; None for a user's own target."""
     options = GROUP_SCHEMAS[group]

@@ -10,7 +10,6 @@ passed only when the target's signature names it and the config does not set it.
 Nothing here imports MindSpore; importing a target may.
 """
 
-import functools
 import inspect
 import logging
 import sys
@@ -44,12 +43,12 @@ def without_unused_names(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def target_path(node) -> Optional[str]:
+def target_path(node: Any) -> Optional[str]:
     """The ``_target_`` of a config section (a DictConfig is a Mapping), or None."""
     return node.get(TARGET) if isinstance(node, Mapping) else None
 
 
-def targets_in(node, prefix: str = "") -> Iterator[Tuple[str, object]]:
+def targets_in(node: Any, prefix: str = "") -> Iterator[Tuple[str, object]]:
     """``(key, target)`` of every ``_target_`` in ``node``, unresolved (an interpolation
     is the string it is: it does not match a trusted name)."""
     if isinstance(node, (DictConfig, ListConfig)):
@@ -130,7 +129,7 @@ def _signature(target: Callable) -> Optional[inspect.Signature]:
     return signature
 
 
-def _wrapped_init(function, depth: int = 3) -> Optional[Callable]:
+def _wrapped_init(function: Any, depth: int = 3) -> Optional[Callable]:
     """The ``__init__`` a chain of decorators closes over, if one does."""
     for cell in getattr(function, "__closure__", None) or ():
         try:
@@ -150,13 +149,11 @@ def _wrapped_init(function, depth: int = 3) -> Optional[Callable]:
 
 def _only_varargs(signature: inspect.Signature) -> bool:
     kinds = {p.kind for p in signature.parameters.values()}
-    return bool(kinds) and kinds <= {
-        inspect.Parameter.VAR_POSITIONAL,
-        inspect.Parameter.VAR_KEYWORD,
-    }
+    varargs = {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+    return bool(kinds) and kinds <= varargs
 
 
-def config_arguments(node, own_keys: Iterable[str] = ()) -> Dict[str, Any]:
+def config_arguments(node: Any, own_keys: Iterable[str] = ()) -> Dict[str, Any]:
     """The target's keyword arguments: every key of ``node`` but ``_target_`` and ms_exp's
     own keys, resolved to plain values (nested ``_target_`` configs stay configs)."""
     own = set(own_keys) | {TARGET}
@@ -262,7 +259,7 @@ def refuse_standard_library(
     """A target of Python's standard library (``builtins.open``, ``shutil.rmtree``,
     ``pickle.load``) is no component: refused by ``key``, whatever re-exports it."""
     packages = {path.split(".")[0], (module or path).split(".")[0]}
-    if packages & _standard_library():
+    if packages & sys.stdlib_module_names:  # the top-level names of the standard library
         raise ConfigError(
             key,
             path,
@@ -271,13 +268,7 @@ def refuse_standard_library(
         )
 
 
-@functools.lru_cache(maxsize=None)
-def _standard_library() -> typing.FrozenSet[str]:
-    """The top-level names of Python's standard library."""
-    return frozenset(sys.stdlib_module_names)
-
-
-def _declared_return(target: Callable):
+def _declared_return(target: Callable) -> Any:
     """The return annotation of a function, None when it has none or it cannot be read."""
     try:
         annotation = inspect.signature(target, eval_str=True).return_annotation
@@ -288,7 +279,7 @@ def _declared_return(target: Callable):
 
 def build(
     key: str,
-    node,
+    node: Any,
     own_keys: Iterable[str] = (),
     provided: Optional[Mapping[str, Any]] = None,
     required: Iterable[str] = (),
@@ -345,7 +336,7 @@ def build(
     return built
 
 
-def _plain(value) -> bool:
+def _plain(value: Any) -> bool:
     """Values a config can hold; anything else (parameters, cells, a Placement) is passed
     to the target as it is."""
     if value is None or isinstance(value, (str, int, float, bool)):
@@ -357,7 +348,7 @@ def _plain(value) -> bool:
     return False
 
 
-def component_name(node) -> str:
+def component_name(node: Any) -> str:
     """What labels a component in run names and tags: its ``name`` key, else the last part
     of its ``_target_`` (``my_project.nets.TinyNet`` -> ``TinyNet``)."""
     name = node.get("name") if hasattr(node, "get") else None

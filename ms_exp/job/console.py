@@ -8,7 +8,7 @@ import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, TextIO
+from typing import Any, Callable, Iterator, Optional, Set, TextIO
 
 
 class _Tee:
@@ -25,7 +25,7 @@ class _Tee:
         self._to_copy(self._copy.flush)
         self._stream.flush()
 
-    def _to_copy(self, call, *args) -> None:
+    def _to_copy(self, call: Callable[..., object], *args: Any) -> None:
         # A full disk must not turn every print into an error that hides the job's own.
         if self._copy.closed:
             return
@@ -34,7 +34,7 @@ class _Tee:
         except OSError as error:
             _give_up_copy(self._copy, error, self._stream)
 
-    def __getattr__(self, name):  # isatty, fileno, encoding... of the real stream
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding... of the real stream
         return getattr(self._stream, name)
 
 
@@ -106,8 +106,8 @@ class LauncherFilter:
     read in the logs, where it is complete). A MindSpore warning no rule names is shown:
     one the user may need to act on (a rule is added here for one that is noise)."""
 
-    def __init__(self):
-        self._notices_shown = set()
+    def __init__(self) -> None:
+        self._notices_shown: Set[str] = set()
 
     def shown(self, line: str) -> Optional[str]:
         """The text to print for ``line``, or None."""

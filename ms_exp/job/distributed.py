@@ -2,6 +2,7 @@
 its ranks started and supervised with MLflow's variables, and rank 0's result read back."""
 
 from pathlib import Path
+from typing import Any, Dict
 
 from omegaconf import DictConfig
 
@@ -15,7 +16,7 @@ from ms_exp.train.result import JobResult
 from ms_exp.train.stop_step import clear_stop_step
 
 
-def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobResult:
+def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker: Any, uri: str) -> JobResult:
     """A distributed job: its ranks started as parallel.launcher.style says (msrun by
     default; ms_exp/job/launch_plan.py, ms_exp/job/supervise.py), the commands printed,
     saved and tagged."""
@@ -29,20 +30,17 @@ def train_with_ranks(cfg: DictConfig, run_dir: Path, tracker, uri: str) -> JobRe
     )
     tracker.log_artifact(run_dir / COMMAND_FILE, "launch")
     tracker.set_tags({"ms_exp.launch_command": commands[:5000]})
-    env = {}
+    env: Dict[str, str] = {}
     if tracker.enabled:
         # MLflow's own variables: rank 0 attaches to this run instead of starting one (with
         # the server unreachable, to the job's journal: ms_exp/tracking/journal.py).
-        env = {
-            key: value
-            for key, value in {
-                "MLFLOW_TRACKING_URI": uri,
-                "MLFLOW_RUN_ID": tracker.run_id,
-                "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
-                JOURNAL_VARIABLE: str(tracker.journal or ""),
-            }.items()
-            if value
+        given = {
+            "MLFLOW_TRACKING_URI": uri,
+            "MLFLOW_RUN_ID": tracker.run_id,
+            "MLFLOW_EXPERIMENT_ID": tracker.experiment_id,
+            JOURNAL_VARIABLE: str(tracker.journal or ""),
         }
+        env = {key: value for key, value in given.items() if value}
     clear_stop_step(run_dir)  # an earlier attempt's, in a resumed run directory
     record_image_checks(run_dir)  # the ranks trust what this process checked
     launch(cfg.parallel, run_dir, env, lambda: resume_hint(cfg, run_dir))

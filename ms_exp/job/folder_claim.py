@@ -12,7 +12,7 @@ that leave this callback out.
 
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -30,7 +30,7 @@ EXIT_BAD_CONFIG = 2
 
 
 class RunFolderClaim(Callback):
-    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         run_dir = Path(str(config.hydra.run.dir))
         key = f"hydra.run.dir={run_dir}"
 
@@ -40,7 +40,7 @@ class RunFolderClaim(Callback):
 
         _refusal_exits(claim)
 
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         key = f"hydra.sweep.dir={sweep_dir}"
 

@@ -4,7 +4,7 @@ of the same config that ``tracking.skip_finished`` returns instead of training a
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig
 
@@ -16,7 +16,9 @@ from ms_exp.tracking.sweep import child_run_name, parent_run_id, swept_tags
 from ms_exp.train.result import JobResult
 
 
-def run_identity(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: str, digest: str):
+def run_identity(
+    cfg: DictConfig, run_dir: Path, overrides: Sequence[str], uri: str, digest: str
+) -> Tuple[str, Dict[str, str], Optional[str]]:
     """The MLflow run's name, tags and parent: in a multirun a child of the sweep's parent
     run, named by its swept values."""
     tags = {

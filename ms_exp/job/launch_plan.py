@@ -7,9 +7,7 @@ runs ``python -m ms_exp.worker --run-dir <run dir>`` and reads the resolved conf
 parent wrote there (docs/design.md#one-process-composes). A plan is the exact commands and
 environment of the processes a style starts, rendered from config alone so that what is
 printed, saved as the bash script ``<run dir>/launch_command.sh`` (to run again or copy to
-a cluster node) and run (ms_exp/job/supervise.py) are one and the same. A job whose
-``parallel.launcher.master_port`` is null gets a free port the first time its msrun plan is
-rendered; the port is kept on its config, so every later rendering says the same.
+a cluster node) and run (ms_exp/job/supervise.py) are one and the same.
 """
 
 import os
@@ -19,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from omegaconf import read_write
+from omegaconf import DictConfig, read_write
 
 from ms_exp.parallel.launcher_config import MPIRUN, MSRUN, RANK_TABLE, launch_style, log_dir
 from ms_exp.parallel.ranks import worker_argv
@@ -121,7 +119,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def master_port(parallel_cfg) -> int:
+def master_port(parallel_cfg: DictConfig) -> int:
     """The job's master port: the configured one, or a free one chosen now and kept on
     ``parallel_cfg`` so that what is printed, saved and run use the same."""
     launcher = parallel_cfg.launcher
@@ -131,7 +129,7 @@ def master_port(parallel_cfg) -> int:
     return launcher.master_port
 
 
-def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
+def msrun_arguments(parallel_cfg: DictConfig, run_dir: Path) -> List[str]:
     """msrun's arguments and the worker command line, without the ``msrun`` itself."""
     launcher = parallel_cfg.launcher
     worker_num = launcher.worker_num or parallel_cfg.device_num
@@ -154,17 +152,7 @@ def msrun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
     ]
 
 
-def msrun_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
-    process = LaunchProcess(("msrun", *msrun_arguments(parallel_cfg, run_dir)))
-    return LaunchPlan(
-        MSRUN,
-        (process,),
-        log_dir(parallel_cfg, run_dir),
-        "run it on each node (set --node_rank per node)",
-    )
-
-
-def mpirun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
+def mpirun_arguments(parallel_cfg: DictConfig, run_dir: Path) -> List[str]:
     """mpirun's arguments and the worker command line, as MindSpore's mpirun guide gives
     them: one rank per device, each rank's output in ``<log_dir>/1/rank.<r>/stdout``."""
     return [
@@ -179,19 +167,7 @@ def mpirun_arguments(parallel_cfg, run_dir: Path) -> List[str]:
     ]
 
 
-def mpirun_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
-    process = LaunchProcess(
-        ("mpirun", *mpirun_arguments(parallel_cfg, run_dir)), unset=MPIRUN_UNSET
-    )
-    return LaunchPlan(
-        MPIRUN,
-        (process,),
-        log_dir(parallel_cfg, run_dir).resolve(),
-        f"mpirun starts all {parallel_cfg.device_num} ranks",
-    )
-
-
-def rank_table_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
+def rank_table_plan(parallel_cfg: DictConfig, run_dir: Path) -> LaunchPlan:
     """The training-flow tutorial's Ascend script: one process per rank on this server, all
     with RANK_TABLE_FILE and RANK_SIZE, rank i with DEVICE_ID=START_ID+i and RANK_ID=i."""
     launcher = parallel_cfg.launcher
@@ -219,14 +195,23 @@ def rank_table_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
     )
 
 
-PLANS = {MSRUN: msrun_plan, MPIRUN: mpirun_plan, RANK_TABLE: rank_table_plan}
+def launch_plan(parallel_cfg: DictConfig, run_dir: Path) -> LaunchPlan:
+    style, logs = launch_style(parallel_cfg), log_dir(parallel_cfg, run_dir)
+    if style == MSRUN:
+        process = LaunchProcess(("msrun", *msrun_arguments(parallel_cfg, run_dir)))
+        return LaunchPlan(MSRUN, (process,), logs, "run it on each node (set --node_rank per node)")
+    if style == MPIRUN:
+        argv = ("mpirun", *mpirun_arguments(parallel_cfg, run_dir))
+        return LaunchPlan(
+            MPIRUN,
+            (LaunchProcess(argv, unset=MPIRUN_UNSET),),
+            logs.resolve(),
+            f"mpirun starts all {parallel_cfg.device_num} ranks",
+        )
+    return rank_table_plan(parallel_cfg, run_dir)
 
 
-def launch_plan(parallel_cfg, run_dir: Path) -> LaunchPlan:
-    return PLANS[launch_style(parallel_cfg)](parallel_cfg, run_dir)
-
-
-def save_command(parallel_cfg, run_dir: Path) -> str:
+def save_command(parallel_cfg: DictConfig, run_dir: Path) -> str:
     """Write the launch as a bash script a user can run or copy; return its commands."""
     plan = launch_plan(parallel_cfg, run_dir)
     path = Path(run_dir) / COMMAND_FILE

@@ -11,15 +11,10 @@ directory ``<run dir>/models/best|last/``:
   ``signature`` (TensorSpec of the inputs and the network's output) and an input example (the
   first ``EXAMPLE_ROWS`` samples of the eval set), plus the ``python_function`` flavor whose
   loader (:func:`_load_pyfunc`) builds the network again from config + checkpoint. The
-  tracker writes this file, where MLflow is imported already, from the example arrays this
-  module leaves in the directory (ms_exp/tracking/mlmodel.py).
+  tracker writes this file, where MLflow is imported already (ms_exp/tracking/mlmodel.py).
 
-Nothing is pickled: the model is rebuilt from its config and checkpoint, or run from its
-MindIR. The MLflow side (the LoggedModel, its metrics and the run's outputs) is the tracker's
+The MLflow side (the LoggedModel, its metrics and the run's outputs) is the tracker's
 ``log_model`` (ms_exp/tracking/tracker.py); registering one is ms_exp/tracking/registry.py.
-
-A model that cannot be made never costs the run: :func:`log_run_models` prints one warning
-(the tracker does, for an MLmodel file it cannot write) and the job ends as it would have.
 """
 
 import json
@@ -29,11 +24,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.mlmodel import flavor_of, save_example
+from ms_exp.train.result import JobResult
 
 MODELS_DIR = "models"
 FLAVOR = "mindspore"
@@ -46,9 +43,7 @@ MINDIR_FILE = f"{MINDIR_STEM}.mindir"
 EXAMPLE_ROWS = 2
 # The LoggedModel's name within the experiment is the checkpoint it holds; MLflow refuses
 # '.' in a LoggedModel name, which rules out run names such as ``lr=0.01``.
-MODEL_NAMES = ("best", "last")
 MODEL_TAG = "ms_exp.checkpoint"
-MODEL_TYPE = "mindspore"
 
 
 @dataclass
@@ -64,7 +59,9 @@ class ModelPackage:
     mlmodel: Dict[str, object]  # the MLmodel file's flavors, written by the tracker
 
 
-def log_run_models(cfg: DictConfig, run_dir: Path, result, tracker, uri: str) -> None:
+def log_run_models(
+    cfg: DictConfig, run_dir: Path, result: JobResult, tracker: RunTracker, uri: str
+) -> None:
     """Package the run's best and last checkpoints, log them as the run's models and
     register the best (``tracking.register_model``, not for a sweep's job: its parent
     registers the sweep's best). Any failure is one warning."""
@@ -100,7 +97,7 @@ def log_run_models(cfg: DictConfig, run_dir: Path, result, tracker, uri: str) ->
         _register(tracker, uri, tracking.register_model)
 
 
-def _register(tracker, uri: str, name: str) -> None:
+def _register(tracker: RunTracker, uri: str, name: str) -> None:
     from ms_exp.tracking.registry import register_run_model
 
     try:
@@ -120,7 +117,7 @@ def _warn(text: str) -> None:
     print(f"ms_exp: warning: {text}", file=sys.stderr, flush=True)
 
 
-def package_models(cfg: DictConfig, run_dir: Path, result) -> List[ModelPackage]:
+def package_models(cfg: DictConfig, run_dir: Path, result: JobResult) -> List[ModelPackage]:
     """The model directories of the run's best and last checkpoints (those it has)."""
     from ms_exp.checkpoint.callbacks import BEST_RECORD
     from ms_exp.parallel.launcher_config import is_distributed
@@ -184,7 +181,10 @@ class NetworkBuilder:
         _, eval_set, self.spec = create_datasets(cfg.dataset)
         self.network = create_network(cfg.model, self.spec, create_placement(cfg.placement))
         self.network.set_train(False)
-        self.inputs = example_inputs(eval_set)
+        # The network's inputs (every column but the label) of the first eval batch's first
+        # EXAMPLE_ROWS samples.
+        batch = next(eval_set.create_tuple_iterator(num_epochs=1, output_numpy=True))
+        self.inputs = [column[:EXAMPLE_ROWS].copy() for column in batch[:-1]]
 
     def package(
         self,
@@ -223,14 +223,7 @@ class NetworkBuilder:
         )
 
 
-def example_inputs(eval_set) -> List:
-    """The network's inputs of the first eval batch (every column but the label), its first
-    ``EXAMPLE_ROWS`` samples."""
-    batch = next(eval_set.create_tuple_iterator(num_epochs=1, output_numpy=True))
-    return [column[:EXAMPLE_ROWS].copy() for column in batch[:-1]]
-
-
-def _as_numpy(output):
+def _as_numpy(output: Any) -> Any:
     if isinstance(output, (tuple, list)):
         output = output[0]
     return output.asnumpy()
@@ -309,7 +302,7 @@ class _PyfuncModel:
         ms.load_param_into_net(self.network, load_verified(checkpoint))
         self.network.set_train(False)
 
-    def predict(self, model_input, params=None):
+    def predict(self, model_input: Any, params: Any = None) -> Any:
         import mindspore as ms
         import numpy as np
 

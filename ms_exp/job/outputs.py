@@ -15,10 +15,11 @@ from omegaconf import DictConfig
 from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR, snapshot_files
 from ms_exp.checkpoint.transform import merged_file
 from ms_exp.parallel.launcher_config import is_distributed, log_dir
+from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.store import python_command
 
 
-def log_outputs(tracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
+def log_outputs(tracker: RunTracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
     """Logs and checkpoints into the run, also after a failure (they explain it); the
     checkpoints' size at the step of this attempt of the run (0: its first start)."""
     for log in sorted(run_dir.glob("*.log")):
@@ -77,7 +78,9 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
     ]
 
 
-def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig, attempt: int) -> None:
+def _log_checkpoint_bytes(
+    tracker: RunTracker, run_dir: Path, cfg: DictConfig, attempt: int
+) -> None:
     """``checkpoint/bytes_rank_<r>`` for every rank folder, measured here in the launching
     process: all ranks write under the one run directory."""
     if not cfg.checkpoint.save:
@@ -91,7 +94,7 @@ def _log_checkpoint_bytes(tracker, run_dir: Path, cfg: DictConfig, attempt: int)
         )
 
 
-def _log_snapshots(tracker, run_dir: Path, cfg: DictConfig) -> None:
+def _log_snapshots(tracker: RunTracker, run_dir: Path, cfg: DictConfig) -> None:
     directory = run_dir / SNAPSHOT_DIR
     files = snapshot_files(directory)
     if not files:

@@ -11,7 +11,7 @@ and whatever happens the outputs are logged and the run ended with its status.
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional, Sequence, cast
+from typing import NoReturn, Optional, Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,6 +27,7 @@ from ms_exp.job.summary import report_result, stage_two_command
 from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
 from ms_exp.tracking.finished import config_digest
+from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.lifecycle import EndedEarly, tracked_run
 from ms_exp.tracking.logged_steps import last_logged_steps
 from ms_exp.tracking.params import flatten, relative_to_run
@@ -77,81 +78,74 @@ def _run_in_folder(
             return earlier
     resume = find_resume_point(cfg, own_dir, digest, uri)
     try:
-        return _run_resumed_or_new(cfg, own_dir, key, resume, hydra_dir, overrides, uri, digest)
+        attempt, resumed_run_id = 0, None
+        if resume is None:
+            # trainer.resume=auto found nothing to continue: a new run, which the folder must
+            # not already hold (a fixed hydra.run.dir of a finished run, or another config's).
+            record = read_run_record(own_dir)
+            if record:
+                refuse_foreign(
+                    own_dir,
+                    key,
+                    record,
+                    " (trainer.resume=auto continues only an unfinished run of this config)",
+                )
+            clear_resume_point(own_dir)
+            run_dir = own_dir
+        else:
+            record = read_run_record(resume.run_dir)
+            attempt = record.get("attempts", 1)
+            resume = replace(resume, attempt=attempt)
+            if cfg.tracking.enabled:
+                from ms_exp.tracking.recorder import deliver_earlier_journals
+
+                deliver_earlier_journals(resume.run_dir)
+                # The MLflow run the job appends to; None: the job died before its first step.
+                resumed_run_id = record.get("run_id")
+            if resumed_run_id:
+                resume = replace(
+                    resume,
+                    logged=last_logged_steps(uri, resumed_run_id),
+                    same_config=record.get("digest") == digest,
+                )
+            resume.save()  # the resume point, for the ranks (ms_exp/checkpoint/resume.py)
+            run_dir = resume.run_dir
+        _strategy_file_inside(cfg, run_dir)
+        config_file = run_dir / RESOLVED_CONFIG
+        # What the run trains, not how this command reached it: a re-run (--from-run) or the
+        # ranks reading it must not resume again.
+        saved = cfg.copy()
+        saved.trainer.resume = None
+        OmegaConf.save(saved, config_file, resolve=True)
+        write_run_record(run_dir, digest=digest, status="RUNNING", attempts=attempt + 1)
+        try:
+            result = _run_tracked(
+                cfg,
+                run_dir,
+                own_dir,
+                resume,
+                resumed_run_id,
+                config_file,
+                hydra_dir,
+                overrides,
+                uri,
+                digest,
+            )
+        except (KeyboardInterrupt, EndedEarly):
+            _record_end(run_dir, "KILLED")
+            raise
+        except BaseException:
+            # Also a run that trained to the end but whose MLflow run could not be ended
+            # FINISHED: it is not finished, and resume=auto continues it.
+            _record_end(run_dir, "FAILED")
+            raise
+        # Only now that the MLflow run is ended FINISHED: a job killed before this line is
+        # resumed (nothing left to train: it ends the run FINISHED again), not started afresh.
+        _record_end(run_dir, "FINISHED")
+        return result
     finally:
         if resume is not None:
             release_folder(resume.run_dir)
-
-
-def _run_resumed_or_new(
-    cfg: DictConfig,
-    own_dir: Path,
-    key: str,
-    resume: Optional[ResumePoint],
-    hydra_dir: Optional[Path],
-    overrides: Sequence[str],
-    uri: str,
-    digest: str,
-) -> JobResult:
-    tracking = cfg.tracking
-    if resume is None:
-        # trainer.resume=auto found nothing to continue: a new run, which the folder must
-        # not already hold (a fixed hydra.run.dir of a finished run, or another config's).
-        record = read_run_record(own_dir)
-        if record:
-            refuse_foreign(
-                own_dir,
-                key,
-                record,
-                " (trainer.resume=auto continues only an unfinished run of this config)",
-            )
-    attempt = 0
-    if resume is not None:
-        attempt = read_run_record(resume.run_dir).get("attempts", 1)
-        resume = replace(resume, attempt=attempt)
-    if resume is not None and tracking.enabled:
-        from ms_exp.tracking.recorder import deliver_earlier_journals
-
-        deliver_earlier_journals(resume.run_dir)
-    resumed_run_id = _resumed_run_id(resume, tracking)
-    if resume is not None and resumed_run_id:  # there is one only for a resumed run
-        resume = replace(
-            resume,
-            logged=last_logged_steps(uri, resumed_run_id),
-            same_config=read_run_record(resume.run_dir).get("digest") == digest,
-        )
-    run_dir = _prepare_run_dir(own_dir, resume)
-    _strategy_file_inside(cfg, run_dir)
-    config_file = run_dir / RESOLVED_CONFIG
-    # What the run trains, not how this command reached it: a re-run (--from-run) or the
-    # ranks reading it must not resume again.
-    OmegaConf.save(_without_resume(cfg), config_file, resolve=True)
-    write_run_record(run_dir, digest=digest, status="RUNNING", attempts=attempt + 1)
-    try:
-        result = _run_tracked(
-            cfg,
-            run_dir,
-            own_dir,
-            resume,
-            resumed_run_id,
-            config_file,
-            hydra_dir,
-            overrides,
-            uri,
-            digest,
-        )
-    except (KeyboardInterrupt, EndedEarly):
-        _record_end(run_dir, "KILLED")
-        raise
-    except BaseException:
-        # Also a run that trained to the end but whose MLflow run could not be ended
-        # FINISHED: it is not finished, and resume=auto continues it.
-        _record_end(run_dir, "FAILED")
-        raise
-    # Only now that the MLflow run is ended FINISHED: a job killed before this line is
-    # resumed (nothing left to train: it ends the run FINISHED again), not started afresh.
-    _record_end(run_dir, "FINISHED")
-    return result
 
 
 def _run_tracked(
@@ -218,7 +212,7 @@ def _run_tracked(
         return result
 
 
-def _end_pruned(epoch: int, tracker) -> None:
+def _end_pruned(epoch: int, tracker: RunTracker) -> NoReturn:
     """A pruned trial's run keeps everything logged so far and ends KILLED, saying when."""
     from ms_exp.search.pruned import TrialPruned
     from ms_exp.search.trial import current_trial
@@ -244,17 +238,7 @@ def _record_end(run_dir: Path, status: str) -> None:
         )
 
 
-def _prepare_run_dir(own_dir: Path, resume: Optional[ResumePoint]) -> Path:
-    """The directory the job trains in: its own, or the one of the run it resumes, where it
-    leaves the resume point for the ranks (ms_exp/checkpoint/resume.py)."""
-    if resume is None:
-        clear_resume_point(own_dir)
-        return own_dir
-    resume.save()
-    return resume.run_dir
-
-
-def _announce_resume(resume: ResumePoint, own_dir: Path, tracker) -> None:
+def _announce_resume(resume: ResumePoint, own_dir: Path, tracker: RunTracker) -> None:
     where = (
         ""
         if own_dir == resume.run_dir
@@ -277,17 +261,3 @@ def _strategy_file_inside(cfg: DictConfig, run_dir: Path) -> None:
     strategy = cfg.checkpoint.strategy
     if strategy.save_file and not Path(str(strategy.save_file)).expanduser().is_absolute():
         strategy.save_file = str(Path(run_dir).resolve() / strategy.save_file)
-
-
-def _without_resume(cfg: DictConfig) -> DictConfig:
-    saved = cfg.copy()
-    saved.trainer.resume = None
-    return saved
-
-
-def _resumed_run_id(resume: Optional[ResumePoint], tracking) -> Optional[str]:
-    """The MLflow run the resumed run directory trained into, which the job appends to;
-    None: a new run (tracking was off, or the job died before its first step)."""
-    if resume is None or not tracking.enabled:
-        return None
-    return read_run_record(resume.run_dir).get("run_id")

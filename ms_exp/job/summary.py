@@ -7,13 +7,16 @@ import shlex
 from pathlib import Path
 from typing import Optional, Sequence
 
+from omegaconf import DictConfig
+
 from ms_exp.boost.options import boost_option
+from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.store import python_command
 from ms_exp.tracking.ui_links import ui_lines
 from ms_exp.train.result import JobResult
 
 
-def report_result(result: JobResult, tracker, uri: str) -> None:
+def report_result(result: JobResult, tracker: RunTracker, uri: str) -> None:
     tracker.set_tags(
         {
             "ms_exp.checkpoint.last": _artifact_name(result.last_checkpoint),
@@ -33,7 +36,7 @@ def report_result(result: JobResult, tracker, uri: str) -> None:
         )
     if tracker.enabled and tracker.run_id is not None:
         lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) in {uri}")
-        lines += ui_lines(uri, tracker.experiment_id, tracker.run_id)
+        lines += ui_lines(uri, str(tracker.experiment_id), tracker.run_id)
     if tracker.enabled and tracker.offline_journal is not None:
         from ms_exp.tracking.journal import offline_note
 
@@ -52,7 +55,7 @@ STAGE_ONE_PRESET = "+experiment=dim_reduce_stage_one"
 _SAME_STORE = ("tracking.uri=", "tracking.experiment_name=")
 
 
-def stage_two_command(cfg, overrides: Sequence[str], run_id: str) -> Optional[str]:
+def stage_two_command(cfg: DictConfig, overrides: Sequence[str], run_id: str) -> Optional[str]:
     """The command that trains stage two from a stage-one run's snapshots (None for any
     other run): the preset's stage two after the preset's stage one, else this run's own
     overrides with ``boost=dim_reduce`` (AutoBoost trains with SGD whatever the optimizer)."""

@@ -12,7 +12,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from omegaconf import DictConfig
 
 from ms_exp.job.console import LAUNCHER_LOG, LauncherFilter
 from ms_exp.job.launch_plan import LaunchPlan, LaunchProcess, launch_plan
@@ -38,7 +40,10 @@ class WorkersFailed(RuntimeError):
 
 
 def launch(
-    parallel_cfg, run_dir: Path, env: Dict[str, str], resume_hint: Callable[[], str] = str
+    parallel_cfg: DictConfig,
+    run_dir: Path,
+    env: Dict[str, str],
+    resume_hint: Callable[[], str] = str,
 ) -> None:
     """Run the job's launch plan to completion; on Ctrl-C or SIGTERM stop every rank, then
     re-raise. ``env``: variables for every rank on top of the plan's (MLflow's).
@@ -171,7 +176,7 @@ def _run_each_rank(
         )
 
 
-def _write_log(stream, log: Path, to_console: bool) -> None:
+def _write_log(stream: Iterable[str], log: Path, to_console: bool) -> None:
     shown = LauncherFilter()
     with open(log, "w") as out:
         for line in stream:
@@ -213,7 +218,9 @@ def _stop_processes(ranks: List[subprocess.Popen], grace: int) -> None:
             rank.wait()
 
 
-def _copy_output(stream, failed_pids: Dict[int, Optional[int]], logs: Path, launcher: str) -> None:
+def _copy_output(
+    stream: Iterable[str], failed_pids: Dict[int, Optional[int]], logs: Path, launcher: str
+) -> None:
     """Every line into the launcher's log; to the console what LauncherFilter shows, until
     a rank dies: then one line naming it, and nothing more of the launcher (the other
     ranks', the scheduler's and msrun's own tracebacks of losing it stay in the logs; the
@@ -272,7 +279,7 @@ def _our_workers(logs: Path) -> List[int]:
     return [pid for pid in pids if pid and _is_our_worker(pid, logs)]
 
 
-def _kill(action) -> None:
+def _kill(action: Callable[[], object]) -> None:
     try:
         action()
     except ProcessLookupError:

@@ -2,22 +2,27 @@
 sized to the dataset they will see; what each option tells the trainer, evaluation and
 checks about itself is its ``ModelOption`` (``ms_exp.models.options``)."""
 
+from typing import Any, Optional
+
+from omegaconf import DictConfig
+
 from ms_exp.config.targets import build
 from ms_exp.data.spec import DataSpec
 from ms_exp.models.options import model_option
+from ms_exp.placement.tables import Placement
 
 NETWORK = "a mindspore.nn.Cell (a Cell class, or a function returning one)"
 
 
-def create_network(model_cfg, spec: DataSpec, placement=None):
+def create_network(
+    model_cfg: DictConfig, spec: DataSpec, placement: Optional[Placement] = None
+) -> Any:
     """Build the network of ``model_cfg`` for samples of ``spec.image_shape`` ((C, H, W)
     images, or (fields,) of Criteo ids), its embedding tables placed by ``placement``.
 
     ms_exp passes what it knows to a target whose signature names it and whose option
     leaves it unset: ``num_classes``, ``input_shape``, ``vocab_size`` and ``placement``."""
     from mindspore import nn
-
-    from ms_exp.placement.tables import Placement
 
     option = model_option(model_cfg)
     provided = {

@@ -5,7 +5,7 @@ does not read (``optimizer``, ``loss``) left alone rather than silently ignored.
 No MindSpore import: these run in preflight, through ``ModelOption.check``.
 """
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import one_of, positive, require
 from ms_exp.config.schema import LossConfig, OptimizerConfig
@@ -27,7 +27,7 @@ RESNET_MIN_IMAGE_SIZE = 32
 WIDE_DEEP_PARALLEL_MODES = ("stand_alone", "data")
 
 
-def check_mlp(cfg) -> None:
+def check_mlp(cfg: DictConfig) -> None:
     model = cfg.model
     positive("model", model, "hidden_size")
     require(
@@ -38,7 +38,7 @@ def check_mlp(cfg) -> None:
     )
 
 
-def check_resnet(cfg) -> None:
+def check_resnet(cfg: DictConfig) -> None:
     model, dataset = cfg.model, cfg.dataset
     require(model.depth in RESNET_DEPTHS, "model.depth", model.depth, one_of(RESNET_DEPTHS))
     require(model.width > 0, "model.width", model.width, "a number > 0")
@@ -53,7 +53,7 @@ def check_resnet(cfg) -> None:
     )
 
 
-def check_wide_deep(cfg) -> None:
+def check_wide_deep(cfg: DictConfig) -> None:
     """Which datasets it reads is checked by ``ModelOption.inputs``."""
     model, dataset = cfg.model, cfg.dataset
     require(
@@ -94,7 +94,7 @@ def check_wide_deep(cfg) -> None:
     _untouched(cfg.loss, LossConfig, "loss", "model.l2_coef (its losses are the model zoo's)")
 
 
-def _untouched(section, schema, name: str, instead: str) -> None:
+def _untouched(section: DictConfig, schema: type, name: str, instead: str) -> None:
     defaults = OmegaConf.structured(schema)
     for key in defaults:
         value = section[key]

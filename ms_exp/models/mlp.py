@@ -6,6 +6,7 @@ strategy can name. Input and output sizes come from the dataset.
 """
 
 import math
+from typing import Any, Sequence
 
 import mindspore as ms
 from mindspore import nn, ops
@@ -22,7 +23,7 @@ class Dense(nn.Cell):
         self.matmul = ops.MatMul()
         self.add = ops.Add()
 
-    def construct(self, x):
+    def construct(self, x: Any) -> Any:
         x = self.matmul(x, self.weight)
         x = self.add(x, self.bias)
         return x
@@ -44,7 +45,7 @@ class Network(nn.Cell):
         self.relu2 = ops.ReLU()
         self.layer3 = Dense(hidden_size, num_classes, weight_init)
 
-    def construct(self, x):
+    def construct(self, x: Any) -> Any:
         x = self.flatten(x)
         x = self.layer1(x)
         x = self.relu1(x)
@@ -55,7 +56,10 @@ class Network(nn.Cell):
 
 
 def mlp(
-    input_shape, num_classes: int, hidden_size: int = 512, weight_init: str = "normal"
+    input_shape: Sequence[int],
+    num_classes: int,
+    hidden_size: int = 512,
+    weight_init: str = "normal",
 ) -> Network:
     """The ``model=mlp`` option's target: a ``Network`` for samples of ``input_shape``."""
     return Network(

@@ -1,13 +1,8 @@
-"""What a model option tells the rest of ms_exp about itself.
-
-Every network is built from its option's ``_target_`` the same way (``ms_exp.models``).
-The trainer, evaluation and the config checks ask a ``ModelOption`` what else differs
-between models (its own train step, metrics, evaluation network, the metric its best
-checkpoint is chosen by, whether it has embedding tables) instead of comparing the model's
-name; a user's option gets the defaults. The built-in options are listed in
-``ms_exp.models.options``; boost options that build their own ``Model`` take the same
-``ModelBuild``. Nothing here imports MindSpore: the checks read these objects before
-MindSpore starts.
+"""What a model option tells the rest of ms_exp about itself: the trainer, evaluation and
+the config checks ask its ``ModelOption`` what differs between models instead of comparing
+the model's name; a user's option gets the defaults (the built-in ones are listed in
+``ms_exp.models.options``). Nothing here imports MindSpore: the checks read these objects
+before MindSpore starts.
 """
 
 from dataclasses import dataclass
@@ -19,7 +14,7 @@ from ms_exp.data.spec import IMAGES
 
 @dataclass(frozen=True)
 class ModelBuild:
-    """What the trainer has built for an option that builds its own ``Model``."""
+    """What the trainer has built for an option (model or boost) that builds its own Model."""
 
     cfg: Any  # the job's whole config
     network: Any  # the network of the model option
@@ -32,7 +27,7 @@ class ModelBuild:
     tracker: Any  # ms_exp.tracking.interface.RunTracker
 
 
-def _no_checks(cfg) -> None:
+def _no_checks(cfg: Any) -> None:
     """A user's option: its target's signature and what it returns are checked instead."""
 
 

@@ -5,6 +5,10 @@ The hooks import MindSpore when they are called, never when this module is impor
 config checks read the options before MindSpore starts.
 """
 
+from typing import Any, Dict, Sequence, Tuple
+
+from omegaconf import DictConfig
+
 from ms_exp.config.schema import builtin_target
 from ms_exp.config.targets import component_name, target_path
 from ms_exp.data.spec import CRITEO_INPUTS
@@ -13,7 +17,7 @@ from ms_exp.models.option import ModelBuild, ModelOption
 from ms_exp.models.sizes import mlp_parameters, resnet_parameters, wide_deep_parameters
 
 
-def _wide_deep_model(build: ModelBuild):
+def _wide_deep_model(build: ModelBuild) -> Any:
     """``Model`` over the model zoo's two-optimizer train step, evaluated by AUC."""
     import mindspore as ms
 
@@ -25,22 +29,22 @@ def _wide_deep_model(build: ModelBuild):
     )
 
 
-def _wide_deep_evaluation(network) -> dict:
+def _wide_deep_evaluation(network: Any) -> Dict[str, Any]:
     from ms_exp.models.wide_deep import evaluation
 
     return evaluation(network)
 
 
-def _mlp_size(cfg, shape, classes):
+def _mlp_size(cfg: DictConfig, shape: Sequence[int], classes: int) -> Tuple[str, int]:
     return "model.hidden_size", mlp_parameters(shape, classes, cfg.model.hidden_size)
 
 
-def _resnet_size(cfg, shape, classes):
+def _resnet_size(cfg: DictConfig, shape: Sequence[int], classes: int) -> Tuple[str, int]:
     model = cfg.model
     return "model.width", resnet_parameters(model.depth, model.width, shape[0], classes)
 
 
-def _wide_deep_size(cfg, shape, classes):
+def _wide_deep_size(cfg: DictConfig, shape: Sequence[int], classes: int) -> Tuple[str, int]:
     """Its tables span the vocabulary: model.vocab_size, or the dataset's (then emb_dim is
     what a user would change)."""
     model = cfg.model
@@ -78,7 +82,7 @@ MODEL_OPTIONS = {
 _BY_TARGET = {option.target: option for option in MODEL_OPTIONS.values()}
 
 
-def model_option(model_cfg) -> ModelOption:
+def model_option(model_cfg: DictConfig) -> ModelOption:
     """The built-in option whose target ``model_cfg`` names, else a user's option."""
     option = _BY_TARGET.get(target_path(model_cfg))
     if option is not None:

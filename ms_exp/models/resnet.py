@@ -1,16 +1,14 @@
 """ResNet-18 / ResNet-50 for the ResNet recipe of the dimension-reduction tutorial.
 
 The architecture and default initialisation follow MindSpore's model zoo
-(models/official/cv/ResNet/src/resnet.py) so results are comparable with the
-published recipe, but only the two depths the tutorial uses are kept and the
-SE / ResNet-D / Thor variants are left out.
-
-``width`` scales every convolution's channel count. The tutorial needs the real
-networks (width=1.0), while tests and smoke runs need a network that trains in
-seconds on a CPU; a width of 0.125 gives the same graph at 1/64 of the cost.
+(models/official/cv/ResNet/src/resnet.py) so results are comparable with the published
+recipe, without its SE / ResNet-D / Thor variants. ``width`` scales every convolution's
+channel count: the tutorial needs the real networks (width=1.0), tests and smoke runs a
+network that trains in seconds on a CPU (0.125: the same graph at 1/64 of the cost).
 """
 
 import math
+from typing import Any, List, Sequence, Type
 
 import mindspore.nn as nn
 import mindspore.ops as ops
@@ -22,7 +20,7 @@ from ms_exp.models.sizes import RESNET_LAYERS, resnet_channels
 # Kaiming normal with fan_out, as the zoo's kaiming_normal(mode="fan_out",
 # nonlinearity="relu"); 'same' padding keeps the spatial arithmetic identical
 # for any input size, which is what lets 32x32 inputs work.
-def _conv(in_channel, out_channel, kernel_size, stride=1):
+def _conv(in_channel: int, out_channel: int, kernel_size: int, stride: int = 1) -> nn.Cell:
     return nn.Conv2d(
         in_channel,
         out_channel,
@@ -34,32 +32,23 @@ def _conv(in_channel, out_channel, kernel_size, stride=1):
     )
 
 
-def _bn(channel):
-    # Zoo defaults (eps 1e-4, momentum 0.9). gamma stays 1 even on the last BN
-    # of a block: the zoo only zero-initialises it for its Thor/ResNet-152 runs.
-    return nn.BatchNorm2d(
-        channel,
-        eps=1e-4,
-        momentum=0.9,
-        gamma_init="ones",
-        beta_init="zeros",
-        moving_mean_init="zeros",
-        moving_var_init="ones",
-    )
+def _bn(channel: int) -> nn.Cell:
+    # Zoo defaults (eps 1e-4, momentum 0.9). gamma stays 1 (MindSpore's default) even on the
+    # last BN of a block: the zoo only zero-initialises it for its Thor/ResNet-152 runs.
+    return nn.BatchNorm2d(channel, eps=1e-4, momentum=0.9)
 
 
-def _fc(in_channel, out_channel):
+def _fc(in_channel: int, out_channel: int) -> nn.Cell:
     # kaiming_uniform(a=sqrt(5)) with zero bias, i.e. the zoo's _fc.
     return nn.Dense(
         in_channel,
         out_channel,
-        has_bias=True,
         weight_init=HeUniform(negative_slope=math.sqrt(5)),
         bias_init="zeros",
     )
 
 
-def _shortcut(in_channel, out_channel, stride):
+def _shortcut(in_channel: int, out_channel: int, stride: int) -> Any:  # a Cell, or None
     if stride == 1 and in_channel == out_channel:
         return None
     return nn.SequentialCell([_conv(in_channel, out_channel, 1, stride), _bn(out_channel)])
@@ -68,14 +57,14 @@ def _shortcut(in_channel, out_channel, stride):
 class _Block(nn.Cell):
     """What both blocks end with: ReLU of the residual plus the (projected) input."""
 
-    def _add_shortcut(self, in_channel, out_channel, stride):
+    def _add_shortcut(self, in_channel: int, out_channel: int, stride: int) -> None:
         # Set after the block's own cells, so parameter order and names are the zoo's.
         self.relu = nn.ReLU()
         self.down_sample_layer = _shortcut(in_channel, out_channel, stride)
         # A plain bool keeps the branch static for GRAPH_MODE compilation.
         self.down_sample = self.down_sample_layer is not None
 
-    def construct(self, x):
+    def construct(self, x: Any) -> Any:
         identity = x
         if self.down_sample:
             identity = self.down_sample_layer(identity)
@@ -85,7 +74,7 @@ class _Block(nn.Cell):
 class ResidualBlock(_Block):
     """Bottleneck block (1x1 -> 3x3 -> 1x1), used by ResNet-50."""
 
-    def __init__(self, in_channel, out_channel, stride=1):
+    def __init__(self, in_channel: int, out_channel: int, stride: int = 1):
         super().__init__()
         channel = out_channel // 4
         self.conv1 = _conv(in_channel, channel, 1)
@@ -97,7 +86,7 @@ class ResidualBlock(_Block):
         self.bn3 = _bn(out_channel)
         self._add_shortcut(in_channel, out_channel, stride)
 
-    def residual(self, x):
+    def residual(self, x: Any) -> Any:
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         return self.bn3(self.conv3(out))
@@ -106,7 +95,7 @@ class ResidualBlock(_Block):
 class ResidualBlockBase(_Block):
     """Basic block (two 3x3 convs), used by ResNet-18."""
 
-    def __init__(self, in_channel, out_channel, stride=1):
+    def __init__(self, in_channel: int, out_channel: int, stride: int = 1):
         super().__init__()
         self.conv1 = _conv(in_channel, out_channel, 3, stride)
         self.bn1d = _bn(out_channel)
@@ -114,24 +103,25 @@ class ResidualBlockBase(_Block):
         self.bn2d = _bn(out_channel)
         self._add_shortcut(in_channel, out_channel, stride)
 
-    def residual(self, x):
+    def residual(self, x: Any) -> Any:
         return self.bn2d(self.conv2(self.relu(self.bn1d(self.conv1(x)))))
 
 
 class ResNet(nn.Cell):
     """Stem, four stages and a linear head over a global mean pool."""
 
-    def __init__(
-        self, block, layer_nums, in_channels, out_channels, strides, num_classes, image_channels=3
-    ):
+    def __init__(self, depth: int, num_classes: int, width: float, image_channels: int):
         super().__init__()
-        self.conv1 = _conv(image_channels, in_channels[0], 7, stride=2)
-        self.bn1 = _bn(in_channels[0])
+        block = ResidualBlockBase if depth == 18 else ResidualBlock
+        stem, out_channels = resnet_channels(depth, width)
+        in_channels = [stem, *out_channels[:3]]
+        self.conv1 = _conv(image_channels, stem, 7, stride=2)
+        self.bn1 = _bn(stem)
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
         self.layer1, self.layer2, self.layer3, self.layer4 = (
             self._make_layer(block, *stage)
-            for stage in zip(layer_nums, in_channels, out_channels, strides)
+            for stage in zip(RESNET_LAYERS[depth], in_channels, out_channels, (1, 2, 2, 2))
         )
         # ReduceMean instead of a fixed-size AvgPool so any input size >= 32 works.
         self.mean = ops.ReduceMean(keep_dims=True)
@@ -139,19 +129,23 @@ class ResNet(nn.Cell):
         self.end_point = _fc(out_channels[3], num_classes)
 
     @staticmethod
-    def _make_layer(block, layer_num, in_channel, out_channel, stride):
-        layers = [block(in_channel, out_channel, stride)]
+    def _make_layer(
+        block: Type[_Block], layer_num: int, in_channel: int, out_channel: int, stride: int
+    ) -> nn.Cell:
+        layers: List[nn.Cell] = [block(in_channel, out_channel, stride)]
         layers += [block(out_channel, out_channel, 1) for _ in range(1, layer_num)]
         return nn.SequentialCell(layers)
 
-    def construct(self, x):
+    def construct(self, x: Any) -> Any:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = self.flatten(self.mean(x, (2, 3)))
         return self.end_point(x)
 
 
-def resnet(input_shape, num_classes: int, depth: int = 50, width: float = 1.0) -> nn.Cell:
+def resnet(
+    input_shape: Sequence[int], num_classes: int, depth: int = 50, width: float = 1.0
+) -> nn.Cell:
     """The ``model=resnet`` option's target: ResNet-``depth`` for (C, H, W) images."""
     return create_resnet(depth, num_classes, width=width, in_channels=int(input_shape[0]))
 
@@ -159,22 +153,10 @@ def resnet(input_shape, num_classes: int, depth: int = 50, width: float = 1.0) -
 def create_resnet(
     depth: int, num_classes: int, width: float = 1.0, in_channels: int = 3
 ) -> nn.Cell:
-    """Build ResNet-``depth`` (18 or 50) with channel counts scaled by ``width``.
-
-    ``in_channels`` is the number of image channels. width=1.0 reproduces the
-    zoo's resnet18/resnet50 parameter counts exactly.
-    """
+    """ResNet-``depth`` (18 or 50) for images of ``in_channels`` channels; width=1.0
+    reproduces the zoo's resnet18/resnet50 parameter counts exactly."""
     if depth not in RESNET_LAYERS:
         raise ValueError(f"model.depth={depth}: allowed values are 18, 50")
     if not width > 0:
         raise ValueError(f"model.width={width}: must be > 0")
-    stem, out_channels = resnet_channels(depth, width)
-    return ResNet(
-        ResidualBlockBase if depth == 18 else ResidualBlock,
-        RESNET_LAYERS[depth],
-        [stem, *out_channels[:3]],
-        out_channels,
-        [1, 2, 2, 2],
-        num_classes,
-        image_channels=in_channels,
-    )
+    return ResNet(depth, num_classes, width, in_channels)

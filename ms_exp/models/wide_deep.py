@@ -5,21 +5,20 @@ weighted by the scaled value, its 26 categorical fields as the category's id wei
 The wide part is a linear model (a one-column embedding table plus a bias), the deep part
 an MLP over the weighted embeddings; their logits add up.
 
-Training follows the model zoo's ``TrainStepWrap``: the loss cell returns two losses,
-``wide_loss`` (the log loss) and ``deep_loss`` (log loss plus L2 on the embeddings), the
-wide parameters get the gradient of the first and FTRL, the deep parameters the gradient
-of the second and Adam. Under ``placement=host_device`` the tables are
-``nn.EmbeddingLookup(target="CPU")`` (sparse row gradients) and both optimizers are the
-sparse ones run by host kernels (FTRL and LazyAdam with ``target = "CPU"``).
+Training follows the model zoo's ``TrainStepWrap`` (``WideDeepTrainStep``). Under
+``placement=host_device`` the tables are ``nn.EmbeddingLookup(target="CPU")`` (sparse row
+gradients) and both optimizers are the sparse ones run by host kernels (FTRL and LazyAdam
+with ``target = "CPU"``).
 """
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.common.initializer import Uniform
 from mindspore.train import Metric
+from omegaconf import DictConfig
 
 from ms_exp.placement.tables import Placement
 
@@ -60,7 +59,7 @@ class WideDeepModel(nn.Cell):
         layers.append(nn.Dense(width, 1))
         self.deep_layers = nn.SequentialCell(layers)
 
-    def construct(self, ids, weights):
+    def construct(self, ids: Any, weights: Any) -> Tuple[Any, Any]:
         mask = weights.reshape(-1, self.field_size, 1)
         wide = ops.reduce_sum(self.wide_embedding(ids) * mask, 1) + self.wide_bias
         embeddings = self.deep_embedding(ids) * mask
@@ -85,7 +84,7 @@ class WideDeepLoss(nn.Cell):
         self.l2_coef = l2_coef
         self.log_loss = ops.SigmoidCrossEntropyWithLogits()
 
-    def construct(self, ids, weights, label):
+    def construct(self, ids: Any, weights: Any, label: Any) -> Tuple[Any, Any]:
         logits, embeddings = self.network(ids, weights)
         wide_loss = self.log_loss(logits, label).mean()
         deep_loss = wide_loss + self.l2_coef * ops.reduce_sum(ops.square(embeddings)) / 2
@@ -97,7 +96,7 @@ class _OneLoss(nn.Cell):
         super().__init__(auto_prefix=False)
         self.loss_cell, self.index = loss_cell, index
 
-    def construct(self, ids, weights, label):
+    def construct(self, ids: Any, weights: Any, label: Any) -> Any:
         return self.loss_cell(ids, weights, label)[self.index]
 
 
@@ -150,7 +149,7 @@ class WideDeepTrainStep(nn.Cell):
             self.reduce_wide = nn.DistributedGradReducer(self.wide_params, mean, get_group_size())
             self.reduce_deep = nn.DistributedGradReducer(self.deep_params, mean, get_group_size())
 
-    def construct(self, ids, weights, label):
+    def construct(self, ids: Any, weights: Any, label: Any) -> Tuple[Any, Any]:
         wide_loss, deep_loss = self.loss_cell(ids, weights, label)
         wide_sens = ops.fill(wide_loss.dtype, wide_loss.shape, self.loss_scale)
         deep_sens = ops.fill(deep_loss.dtype, deep_loss.shape, self.loss_scale)
@@ -171,51 +170,48 @@ class WideDeepTrainStep(nn.Cell):
 
 class PredictWithSigmoid(nn.Cell):
     """The eval network: ``(log loss, click probabilities, labels)``, read by ``Model``
-    with eval_indexes [0, 1, 2] (click_metrics)."""
+    with eval_indexes [0, 1, 2] (evaluation)."""
 
     def __init__(self, network: WideDeepModel):
         super().__init__(auto_prefix=False)
         self.network = network
         self.log_loss = ops.SigmoidCrossEntropyWithLogits()
 
-    def construct(self, ids, weights, label):
+    def construct(self, ids: Any, weights: Any, label: Any) -> Tuple[Any, Any, Any]:
         logits, _ = self.network(ids, weights)
         return self.log_loss(logits, label).mean(), ops.sigmoid(logits), label
 
 
-def evaluation(network: WideDeepModel) -> dict:
-    """``Model`` keywords that evaluate ``network`` by AUC and log loss, for training and
-    for ms_exp.eval alike."""
+def evaluation(network: WideDeepModel) -> Dict[str, Any]:
+    """``Model`` keywords that evaluate ``network`` by AUC and log loss (``loss``, as a
+    classifier's), for training and for ms_exp.eval alike."""
     return {
         "eval_network": PredictWithSigmoid(network),
-        "metrics": click_metrics(),
-        "eval_indexes": CLICK_EVAL_INDEXES,
+        "metrics": {"auc": AUC(), "loss": nn.Loss()},
+        "eval_indexes": [0, 1, 2],  # the eval network's [loss, prediction, label]
     }
 
 
 def wide_deep(
-    input_shape,
+    input_shape: Sequence[int],
     vocab_size: int,
     placement: Placement,
     emb_dim: int = 80,
-    deep_layers=(1024, 512, 256, 128),
+    deep_layers: Sequence[int] = (1024, 512, 256, 128),
     keep_prob: float = 1.0,
     init_range: float = 0.01,
 ) -> WideDeepModel:
     """The ``model=wide_deep`` option's target: tables of ``vocab_size`` rows (the option's
     ``vocab_size``, else the dataset's ids) for samples of ``input_shape`` = (fields,)."""
+    field_size = int(input_shape[0])
     return WideDeepModel(
-        vocab_size=vocab_size,
-        field_size=int(input_shape[0]),
-        emb_dim=emb_dim,
-        deep_layers=list(deep_layers),
-        keep_prob=keep_prob,
-        init_range=init_range,
-        placement=placement,
+        vocab_size, field_size, emb_dim, list(deep_layers), keep_prob, init_range, placement
     )
 
 
-def create_train_step(model_cfg, network: WideDeepModel, placement: Placement) -> WideDeepTrainStep:
+def create_train_step(
+    model_cfg: DictConfig, network: WideDeepModel, placement: Placement
+) -> WideDeepTrainStep:
     return WideDeepTrainStep(
         WideDeepLoss(network, model_cfg.l2_coef),
         placement,
@@ -232,18 +228,19 @@ class AUC(Metric):
 
     ``update`` takes the click probabilities and the labels (eval_indexes 1 and 2)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.clear()
 
-    def clear(self):
-        self._probs, self._labels = [], []
+    def clear(self) -> None:
+        self._probs: List[Any] = []
+        self._labels: List[Any] = []
 
-    def update(self, *inputs):
+    def update(self, *inputs: Any) -> None:
         self._probs.append(self._convert_data(inputs[0]).reshape(-1))
         self._labels.append(self._convert_data(inputs[1]).reshape(-1))
 
-    def eval(self):
+    def eval(self) -> float:
         from sklearn.metrics import roc_auc_score
 
         if not self._probs:
@@ -252,13 +249,3 @@ class AUC(Metric):
         if labels.min() == labels.max():  # one class only: the AUC is undefined
             return float("nan")
         return float(roc_auc_score(labels, probs))
-
-
-def click_metrics() -> Dict[str, Metric]:
-    """For an eval network returning (log loss, click probabilities, labels): the mean
-    log loss is ``loss``, as a classifier's."""
-    return {"auc": AUC(), "loss": nn.Loss()}
-
-
-# Model's eval_indexes for such a network: [loss, prediction, label].
-CLICK_EVAL_INDEXES = [0, 1, 2]

@@ -13,9 +13,10 @@ callbacks run on every rank but those set ``rank_zero_only``."""
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from mindspore.train import Callback, LossMonitor
+from omegaconf import DictConfig
 
 from ms_exp.checkpoint.callbacks import (
     BestCheckpoint,
@@ -36,6 +37,8 @@ from ms_exp.config.targets import build
 from ms_exp.data.build import loader_settings
 from ms_exp.search.trial import current_trial, sweep_metric
 from ms_exp.tracking.callback import MlflowMetrics
+from ms_exp.tracking.interface import RunTracker
+from ms_exp.train.context import Runtime
 from ms_exp.train.device_memory import DeviceMemory
 from ms_exp.train.loop_control import StartAtStep, StopOnSignal
 from ms_exp.train.monitors import FitTimeMonitor, LossPartsMonitor
@@ -57,18 +60,18 @@ class FitCallbacks:
 
 
 def create_callbacks(
-    cfg,
-    network,
-    runtime,
+    cfg: DictConfig,
+    network: Any,
+    runtime: Runtime,
     run_dir: Path,
     ckpt_dir: Path,
-    tracker,
+    tracker: RunTracker,
     steps_per_epoch: int,
     start_step: int,
     loss_names: Sequence[str],
     best_metric: str,
-    strategies,
-    already_logged=None,
+    strategies: Any,
+    already_logged: Optional[Mapping[str, int]] = None,
 ) -> FitCallbacks:
     """``already_logged``: the last step of each group of curves the MLflow run has (a
     resumed run's, ms_exp/tracking/logged_steps.py)."""
@@ -89,8 +92,7 @@ def create_callbacks(
         start_step,
         runtime.rank_id,
         sharded=runtime.parallel_mode in SHARDED_MODES and not runtime.emulated,
-        # the metrics of the steps a checkpoint holds
-        # are in MLflow before it exists
+        # the metrics of the steps a checkpoint holds are in MLflow before it exists
         before_save=tracker.flush,
     )
     if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
@@ -120,8 +122,11 @@ def create_callbacks(
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
     if start_step:
         callbacks.insert(0, StartAtStep(start_step))
-    pruning = _report_to_trial(cfg, runtime)
-    if pruning is not None:
+    # A stand-alone job of an Optuna sweep reports to its trial; the ranks of a distributed
+    # job could not agree on when to stop (a pruner is refused for them: search/checks.py).
+    link, pruning = current_trial(), None
+    if link is not None and runtime.group_size == 1:
+        pruning = ReportToTrial(link, sweep_metric(cfg), cfg.trainer.epochs)
         callbacks.append(pruning)
     callbacks.append(
         StopOnSignal(saver, stop_step_file(run_dir) if runtime.group_size > 1 else None)
@@ -129,17 +134,7 @@ def create_callbacks(
     return FitCallbacks(callbacks, metrics, saver, best, pruning)
 
 
-def _report_to_trial(cfg, runtime) -> Optional[ReportToTrial]:
-    """A stand-alone job of an Optuna sweep reports to its trial; the ranks of a distributed
-    job could not agree on when to stop, so a pruner is refused for them before the sweep
-    starts (ms_exp/search/checks.py)."""
-    link = current_trial()
-    if link is None or runtime.group_size > 1:
-        return None
-    return ReportToTrial(link, sweep_metric(cfg), cfg.trainer.epochs)
-
-
-def user_callbacks(trainer_cfg, rank_id: int = 0) -> List[Callback]:
+def user_callbacks(trainer_cfg: DictConfig, rank_id: int = 0) -> List[Callback]:
     """``trainer.callbacks`` of rank ``rank_id``, built in their order: every entry on
     every rank, as MindSpore runs each rank's callbacks, but those set ``rank_zero_only``
     (built on rank 0 alone); an entry set to null is left out."""
@@ -156,7 +151,9 @@ def user_callbacks(trainer_cfg, rank_id: int = 0) -> List[Callback]:
     ]
 
 
-def _snapshots(cfg, network, run_dir: Path, steps_per_epoch: int, tracker) -> WeightSnapshots:
+def _snapshots(
+    cfg: DictConfig, network: Any, run_dir: Path, steps_per_epoch: int, tracker: RunTracker
+) -> WeightSnapshots:
     snapshots = cfg.checkpoint.snapshots
     require(
         snapshots.per_epoch <= steps_per_epoch,

@@ -9,8 +9,10 @@ checkpoints are written (docs/design.md#semi-auto-refused-on-cpu).
 """
 
 from dataclasses import dataclass
+from typing import Any, Dict
 
 import mindspore as ms
+from omegaconf import DictConfig
 
 from ms_exp.config.schema import DEVICE_TARGETS
 from ms_exp.parallel.ranks import environment_device_id
@@ -34,9 +36,9 @@ class Runtime:
     shard_data: bool = False  # each rank reads its own shard of the training set
 
 
-def strategy_ckpt_config(strategy_cfg) -> dict:
+def strategy_ckpt_config(strategy_cfg: DictConfig) -> Dict[str, Any]:
     """``strategy_ckpt_config`` for set_auto_parallel_context; empty paths are left out."""
-    config = {"only_trainable_params": strategy_cfg.only_trainable_params}
+    config: Dict[str, Any] = {"only_trainable_params": strategy_cfg.only_trainable_params}
     for key in ("save_file", "load_file"):
         if strategy_cfg[key]:
             config[key] = strategy_cfg[key]
@@ -47,11 +49,13 @@ def is_emulated(parallel_mode: str, device_target: str) -> bool:
     return parallel_mode in ("semi_auto", "auto") and device_target == "CPU"
 
 
-def auto_parallel_context(parallel_cfg, strategy_cfg, device_target: str) -> dict:
+def auto_parallel_context(
+    parallel_cfg: DictConfig, strategy_cfg: DictConfig, device_target: str
+) -> Dict[str, Any]:
     """Arguments of ``set_auto_parallel_context`` for a distributed ``parallel_cfg``."""
     emulated = is_emulated(parallel_cfg.mode, device_target)
     mode = "data" if emulated else parallel_cfg.mode
-    context = {
+    context: Dict[str, Any] = {
         "parallel_mode": PARALLEL_MODES[mode],
         "gradients_mean": parallel_cfg.gradients_mean,
         "device_num": parallel_cfg.device_num,
@@ -66,7 +70,9 @@ def auto_parallel_context(parallel_cfg, strategy_cfg, device_target: str) -> dic
     return context
 
 
-def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
+def init_env(
+    trainer_cfg: DictConfig, parallel_cfg: DictConfig, strategy_cfg: DictConfig
+) -> Runtime:
     ms.set_seed(trainer_cfg.seed)
     target = trainer_cfg.device_target or "None"
     if target not in DEVICE_TARGETS:  # validate() already refused it; kept as init_env does
@@ -93,14 +99,7 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
             parallel_mode=ms.ParallelMode.STAND_ALONE,
             strategy_ckpt_config=strategy_ckpt_config(strategy_cfg),
         )
-        return Runtime(
-            device_target=target,
-            mode=mode,
-            device_id=device_id,
-            rank_id=0,
-            group_size=1,
-            parallel_mode="stand_alone",
-        )
+        return Runtime(target, mode, device_id, 0, 1, "stand_alone")
 
     from mindspore.communication import get_group_size, get_rank, init
 
@@ -125,16 +124,9 @@ def init_env(trainer_cfg, parallel_cfg, strategy_cfg) -> Runtime:
             ),
             flush=True,
         )
-    full_batch = (
+    shard_data = not (
         parallel_cfg.mode in ("semi_auto", "auto") and parallel_cfg.full_batch and not emulated
     )
     return Runtime(
-        device_target=target,
-        mode=mode,
-        device_id=device_id,
-        rank_id=get_rank(),
-        group_size=group_size,
-        parallel_mode=parallel_cfg.mode,
-        emulated=emulated,
-        shard_data=not full_batch,
+        target, mode, device_id, get_rank(), group_size, parallel_cfg.mode, emulated, shard_data
     )

@@ -10,6 +10,8 @@ device. On CPU MindSpore 2.10 always answers 0 (docs/design.md#device-memory-on-
 is logged there.
 """
 
+from typing import Any, Dict
+
 from mindspore.train import Callback
 
 from ms_exp.tracking.interface import RunTracker
@@ -17,7 +19,7 @@ from ms_exp.tracking.interface import RunTracker
 MIB = 2**20
 
 
-def device_memory_mb() -> dict:
+def device_memory_mb() -> Dict[str, float]:
     """MindSpore's figures for the current device, in MiB."""
     from mindspore import runtime
 
@@ -31,12 +33,12 @@ def device_memory_mb() -> dict:
 class DeviceMemory(Callback):
     """Logs :func:`device_memory_mb` at the end of every epoch, except on CPU."""
 
-    def __init__(self, tracker: RunTracker, device_target: str):
+    def __init__(self, tracker: RunTracker, device_target: str) -> None:
         super().__init__()
         self.tracker = tracker
         self.enabled = device_target != "CPU"
 
-    def on_train_epoch_end(self, run_context):
+    def on_train_epoch_end(self, run_context: Any) -> None:
         if not self.enabled:
             return
         try:

@@ -12,7 +12,7 @@ checkpoint group, best.ckpt, LossMonitor, resume and MLflow logging are shared w
 ``trainer.loop=model``.
 """
 
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 from mindspore import nn, ops
@@ -36,20 +36,13 @@ class TrainState(nn.Cell):
         self.optimizer = optimizer
 
 
-def gradient_reducer(weights):
-    """The tutorial's get_grad_reducer: all-reduce (mean) the gradients when distributed."""
-    if ms.get_auto_parallel_context("parallel_mode") == ms.ParallelMode.STAND_ALONE:
-        return ops.identity
-    return nn.DistributedGradReducer(weights)
-
-
 class FunctionalTrainer:
     def __init__(
         self,
         network: nn.Cell,
         loss_parts: nn.Cell,
         optimizer: nn.Optimizer,
-        scaler,
+        scaler: Any,
         skip_overflow: bool,
         metrics: Dict[str, Metric],
         report_scale: bool = False,
@@ -65,21 +58,23 @@ class FunctionalTrainer:
         self.value_and_grad = ms.value_and_grad(
             self.forward_fn, None, weights=self.weights, has_aux=True
         )
-        self.grad_reducer = gradient_reducer(self.weights)
+        # The tutorial's get_grad_reducer: all-reduce (mean) the gradients when distributed.
+        alone = ms.get_auto_parallel_context("parallel_mode") == ms.ParallelMode.STAND_ALONE
+        self.grad_reducer = ops.identity if alone else nn.DistributedGradReducer(self.weights)
         self.train_network = TrainState(network, optimizer)
         self.overflow_steps = 0
         # Give the callbacks each step's overflow and scale (``loss_scale_state``), as
         # Model's loss-scale cell does in its outputs.
         self.report_scale = report_scale
 
-    def forward_fn(self, inputs, labels):
+    def forward_fn(self, inputs: Any, labels: Any) -> Tuple[Any, ...]:
         """The first output is the one differentiated: the scaled total loss."""
         logits = self.network(inputs).astype(ms.float32)
         losses = self.loss_parts(logits, labels)
         return (self.scaler.scale(losses[0]),) + losses[1:]
 
     @ms.jit
-    def train_single(self, inputs, labels):
+    def train_single(self, inputs: Any, labels: Any) -> Tuple[Any, Any, Any]:
         # The scale this step uses, computed into a tensor of its own: the Parameter itself,
         # returned, would be read after adjust() has set the next step's.
         scale = ops.abs(self.scaler.scale_value)
@@ -100,8 +95,8 @@ class FunctionalTrainer:
     def fit(
         self,
         epochs: int,
-        train_set,
-        eval_set=None,
+        train_set: Any,
+        eval_set: Optional[Any] = None,
         valid_frequency: int = 1,
         callbacks: Sequence[Callback] = (),
         dataset_sink_mode: bool = False,
@@ -164,13 +159,13 @@ class FunctionalTrainer:
             done = "skipped" if self.skip_overflow else "applied all the same"
             print(f"{self.overflow_steps} steps had gradients that overflowed: {done}", flush=True)
 
-    def eval(self, eval_set, dataset_sink_mode: bool = False) -> dict:
+    def eval(self, eval_set: Any, dataset_sink_mode: bool = False) -> Dict[str, Any]:
         """``Model.eval`` for this loop: the metrics over ``eval_set``."""
         params = _InternalCallbackParam(cur_step_num=0, batch_num=0, net_outputs=None)
         self._evaluate(eval_set, params, [])
         return params.metrics
 
-    def _evaluate(self, eval_set, params, callbacks: List[Callback]) -> None:
+    def _evaluate(self, eval_set: Any, params: Any, callbacks: List[Callback]) -> None:
         """The tutorial's evaluation after each epoch, reported to the callbacks as
         Model.fit reports its own (``eval_results``: the metrics and ``eval_loss``)."""
         saved = {key: params[key] for key in ("cur_step_num", "batch_num", "net_outputs")}

@@ -14,12 +14,15 @@ The Parameter is held by a plain object, not a Cell attribute, so it stays out o
 network's parameters and of every checkpoint (docs/design.md#grad-norm-probe).
 """
 
+from typing import Any
+
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, ops
+from omegaconf import DictConfig
 
 
-def grad_norm_enabled(tracking_cfg) -> bool:
+def grad_norm_enabled(tracking_cfg: DictConfig) -> bool:
     """``tracking.log_grad_norm`` where there is a run to log it in."""
     return bool(tracking_cfg.log_grad_norm) and bool(tracking_cfg.enabled)
 
@@ -27,7 +30,7 @@ def grad_norm_enabled(tracking_cfg) -> bool:
 class GradNormProbe:
     """Where the optimizer leaves the last step's norm."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.value = Parameter(Tensor(0.0, ms.float32), name="grad_norm", requires_grad=False)
 
     def read(self) -> float:
@@ -40,7 +43,7 @@ class _StoresGradNorm:
     loss_scale: float  # the optimizer's
     grad_norm_probe: GradNormProbe
 
-    def construct(self, gradients):
+    def construct(self, gradients: Any) -> Any:
         squares = [ops.reduce_sum(ops.square(g.astype(ms.float32))) for g in gradients]
         norm = ops.sqrt(ops.addn(squares)) / self.loss_scale
         stored = ops.assign(self.grad_norm_probe.value, norm)
@@ -49,7 +52,7 @@ class _StoresGradNorm:
         return ops.depend(super(_StoresGradNorm, self).construct(gradients), stored)  # type: ignore[misc]
 
 
-def store_grad_norm(optimizer) -> GradNormProbe:
+def store_grad_norm(optimizer: Any) -> GradNormProbe:
     """Make ``optimizer`` store each step's gradient norm; the probe to read it from."""
     cls = type(optimizer)
     optimizer.__class__ = type(cls.__name__, (_StoresGradNorm, cls), {"__module__": cls.__module__})

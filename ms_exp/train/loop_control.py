@@ -2,10 +2,11 @@
 step after its checkpoint, an interrupted one stops at a step boundary with a checkpoint."""
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from mindspore.train import Callback
 
+from ms_exp.checkpoint.callbacks import TimedModelCheckpoint
 from ms_exp.tracking.lifecycle import StepBoundary, Terminated
 from ms_exp.train.stop_step import agreed_stop_step, propose_stop_step
 
@@ -19,7 +20,7 @@ class StartAtStep(Callback):
         super().__init__()
         self.step = step
 
-    def on_train_begin(self, run_context):
+    def on_train_begin(self, run_context: Any) -> None:
         run_context.original_args().cur_step_num = self.step
 
 
@@ -32,16 +33,18 @@ class StopOnSignal(Callback):
     With ``stop_file`` (a distributed job) the ranks stop after the step they agree on there
     (ms_exp/train/stop_step.py), one after the signal, also a rank that saw no signal."""
 
-    def __init__(self, saver=None, stop_file: Optional[Path] = None):
+    def __init__(
+        self, saver: Optional[TimedModelCheckpoint] = None, stop_file: Optional[Path] = None
+    ):
         super().__init__()
         self.saver = saver
         self.stop_file = stop_file
         self.stop_at: Optional[int] = None
 
-    def on_train_begin(self, run_context):
+    def on_train_begin(self, run_context: Any) -> None:
         StepBoundary.armed = True
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         if self.stop_file is None:
             if StepBoundary.pending:
                 self._stop(run_context)
@@ -55,13 +58,13 @@ class StopOnSignal(Callback):
         if self.stop_at is not None and step >= self.stop_at:
             self._stop(run_context)
 
-    def on_train_end(self, run_context):
+    def on_train_end(self, run_context: Any) -> None:
         # A signal during the last evaluation: the final checkpoint is written by now.
         if StepBoundary.pending or self.stop_at is not None:
             self._stop(run_context)
         StepBoundary.reset()
 
-    def _stop(self, run_context) -> None:
+    def _stop(self, run_context: Any) -> None:
         message = (
             StepBoundary.pending
             or f"another rank received a signal: all stop after step {self.stop_at}"

@@ -4,21 +4,31 @@ Trainer (ms_exp/train/functional.py), both built from the same network, loss, op
 
 import os
 from pathlib import Path
-from typing import Tuple
+from typing import Any, Dict, Tuple
+
+from omegaconf import DictConfig
 
 from ms_exp.config.amp import needs_overflow_check
-from ms_exp.train.losses import TOTAL, create_loss_parts, create_training_loss, part_names
+from ms_exp.config.schema import loss_parts
+from ms_exp.train.losses import TOTAL, create_loss_parts, create_training_loss
 
 
-def loss_names(cfg) -> Tuple[str, ...]:
+def loss_names(cfg: DictConfig) -> Tuple[str, ...]:
     """Names of the values a train step reports when there are several: the total first.
     Model's TrainOneStepCell reports the total only."""
     if cfg.trainer.loop.value == "functional" and cfg.loss.parts:
-        return (TOTAL, *part_names(cfg.loss))
+        return (TOTAL, *loss_parts(cfg.loss))
     return ()
 
 
-def create_loop(cfg, network, optimizer, metrics, num_classes: int, rewrite_dir: Path):
+def create_loop(
+    cfg: DictConfig,
+    network: Any,
+    optimizer: Any,
+    metrics: Dict[str, Any],
+    num_classes: int,
+    rewrite_dir: Path,
+) -> Any:
     """``Model(network, loss_fn, optimizer, metrics, amp_level, ...)`` or the functional
     Trainer; either has ``train_network`` and ``fit``."""
     # amp level O1 rewrites the network's source into ./rewritten_network (MindSpore's
@@ -35,7 +45,9 @@ def create_loop(cfg, network, optimizer, metrics, num_classes: int, rewrite_dir:
         os.chdir(before)
 
 
-def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
+def _create_loop(
+    cfg: DictConfig, network: Any, optimizer: Any, metrics: Dict[str, Any], num_classes: int
+) -> Any:
     from ms_exp.train.precision import model_arguments
 
     if cfg.trainer.loop.value == "model":
@@ -68,7 +80,7 @@ def _create_loop(cfg, network, optimizer, metrics, num_classes: int):
     )
 
 
-def fit_arguments(trainer_cfg, device_target: str) -> dict:
+def fit_arguments(trainer_cfg: DictConfig, device_target: str) -> Dict[str, Any]:
     """``dataset_sink_mode``/``sink_size`` for ``fit``. The CPU has no sink mode: MindSpore
     trains without it but keeps ``sink_size`` as the epoch's length for the callbacks while
     the epoch runs over the whole dataset (step numbers in the logs go wrong), so on CPU

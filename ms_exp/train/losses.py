@@ -7,10 +7,11 @@ loss2``: the loss is the weighted sum, and each part is reported on its own
 A built-in name is a ``_target_`` config (``NAMED_LOSSES``) built by the same path as a
 user's target (``ms_exp.config.targets.build``)."""
 
-from typing import Tuple
+from typing import Any, Sequence
 
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
+from omegaconf import DictConfig
 
 from ms_exp.config.schema import LOSS_TARGET, LossConfig, LossPart, loss_own_keys, loss_parts
 from ms_exp.config.targets import TARGET, build, target_path
@@ -53,23 +54,20 @@ class CrossEntropySmooth(nn.LossBase):
         self.off_value = Tensor(smooth_factor / (num_classes - 1), mstype.float32)
         self.ce = nn.SoftmaxCrossEntropyWithLogits(sparse=False, reduction=reduction)
 
-    def construct(self, logits, labels):
+    def construct(self, logits: Any, labels: Any) -> Any:
         target = ops.one_hot(labels, logits.shape[1], self.on_value, self.off_value)
         return self.ce(logits, target)
 
 
-def create_loss(cfg, num_classes: int, key: str = "loss") -> nn.Cell:
+def create_loss(cfg: DictConfig, num_classes: int, key: str = "loss") -> nn.Cell:
     """The loss ``cfg`` names (``loss``, or the part ``key``, ``loss.parts.<name>``) for
     ``num_classes``: the user's ``_target_`` with its own arguments, else the built-in of
     ``cfg.name``."""
-    if target_path(cfg) is None:
-        node, own = NAMED_LOSSES[cfg.name.value](cfg), ()
-    else:
-        node, own = cfg, loss_own_keys(cfg, LossConfig if key == "loss" else LossPart)
+    user = target_path(cfg) is not None
     return build(
         key,
-        node,
-        own_keys=own,
+        cfg if user else NAMED_LOSSES[cfg.name.value](cfg),
+        own_keys=loss_own_keys(cfg, LossConfig if key == "loss" else LossPart) if user else (),
         provided={"num_classes": num_classes},
         expected=(nn.Cell,),
         expected_text=LOSS_TARGET,
@@ -80,12 +78,12 @@ class LossParts(nn.Cell):
     """``(total, part_1, ..., part_n)`` of ``(logits, labels)``; total = sum of
     weight_i * part_i. The parts are reported unweighted."""
 
-    def __init__(self, parts, weights):
+    def __init__(self, parts: Sequence[Any], weights: Sequence[float]):
         super().__init__()
         self.parts = nn.CellList(parts)
         self.weights = tuple(float(w) for w in weights)
 
-    def construct(self, logits, labels):
+    def construct(self, logits: Any, labels: Any) -> Any:
         values = ()  # type: tuple
         for part in self.parts:
             values = values + (part(logits, labels),)
@@ -103,15 +101,11 @@ class TotalLoss(nn.Cell):
         super().__init__()
         self.parts = parts
 
-    def construct(self, logits, labels):
+    def construct(self, logits: Any, labels: Any) -> Any:
         return self.parts(logits, labels)[0]
 
 
-def part_names(loss_cfg) -> Tuple[str, ...]:
-    return tuple(loss_parts(loss_cfg))
-
-
-def create_loss_parts(loss_cfg, num_classes: int) -> LossParts:
+def create_loss_parts(loss_cfg: DictConfig, num_classes: int) -> LossParts:
     """Every configured part; without ``loss.parts``, the one loss of the section."""
     parts = loss_parts(loss_cfg)
     if not parts:
@@ -122,7 +116,7 @@ def create_loss_parts(loss_cfg, num_classes: int) -> LossParts:
     )
 
 
-def create_training_loss(loss_cfg, num_classes: int) -> nn.Cell:
+def create_training_loss(loss_cfg: DictConfig, num_classes: int) -> nn.Cell:
     """The ``loss_fn`` of ``Model``: the configured loss, or the weighted sum of its parts."""
     if not loss_parts(loss_cfg):
         return create_loss(loss_cfg, num_classes)

@@ -6,6 +6,7 @@ from typing import Dict
 
 from mindspore import nn
 from mindspore.train import Metric
+from omegaconf import DictConfig
 
 from ms_exp.config.schema import METRIC_TARGET
 from ms_exp.config.targets import build
@@ -18,22 +19,18 @@ def classification_metrics(num_classes: int) -> Dict[str, Metric]:
     return metrics
 
 
-def user_metrics(trainer_cfg, num_classes: int) -> Dict[str, Metric]:
-    """``trainer.metrics``: each updated with (logits, labels) as the classification ones;
-    ``num_classes`` passed when the signature names it. An entry set to null is left out."""
-    return {
-        str(name): build(
-            f"trainer.metrics.{name}",
-            node,
-            provided={"num_classes": num_classes},
-            expected=(Metric,),
-            expected_text=METRIC_TARGET,
-        )
-        for name, node in (trainer_cfg.metrics or {}).items()
-        if node is not None
-    }
-
-
-def eval_metrics(cfg, num_classes: int) -> Dict[str, Metric]:
-    """The classification metrics and the user's (a user's of the same name wins)."""
-    return {**classification_metrics(num_classes), **user_metrics(cfg.trainer, num_classes)}
+def eval_metrics(cfg: DictConfig, num_classes: int) -> Dict[str, Metric]:
+    """The classification metrics and the user's ``trainer.metrics`` (a user's of the same
+    name wins), each updated with (logits, labels) as the classification ones and given
+    ``num_classes`` when its signature names it. An entry set to null is left out."""
+    metrics = classification_metrics(num_classes)
+    for name, node in (cfg.trainer.metrics or {}).items():
+        if node is not None:
+            metrics[str(name)] = build(
+                f"trainer.metrics.{name}",
+                node,
+                provided={"num_classes": num_classes},
+                expected=(Metric,),
+                expected_text=METRIC_TARGET,
+            )
+    return metrics

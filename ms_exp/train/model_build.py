@@ -5,11 +5,17 @@ ms_exp's loops (``trainer.loop``) from the configured optimizer, loss, amp and l
 from pathlib import Path
 from typing import Any, Tuple
 
+from omegaconf import DictConfig
+
 from ms_exp.boost.options import boost_option
+from ms_exp.data.spec import DataSpec
 from ms_exp.models.option import ModelBuild
 from ms_exp.models.options import model_option
+from ms_exp.placement.tables import Placement
+from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.learning_rate import LearningRates
 from ms_exp.train.announce import announce_loop
+from ms_exp.train.context import Runtime
 from ms_exp.train.grad_norm import grad_norm_enabled, store_grad_norm
 from ms_exp.train.loops import create_loop
 from ms_exp.train.loops import loss_names as step_loss_names
@@ -20,7 +26,14 @@ from ms_exp.train.precision import optimizer_loss_scale
 
 
 def build_model(
-    cfg, network, placement, spec, runtime, run_dir: Path, tracker, steps_per_epoch: int
+    cfg: DictConfig,
+    network: Any,
+    placement: Placement,
+    spec: DataSpec,
+    runtime: Runtime,
+    run_dir: Path,
+    tracker: RunTracker,
+    steps_per_epoch: int,
 ) -> Tuple[Any, Tuple[str, ...]]:
     """The model to fit and the names of the losses its train step returns (``()``: one)."""
     model_opt = model_option(cfg.model)

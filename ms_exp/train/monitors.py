@@ -2,7 +2,7 @@
 an evaluation inside ``Model.fit`` does not corrupt."""
 
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from mindspore.train import Callback, TimeMonitor
@@ -20,7 +20,7 @@ class LossPartsMonitor(Callback):
         self.names = tuple(names)
         self.per_print_times = per_print_times
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         params = run_context.original_args()
         step_in_epoch = (params.cur_step_num - 1) % params.batch_num + 1
         if params.cur_step_num % self.per_print_times:
@@ -48,12 +48,12 @@ class FitTimeMonitor(TimeMonitor):
 
     epoch_time: float  # TimeMonitor's: when its epoch began (time.time())
 
-    def on_eval_epoch_begin(self, run_context):
+    def on_eval_epoch_begin(self, run_context: Any) -> None:
         train_start = self.epoch_time
         super().on_eval_epoch_begin(run_context)
         self._paused_train_start = train_start
 
-    def on_eval_epoch_end(self, run_context):
+    def on_eval_epoch_end(self, run_context: Any) -> None:
         eval_start = self.epoch_time
         super().on_eval_epoch_end(run_context)
         if hasattr(self, "_paused_train_start"):

@@ -11,10 +11,11 @@ config (``NAMED_OPTIMIZERS``) built by the same path (``ms_exp.config.targets.bu
 """
 
 import math
-from typing import List
+from typing import Any, Dict, List
 
 import numpy as np
 from mindspore import nn
+from omegaconf import DictConfig
 
 from ms_exp.config.schema import (
     OPTIMIZER_REQUIRED,
@@ -25,7 +26,7 @@ from ms_exp.config.schema import (
 from ms_exp.config.targets import TARGET, build, target_path
 
 # optimizer.name -> the ``_target_`` config it stands for. ``optimizer.momentum`` reaches
-# every target whose signature names it but sgd's: plain SGD, as before targets.
+# every target whose signature names it but sgd's (plain SGD).
 NAMED_OPTIMIZERS = {
     "sgd": {TARGET: "mindspore.nn.SGD", "momentum": 0.0},
     "momentum": {TARGET: "mindspore.nn.Momentum"},
@@ -37,23 +38,15 @@ NAMED_OPTIMIZERS = {
 NO_DECAY_NAMES = ("beta", "gamma", "bias")
 
 
-def learning_rates(cfg, steps_per_epoch: int, epochs: int) -> List[float]:
+def learning_rates(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> List[float]:
     """One learning rate per step of the schedule, as the model zoo's
     ``get_lr(lr_init, lr_end=min_lr, lr_max=lr, warmup_epochs,
-    total_epochs=decay_epochs or epochs, steps_per_epoch, lr_decay_mode=schedule)``.
+    total_epochs=decay_epochs or epochs, steps_per_epoch, lr_decay_mode=schedule)``;
+    ``constant`` (the cosine's warmup, then ``lr``) has no model zoo counterpart. The cosine
+    ends near 0 whatever min_lr (validation refuses a min_lr it ignores).
 
     With ``decay_epochs`` beyond ``epochs`` (the tutorial trains 70 epochs of a 90-epoch
-    schedule) the list covers the whole schedule; training reads the first steps of it.
-    Step ``i`` of ``total`` (``warmup`` of them warming up, ``lr_init`` null: ``min_lr``):
-
-    - linear: ``lr_init + (lr - lr_init) * i / warmup`` during warmup (it starts at
-      lr_init), then ``lr - (lr - min_lr) * (i - warmup) / (total - warmup)``;
-    - cosine: ``lr_init + (lr - lr_init) * (i + 1) / warmup`` during warmup (it ends at lr),
-      then the model zoo's cosine damped by a linear decay,
-      ``lr * ((total - i) / (total - warmup) * (1 + cos(0.94 * pi * i / (total - warmup))) / 2
-      + 1e-5)``, which ends near 0 whatever min_lr (validation refuses a min_lr it ignores);
-    - constant: the cosine's warmup, then ``lr`` (no model zoo counterpart).
-    """
+    schedule) the list covers the whole schedule; training reads the first steps of it."""
     total = steps_per_epoch * (cfg.decay_epochs or epochs)
     warmup = steps_per_epoch * cfg.warmup_epochs
     lr_max, lr_end = cfg.lr, cfg.min_lr
@@ -77,7 +70,7 @@ def learning_rates(cfg, steps_per_epoch: int, epochs: int) -> List[float]:
     return rates
 
 
-def parameter_groups(network: nn.Cell, weight_decay: float) -> list:
+def parameter_groups(network: nn.Cell, weight_decay: float) -> List[Dict[str, Any]]:
     """The model zoo's ``init_group_params``: weight decay on every trainable parameter but
     batch norm's and the biases, and ``order_params`` keeping the network's order (the
     optimizer state, and so the checkpoint, lists parameters as without groups)."""
@@ -92,8 +85,8 @@ def parameter_groups(network: nn.Cell, weight_decay: float) -> list:
 
 
 def create_optimizer(
-    cfg, network: nn.Cell, steps_per_epoch: int, epochs: int, loss_scale: float = 1.0
-):
+    cfg: DictConfig, network: nn.Cell, steps_per_epoch: int, epochs: int, loss_scale: float = 1.0
+) -> Any:
     """The optimizer of ``network``'s trainable parameters. ``loss_scale``: the fixed loss
     scale the gradients arrive multiplied by (``FixedLossScaleManager`` with
     ``drop_overflow_update=False`` leaves the division to the optimizer, as the tutorial's
@@ -122,11 +115,11 @@ def create_optimizer(
     )
 
 
-def optimizer_arguments(cfg, params, lr, loss_scale: float) -> dict:
+def optimizer_arguments(cfg: DictConfig, params: Any, lr: Any, loss_scale: float) -> Dict[str, Any]:
     """ms_exp's values for the optimizer: ``params`` and ``learning_rate`` always; the
     rest when the target's signature names them. With parameter groups the groups carry
     the weight decay."""
-    arguments = {
+    arguments: Dict[str, Any] = {
         "params": params,
         "learning_rate": lr,
         "momentum": cfg.momentum,

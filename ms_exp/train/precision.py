@@ -8,10 +8,14 @@ loss_scale_manager), as stage one of the dimension-reduction tutorial does;
 MindSpore is imported by the functions that build something.
 """
 
+from typing import Any, Dict
+
+from omegaconf import DictConfig
+
 from ms_exp.config.amp import needs_overflow_check
 
 
-def model_arguments(amp_cfg) -> dict:
+def model_arguments(amp_cfg: DictConfig) -> Dict[str, Any]:
     """``Model`` keyword arguments. ``loss_scale: none`` is passed as ``None`` explicitly:
     left out, amp_level O2 would bring MindSpore's default DynamicLossScaleManager."""
     from mindspore.train import DynamicLossScaleManager, FixedLossScaleManager
@@ -27,13 +31,13 @@ def model_arguments(amp_cfg) -> dict:
         )
     else:
         manager = None
-    arguments = {"amp_level": amp_cfg.level.value, "loss_scale_manager": manager}
+    arguments: Dict[str, Any] = {"amp_level": amp_cfg.level.value, "loss_scale_manager": manager}
     if amp_cfg.keep_batchnorm_fp32 is not None:
         arguments["keep_batchnorm_fp32"] = amp_cfg.keep_batchnorm_fp32
     return arguments
 
 
-def optimizer_loss_scale(amp_cfg, loop: str) -> float:
+def optimizer_loss_scale(amp_cfg: DictConfig, loop: str) -> float:
     """The optimizer's ``loss_scale``: with a fixed scale and no overflow check, Model's
     TrainOneStepCell scales the gradients and the optimizer divides them again (the
     tutorial's ``Momentum(..., loss_scale=1024)``). Everywhere else the scaled step itself
@@ -42,14 +46,12 @@ def optimizer_loss_scale(amp_cfg, loop: str) -> float:
     return amp_cfg.loss_scale_value if loop == "model" and fixed_without_check else 1.0
 
 
-def cast_network(network, amp_cfg):
+def cast_network(network: Any, amp_cfg: DictConfig) -> Any:
     """The functional loop's network, cast exactly as ``Model`` casts it for the same
     ``amp`` section: MindSpore's own step of ``build_train_network`` (O1 by the white list,
     O2/O3 float16 with batch norm kept float32, its output cast back to float16, where
-    keep_batchnorm_fp32 says so). It is private to mindspore.train.amp; a copy of it
-    missed that output cast and trained a ResNet at O2 differently from Model (float32
-    residual additions). The network's outputs are cast to float32 by the caller, as
-    Model's loss cell does."""
+    keep_batchnorm_fp32 says so), private to mindspore.train.amp. The network's outputs are
+    cast to float32 by the caller, as Model's loss cell does."""
     from mindspore.train.amp import _auto_mixed_precision_process, _config_level
 
     level = amp_cfg.level.value
@@ -59,7 +61,7 @@ def cast_network(network, amp_cfg):
     return _auto_mixed_precision_process(network, config, level)
 
 
-def loss_scaler(amp_cfg):
+def loss_scaler(amp_cfg: DictConfig) -> Any:
     """The functional loop's loss scaler; ``none`` is the tutorial's StaticLossScaler(1)."""
     from mindspore.amp import DynamicLossScaler, StaticLossScaler
 

@@ -1,7 +1,7 @@
 """A job of an Optuna sweep reports its eval metric to its trial after every epoch, and
 stops at the end of the epoch after which the study's pruner prunes it."""
 
-from typing import Optional
+from typing import Any, Optional
 
 from mindspore.train import Callback
 
@@ -22,7 +22,7 @@ class ReportToTrial(Callback):
         self.metric = metric
         self.pruned_epoch: Optional[int] = None
 
-    def on_train_epoch_end(self, run_context):
+    def on_train_epoch_end(self, run_context: Any) -> None:
         params = run_context.original_args()
         results = {
             f"eval/{name}": float(value)

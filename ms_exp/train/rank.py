@@ -8,6 +8,7 @@ config is known to be good.
 """
 
 from pathlib import Path
+from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
@@ -20,23 +21,24 @@ from ms_exp.data.options import dataset_name
 from ms_exp.models import create_network
 from ms_exp.models.options import model_option
 from ms_exp.placement.tables import create_placement
+from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.lifecycle import StepBoundary
 from ms_exp.tracking.run_folder import write_run_record
 from ms_exp.train.announce import announce_placement
-from ms_exp.train.callbacks import create_callbacks
-from ms_exp.train.context import init_env
+from ms_exp.train.callbacks import FitCallbacks, create_callbacks
+from ms_exp.train.context import Runtime, init_env
 from ms_exp.train.loops import fit_arguments
 from ms_exp.train.model_build import build_model
 from ms_exp.train.result import JobResult
 
 
-def train_in_process(cfg: DictConfig, run_dir: Path, tracker) -> JobResult:
+def train_in_process(cfg: DictConfig, run_dir: Path, tracker: RunTracker) -> JobResult:
     """A stand-alone job: this process is its only rank."""
     runtime = init_env(cfg.trainer, cfg.parallel, cfg.checkpoint.strategy)
     return train(cfg, run_dir, tracker, runtime)
 
 
-def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
+def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime) -> JobResult:
     """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
     tracker.set_tags(
         {
@@ -56,15 +58,9 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
         flush=True,
     )
     if shard.num_shards > 1 and runtime.rank_id == 0:
-        print(
-            global_batch_note(
-                shard.num_shards,
-                loader_settings(cfg.dataset)["batch_size"],
-                steps_per_epoch,
-                spec.train_size,
-            ),
-            flush=True,
-        )
+        batch = loader_settings(cfg.dataset)["batch_size"]
+        note = global_batch_note(shard.num_shards, batch, steps_per_epoch, spec.train_size)
+        print(note, flush=True)
 
     option = model_option(cfg.model)
     placement = create_placement(cfg.placement)
@@ -152,7 +148,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker, runtime) -> JobResult:
     )
 
 
-def _evaluation_missing(start_step: int, steps_per_epoch: int, logged) -> bool:
+def _evaluation_missing(start_step: int, steps_per_epoch: int, logged: Mapping[str, int]) -> bool:
     """Whether the checkpoint resumed from ends an epoch whose evaluation is not in the run:
     the job was killed after the epoch's last checkpoint, before or while evaluating (a
     resumed ``Model.fit`` starts with the next epoch, and without one more epoch to train
@@ -161,7 +157,9 @@ def _evaluation_missing(start_step: int, steps_per_epoch: int, logged) -> bool:
     return ends_epoch and logged.get("eval", -1) < start_step
 
 
-def _evaluate_epoch(model, eval_set, fit, step: int, steps_per_epoch: int) -> None:
+def _evaluate_epoch(
+    model: Any, eval_set: Any, fit: FitCallbacks, step: int, steps_per_epoch: int
+) -> None:
     epoch = step // steps_per_epoch
     print(f"epoch {epoch} was not evaluated before the run stopped: evaluating it now", flush=True)
     results = model.eval(eval_set, dataset_sink_mode=False)
