@@ -1,24 +1,25 @@
 """Runs left RUNNING by processes that are gone, ended KILLED by the next sweep.
 
-A job or sweep killed with its whole process group (SIGKILL: no handler runs) leaves its
-MLflow run RUNNING. Whether its process is gone is told by its folder: a job holds its run
-folder's lock, and a sweep's launching process its sweep folder's, for as long as it lives
-(ms_exp/tracking/run_folder.py); the kernel drops the lock with the process. So a RUNNING run
-whose folder is on this machine with its lock free has nobody left to end it. Runs whose
-folder is elsewhere (another host's disk) are left alone: their process may be alive.
+A job or sweep killed with SIGKILL leaves its MLflow run RUNNING. A job holds its run
+folder's lock, and a sweep its sweep folder's, for as long as it lives (run_folder.py): a
+RUNNING run whose folder is on this machine with its lock free has nobody left to end it.
+Runs whose folder is elsewhere are left alone: their process may be alive.
 """
 
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from ms_exp.tracking.run_folder import folder_in_use
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 ENDED_BY_TAG = "ms_exp.ended_by"
 ABANDONED = "its process ended without ending the run (killed?); ended by a later command"
 FOLDER_TAGS = ("ms_exp.sweep.dir", "ms_exp.run_dir")
 
 
-def end_abandoned_runs(client, experiment_id: str) -> List[str]:
+def end_abandoned_runs(client: "MlflowClient", experiment_id: str) -> List[str]:
     """End KILLED the experiment's RUNNING runs whose process is gone; their ids."""
     ended = []
     for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'"):

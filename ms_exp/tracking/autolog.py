@@ -18,8 +18,10 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from types import FrameType
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
 
 import mlflow
 from mlflow.utils.autologging_utils import (
@@ -30,7 +32,7 @@ from mlflow.utils.autologging_utils import (
 )
 
 from ms_exp.tracking.callback import MlflowMetrics
-from ms_exp.tracking.lifecycle import Terminated
+from ms_exp.tracking.lifecycle import Terminated, ending_tags
 from ms_exp.tracking.tracker import Tracker
 
 FLAVOR = "mindspore"
@@ -74,12 +76,12 @@ def autolog(
         safe_patch(FLAVOR, Model, method, _patched(method), manage_run=False)
 
 
-def _config(key: str):
+def _config(key: str) -> Any:
     return get_autologging_config(FLAVOR, key, None)
 
 
-def _patched(method: str):
-    def patch(original, self, *args, **kwargs):
+def _patched(method: str) -> Callable[..., Any]:
+    def patch(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(_active, "depth", 0):
             return original(self, *args, **kwargs)
         _active.depth = 1
@@ -91,13 +93,22 @@ def _patched(method: str):
     return patch
 
 
-def _record(original, method: str, model, args, kwargs):
+def _record(
+    original: Callable[..., Any],
+    method: str,
+    model: Any,
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+) -> Any:
     bound = inspect.signature(original).bind(model, *args, **kwargs)
     bound.apply_defaults()
     arguments = bound.arguments
     started = time.time()
     session = _Session.open(model, method, arguments)
-    user_callbacks = _as_list(arguments.get("callbacks"))
+    given = arguments.get("callbacks")
+    user_callbacks = (
+        list(given) if isinstance(given, (list, tuple)) else [given] if given is not None else []
+    )
     arguments["callbacks"] = user_callbacks + [session.callback]
     status = "FAILED"
     error: Optional[BaseException] = None
@@ -119,11 +130,13 @@ def _record(original, method: str, model, args, kwargs):
 class _Session:
     """One train/fit call's run: its tracker, callback, system-metrics monitor."""
 
-    def __init__(self, tracker: Tracker, owned: bool, callback, monitor):
+    def __init__(
+        self, tracker: Tracker, owned: bool, callback: "_AutologMetrics", monitor: Optional[Any]
+    ) -> None:
         self.tracker, self.owned, self.callback, self.monitor = tracker, owned, callback, monitor
 
     @classmethod
-    def open(cls, model, method: str, arguments: Dict[str, Any]) -> "_Session":
+    def open(cls, model: Any, method: str, arguments: Dict[str, Any]) -> "_Session":
         active = mlflow.active_run()
         if active is not None:
             client = mlflow.MlflowClient(mlflow.get_tracking_uri())
@@ -131,7 +144,8 @@ class _Session:
         else:
             tracker = _new_run(model, method)
         try:
-            batch_size = _batch_size(arguments["train_dataset"])
+            size = _safe(arguments["train_dataset"].get_batch_size)
+            batch_size = int(size) if size is not None else None
             tracker.log_params(_params(model, method, arguments, batch_size))
             every = max(1, int(_config("log_every_n_steps") or 1))
             callback = _AutologMetrics(
@@ -146,7 +160,7 @@ class _Session:
         return cls(tracker, active is None, callback, monitor)
 
     def close(
-        self, status: str, error: Optional[BaseException], callbacks: List, started: float
+        self, status: str, error: Optional[BaseException], callbacks: List[Any], started: float
     ) -> None:
         """Everything here is best effort: the training's own exception must come out
         unchanged, and a logging failure must not replace a training that succeeded."""
@@ -156,7 +170,7 @@ class _Session:
                 if _config("log_checkpoints")
                 else None
             ),
-            lambda: self.tracker.set_tags(_ending_tags(status, error)),
+            lambda: self.tracker.set_tags(ending_tags(status, error)),
             lambda: self.monitor.finish() if self.monitor is not None else None,
             lambda: self.tracker.finish(status) if self.owned else self.tracker.flush(),
         ]
@@ -165,29 +179,20 @@ class _Session:
                 step()
             except Exception as failure:  # noqa: BLE001 - logged, training's outcome stands
                 _logger.warning("ms_exp.autolog: could not complete the MLflow run: %s", failure)
-        # Where the run went, as ms_exp.run says it (MLflow's autolog says so only for a
-        # tracking server).
-        if self.owned:
-            self._say_where(status)
+        if self.owned:  # where the run went (MLflow's autolog says so only for a server)
+            from ms_exp.tracking.ui_links import ui_lines
 
-    def _say_where(self, status: str) -> None:
-        from ms_exp.tracking.ui_links import ui_lines
-
-        tracker = self.tracker
-        uri = tracker.client.tracking_uri
-        print(
-            "\n".join(
-                [
-                    f"ms_exp.autolog: MLflow run {tracker.run_id} (experiment "
-                    f"{tracker.experiment_id}, {status}) in {uri}",
-                    *ui_lines(uri, tracker.experiment_id, tracker.run_id),
-                ]
-            ),
-            flush=True,
-        )
+            tracker, uri = self.tracker, self.tracker.client.tracking_uri
+            print(
+                f"ms_exp.autolog: MLflow run {tracker.run_id} (experiment "
+                f"{tracker.experiment_id}, {status}) in {uri}",
+                *ui_lines(uri, tracker.experiment_id, tracker.run_id),
+                sep="\n",
+                flush=True,
+            )
 
 
-def _new_run(model, method: str) -> Tracker:
+def _new_run(model: Any, method: str) -> Tracker:
     from mlflow.tracking.fluent import _get_experiment_id
 
     from ms_exp.tracking.store import ensure_experiment
@@ -217,7 +222,7 @@ class _AutologMetrics(MlflowMetrics, metaclass=ExceptionSafeClass):
     fails (ExceptionSafeClass wraps the methods defined here), and quiet: a user's script
     prints what it prints, not ms_exp's per-epoch throughput line."""
 
-    def on_train_begin(self, run_context):
+    def on_train_begin(self, run_context: Any) -> None:
         super().on_train_begin(run_context)
         optimizer = run_context.original_args().optimizer
         if self._learning_rates is None and optimizer is not None:
@@ -226,21 +231,21 @@ class _AutologMetrics(MlflowMetrics, metaclass=ExceptionSafeClass):
 
             self._learning_rates = LearningRates(optimizer)
 
-    def on_train_epoch_begin(self, run_context):
+    def on_train_epoch_begin(self, run_context: Any) -> None:
         super().on_train_epoch_begin(run_context)
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         super().on_train_step_end(run_context)
 
-    def on_eval_end(self, run_context):
+    def on_eval_end(self, run_context: Any) -> None:
         super().on_eval_end(run_context)
 
-    def on_train_epoch_end(self, run_context):
+    def on_train_epoch_end(self, run_context: Any) -> None:
         epoch_time = time.perf_counter() - self._epoch_start
         self.record_epoch(run_context.original_args().cur_epoch_num, epoch_time)
 
 
-def _start_monitor(tracker: Tracker, resume: bool):
+def _start_monitor(tracker: Tracker, resume: bool) -> Optional[Any]:
     from ms_exp.tracking.system_metrics import start_system_metrics
 
     interval = _config("system_metrics_interval")
@@ -254,44 +259,30 @@ def _start_monitor(tracker: Tracker, resume: bool):
         return None
 
 
-def _ending_tags(status: str, error: Optional[BaseException]) -> Dict[str, str]:
-    if status == "KILLED":
-        return {"ms_exp.ended_by": str(error) or "KeyboardInterrupt"}
-    if status == "FAILED" and error is not None:
-        return {"ms_exp.error": f"{type(error).__name__}: {error}"[:5000]}
-    return {}
-
-
-class _signals_as_interrupt:
+@contextmanager
+def _signals_as_interrupt() -> Iterator[None]:
     """SIGTERM (and SIGINT, which MindSpore's runtime turns into SIGTERM) end training
     with an exception, so the run ends KILLED instead of staying RUNNING. A handler the
     script installed itself is left alone; outside the main thread nothing changes."""
-
-    def __enter__(self):
-        self.previous = {}
-        if threading.current_thread() is not threading.main_thread():
-            return self
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
         defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
         for signum, default in defaults.items():
             if signal.getsignal(signum) is default:
-                self.previous[signum] = signal.signal(signum, _raise_terminated)
-        return self
-
-    def __exit__(self, *exc):
-        for signum, handler in self.previous.items():
+                previous[signum] = signal.signal(signum, _raise_terminated)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
             signal.signal(signum, handler)
-        return False
 
 
-def _raise_terminated(signum, frame):
+def _raise_terminated(signum: int, frame: Optional[FrameType]) -> None:
     raise Terminated(f"received signal {signal.Signals(signum).name}")
 
 
-# -- what a call records ----------------------------------------------------------------
-
-
 def _params(
-    model, method: str, arguments: Dict[str, Any], batch_size: Optional[int]
+    model: Any, method: str, arguments: Dict[str, Any], batch_size: Optional[int]
 ) -> Dict[str, object]:
     dataset = arguments["train_dataset"]
     params: Dict[str, object] = {
@@ -310,7 +301,7 @@ def _params(
     return params
 
 
-def _model_params(model) -> Dict[str, object]:
+def _model_params(model: Any) -> Dict[str, object]:
     network: Any = getattr(model, "_network", None)  # None: its count is unknown (_safe)
     scale = getattr(model, "_loss_scale_manager", None)
     if scale is not None:
@@ -329,7 +320,7 @@ def _model_params(model) -> Dict[str, object]:
     }
 
 
-def optimizer_params(optimizer) -> Dict[str, object]:
+def optimizer_params(optimizer: Any) -> Dict[str, object]:
     """``optimizer.class``, ``optimizer.lr`` (the value, or the schedule) and the
     hyper-parameters the optimizer was built with, as it holds them."""
     if optimizer is None:
@@ -350,7 +341,7 @@ def optimizer_params(optimizer) -> Dict[str, object]:
     return params
 
 
-def describe_lr(optimizer) -> object:
+def describe_lr(optimizer: Any) -> object:
     """The constant learning rate, or what the schedule is: a LearningRateSchedule as
     ``CosineDecayLR(min_lr=0.0, max_lr=0.1, decay_steps=100)``, a per-step list by its
     length and ends, per-group rates as a list."""
@@ -360,7 +351,7 @@ def describe_lr(optimizer) -> object:
     return describe_lr_value(lr, getattr(optimizer, "init_learning_rate", None))
 
 
-def describe_lr_value(lr, initial=None) -> object:
+def describe_lr_value(lr: Any, initial: Any = None) -> object:
     from mindspore import Tensor
     from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
@@ -379,7 +370,7 @@ def describe_lr_value(lr, initial=None) -> object:
     return _class_name(lr)
 
 
-def _init_argument_names(cls) -> List[str]:
+def _init_argument_names(cls: Type[Any]) -> List[str]:
     """The names ``cls.__init__`` takes, through MindSpore's argument-recording decorator."""
     init = cls.__init__
     for cell in init.__closure__ or ():
@@ -396,7 +387,7 @@ def _init_argument_names(cls) -> List[str]:
     ]
 
 
-def _plain(value) -> object:
+def _plain(value: Any) -> object:
     """A number for a one-value tensor, a class name for an object."""
     from mindspore import Tensor
 
@@ -412,34 +403,23 @@ def _plain(value) -> object:
     return _class_name(value)
 
 
-def _float32(value) -> float:
+def _float32(value: Any) -> float:
     """A float32 hyper-parameter as it was written: 0.9, not 0.8999999761581421."""
     return float(f"{float(value):.7g}")
 
 
-def _class_name(value) -> Optional[str]:
+def _class_name(value: object) -> Optional[str]:
     return None if value is None else type(value).__name__
 
 
-def _batch_size(dataset) -> Optional[int]:
-    size = _safe(dataset.get_batch_size)
-    return int(size) if size is not None else None
-
-
-def _safe(function):
+def _safe(function: Callable[[], Any]) -> Any:
     try:
         return function()
     except Exception:  # noqa: BLE001 - a param unknown, not a training stopped
         return None
 
 
-def _as_list(callbacks) -> List:
-    if callbacks is None:
-        return []
-    return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-
-
-def written_checkpoints(callbacks: List, since: float) -> List[Path]:
+def written_checkpoints(callbacks: List[Any], since: float) -> List[Path]:
     """The files the ``ModelCheckpoint`` callbacks among ``callbacks`` wrote since
     ``since`` (a timestamp): their directory's files named by their prefix."""
     from mindspore.train import ModelCheckpoint
@@ -464,6 +444,6 @@ def written_checkpoints(callbacks: List, since: float) -> List[Path]:
     return found
 
 
-def _log_checkpoints(tracker: Tracker, callbacks: List, since: float) -> None:
+def _log_checkpoints(tracker: Tracker, callbacks: List[Any], since: float) -> None:
     for path in written_checkpoints(callbacks, since):
         tracker.log_artifact(path, "checkpoints")

@@ -1,26 +1,17 @@
 """A MindSpore callback that feeds a run's step and epoch metrics into MLflow.
 
 Metric names are stable and always stepped by the global training step, so the MLflow UI
-can overlay runs: ``train/loss``, ``train/step_time_ms``, ``train/samples_per_s``,
-``train/epoch_time_s``, and ``eval/<metric>`` after each epoch's evaluation. A network with
-several losses (Wide&Deep) adds ``train/<name>`` for each, ``train/loss`` being its first.
-
-With ms_exp's optimizer (either loop; not the own train steps of dim-reduce stage two and
-Wide&Deep) every logged step also has ``train/lr``, the learning rate that step used (the
-first group's with group learning rates, ms_exp/tracking/learning_rate.py), and with
-``tracking.log_grad_norm`` ``train/grad_norm``, the global L2 norm of its unscaled,
-reduced gradients (ms_exp/train/grad_norm.py; left out at a step whose gradients
-overflowed). A step that checks its gradients for overflow (``amp.loss_scale=dynamic``, or
-fixed with ``drop_overflow_update``) adds ``train/loss_scale`` (the scale that step used),
-``train/overflow`` (1: its gradients overflowed and the update was skipped) and
-``train/overflow_steps`` (the steps that overflowed so far in this job).
-
-A resumed job leaves out the steps its run has already (``already_logged``, by the groups of
-ms_exp/tracking/logged_steps.py), so every step is in the run once.
+can overlay runs: ``train/loss`` (and ``train/<name>`` for each of several losses),
+``train/step_time_ms``, ``train/samples_per_s``, ``train/epoch_time_s``, ``eval/<metric>``.
+With ms_exp's optimizer every logged step also has ``train/lr`` and, with
+``tracking.log_grad_norm``, ``train/grad_norm`` (left out at a step whose gradients
+overflowed); a step that checks for overflow adds ``train/loss_scale``, ``train/overflow``
+and ``train/overflow_steps``. A resumed job leaves out the steps its run has already
+(``already_logged``, ms_exp/tracking/logged_steps.py).
 """
 
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from mindspore.train import Callback
@@ -28,15 +19,12 @@ from mindspore.train import Callback
 from ms_exp.tracking.interface import RunTracker
 
 
-def loss_parts(net_outputs, names: Sequence[str]) -> dict:
+def loss_parts(net_outputs: Sequence[Any], names: Sequence[str]) -> Dict[str, float]:
     """``{name: value}`` for the train step's outputs, one per name."""
-    return {
-        name: float(np.asarray(out.asnumpy()).reshape(-1)[0])
-        for name, out in zip(names, net_outputs)
-    }
+    return {name: _scalar(out) for name, out in zip(names, net_outputs)}
 
 
-def loss_value(net_outputs) -> float:
+def loss_value(net_outputs: Any) -> float:
     """The loss of a train step's outputs (a Tensor, or (loss, overflow, scale) with a
     loss-scaled cell)."""
     if isinstance(net_outputs, (tuple, list)):
@@ -44,7 +32,7 @@ def loss_value(net_outputs) -> float:
     return float(net_outputs.asnumpy())
 
 
-def loss_scale_state(params):
+def loss_scale_state(params: Any) -> Optional[Tuple[Any, Any]]:
     """``(overflowed, scale)`` of the step just ended where it checked its gradients for
     overflow, else None: the functional loop's ``loss_scale_state``, or the outputs
     ``(loss, overflow, scale)`` of Model's loss-scale cell (which has ``scale_sense``)."""
@@ -61,7 +49,7 @@ def loss_scale_state(params):
     return None
 
 
-def _scalar(value) -> float:
+def _scalar(value: Any) -> float:
     """A Python number, or a one-element Tensor, as a float."""
     if hasattr(value, "asnumpy"):
         value = value.asnumpy()
@@ -76,7 +64,7 @@ class MlflowMetrics(Callback):
         log_every_n_steps: int,
         loss_names: Sequence[str] = (),
         already_logged: Optional[Mapping[str, int]] = None,
-    ):
+    ) -> None:
         super().__init__()
         self.already_logged = dict(already_logged or {})
         self.loss_names = tuple(loss_names)
@@ -92,21 +80,21 @@ class MlflowMetrics(Callback):
         self._grad_norm: Any = None
         # Each step's overflow flag, kept as it came until the next logged step, so that
         # counting them costs no device sync per step.
-        self._overflows: list = []
+        self._overflows: List[Any] = []
         self.overflow_steps = 0
 
-    def on_train_begin(self, run_context):
+    def on_train_begin(self, run_context: Any) -> None:
         params = run_context.original_args()
         self.global_step = params.cur_step_num  # a resumed run's
         # Set on ms_exp's optimizer by ms_exp/train/model_build.py.
         self._learning_rates = getattr(params.optimizer, "ms_exp_learning_rates", None)
         self._grad_norm = getattr(params.optimizer, "ms_exp_grad_norm", None)
 
-    def on_train_epoch_begin(self, run_context):
+    def on_train_epoch_begin(self, run_context: Any) -> None:
         self._epoch_start = self._step_start = time.perf_counter()
         self._epoch_step_times = []
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         params = run_context.original_args()
         now = time.perf_counter()
         # In sink mode one call here ends sink_size steps: the time is shared among them.
@@ -135,9 +123,9 @@ class MlflowMetrics(Callback):
             metrics.update(self._step_curves(state))
             self.tracker.log_metrics(metrics, step=self.global_step)
 
-    def _step_curves(self, state) -> Dict[str, float]:
+    def _step_curves(self, state: Optional[Tuple[Any, Any]]) -> Dict[str, float]:
         """train/lr, train/grad_norm and the loss-scale curves of the step just ended."""
-        metrics = {}
+        metrics: Dict[str, float] = {}
         overflowed = False
         if state is not None:
             flags = [_scalar(flag) for flag in self._overflows]
@@ -153,7 +141,7 @@ class MlflowMetrics(Callback):
             metrics["train/grad_norm"] = self._grad_norm.read()
         return metrics
 
-    def on_eval_end(self, run_context):
+    def on_eval_end(self, run_context: Any) -> None:
         self.record_eval(run_context.original_args().eval_results)
 
     def record_eval(self, results: Mapping[str, float]) -> None:
@@ -181,7 +169,7 @@ class MlflowMetrics(Callback):
         """Whether the run lacks this step's metrics of ``group`` (a resumed run's own)."""
         return self.global_step > self.already_logged.get(group, -1)
 
-    def on_train_epoch_end(self, run_context):
+    def on_train_epoch_end(self, run_context: Any) -> None:
         params = run_context.original_args()
         epoch_time = time.perf_counter() - self._epoch_start
         times = sorted(self._epoch_step_times) or [float("nan")]

@@ -2,13 +2,8 @@
 differ among them and their final metrics (:func:`runs_table`), the best run by a metric
 (:func:`best_run`) and what differs between two runs (:func:`run_diff`); ``python -m
 ms_exp.runs`` prints them, and ``ms_exp.runs.table`` returns the table to a notebook.
-
-The runs come from MLflow's own search, page after page by MLflow's pager (ms_exp/tracking/
-sweep_runs.py), newest first. A run's params are its config (ms_exp/tracking/params.py); a
-path inside the run's own folder compares relative to that folder, as runs record it, so
-that it differs between two runs only when their experiments differ. What is
-unknown (an experiment, a sweep, a run id, a metric no run logged) raises CompareError, one
-line naming what exists.
+What is unknown (an experiment, a sweep, a run id, a metric no run logged) raises
+CompareError, one line naming what exists.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ import difflib
 import json
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
@@ -35,15 +30,14 @@ from ms_exp.tracking.store import (
 )
 from ms_exp.tracking.sweep_report import lower_is_better
 from ms_exp.tracking.sweep_runs import (
-    OBJECTIVE_METRICS,
     ReportError,
     all_pages,
+    counted,
     differing_keys,
     find_sweep,
-    objective_metric,
+    ranking_metric,
     read_overrides,
     stated_direction,
-    stated_metric,
 )
 
 if TYPE_CHECKING:
@@ -64,14 +58,9 @@ class CompareError(ValueError):
     """One line: what was asked for, and what the store holds instead."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Finding the runs
-
-
 def open_store(tracking_uri: Optional[str]) -> MlflowClient:
-    """The store at ``tracking_uri`` (default: ``sqlite:///mlflow.db`` here, the store
-    ``ms_exp.run`` records in from this folder); one with a password in its URI, or one that
-    does not exist, is refused, and nothing is created."""
+    """The store at ``tracking_uri`` (default: the one ``ms_exp.run`` records in from here);
+    one with a password in its URI, or one that does not exist, is refused."""
     refused = password_refusal("--tracking-uri", tracking_uri)
     if refused:
         raise CompareError(refused)
@@ -93,7 +82,6 @@ class Selection:
     runs: List[Run]
     where: str
     sweep: Optional[Run] = None
-    experiments: List[str] = field(default_factory=list)
 
 
 def select_runs(
@@ -159,9 +147,7 @@ def select_runs(
         else "the store"
     )
     where += f" ({client.tracking_uri})"
-    return Selection(
-        [r for r in runs if is_job_run(r)], where, parent, [names[i] for i in ids if i in names]
-    )
+    return Selection([r for r in runs if is_job_run(r)], where, parent)
 
 
 def is_job_run(run: Run) -> bool:
@@ -169,13 +155,9 @@ def is_job_run(run: Run) -> bool:
     return tags.get("ms_exp.sweep") != "true" and "ms_exp.evaluated_checkpoint" not in tags
 
 
-# ---------------------------------------------------------------------------------------------
-# What a run holds, comparably
-
-
 def config(run: Run) -> Dict[str, str]:
     """The run's params, a path inside its own folder relative to that folder (as a job
-    records it; a run recorded before it did so holds the path whole)."""
+    records it), so that it differs between two runs only when their experiments differ."""
     folder = run.data.tags.get("ms_exp.run_dir")
     params = run.data.params
     return (
@@ -216,10 +198,6 @@ def duration_s(run: Run) -> float:
     return (run.info.end_time - run.info.start_time) / 1000
 
 
-def start_time(run: Run) -> pandas.Timestamp:
-    return pandas.Timestamp(run.info.start_time, unit="ms", tz="UTC")
-
-
 def runs_table(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None) -> pandas.DataFrame:
     """One row per run in the order given: id, name, status, start (UTC), duration in
     seconds, the config keys whose values differ among the runs (text, as MLflow holds
@@ -232,7 +210,7 @@ def runs_table(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None) -> 
             "run_id": run.info.run_id,
             "name": run.info.run_name,
             "status": run.info.status,
-            "start": start_time(run),
+            "start": pandas.Timestamp(run.info.start_time, unit="ms", tz="UTC"),
             "duration_s": duration_s(run),
             **{key: values.get(key, "") for key in keys},
             **{metric: run.data.metrics.get(metric, math.nan) for metric in shown},
@@ -290,10 +268,6 @@ def render(frame: pandas.DataFrame, form: str) -> str:
     return as_text(frame).to_markdown(index=False, tablefmt=fmt, disable_numparse=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# The best run
-
-
 @dataclass
 class Best:
     run: Run
@@ -307,10 +281,6 @@ class Best:
     def value(self) -> float:
         return self.run.data.metrics[self.metric]
 
-    @property
-    def overrides(self) -> List[str]:
-        return read_overrides(self.run.data.tags.get("ms_exp.overrides", ""))
-
 
 def best_run(
     client: MlflowClient,
@@ -318,24 +288,17 @@ def best_run(
     metric: Optional[str] = None,
     lowest: Optional[bool] = None,
 ) -> Best:
-    """The finished run with the best ``metric`` (default: the sweep's objective, else the
-    first of eval/accuracy, eval/auc the runs logged); best is lowest when ``lowest`` says
-    so, else as the sweep states it for its objective, else by the metric's name (the
-    report's and registry's rule: ms_exp/tracking/sweep_report.py). A tie goes to the run
-    that started first."""
+    """The finished run with the best ``metric`` (default: as the sweep report ranks); best
+    is lowest when ``lowest`` says so, else as the sweep states it for its objective, else
+    by the metric's name. A tie goes to the run that started first."""
     finished = [r for r in selection.runs if r.info.status == "FINISHED"]
     if not finished:
         raise CompareError(
             f"no finished run in {selection.where}; expected runs that "
-            f"finished (statuses: {_statuses(selection.runs) or 'no runs'})"
+            f"finished (statuses: {counted(r.info.status for r in selection.runs) or 'no runs'})"
         )
     logged = logged_metrics(finished)
-    stated = stated_metric(selection.sweep) if selection.sweep is not None else None
-    metric = (
-        metric
-        or objective_metric(logged, stated if stated in logged else None)
-        or OBJECTIVE_METRICS[0]
-    )
+    metric = ranking_metric(selection.sweep, logged, metric)
     check_metric(metric, logged)
     direction = (
         stated_direction(selection.sweep, metric, logged) if selection.sweep is not None else None
@@ -354,13 +317,6 @@ def best_run(
     return Best(
         run, metric, lower_is_better(metric, direction), why, scored, checkpoints(client, run)
     )
-
-
-def _statuses(runs: Sequence[Run]) -> str:
-    counts: Dict[str, int] = {}
-    for run in runs:
-        counts[run.info.status] = counts.get(run.info.status, 0) + 1
-    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
 
 def checkpoints(client: MlflowClient, run: Run) -> Dict[str, str]:
@@ -388,18 +344,15 @@ def best_lines(best: Best) -> List[str]:
     run = best.run
     order = "lowest" if best.lowest else "highest"
     count = f"{best.candidates} finished run{'s' if best.candidates != 1 else ''}"
+    overrides = read_overrides(run.data.tags.get("ms_exp.overrides", ""))
     lines = [
         f"best run: {run.info.run_id} ({run.info.run_name})",
         f"{best.metric}: {best.value:.6g}, the {order} of {count} ({best.why})",
-        f"overrides: {shlex.join(best.overrides) or '(none)'}",
+        f"overrides: {shlex.join(overrides) or '(none)'}",
     ]
     for which in CHECKPOINTS:
         lines.append(f"{which} checkpoint: {best.checkpoints[which] or '(none saved)'}")
     return lines
-
-
-# ---------------------------------------------------------------------------------------------
-# Two runs side by side
 
 
 def job_runs(client: MlflowClient, ids: Sequence[Tuple[str, str]]) -> List[Run]:
@@ -456,13 +409,8 @@ def run_diff(client: MlflowClient, a: Run, b: Run, metrics: Optional[Sequence[st
         frame = pandas.DataFrame(rows, columns=["final metric", "A", "B", "B - A"])
         lines += ["", "final metrics:", "", _md(frame)]
     found = [checkpoints(client, run) for run in (a, b)]
-    frame = pandas.DataFrame(
-        [
-            [which, found[0][which] or "(none saved)", found[1][which] or "(none saved)"]
-            for which in CHECKPOINTS
-        ],
-        columns=["checkpoint", "A", "B"],
-    )
+    rows = [[which, *(f[which] or "(none saved)" for f in found)] for which in CHECKPOINTS]
+    frame = pandas.DataFrame(rows, columns=["checkpoint", "A", "B"])
     lines += ["", "checkpoints:", "", _md(frame)]
     return "\n".join(lines)
 

@@ -1,24 +1,14 @@
 """What training, job and tracking code calls on a run's tracker: :class:`RunTracker`.
 
-Four classes implement it (structurally; none inherits from it):
+Four classes implement it structurally, each declaring every member below with the same
+parameter names (tests/test_tracker_interface.py): ``tracker.Tracker`` logs straight into an
+MLflow run, ``sidecar.SidecarTracker`` (a job's) hands every call to the sidecar process,
+``journal.JournalTracker`` keeps them while the server does not answer, and
+``lifecycle.DisabledTracker`` (``tracking.enabled=false``) does nothing.
 
-- :class:`ms_exp.tracking.tracker.Tracker`: logs straight into an MLflow run (in a job's
-  sidecar process, and for a sweep's parent run);
-- :class:`ms_exp.tracking.sidecar.SidecarTracker`: a job's tracker (and rank 0's), which
-  hands every call to the sidecar process;
-- :class:`ms_exp.tracking.journal.JournalTracker`: the calls kept in the run directory's
-  journal while the tracking server does not answer;
-- :class:`ms_exp.tracking.lifecycle.DisabledTracker`: ``tracking.enabled=false``, every call
-  does nothing.
-
-tests/test_tracker_interface.py checks that each declares every member below with the same
-parameter names.
-
-Two attributes are read on some trackers only, so they are not part of it:
-``SidecarTracker.journal`` (the journal file a distributed job hands to its rank 0; read
-by the launching job, ms_exp/job/, on its own tracker once ``enabled``) and ``client`` (the
-MLflow client of ``Tracker`` and ``JournalTracker``, which ``provenance.record`` and the sweep
-callback use on those).
+``SidecarTracker.journal`` (the journal a distributed job hands to its rank 0) and
+``client`` (of ``Tracker`` and ``JournalTracker``, for ``provenance.record``) are read on
+some trackers only, so they are not part of it.
 """
 
 from pathlib import Path

@@ -1,26 +1,16 @@
 """A run's MLflow calls kept on disk while its tracking server cannot be reached.
 
-A job does not stop because the team's MLflow server is down or goes away mid-run: from the
-first call the server does not answer, the job's calls go to a journal in its run
-directory, ``<run dir>/mlflow-offline/<started>-<pid>.jsonl``, one JSON line per call,
-written and flushed line by line so a job killed later keeps what it had. The lines are the
-sidecar's own requests (ms_exp/tracking/sidecar.py): the first is ``start`` (what is needed
-to create the run, or the id of the run that exists), then params, metric rows, tags,
-artifacts as paths into the run directory, the dataset input, and last ``finish`` with the
-status. MLflow credentials in ``MLFLOW_*`` variables are never written here; the upload
-uses the uploader's.
+From the first call the server does not answer, a job's calls go to a journal in its run
+directory, ``<run dir>/mlflow-offline/<started>-<pid>.jsonl``: one JSON line per call (the
+sidecar's own requests, ``start`` first and ``finish`` last), flushed line by line so a job
+killed later keeps what it had. MLflow credentials are never written here. The provenance
+is taken when the job runs: :class:`JournalTracker` runs ``provenance.record``.
 
-The provenance (git state, packages, dataset) is taken when the job runs, not when it is
-uploaded: :class:`JournalTracker` runs ``provenance.record`` and keeps what it would send.
-
-Rank 0 of a distributed job appends to the same file as the job's sidecar (each line is one
-``write`` on a file opened for appending); whichever process creates the file writes the
-``start`` line and the one warning. ``<journal>.delivered`` counts the lines already in the
-store and names the run they went to, so an upload cut short goes on where it stopped.
-
-A damaged line (not JSON, or not a call) costs that call only: the upload skips it, names
-it, and keeps it in ``<journal>.damaged``; the lines after it are delivered as if it were
-not there, and their numbers stay those of the file, which ``<journal>.delivered`` counts.
+Rank 0 of a distributed job appends to the same file as the job's sidecar; whichever
+process creates it writes the ``start`` line and the one warning. ``<journal>.delivered``
+counts the lines already in the store, so an upload cut short goes on where it stopped. A
+damaged line costs that call only: the upload skips it, names it, and keeps it in
+``<journal>.damaged``.
 """
 
 import json
@@ -29,7 +19,17 @@ import re
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 OFFLINE_DIR = "mlflow-offline"
 UPLOAD_MODULE = "ms_exp.tracking.upload"
@@ -74,7 +74,7 @@ def offline_note(uri: str, journal: Path, run_id: Optional[str]) -> str:
 class Journal:
     """Appends calls to a journal file, creating it with its ``start`` line if new."""
 
-    def __init__(self, path: Path, start: Mapping[str, object]):
+    def __init__(self, path: Path, start: Mapping[str, object]) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -88,7 +88,7 @@ class Journal:
         if self.created:
             self.write("start", **start)
 
-    def write(self, call: str, **arguments) -> None:
+    def write(self, call: str, **arguments: Any) -> None:
         self._file.write(json.dumps({"call": call, **arguments}) + "\n")
         self._file.flush()
 
@@ -96,59 +96,35 @@ class Journal:
         self._file.close()
 
 
-class JournalTracker:
-    """The recording calls of :class:`ms_exp.tracking.tracker.Tracker`, kept in a journal."""
+class CallWriter:
+    """The recording calls of :class:`ms_exp.tracking.interface.RunTracker` as the JSON
+    requests the sidecar takes and the journal keeps (``_send`` writes one), spelled out:
+    provenance.record passes Path objects and positional arguments."""
 
-    enabled = True
-    run_id = None  # unknown until the journal is delivered
-    experiment_id = None
+    def _send(self, call: str, **arguments: Any) -> None:
+        raise NotImplementedError
 
-    def __init__(self, journal: Journal):
-        self.journal = journal
-        self.client = _JournalClient(journal)
+    def _submit(self) -> None:
+        """Send the metrics collected so far (none are, here)."""
 
-    def __getattr__(self, call: str):
-        if call.startswith("_"):
-            raise AttributeError(call)
-        return lambda **arguments: self.journal.write(call, **arguments)
+    def log_params(self, params: Mapping[str, object]) -> None:
+        self._send("log_params", params=dict(params))
 
-    def record_provenance(self, dataset_cfg, run_dir: str, command: str) -> None:
-        from ms_exp.tracking import provenance
-
-        provenance.record(self, dataset_cfg, Path(run_dir), command)
-
-    # provenance.record passes Path objects and positional arguments
     def set_tags(self, tags: Mapping[str, object]) -> None:
-        self.journal.write("set_tags", tags={k: str(v) for k, v in tags.items()})
+        self._send("set_tags", tags={k: str(v) for k, v in tags.items()})
 
-    def log_artifacts(self, directory, artifact_path: Optional[str] = None) -> None:
-        self.journal.write(
+    def log_artifact(self, path: Path, artifact_path: Optional[str] = None) -> None:
+        self._send("log_artifact", path=str(Path(path).absolute()), artifact_path=artifact_path)
+
+    def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
+        self._send(
             "log_artifacts", directory=str(Path(directory).absolute()), artifact_path=artifact_path
         )
 
-    # The rest of RunTracker (ms_exp/tracking/interface.py), spelled out: __getattr__ takes
-    # keyword arguments only, and would answer for a member renamed or gone.
-    @property
-    def offline_journal(self) -> Path:
-        return self.journal.path
-
-    def log_params(self, params: Mapping[str, object]) -> None:
-        self.journal.write("log_params", params=dict(params))
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        self.journal.write(
-            "log_metrics", metrics={k: float(v) for k, v in metrics.items()}, step=int(step)
-        )
-
-    def log_artifact(self, path, artifact_path: Optional[str] = None) -> None:
-        self.journal.write(
-            "log_artifact", path=str(Path(path).absolute()), artifact_path=artifact_path
-        )
-
     def log_artifact_to(
-        self, run_id: Optional[str], path, artifact_path: Optional[str] = None
+        self, run_id: Optional[str], path: Path, artifact_path: Optional[str] = None
     ) -> None:
-        self.journal.write(
+        self._send(
             "log_artifact_to",
             run_id=run_id,
             path=str(Path(path).absolute()),
@@ -158,15 +134,17 @@ class JournalTracker:
     def log_model(
         self,
         name: str,
-        directory,
+        directory: Path,
         params: Mapping[str, object],
         metrics: Mapping[str, float],
         epoch: Optional[int] = None,
         tags: Optional[Mapping[str, object]] = None,
         mlmodel: Optional[Mapping[str, object]] = None,
     ) -> None:
-        # The model directory stays in the run directory until the journal is delivered.
-        self.journal.write(
+        # The run's metrics first: they place the model's (Tracker.log_model). The model's
+        # directory stays in the run directory until it is logged.
+        self._submit()
+        self._send(
             "log_model",
             name=name,
             directory=str(Path(directory).absolute()),
@@ -175,6 +153,41 @@ class JournalTracker:
             epoch=epoch,
             tags={k: str(v) for k, v in (tags or {}).items()},
             mlmodel=dict(mlmodel) if mlmodel else None,
+        )
+
+
+class JournalTracker(CallWriter):
+    """The recording calls of :class:`ms_exp.tracking.tracker.Tracker`, kept in a journal;
+    ``__getattr__`` answers the calls RunTracker lacks (``log_metric_rows``)."""
+
+    enabled = True
+    run_id = None  # unknown until the journal is delivered
+    experiment_id = None
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.client = _JournalClient(journal)
+
+    def __getattr__(self, call: str) -> Callable[..., None]:
+        if call.startswith("_"):
+            raise AttributeError(call)
+        return lambda **arguments: self.journal.write(call, **arguments)
+
+    def _send(self, call: str, **arguments: Any) -> None:
+        self.journal.write(call, **arguments)
+
+    def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
+        from ms_exp.tracking import provenance
+
+        provenance.record(self, dataset_cfg, Path(run_dir), command)
+
+    @property
+    def offline_journal(self) -> Path:
+        return self.journal.path
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.journal.write(
+            "log_metrics", metrics={k: float(v) for k, v in metrics.items()}, step=int(step)
         )
 
     def wait_for_run(self) -> None:
@@ -193,7 +206,7 @@ class _JournalClient:
     def __init__(self, journal: Journal):
         self.journal = journal
 
-    def log_inputs(self, run_id, datasets) -> None:
+    def log_inputs(self, run_id: Optional[str], datasets: Sequence[Any]) -> None:
         from google.protobuf import json_format
 
         for dataset_input in datasets:
@@ -234,26 +247,23 @@ def _call(line: bytes) -> Optional[Call]:
     return call if isinstance(call, dict) and isinstance(call.get("call"), str) else None
 
 
-def _lines(path: Path) -> Iterator[Tuple[int, bytes, Optional[Call], bool]]:
-    """(number, text, call or None, whether it lacks its newline) for each line."""
+def parse(path: Path) -> Tuple[List[Optional[Call]], List[Damage]]:
+    """The journal's calls, one for each line, ``None`` for a damaged one, and its lines
+    that are not calls; a last line cut off by a killed job is damage, not a call."""
     *lines, last = Path(path).read_bytes().split(b"\n")
+    calls: List[Optional[Call]] = []
+    damage = []
     for number, line in enumerate(lines + ([last] if last else []), 1):
-        yield number, line, _call(line), number > len(lines)
+        call, cut_off = _call(line), number > len(lines)
+        if call is None:
+            damage.append(Damage(number, line, cut_off))
+        if not (cut_off and call is None):
+            calls.append(call)
+    return calls, damage
 
 
 def read(path: Path) -> List[Optional[Call]]:
-    """The journal's calls, one for each line, ``None`` for a damaged one (:func:`damage`);
-    a last line cut off by a killed job is left out."""
-    return [call for _, _, call, cut_off in _lines(path) if not (cut_off and call is None)]
-
-
-def damage(path: Path) -> List[Damage]:
-    """The journal's lines that are not calls, a cut off last line included."""
-    return [
-        Damage(number, text, cut_off)
-        for number, text, call, cut_off in _lines(path)
-        if call is None
-    ]
+    return parse(path)[0]
 
 
 def keep_damaged(journal: Path, damaged: Sequence[Damage]) -> Path:
@@ -266,7 +276,7 @@ def keep_damaged(journal: Path, damaged: Sequence[Damage]) -> Path:
 class Progress:
     """How many lines of a journal are in the store already, and in which run."""
 
-    def __init__(self, journal: Path):
+    def __init__(self, journal: Path) -> None:
         self.path = Path(str(journal) + ".delivered")
         saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.run_id: Optional[str] = saved.get("run_id")
@@ -280,13 +290,3 @@ class Progress:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
-
-
-def pending(
-    calls: Sequence[Optional[Mapping[str, Any]]], progress: Progress
-) -> Iterator[Tuple[int, Optional[Mapping[str, Any]]]]:
-    """(line index, call or None if damaged) for the lines after the start line not
-    delivered yet."""
-    first = max(progress.lines, 1)
-    for number in range(first, len(calls)):
-        yield number, calls[number]

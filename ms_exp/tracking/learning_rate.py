@@ -1,12 +1,9 @@
 """The learning rate an optimizer used at a step, for ``train/lr``.
 
-MindSpore's optimizer reads its rate for the step at ``global_step`` and then advances
-it, so after the step the optimizer would give the next step's rate: the rate of step
-``n`` (1-based, as the callbacks count) is the schedule at index ``n - 1``. A per-step
-schedule (ms_exp's warmup and linear/cosine lists, any list or Tensor) is copied to numpy
-once and read without touching the device; a LearningRateSchedule cell is evaluated for
-the step; a constant rate is the optimizer's Parameter, read when logged (a callback may
-change it). With group learning rates the first group's is the one logged.
+MindSpore's optimizer reads its rate at ``global_step`` and then advances it: the rate of
+step ``n`` (1-based, as the callbacks count) is the schedule at index ``n - 1``. A per-step
+schedule is copied to numpy once and read without touching the device; a constant rate is
+read when logged (a callback may change it). With group learning rates, the first group's.
 """
 
 from typing import Any
@@ -23,7 +20,7 @@ from mindspore.nn.optim.optimizer import _IteratorLearningRate
 class LearningRates:
     """The learning rate ``optimizer`` used at each step."""
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer: Any) -> None:
         rate = optimizer.learning_rate
         if getattr(optimizer, "is_group_lr", False):
             rate = rate[0]

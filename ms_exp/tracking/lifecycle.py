@@ -2,22 +2,18 @@
 
 MLflow leaves a run RUNNING when the process gets SIGTERM and marks Ctrl-C FAILED
 (docs/design.md#mlflow-run-status-on-signals). Here SIGTERM and SIGINT become an exception
-in the main thread, so training unwinds through the same path as Ctrl-C, and both end the
-run KILLED; any other exception ends it FAILED with the error recorded as a tag. The run
-itself is kept by the job's MLflow sidecar process (ms_exp/tracking/sidecar.py), which also
-ends it KILLED when the job's process dies without a word (SIGKILL).
-
-While ``Model.fit`` runs, the first signal does not unwind at once: it waits for the end of
-the current step, where ms_exp.train.loop_control.StopOnSignal saves a checkpoint of that step and
-then raises, so an interrupted run can be resumed from where it stopped. A second signal
-stops at once.
+in the main thread, so training unwinds as on Ctrl-C and the run ends KILLED; any other
+exception ends it FAILED with the error as a tag. While training steps run, the first
+signal waits for the end of the step, where ms_exp.train.loop_control.StopOnSignal saves a
+checkpoint of it and raises, so the run can be resumed from there; a second stops at once.
 """
 
 import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Union
+from types import FrameType
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 from ms_exp.tracking import provenance
 from ms_exp.tracking.sidecar import SidecarTracker
@@ -46,7 +42,7 @@ class StepBoundary:
         cls.armed, cls.pending = False, None
 
 
-def _raise_terminated(signum, frame):
+def _raise_terminated(signum: int, frame: Optional[FrameType]) -> None:
     name = signal.Signals(signum).name
     if StepBoundary.armed and StepBoundary.pending is None:
         StepBoundary.pending = f"received signal {name}"
@@ -101,7 +97,7 @@ class DisabledTracker:
     tracking_uri = None
     offline_journal = None
 
-    def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
+    def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
         # Written into the run directory even when nothing is recorded in MLflow.
         provenance.record(self, dataset_cfg, run_dir, command)
 
@@ -148,8 +144,17 @@ class DisabledTracker:
     def finish(self, status: Optional[str]) -> None:
         pass
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args, **kwargs: None
+
+
+def ending_tags(status: str, error: Optional[BaseException]) -> Dict[str, str]:
+    """How a run that did not finish ended, as its tags: KILLED by whom, FAILED by what."""
+    if status == "KILLED":
+        return {"ms_exp.ended_by": str(error) or "KeyboardInterrupt"}
+    if status == "FAILED" and error is not None:
+        return {"ms_exp.error": f"{type(error).__name__}: {error}"[:5000]}
+    return {}
 
 
 @contextmanager
@@ -164,12 +169,9 @@ def tracked_run(
     offline_dir: Optional[Path] = None,
     system_metrics_interval: Optional[float] = None,
 ) -> Iterator[Union[SidecarTracker, DisabledTracker]]:
-    """Yield a tracker for a new run, or for run ``run_id`` reopened (created or reopened
-    by the sidecar process while the job goes on); end the run FINISHED, KILLED or FAILED.
-    With ``offline_dir`` (the run directory) a tracking server that cannot be reached does
-    not stop the job: its calls are kept there (ms_exp/tracking/journal.py).
-    ``system_metrics_interval``: seconds between two samples of MLflow's system metrics,
-    taken by the sidecar (ms_exp/tracking/system_metrics.py); None: none."""
+    """Yield a tracker for a new run, or for run ``run_id`` reopened (by the sidecar
+    process while the job goes on); end the run FINISHED, KILLED or FAILED. The arguments
+    are :class:`SidecarTracker`'s."""
     if not enabled:
         with terminate_as_interrupt():
             yield DisabledTracker()
@@ -189,12 +191,9 @@ def tracked_run(
         with terminate_as_interrupt():
             yield tracker
         status = "FINISHED"
-    except (KeyboardInterrupt, EndedEarly) as interrupt:
-        status = "KILLED"
-        tracker.set_tags({"ms_exp.ended_by": str(interrupt) or "KeyboardInterrupt"})
-        raise
     except BaseException as error:
-        tracker.set_tags({"ms_exp.error": f"{type(error).__name__}: {error}"[:5000]})
+        status = "KILLED" if isinstance(error, (KeyboardInterrupt, EndedEarly)) else "FAILED"
+        tracker.set_tags(ending_tags(status, error))
         raise
     finally:
         tracker.finish(status)

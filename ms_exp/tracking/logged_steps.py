@@ -1,17 +1,11 @@
 """How far a run's curves already reach in MLflow, so that a resumed job logs every step once.
 
 A job resumed from its checkpoint at step S trains the steps after S again. Those the
-interrupted attempt had logged are in the run already, with the same values (training
-resumes bit for bit, docs/guides/resilience.md); logging them again would put two points at
-each of those steps. So before the ranks start, the launching process reads the last step of
-each group of curves (:data:`GROUPS`) and, when the job trains the run's own config, the
-training callback leaves those steps out (ms_exp/tracking/callback.py). The last evaluated
-step also says whether the checkpoint's epoch still needs its evaluation
-(ms_exp/train/rank.py). The steps up to S are in the run before S's checkpoint is
-written (``before_save`` in ms_exp/checkpoint/callbacks.py), so nothing is missing either.
-
-A store that cannot be read gives no steps: the job then logs everything again, as twice is
-better than never.
+interrupted attempt had logged are in the run already, with the same values; logging them
+again would put two points at each. So before the ranks start, the launching process reads
+the last step of each group of curves (:data:`GROUPS`), and the training callback leaves
+those steps out. A store that cannot be read gives no steps: the job then logs everything
+again, as twice is better than never.
 """
 
 from typing import Dict

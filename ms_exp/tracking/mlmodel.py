@@ -1,24 +1,25 @@
 """The MLmodel file of a model directory: written on the MLflow side of a job, read back.
 
-The job (ms_exp/job/model_package.py) writes the model's own files and, with
-:func:`save_example`, the arrays MLflow needs for the signature and the input example:
-``example.npz``. The tracker writes ``MLmodel`` from them (:func:`write_mlmodel`) just before
-it logs the directory, in the sidecar process (or when an offline journal is delivered).
-That process has MLflow imported already; importing it in the training process only for
-this file cost about 2.5 s at the end of every job (docs/design.md#mlmodel-in-the-sidecar).
+The job writes the model's own files and, with :func:`save_example`, the arrays MLflow
+needs for the signature and the input example. The tracker writes ``MLmodel`` from them
+(:func:`write_mlmodel`) just before it logs the directory, in the sidecar process, which has
+MLflow imported already (docs/design.md#mlmodel-in-the-sidecar).
 
 ``spec`` describes the flavors: ``{"flavor": name, "fields": {...}, "loader_module": ...}``,
 JSON as it travels through the sidecar's pipe and the journal.
 """
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EXAMPLE_ARRAYS = "example.npz"
 _OUTPUT = "output"
 
 
-def save_example(directory: Path, inputs: List, output) -> None:
+def save_example(directory: Path, inputs: Sequence["np.ndarray"], output: "np.ndarray") -> None:
     """Keep the input example and the network's output on it for :func:`write_mlmodel`."""
     import numpy as np
 

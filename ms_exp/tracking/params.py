@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Dict, Mapping
 
 
-def param_value(value) -> str:
+def param_value(value: object) -> str:
     # MLflow stores at most 6000 characters per param; long lists are cut, not refused.
     text = "null" if value is None else str(value)
     return text if len(text) <= 6000 else text[:5997] + "..."

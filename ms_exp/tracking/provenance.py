@@ -3,13 +3,10 @@
 Recorded on every MLflow run (tags, plus artifacts under ``provenance/``):
 
 - ``ms_exp.git.project.*`` and ``ms_exp.git.workdir.*``: commit and dirty flag of the
-  ms_exp checkout (none when ms_exp is installed from a wheel) and of the user's working
-  directory (when it is another git tree), with ``provenance/<which>.diff`` when dirty;
-- ``ms_exp.python``, ``ms_exp.version.<package>`` for the packages that decide the result,
-  and ``provenance/requirements.txt`` with every installed distribution;
+  ms_exp checkout and of the working directory, with ``provenance/<which>.diff`` when dirty;
+- ``ms_exp.python``, ``ms_exp.version.<package>``, ``provenance/requirements.txt``;
 - ``ms_exp.command``: the exact command line;
-- the dataset through MLflow's dataset API (name, location, digest), with its file list and
-  sample hashes in ``provenance/dataset.json``.
+- the dataset through MLflow's dataset API, its file list in ``provenance/dataset.json``.
 """
 
 import hashlib
@@ -21,27 +18,18 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from mlflow.entities import DatasetInput
+    from omegaconf import DictConfig
 
 
-def _checkout() -> Optional[Path]:
-    """The ms_exp checkout this code runs from (also when installed editable); None when it
-    is installed from a wheel, whose site-packages may sit inside some other git tree."""
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").is_file() and (root / "conf").is_dir() else None
-
-
-PROJECT_DIR = _checkout()
-KEY_PACKAGES = (
-    "mindspore",
-    "hydra-core",
-    "omegaconf",
-    "numpy",
-    "mlflow",
-    "pandas",
-    "scikit-learn",
-    "ms_exp",
-)
+# The ms_exp checkout this code runs from (also when installed editable); None when it is
+# installed from a wheel, whose site-packages may sit inside some other git tree.
+_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_DIR = _ROOT if (_ROOT / "pyproject.toml").is_file() and (_ROOT / "conf").is_dir() else None
+KEY_PACKAGES = "mindspore hydra-core omegaconf numpy mlflow pandas scikit-learn ms_exp".split()
 # Files whose first bytes are hashed into a dataset's fingerprint, and how many bytes.
 SAMPLE_FILES = 16
 SAMPLE_BYTES = 1 << 16
@@ -87,8 +75,7 @@ def requirements() -> str:
 
 
 def command_line(argv: Optional[List[str]] = None) -> str:
-    """The command as it can be typed again, every password in it replaced by *** (a URL's
-    ``user:pw@`` or ``?password=`` of a value no check reads, a dataset's URL say): it is
+    """The command as it can be typed again, every password in it replaced by ***: it is
     recorded in the run."""
     from ms_exp.tracking.store import without_passwords
 
@@ -97,7 +84,7 @@ def command_line(argv: Optional[List[str]] = None) -> str:
     )
 
 
-def dataset_fingerprint(dataset_cfg) -> Dict[str, Any]:
+def dataset_fingerprint(dataset_cfg: "DictConfig") -> Dict[str, Any]:
     """Location and content digest of the data a run reads: the files (paths and sizes) and
     a hash of their first bytes for file datasets; the arrays for digits; the generator's
     settings for synthetic data and for a user's option that reads no ``path``."""
@@ -148,9 +135,10 @@ def dataset_fingerprint(dataset_cfg) -> Dict[str, Any]:
     }
 
 
-def record(tracker, dataset_cfg, run_dir: Path, command: str) -> None:
+def record(tracker: Any, dataset_cfg: Any, run_dir: Path, command: str) -> None:
     """Write everything above into ``run_dir/provenance`` and log it on the run (for a job,
-    in its MLflow sidecar process). ``dataset_cfg`` may be plain JSON (the sidecar's)."""
+    in its MLflow sidecar process). ``tracker``: a Tracker, JournalTracker or DisabledTracker
+    (whose modules import this one); ``dataset_cfg`` may be plain JSON (the sidecar's)."""
     from omegaconf import OmegaConf
 
     dataset_cfg = OmegaConf.create(dataset_cfg)
@@ -201,12 +189,13 @@ DUPLICATE = (
 )
 
 
-def log_dataset_input(client, run_id: str, dataset_input, attempts: int = 3) -> None:
-    """``log_inputs`` that survives jobs of a parallel sweep registering the same dataset at
-    once: MLflow's SQL store checks for the dataset, then inserts it, so the slower job's
-    insert fails on the UNIQUE constraint (seen in a joblib sweep: the job ended FAILED).
-    By then the dataset exists, and trying again links the run to it. Each database words
-    the refusal its own way (SQLite, PostgreSQL, MySQL; through a server as its message)."""
+def log_dataset_input(
+    client: Any, run_id: Optional[str], dataset_input: "DatasetInput", attempts: int = 3
+) -> None:
+    """``client.log_inputs`` (an MlflowClient's, or the journal's) that survives jobs of a
+    parallel sweep registering the same dataset at once: MLflow's SQL store checks for the
+    dataset, then inserts it, so the slower job's insert fails on the UNIQUE constraint; by
+    then the dataset exists, and trying again links the run to it."""
     from mlflow.exceptions import MlflowException
 
     for attempt in range(1, attempts + 1):

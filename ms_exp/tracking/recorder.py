@@ -10,13 +10,9 @@ the store is tried once more and the journal delivered if it answers. Only HTTP 
 that way; a local store (SQLite, a folder) that cannot be opened or written is a refusal,
 so a job whose store cannot be opened still stops before training.
 
-MLflow retries an HTTP request 7 times with backoff for about 4 minutes, 2 minutes each;
-here an outage has to show in seconds, so unless the user set them, one retry and a 10 s
-time-out (:func:`detect_outages_quickly`). Nothing the training loop does waits for that:
-the calls come from the sidecar's pipe or rank 0's thread.
-
-:func:`replay` delivers a journal; the sidecar calls it when the run ends, and so does
-``python -m ms_exp.tracking.upload`` afterwards.
+MLflow retries an HTTP request for about 4 minutes; here an outage has to show in seconds,
+so unless the user set them, one retry and a 10 s time-out (:func:`detect_outages_quickly`).
+:func:`replay` delivers a journal, when the run ends and in ``ms_exp.tracking.upload``.
 """
 
 import os
@@ -40,6 +36,10 @@ _OUTAGE_STATUS = (502, 503, 504)
 _DAMAGE_NAMED = 5
 
 
+def _say(message: str) -> None:
+    print(f"ms_exp: {message}", file=sys.stderr, flush=True)
+
+
 class StoreUnreachable(RuntimeError):
     """The tracking server did not answer; the journal stays for a later upload."""
 
@@ -54,27 +54,22 @@ def is_unreachable(error: Optional[BaseException]) -> bool:
     import requests
     import urllib3
 
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(
-            error,
-            (
-                requests.ConnectionError,
-                requests.Timeout,
-                urllib3.exceptions.MaxRetryError,
-                urllib3.exceptions.NewConnectionError,
-                urllib3.exceptions.ProtocolError,
-                ConnectionError,
-                TimeoutError,
-            ),
-        ):
-            return True
-        response = getattr(error, "response", None)
-        if getattr(response, "status_code", None) in _OUTAGE_STATUS:
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+    from ms_exp.tracking.store import causes
+
+    outages = (
+        requests.ConnectionError,
+        requests.Timeout,
+        urllib3.exceptions.MaxRetryError,
+        urllib3.exceptions.NewConnectionError,
+        urllib3.exceptions.ProtocolError,
+        ConnectionError,
+        TimeoutError,
+    )
+    return any(
+        isinstance(cause, outages)
+        or getattr(getattr(cause, "response", None), "status_code", None) in _OUTAGE_STATUS
+        for cause in causes(error)
+    )
 
 
 def outage_reason(error: Optional[BaseException]) -> str:
@@ -91,12 +86,10 @@ def outage_reason(error: Optional[BaseException]) -> str:
 
 class RunRecorder:
     """Applies calls to one run: delivered while the store answers, journaled after.
-
-    ``spec`` is how to open the run (:meth:`Tracker.start`'s arguments and the tracking
-    URI). Without a ``journal_path`` a store that does not answer counts as a refusal, and
-    with ``strict`` it raises :class:`StoreUnreachable` (a replay must not journal itself).
-    ``ends_run=False`` for rank 0 of a distributed job, whose run the launching job ends.
-    """
+    ``spec``: :meth:`Tracker.start`'s arguments and the tracking URI. Without a
+    ``journal_path`` a store that does not answer counts as a refusal; with ``strict`` it
+    raises :class:`StoreUnreachable` (a replay must not journal itself). ``ends_run=False``
+    for rank 0 of a distributed job, whose run the launching job ends."""
 
     def __init__(
         self,
@@ -105,7 +98,7 @@ class RunRecorder:
         ends_run: bool = True,
         strict: bool = False,
         system_metrics_interval: Optional[float] = None,
-    ):
+    ) -> None:
         self.spec = dict(spec)
         self.journal_path = Path(journal_path) if journal_path else None
         self.ends_run = ends_run
@@ -113,9 +106,8 @@ class RunRecorder:
         self.tracker: Optional[Tracker] = None  # the run in the store, while it answers
         self.journal: Optional[journals.JournalTracker] = None  # once it does not
         self.errors: List[str] = []
-        # MLflow's system-metrics monitor, sampling every that many seconds while this
-        # recorder's run is open in the store and it ends the run (rank 0's run is the
-        # launching job's, which samples it already); None: none.
+        # Seconds between system-metrics samples (None: none), taken while the run is open
+        # in the store by the recorder that ends it (rank 0's is sampled by the job's).
         self.system_metrics_interval = system_metrics_interval
         self.system_metrics: Optional[Any] = None
 
@@ -126,10 +118,6 @@ class RunRecorder:
     @property
     def experiment_id(self) -> Optional[str]:
         return self.tracker.experiment_id if self.tracker is not None else None
-
-    @property
-    def offline(self) -> bool:
-        return self.journal is not None
 
     def open(self) -> None:
         from ms_exp.tracking.store import store_client
@@ -143,42 +131,32 @@ class RunRecorder:
             arguments = {k: v for k, v in self.spec.items() if k != "tracking_uri"}
             self.tracker = Tracker.start(store_client(self.spec["tracking_uri"]), **arguments)
         except Exception as error:
-            if self.strict and is_unreachable(error):
-                raise StoreUnreachable(outage_reason(error)) from error
-            if self.journal_path is None or not is_unreachable(error):
+            if not self._goes_offline(error):
                 raise
             self._go_offline(error)
             return
-        if self.ends_run:
-            self._start_system_metrics(self.tracker.run_id)
-
-    def _start_system_metrics(self, run_id: str) -> None:
+        if not self.ends_run:
+            return
         from ms_exp.tracking.system_metrics import start_system_metrics
 
         try:
             self.system_metrics = start_system_metrics(
-                run_id,
+                self.tracker.run_id,
                 self.spec["tracking_uri"],
                 self.system_metrics_interval,
                 resume=bool(self.spec.get("run_id")),
             )
         except Exception as error:  # noqa: BLE001 - the run goes on without them
-            print(
-                f"ms_exp: warning: no system metrics ({type(error).__name__}: {error})",
-                file=sys.stderr,
-                flush=True,
-            )
+            _say(f"warning: no system metrics ({type(error).__name__}: {error})")
 
     def _stop_system_metrics(self, deliver: bool = True) -> None:
         """``deliver=False``: the store stopped answering, the pending samples are dropped."""
+        from ms_exp.tracking.system_metrics import stop_without_logging
+
         monitor, self.system_metrics = self.system_metrics, None
-        if monitor is None:
-            return
-        if deliver:
+        if deliver and monitor is not None:
             monitor.finish()
         else:
-            from ms_exp.tracking.system_metrics import stop_without_logging
-
             stop_without_logging(monitor)
 
     def record(self, call: str, arguments: Mapping[str, Any]) -> None:
@@ -187,9 +165,7 @@ class RunRecorder:
                 getattr(self.tracker, call)(**arguments)
                 return
             except Exception as error:
-                if self.strict and is_unreachable(error):
-                    raise StoreUnreachable(outage_reason(error)) from error
-                if self.journal_path is None or not is_unreachable(error):
+                if not self._goes_offline(error):
                     self._refused(call, error)
                     return
                 self._go_offline(error)
@@ -227,25 +203,26 @@ class RunRecorder:
         except StoreUnreachable:
             return self.journal_path
         except Exception as error:  # noqa: BLE001 - the journal stays; the upload shows why
-            print(
-                f"ms_exp: error: {self.journal_path}: not delivered ({type(error).__name__}:"
+            _say(
+                f"error: {self.journal_path}: not delivered ({type(error).__name__}:"
                 f" {error}); upload with: "
-                f"{journals.upload_command(journals.run_dir_of(self.journal_path))}",
-                file=sys.stderr,
-                flush=True,
+                f"{journals.upload_command(journals.run_dir_of(self.journal_path))}"
             )
             return self.journal_path
-        print(
-            f"ms_exp: {self.spec['tracking_uri']} answers again: {delivered}",
-            file=sys.stderr,
-            flush=True,
-        )
+        _say(f"{self.spec['tracking_uri']} answers again: {delivered}")
         return None
+
+    def _goes_offline(self, error: Exception) -> bool:
+        """Whether ``error`` is an outage the journal takes; strict, it raises
+        StoreUnreachable instead."""
+        if self.strict and is_unreachable(error):
+            raise StoreUnreachable(outage_reason(error)) from error
+        return self.journal_path is not None and is_unreachable(error)
 
     def _refused(self, call: str, error: Exception) -> None:
         self.errors.append(f"{call}: {type(error).__name__}: {error}")
         if len(self.errors) == 1:
-            print(f"ms_exp: warning: {self.errors[0]}", file=sys.stderr, flush=True)
+            _say(f"warning: {self.errors[0]}")
 
     def _go_offline(self, error: Optional[BaseException]) -> None:
         assert self.journal_path is not None  # rank 0 has one; without, an outage raises
@@ -256,14 +233,12 @@ class RunRecorder:
         self.tracker = None
         if journal.created and error is not None:
             run_dir = journals.run_dir_of(self.journal_path)
-            print(
-                f"ms_exp: warning: tracking.uri={self.spec['tracking_uri']} is unreachable "
+            _say(
+                f"warning: tracking.uri={self.spec['tracking_uri']} is unreachable "
                 f"({outage_reason(error)}); training goes on and its MLflow calls are kept "
                 f"in {self.journal_path}; they are delivered when the run ends if the "
                 f"server is back, else upload them with: "
-                f"{journals.upload_command(run_dir)}",
-                file=sys.stderr,
-                flush=True,
+                f"{journals.upload_command(run_dir)}"
             )
 
     def _close_journal(self) -> None:
@@ -274,7 +249,7 @@ class RunRecorder:
 class Delivered:
     """What a replay put into the store, in words."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path) -> None:
         self.path = path
         self.run_id: Optional[str] = None
         self.experiment_id: Optional[str] = None
@@ -310,12 +285,11 @@ class Delivered:
 
 def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     """Deliver the journal at ``path`` into its run (created if it never existed), in
-    ``tracking_uri`` if given, else the job's; remove it once all of it is in the store,
-    but for its damaged lines, which are named on stderr and kept in ``<journal>.damaged``.
-    Raises :class:`StoreUnreachable` when the store does not answer: what was delivered is
-    counted in ``<journal>.delivered``, so the next replay goes on from there."""
+    ``tracking_uri`` if given, else the job's; remove it once all of it is in the store.
+    Raises :class:`StoreUnreachable` when the store does not answer: the next replay goes
+    on from what ``<journal>.delivered`` counts."""
     path = Path(path)
-    calls = journals.read(path)
+    calls, damage = journals.parse(path)
     start = calls[0] if calls else None
     if calls and start is None:
         raise ValueError(
@@ -340,9 +314,11 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     delivered.run_id, delivered.experiment_id = recorder.run_id, recorder.experiment_id
     delivered.tracking_uri = spec["tracking_uri"]
     progress.save(recorder.run_id, max(progress.lines, 1))
-    _skip_damage(path, recorder.run_id, progress)
+    _skip_damage(path, damage, recorder.run_id, progress)
     finished = False
-    for number, call in journals.pending(calls, progress):
+    # The lines after the start line not delivered yet (None: damaged).
+    for number in range(max(progress.lines, 1), len(calls)):
+        call = calls[number]
         if call is not None:
             arguments = {k: v for k, v in call.items() if k != "call"}
             if call["call"] == "finish":
@@ -366,9 +342,10 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     return delivered
 
 
-def _skip_damage(path: Path, run_id: Optional[str], progress: journals.Progress) -> None:
+def _skip_damage(
+    path: Path, damage: List[journals.Damage], run_id: Optional[str], progress: journals.Progress
+) -> None:
     """Keep the journal's damaged lines beside it, and name those this replay skips."""
-    damage = journals.damage(path)
     damaged = [line for line in damage if not line.cut_off]
     kept = journals.keep_damaged(path, damaged) if damaged else None
     skipped = [line for line in damage if line.number > progress.lines]
@@ -380,13 +357,11 @@ def _skip_damage(path: Path, run_id: Optional[str], progress: journals.Progress)
             )
         else:
             what = f"line {line.number} is damaged and was skipped ({line.held()}); kept in {kept}"
-        print(f"ms_exp: warning: journal of run {run_id}: {what}", file=sys.stderr, flush=True)
+        _say(f"warning: journal of run {run_id}: {what}")
     if len(skipped) > _DAMAGE_NAMED:
-        print(
-            f"ms_exp: warning: journal of run {run_id}: {len(skipped) - _DAMAGE_NAMED} more "
-            f"damaged lines were skipped; kept in {kept}",
-            file=sys.stderr,
-            flush=True,
+        _say(
+            f"warning: journal of run {run_id}: {len(skipped) - _DAMAGE_NAMED} more "
+            f"damaged lines were skipped; kept in {kept}"
         )
 
 
@@ -407,23 +382,20 @@ def _status_if_ended(spec: Mapping[str, Any]) -> Optional[str]:
 
 
 def deliver_earlier_journals(run_dir: Path) -> None:
-    """Before a run is resumed, the journals its earlier attempts left in ``run_dir`` (their
-    store did not answer when they ended) go into the store, one line each, so the run's
-    history is whole before it goes on and the resumed job knows which steps the store
-    holds. A store that still does not answer leaves them for the upload command."""
+    """Before a run is resumed, the journals its earlier attempts left in ``run_dir`` go into
+    the store, so the resumed job knows which steps the store holds. A store that still
+    does not answer leaves them for the upload command."""
     for path in journals.journals_in(run_dir):
         try:
             delivered = replay(path)
         except StoreUnreachable as error:
-            print(
-                f"ms_exp: warning: {path}: an earlier attempt's journal is not delivered, "
+            _say(
+                f"warning: {path}: an earlier attempt's journal is not delivered, "
                 f"the store does not answer ({error}); upload it later with: "
-                f"{journals.upload_command(run_dir)}",
-                file=sys.stderr,
-                flush=True,
+                f"{journals.upload_command(run_dir)}"
             )
             return
         except ValueError as error:
-            print(f"ms_exp: warning: {error}; left in place", file=sys.stderr, flush=True)
+            _say(f"warning: {error}; left in place")
             continue
         print(f"delivered an earlier attempt's journal: {delivered}", flush=True)

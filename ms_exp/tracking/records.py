@@ -20,8 +20,7 @@ class NotRecorded(LookupError):
 
 @contextmanager
 def reading_store() -> Iterator[None]:
-    """MLflow's refusals of the reads inside (a client's calls, opening one) as
-    NotRecorded."""
+    """MLflow's refusals of the reads inside (a client's calls, opening one) as NotRecorded."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -32,18 +31,19 @@ def reading_store() -> Iterator[None]:
 
 def download(client: "MlflowClient", run_id: str, path: str, folder: Path) -> Path:
     """The run's artifact ``path`` (a file or a folder) downloaded into ``folder`` under its
-    own name, as MLflow reads ``runs:/<run id>/<path>``. A missing artifact raises what
-    MLflow raises (its types vary with the store): the caller names it."""
+    own name, as MLflow reads ``runs:/<run id>/<path>``; NotRecorded when MLflow refuses
+    (a store's file system may raise its own OSError for a missing artifact)."""
     from mlflow.artifacts import download_artifacts
 
-    return Path(
-        download_artifacts(
-            run_id=run_id,
-            artifact_path=path,
-            dst_path=str(folder),
-            tracking_uri=client.tracking_uri,
+    with reading_store():
+        return Path(
+            download_artifacts(
+                run_id=run_id,
+                artifact_path=path,
+                dst_path=str(folder),
+                tracking_uri=client.tracking_uri,
+            )
         )
-    )
 
 
 def download_logged_model(

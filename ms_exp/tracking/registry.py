@@ -8,17 +8,24 @@ version of the registered model, which is created the first time.
 """
 
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 from ms_exp.tracking.sweep_report import lower_is_better
-from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS, objective_metric
+from ms_exp.tracking.sweep_runs import ranking_metric
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import LoggedModel, Run
+    from mlflow.entities.model_registry import ModelVersion
 
 MODEL_TAG = "ms_exp.checkpoint"  # set by ms_exp.job.model_package on each model
 PREFERRED = ("best", "last")
 REGISTERED_TAG = "ms_exp.registered_model"  # on the run that registered: NAME/VERSION
 
 
-def run_model(client, run_id: str, experiment_id: Optional[str] = None):
+def run_model(
+    client: "MlflowClient", run_id: str, experiment_id: Optional[str] = None
+) -> Optional["LoggedModel"]:
     """The run's LoggedModel to register: its best, else its last; None if it has none."""
     from mlflow.entities import LoggedModelStatus
 
@@ -32,7 +39,9 @@ def run_model(client, run_id: str, experiment_id: Optional[str] = None):
     return next((by_name[name] for name in PREFERRED if name in by_name), None)
 
 
-def register(client, model, name: str, run_id: Optional[str] = None):
+def register(
+    client: "MlflowClient", model: "LoggedModel", name: str, run_id: Optional[str] = None
+) -> "ModelVersion":
     """A new version of registered model ``name`` holding ``model``; printed."""
     from mlflow.exceptions import MlflowException
 
@@ -64,7 +73,7 @@ def register(client, model, name: str, run_id: Optional[str] = None):
     return version
 
 
-def register_run_model(uri: str, run_id: str, name: str):
+def register_run_model(uri: str, run_id: str, name: str) -> "ModelVersion":
     """Register run ``run_id``'s model under ``name``; raises if it logged none."""
     from ms_exp.tracking.store import store_client
 
@@ -75,12 +84,14 @@ def register_run_model(uri: str, run_id: str, name: str):
     return register(client, model, name)
 
 
-def best_child(children: Sequence, metric: Optional[str], direction: Optional[str] = None):
+def best_child(
+    children: Sequence["Run"], metric: Optional[str], direction: Optional[str] = None
+) -> Tuple[Optional["Run"], str]:
     """The FINISHED child with the best ``metric`` (None: the first of eval/accuracy,
     eval/auc any child logged), and the metric; (None, metric) when none has it."""
     finished = [c for c in children if c.info.status == "FINISHED"]
     logged = {key for c in finished for key in c.data.metrics}
-    metric = objective_metric(logged, metric) or OBJECTIVE_METRICS[0]
+    metric = ranking_metric(None, logged, metric)
     scored = [
         c for c in finished if metric in c.data.metrics and not math.isnan(c.data.metrics[metric])
     ]
@@ -91,9 +102,9 @@ def best_child(children: Sequence, metric: Optional[str], direction: Optional[st
 
 
 def register_sweep_best(
-    client,
+    client: "MlflowClient",
     parent_run_id: str,
-    children: Sequence,
+    children: Sequence["Run"],
     name: str,
     metric: Optional[str],
     direction: Optional[str],
@@ -115,7 +126,6 @@ def register_sweep_best(
             flush=True,
         )
         return
-    version = register(client, model, name, run_id=parent_run_id)
+    register(client, model, name, run_id=parent_run_id)
     client.set_tag(parent_run_id, "ms_exp.sweep.best_run", child.info.run_id)
     client.set_tag(parent_run_id, "ms_exp.sweep.best_model", model.model_id)
-    return version

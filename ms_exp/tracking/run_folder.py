@@ -3,22 +3,16 @@
 A run folder belongs to one run. Its record, ``run.json``, names that run (the config digest,
 the MLflow run, the status it ended with); only that run, continued with ``trainer.resume``,
 may work in the folder again. Any other command that meets the folder is refused in one line
-before it writes anything: its checkpoints, best model and resume point would otherwise be
-read back as the other run's (MindSpore's ``ModelCheckpoint`` names a second run's files
-``<prefix>_1-*`` beside the first run's, and the newest file of a folder is not the current
-run's).
+before it writes anything: its checkpoints and resume point would otherwise be read back as
+the other run's.
 
 While a process works in a folder it holds an OS lock (``fcntl.flock``) on the folder itself,
-which the kernel releases when the process ends however it ends, so a killed job leaves no
-stale lock behind. A lock file would not do: deleted while a job trains, a second process
-would create and lock a new one and train over the first run. ``run.lock`` says who holds
-the folder (pid, host, start time, command) for the refusal of a second process; where it
-is gone, the kernel's table of locks still names the pid. Where the file system has no
-flock on a directory (NFS emulates flock with POSIX locks, which need a descriptor open for
-writing), ``run.lock`` itself is locked instead. A process holds a folder once: a second
-claim by the same process is a no-op, and :func:`release_all` ends every claim
-(``ms_exp.run``'s ``main()`` does, so a caller that runs it twice in one process starts
-clean).
+which the kernel releases however the process ends, so a killed job leaves no stale lock.
+A lock file would not do: deleted while a job trains, a second process would lock a new one
+and train over the first run. ``run.lock`` says who holds the folder, for the refusal of a
+second process. Where the file system has no flock on a directory (NFS), ``run.lock``
+itself is locked instead. A second claim by the same process is a no-op;
+:func:`release_all` ends every claim.
 """
 
 import fcntl
@@ -41,10 +35,7 @@ class FolderRefused(Exception):
     """A run folder that this command may not work in; the message is one line."""
 
 
-# -- the run record -------------------------------------------------------------------------
-
-
-def write_run_record(run_dir: Path, **fields) -> None:
+def write_run_record(run_dir: Path, **fields: object) -> None:
     """Update fields of the record (digest, status, run_id: the MLflow run). Written whole
     (a temporary file renamed), so a killed job leaves the previous version."""
     path = Path(run_dir) / RUN_RECORD
@@ -71,8 +62,7 @@ _cleared: Set[Path] = set()
 def remove_leftovers(run_dir: Path) -> None:
     """Remove the half-written files of earlier processes in ``run_dir``, once per process:
     a record's ``.partial`` whose process is gone, and checkpoints' ``.tmp`` where this
-    process holds the folder (no other one writes there then; a rank or another command,
-    which do not hold it, leave them alone)."""
+    process holds the folder (no other one writes there then)."""
     folder = Path(run_dir).resolve()
     if folder in _cleared:
         return
@@ -119,8 +109,6 @@ def read_run_record(run_dir: Path) -> dict:
         )
     return record
 
-
-# -- holding a folder -----------------------------------------------------------------------
 
 _held: Dict[Path, int] = {}  # folder -> the descriptor that holds its lock, kept open
 
@@ -286,15 +274,11 @@ def _locking_pid(folder: Path) -> Optional[int]:
     return None
 
 
-# -- who may work in a folder ---------------------------------------------------------------
-
-
 def check_owner(run_dir: Path, key: str, resume: Optional[str], digest: Callable[[], str]) -> None:
     """Refuse a folder that holds another run's record. A command with ``trainer.resume``
-    may work in it: ``auto`` only where the record is an unfinished run of this config (the
-    run it continues), an explicit run id, folder or checkpoint whatever it holds (the
-    run it names decides, ms_exp/checkpoint/resume.py). ``digest`` gives this command's
-    config digest, asked for only where a record is there to compare."""
+    may work in it: ``auto`` only where the record is an unfinished run of this config, an
+    explicit run id, folder or checkpoint whatever it holds. ``digest`` gives this
+    command's config digest, asked for only where a record is there to compare."""
     record = read_run_record(run_dir)
     if not record or (resume is not None and resume != "auto"):
         return

@@ -8,24 +8,19 @@ creates the run on the other core while MindSpore imports, builds the data and t
 
 Every tracker call becomes one JSON line on the sidecar's stdin, written by a thread so a
 slow store never holds up a step; the sidecar hands it to a
-:class:`ms_exp.tracking.recorder.RunRecorder`. Metrics are collected and sent about every
+:class:`ms_exp.tracking.recorder.RunRecorder`. Metrics are sent about every
 ``SUBMIT_SECONDS``. The job waits for the sidecar only where it needs an answer: before the
 first step (:meth:`SidecarTracker.wait_for_run`, so a store that cannot be opened still
-stops the job before training), for the run's id, and at ``flush``/``finish``. A call the
-store refused is reported there: the run ends FAILED with the error as a tag, and the job
-raises :class:`TrackingFailed`. A tracking server that does not answer, at the start or
-later, stops nothing: the recorder warns once and keeps the calls in a journal in the run
-directory, delivered when the run ends if the server is back (ms_exp/tracking/journal.py);
-until then the job has no run id if the run could not even be created.
-
-A job resuming an earlier run passes its ``run_id``: the sidecar reopens that run instead of
-creating one. Rank 0 of a distributed job has a sidecar of its own, adding to the job's run.
+stops the job before training), for the run's id, and at ``flush``/``finish``, where a call
+the store refused raises :class:`TrackingFailed`; a server that does not answer stops
+nothing (ms_exp/tracking/recorder.py). Rank 0 of a distributed job has a sidecar of its own.
 
 The sidecar ignores SIGINT and SIGTERM (Ctrl-C reaches the whole process group) so it can
 still record the status the job ends with; if the job's process dies without ending the run
 (SIGKILL), the sidecar's stdin closes and it ends the run KILLED.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -37,9 +32,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, TextIO, Tuple, Union
 
-from ms_exp.tracking.journal import new_journal_path
+from ms_exp.tracking.journal import CallWriter, new_journal_path
 
 if TYPE_CHECKING:
     from ms_exp.tracking.recorder import RunRecorder
@@ -47,22 +42,16 @@ if TYPE_CHECKING:
 SUBMIT_SECONDS = 0.5
 # What the sidecar may be asked to do: Tracker's recording methods, nothing else.
 RECORDING_CALLS = (
-    "log_params",
-    "log_metric_rows",
-    "set_tags",
-    "log_artifact",
-    "log_artifacts",
-    "log_artifact_to",
-    "record_provenance",
-    "log_model",
-)
+    "log_params log_metric_rows set_tags log_artifact log_artifacts log_artifact_to "
+    "record_provenance log_model"
+).split()
 
 
 class TrackingFailed(RuntimeError):
     """The sidecar could not create the run, or MLflow refused something sent to it."""
 
 
-class SidecarTracker:
+class SidecarTracker(CallWriter):
     """The job's side: the interface of :class:`ms_exp.tracking.tracker.Tracker`."""
 
     enabled = True
@@ -79,14 +68,12 @@ class SidecarTracker:
         journal: Union[str, Path, None] = None,
         ends_run: bool = True,
         system_metrics_interval: Optional[float] = None,
-    ):
-        """``run_id``: reopen that run instead of creating one (no ``experiment_name``
-        nor ``run_name`` then). ``offline_dir``: where a
-        journal is kept if the tracking server cannot be reached (the run directory);
-        without it an unreachable server is an error like any other. Rank 0 of a
-        distributed job passes the job's ``journal`` instead, and ``ends_run=False``: the
-        launching job ends the run (ms_exp/worker.py). ``system_metrics_interval``: seconds
-        between two samples of MLflow's system metrics, taken in the sidecar; None: none."""
+    ) -> None:
+        """``run_id``: reopen that run (a resumed job) instead of creating one.
+        ``offline_dir``: where a journal is kept if the tracking server cannot be reached
+        (the run directory); without it an unreachable server is an error like any other.
+        Rank 0 of a distributed job passes the job's ``journal`` instead, and
+        ``ends_run=False``: the launching job ends the run (ms_exp/worker.py)."""
         self.tracking_uri = tracking_uri
         if journal is None and offline_dir is not None:
             journal = new_journal_path(offline_dir)
@@ -116,10 +103,9 @@ class SidecarTracker:
             ends_run=ends_run,
             system_metrics_interval=system_metrics_interval,
             cwd=os.getcwd(),
-            environ=_mlflow_environment(),
+            environ={k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")},
         )
 
-    # -- the run ------------------------------------------------------------------------
     @property
     def run_id(self) -> Optional[str]:
         """None while the server was unreachable from the start (the run is in the journal)."""
@@ -159,36 +145,13 @@ class SidecarTracker:
             self._ids = (reply["run_id"], reply["experiment_id"])
         return self._ids
 
-    # -- recording ----------------------------------------------------------------------
-    def log_params(self, params: Mapping[str, object]) -> None:
-        self._send("log_params", params=dict(params))
-
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
         self._rows.extend([key, float(value), now, int(step)] for key, value in metrics.items())
         if time.monotonic() - self._submitted >= SUBMIT_SECONDS:
             self._submit()
 
-    def set_tags(self, tags: Mapping[str, object]) -> None:
-        self._send("set_tags", tags={k: str(v) for k, v in tags.items()})
-
-    def log_artifact(self, path: Path, artifact_path: Optional[str] = None) -> None:
-        self._send("log_artifact", path=str(Path(path).absolute()), artifact_path=artifact_path)
-
-    def log_artifacts(self, directory: Path, artifact_path: Optional[str] = None) -> None:
-        self._send(
-            "log_artifacts", directory=str(Path(directory).absolute()), artifact_path=artifact_path
-        )
-
-    def log_artifact_to(self, run_id: str, path: Path, artifact_path: Optional[str] = None) -> None:
-        self._send(
-            "log_artifact_to",
-            run_id=run_id,
-            path=str(Path(path).absolute()),
-            artifact_path=artifact_path,
-        )
-
-    def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
+    def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
         from omegaconf import OmegaConf
 
         self._send(
@@ -196,28 +159,6 @@ class SidecarTracker:
             dataset_cfg=OmegaConf.to_container(dataset_cfg, resolve=True, enum_to_str=True),
             run_dir=str(Path(run_dir).absolute()),
             command=command,
-        )
-
-    def log_model(
-        self,
-        name: str,
-        directory: Path,
-        params: Mapping[str, object],
-        metrics: Mapping[str, float],
-        epoch: Optional[int] = None,
-        tags: Optional[Mapping[str, object]] = None,
-        mlmodel: Optional[Mapping[str, object]] = None,
-    ) -> None:
-        self._submit()  # the run's metrics first: they place the model's (Tracker)
-        self._send(
-            "log_model",
-            name=name,
-            directory=str(Path(directory).absolute()),
-            params={k: str(v) for k, v in params.items()},
-            metrics={k: float(v) for k, v in metrics.items()},
-            epoch=epoch,
-            tags={k: str(v) for k, v in (tags or {}).items()},
-            mlmodel=dict(mlmodel) if mlmodel else None,
         )
 
     def flush(self) -> None:
@@ -248,14 +189,13 @@ class SidecarTracker:
             # Otherwise the job is raising its own error already (a refusal was warned of).
             self._raise_errors(reply)
 
-    # -- the pipe -----------------------------------------------------------------------
     def _submit(self) -> None:
         self._submitted = time.monotonic()
         if self._rows:
             rows, self._rows = self._rows, []
             self._send("log_metric_rows", rows=rows)
 
-    def _send(self, call: str, **arguments) -> None:
+    def _send(self, call: str, **arguments: Any) -> None:
         self._outbox.put({"call": call, **arguments})
 
     def _write_lines(self) -> None:
@@ -295,10 +235,8 @@ class SidecarTracker:
     def _close(self) -> None:
         self._stop_writer()
         assert self._process.stdin is not None
-        try:
+        with contextlib.suppress(OSError):
             self._process.stdin.close()
-        except OSError:
-            pass
         self._process.wait()
 
     @staticmethod
@@ -335,31 +273,20 @@ def _idle_sidecar() -> Optional[subprocess.Popen]:
     return None
 
 
-def _mlflow_environment() -> Dict[str, str]:
-    return {key: value for key, value in os.environ.items() if key.startswith("MLFLOW_")}
-
-
-# -- the sidecar process --------------------------------------------------------------------
-
-
-def _take_environment(cwd: str, environ: Dict[str, str]) -> None:
-    """The job's working directory and MLflow variables (a kept sidecar may have served a
-    job with others)."""
-    os.chdir(cwd)
-    for key in [k for k in os.environ if k.startswith("MLFLOW_") and k not in environ]:
-        del os.environ[key]
-    os.environ.update(environ)
-
-
 def _open_run(
     cwd: str,
     environ: Dict[str, str],
     journal: Optional[str],
     ends_run: bool,
     system_metrics_interval: Optional[float] = None,
-    **spec,
+    **spec: Any,
 ) -> "RunRecorder":
-    _take_environment(cwd, environ)
+    # The job's working directory and MLflow variables (a kept sidecar may have served a
+    # job with others).
+    os.chdir(cwd)
+    for key in [k for k in os.environ if k.startswith("MLFLOW_") and k not in environ]:
+        del os.environ[key]
+    os.environ.update(environ)
     from ms_exp.tracking.recorder import RunRecorder
 
     recorder = RunRecorder(
@@ -394,7 +321,7 @@ def start_error(error: Exception) -> str:
     )
 
 
-def serve(requests, replies) -> int:
+def serve(requests: Iterable[str], replies: TextIO) -> int:
     """Open a run from a ``start`` request, record every following request into it until
     ``finish``; then wait for the next ``start``, until stdin closes."""
     from ms_exp.tracking.recorder import ENDED_WITHOUT_STATUS

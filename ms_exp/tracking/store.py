@@ -1,10 +1,8 @@
 """Where runs are recorded: the MLflow tracking URI and the experiment.
 
-The default store is MLflow's own default, ``sqlite:///mlflow.db`` in the working directory,
-made absolute so it does not move when a job changes directory. New experiments keep their
-artifacts in ``mlartifacts/`` beside the database: MLflow would otherwise create
-``./mlruns``, a folder whose name MLflow also reads as its old file store (one holding
-file-store experiments silently switches every later ``mlflow ui`` there to it)
+The default store is ``sqlite:///mlflow.db`` in the working directory, made absolute so it
+does not move when a job changes directory. New experiments keep their artifacts in
+``mlartifacts/`` beside it: MLflow's ``./mlruns`` would read as its old file store
 (docs/design.md#mlflow-default-store, docs/design.md#mlflow-file-store).
 """
 
@@ -46,16 +44,7 @@ def resolve_tracking_uri(uri: Optional[str], workdir: Optional[Path] = None) -> 
 CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s'\":/?#@]*:)[^\s'\"]*@")
 # Names that carry a credential as ``name=value``: a query parameter (SQLAlchemy hands
 # ``?password=`` to the database driver) or a keyword of libpq's ``host=x password=y`` string.
-CREDENTIAL_NAMES = (
-    "password",
-    "passwd",
-    "pwd",
-    "token",
-    "access_token",
-    "secret",
-    "api_key",
-    "sslpassword",
-)
+CREDENTIAL_NAMES = "password passwd pwd token access_token secret api_key sslpassword".split()
 
 
 def _named_credential(value: str) -> "re.Pattern[str]":
@@ -114,7 +103,6 @@ def holds_password(url: str) -> bool:
 
 def password_refusal(key: str, uri: Optional[str]) -> Optional[str]:
     """The one-line refusal of a store URI that holds a password (None: it holds none).
-
     Refused rather than masked: a URI is in the job's config, Hydra's record, the MLflow
     params and tags and the printed lines, and one of them would keep it."""
     if not uri or not holds_password(uri):
@@ -140,8 +128,6 @@ def sqlite_path(uri: str) -> Optional[Path]:
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-
-
 # SQLite's file header (https://www.sqlite.org/fileformat.html): 100 bytes; the page size at
 # offset 16, the file change counter at 24, the database's size in pages at 28 (valid when
 # the "version-valid-for" number at 92 equals that counter).
@@ -151,10 +137,9 @@ CUT_SHORT = "a copy or disk that stopped early; restore the whole file"
 
 def not_a_database(database: Path) -> Optional[str]:
     """Why the file of a ``sqlite:///`` store is not one SQLite can open, or None (also
-    when it does not exist yet, or is empty: SQLite makes a database of it). Read only: a
-    file cut short is named from its header and size where they tell, else by SQLite's
-    quick_check, before MLflow opens it (and fails with "database disk image is malformed"
-    once a run folder exists, or writes on into a damaged file)."""
+    when it does not exist yet, or is empty). Read only: a file cut short is named from its
+    header and size where they tell, else by SQLite's quick_check, before MLflow opens it
+    (and writes on into a damaged file)."""
     if not database.exists():
         return None
     if not database.is_file():
@@ -243,18 +228,24 @@ def _damaged(database: str, error: BaseException) -> Optional[str]:
 def damaged_store(error: BaseException, uri: Optional[str]) -> Optional[str]:
     """Why the SQLite file of the store at ``uri`` is damaged when ``error`` (or an error it
     was raised from) is SQLite's saying so, else None: the last net of a command for damage
-    that appeared, or was not seen, before MLflow opened the store. The same words as
-    ``not_a_database`` where it now sees the damage."""
+    not seen before MLflow opened the store."""
     database = sqlite_path(uri) if uri else None
-    seen = set()
-    cause: Optional[BaseException] = error
-    while cause is not None and id(cause) not in seen and database is not None:
-        seen.add(id(cause))
+    if database is None:
+        return None
+    for cause in causes(error):
         damaged = _damaged(str(database), cause)
         if damaged:
             return not_a_database(database) or damaged
-        cause = cause.__cause__ or cause.__context__
     return None
+
+
+def causes(error: Optional[BaseException]) -> Iterator[BaseException]:
+    """``error`` and the errors it was raised from (or while handling), each once."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 def damaged_refusal(key: str, uri: str, problem: str) -> str:
@@ -414,9 +405,8 @@ def python_command() -> str:
 @contextmanager
 def sqlite_lock(uri: str) -> Iterator[None]:
     """Processes on this machine take turns with a SQLite database at ``uri`` (a lock file
-    beside it) while one of them may be creating it or its first rows: two sweep commands
-    started together would otherwise both migrate a fresh MLflow store, and one fail
-    (docs/design.md#mlflow-concurrent-first-use). A server database takes care of itself."""
+    beside it) while one may be creating it: two sweeps started together would both migrate
+    a fresh store, and one fail (docs/design.md#mlflow-concurrent-first-use)."""
     database = sqlite_path(uri)
     if database is None:
         yield
@@ -442,21 +432,18 @@ def store_client(uri: str) -> "MlflowClient":
 def ensure_experiment(client: "MlflowClient", name: str) -> str:
     """Return the id of experiment ``name``, creating it (and its artifact folder) if new;
     the first use of a fresh store creates its tables, under the lock."""
-    with sqlite_lock(client.tracking_uri):
-        return _ensure_experiment(client, name)
-
-
-def _ensure_experiment(client: "MlflowClient", name: str) -> str:
-    experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        if EXPERIMENT_KIND_TAG not in experiment.tags:  # a kind the user chose stays
-            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
-        return experiment.experiment_id
-    artifact_location = None
     db = sqlite_path(client.tracking_uri)
-    if db is not None:
+    with sqlite_lock(client.tracking_uri):
+        experiment = client.get_experiment_by_name(name)
+        if experiment is not None:
+            if EXPERIMENT_KIND_TAG not in experiment.tags:  # a kind the user chose stays
+                client.set_experiment_tag(
+                    experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND
+                )
+            return experiment.experiment_id
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-        artifact_location = (db.parent / "mlartifacts" / safe).as_uri()
-    return client.create_experiment(
-        name, artifact_location=artifact_location, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND}
-    )
+        return client.create_experiment(
+            name,
+            artifact_location=(db.parent / "mlartifacts" / safe).as_uri() if db else None,
+            tags={EXPERIMENT_KIND_TAG: TRAINING_KIND},
+        )

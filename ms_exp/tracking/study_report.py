@@ -1,22 +1,22 @@
 """The Optuna study's part of a sweep's report (:func:`study_part`): every trial in order with
-the best value so far, the optimisation history plot and the parameter importances, read
-from the study's storage with Optuna's public API.
-
-ms_exp.tracking.sweep_report calls it when the sweep's parent run names a study (the
-``ms_exp.optuna.study`` and ``ms_exp.optuna.storage`` tags the Optuna sweeper sets).
+the best value so far, the optimisation history plot and the parameter importances, for a
+sweep whose parent run names a study (the tags the Optuna sweeper sets).
 """
 
 import math
 import warnings
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import pandas
 
 from ms_exp.tracking.store import masked, sqlite_path
-from ms_exp.tracking.sweep_runs import ReportError, markdown
+from ms_exp.tracking.sweep_runs import ReportError, counted, markdown
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
 
 TRIALS_CSV = "optuna_trials.csv"
 TRIALS_MD = "optuna_trials.md"
@@ -34,19 +34,16 @@ def study_part(
     storage_url: str, study_name: str, folder: Path, recorded: bool = False
 ) -> StudyPart:
     """Write the study's tables and plots into ``folder``; return their Markdown and names.
-    ``recorded``: the storage URL was read from a record (the sweep's tag).
-
-    Raises ReportError when the study cannot be loaded."""
+    ``recorded``: the storage URL was read from the sweep's tag. Raises ReportError when the
+    study cannot be loaded."""
     study = _load(storage_url, study_name, recorded)
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     maximize = study.direction.name == "MAXIMIZE"
-    counts = Counter(t.state.name for t in trials)
     lines = [
         f"Optuna study {study_name} in {masked(storage_url)}: "
-        f"{'maximize' if maximize else 'minimize'}, {len(trials)} trials ("
-        + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        + ")"
+        f"{'maximize' if maximize else 'minimize'}, {len(trials)} trials "
+        f"({counted(t.state.name for t in trials)})"
     ]
     if complete:
         best = study.best_trial
@@ -74,7 +71,7 @@ def study_part(
     return StudyPart(text, sorted(files))
 
 
-def _load(storage_url: str, study_name: str, recorded: bool = False):
+def _load(storage_url: str, study_name: str, recorded: bool = False) -> "optuna.Study":
     import optuna
 
     where = f"study {study_name!r} in {masked(storage_url) or 'no storage'}"
@@ -121,14 +118,14 @@ def _load(storage_url: str, study_name: str, recorded: bool = False):
     return study
 
 
-def _history(trials, maximize: bool):
+def _history(trials: Sequence["FrozenTrial"], maximize: bool) -> Tuple[List[str], pandas.DataFrame]:
     """``(params, table)``: one row per trial by number; ``best_so_far`` over the COMPLETE
     trials up to it (a pruned trial's value is its last intermediate one, never the best)."""
     params = sorted({name for t in trials for name in t.params})
     columns = ["number", "state", "value", "best_so_far", *params, "pruned_epoch", "duration_s"]
     rows, best = [], None
     for t in sorted(trials, key=lambda t: t.number):
-        if t.state.name == "COMPLETE" and math.isfinite(t.value):
+        if t.state.name == "COMPLETE" and t.value is not None and math.isfinite(t.value):
             best = t.value if best is None else (max if maximize else min)(best, t.value)
         rows.append(
             {
@@ -144,18 +141,18 @@ def _history(trials, maximize: bool):
     return params, pandas.DataFrame(rows, columns=columns, dtype=object)  # 2 stays 2, not 2.0
 
 
-def _param(value):
+def _param(value: object) -> object:
     # _cell rounds floats to 4 places: a learning rate of 3e-5 would read 0.0000.
     return f"{value:.6g}" if isinstance(value, float) else value
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     return f"{value:.4f}" if isinstance(value, float) else str(value).replace("|", "\\|")
 
 
-def _no_importances(complete) -> Optional[str]:
+def _no_importances(complete: Sequence["FrozenTrial"]) -> Optional[str]:
     if len(complete) < 2:
         return f"they need at least 2 completed trials; the study has {len(complete)}"
     names = {name for t in complete for name in t.params}
@@ -164,7 +161,7 @@ def _no_importances(complete) -> Optional[str]:
     return None
 
 
-def _importances(study, folder: Path) -> str:
+def _importances(study: "optuna.Study", folder: Path) -> str:
     import optuna
 
     # Optuna 5's default evaluator, named so that the table and the plot use the same one;
@@ -180,7 +177,7 @@ def _importances(study, folder: Path) -> str:
     )
 
 
-def _plot(path: Path, name: str, study, **kwargs) -> None:
+def _plot(path: Path, name: str, study: "optuna.Study", **kwargs: Any) -> None:
     """Save one of Optuna's matplotlib plots and close it."""
     import matplotlib
     import optuna
@@ -204,12 +201,8 @@ def _holds_studies(database: Path) -> bool:
     from contextlib import closing
 
     try:
+        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'"
         with closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as db:
-            return (
-                db.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'"
-                ).fetchone()
-                is not None
-            )
+            return db.execute(query).fetchone() is not None
     except sqlite3.Error:
         return False

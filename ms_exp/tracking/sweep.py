@@ -1,19 +1,13 @@
 """One MLflow parent run per Hydra multirun, with every job's run as its child.
 
-``SweepRun`` is a Hydra callback (``hydra.callbacks`` in conf/config.yaml), called in the
-launching process. It creates the store, the experiment and the parent run there, before
-any job starts: jobs creating a fresh SQLite store or a new experiment at the same time lose
-runs (docs/design.md#mlflow-concurrent-first-use). The parent's id goes down to the jobs in
-environment variables; a job's run carries it as the ``mlflow.parentRunId`` tag, which is
-how the MLflow UI nests runs. When the sweep ends, the parent gets the job counts, its status and
-the sweep report of ``ms_exp.tracking.sweep_report`` (tables and plots under ``report/``).
+``SweepRun`` is a Hydra callback, called in the launching process. It creates the store,
+the experiment and the parent run before any job starts: jobs creating them at the same
+time lose runs (docs/design.md#mlflow-concurrent-first-use). The parent's id goes down to
+the jobs in environment variables, and their runs carry it as ``mlflow.parentRunId``. When
+the sweep ends, the parent gets the job counts, its status and the sweep report.
 
-Hydra's basic sweeper re-raises a failed job's exception once the batch has run and Ctrl-C
-unwinds straight through it; in both cases Hydra never calls ``on_multirun_end``, so
-``ms_exp.run.main`` calls ``end_active_sweep`` and the parent run is never left RUNNING.
-
-MLflow is imported only once a sweep starts: ``ms_exp.run`` imports this module, and a
-refused command line must not pay for MLflow.
+Where Hydra never calls ``on_multirun_end`` (a failed job re-raised, Ctrl-C),
+``ms_exp.run.main`` calls ``end_active_sweep``. MLflow is imported only once a sweep starts.
 """
 
 import json
@@ -22,10 +16,10 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from urllib.parse import unquote, urlparse
 
-from hydra.core.utils import JobStatus
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -38,9 +32,13 @@ from ms_exp.tracking.sweep_runs import (
     jobs_per_device,
     override_values,
     parsed_overrides,
+    short_names,
 )
 
 if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from ms_exp.tracking.sweep_report import SweepReport
     from ms_exp.tracking.tracker import Tracker
 
 # Read by parent_run_id() in the jobs. MLflow's own MLFLOW_RUN_ID / MLFLOW_EXPERIMENT_ID are
@@ -56,11 +54,9 @@ _active: Optional["SweepRun"] = None
 
 
 def parent_run_id(tracking_uri: str, experiment_name: str) -> Optional[str]:
-    """The parent run of a job that records to ``tracking_uri`` and ``experiment_name``.
-
-    None outside a multirun, and for a job that sweeps ``tracking.uri`` or
-    ``tracking.experiment_name`` away from the parent's: the UI nests runs only within one
-    experiment, and a run id means nothing in another store."""
+    """The parent run of a job that records to ``tracking_uri`` and ``experiment_name``; None
+    outside a multirun, and for a job that sweeps either away from the parent's: the UI nests
+    runs only within one experiment, and a run id means nothing in another store."""
     if (os.environ.get(PARENT_TRACKING_URI), os.environ.get(PARENT_EXPERIMENT)) != (
         tracking_uri,
         experiment_name,
@@ -87,11 +83,8 @@ def child_run_name(overrides: List[str]) -> Optional[str]:
     values = swept_values(overrides)
     if not values:
         return None
-    keys = list(values)
-    last = [key.rsplit(".", 1)[-1] for key in keys]
-    # The last part of the key is enough unless two swept keys share it.
-    labels = last if len(set(last)) == len(last) else keys
-    return ",".join(f"{label}={_short(values[key])}" for label, key in zip(labels, keys))
+    labels = short_names(list(values))
+    return ",".join(f"{label}={_short(value)}" for label, value in zip(labels, values.values()))
 
 
 def _short(value: str) -> str:
@@ -105,7 +98,6 @@ def _short(value: str) -> str:
 
 def end_active_sweep(status: str) -> None:
     """End the running sweep's parent run with ``status`` (FAILED, KILLED); no-op if none.
-
     Called while another error unwinds, so a failure here is reported, not raised."""
     if _active is None:
         return
@@ -123,9 +115,8 @@ def tag_active_sweep(tags: Dict[str, str]) -> None:
 
 
 def swept_keys(config: DictConfig) -> List[str]:
-    """The keys a multirun sweeps: on its command line (``a=1,2``, ``model=mlp,resnet``)
-    and in the sweeper's own ``params`` (Hydra's ``hydra.sweeper.params``, Optuna's search
-    space)."""
+    """The keys a multirun sweeps: on its command line (``a=1,2``) and in the sweeper's own
+    ``hydra.sweeper.params``."""
     from omegaconf import OmegaConf
 
     parsed = parsed_overrides(config.hydra.overrides.task)
@@ -154,7 +145,7 @@ class SweepRun(Callback):
         self.register_as: Optional[str] = None  # tracking.register_model
         self.metric: Optional[str] = None  # sweep.metric
 
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _active
         tracking = config.tracking
         if not tracking.enabled:
@@ -200,19 +191,23 @@ class SweepRun(Callback):
         )
         _active = self
 
-    def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         # Hydra calls this for a single run too, and in a joblib or submitit worker; only
         # the launching process of a tracked sweep has a parent run to count for, and
         # finish() also counts from the store.
         if self.tracker is None:
             return
         self.jobs += 1
-        if job_return.status == JobStatus.FAILED and not _pruned(job_return):
+        from ms_exp.tracking.lifecycle import EndedEarly
+
+        # A trial the Optuna study pruned stopped on purpose: it did not fail.
+        pruned = isinstance(job_return._return_value, EndedEarly)
+        if job_return.status == JobStatus.FAILED and not pruned:
             self.failed.append(
                 f"{_job_number(config, self.jobs - 1)} {' '.join(job_return.overrides or [])}"
             )
 
-    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.finish("FINISHED")
 
     def finish(self, status: str) -> None:
@@ -271,9 +266,26 @@ class SweepRun(Callback):
                 tracker.log_artifact(best, "sweep")
             report = _log_report(tracker)
             if self.register_as and status == "FINISHED":
-                _register_best(
-                    tracker, children, self.register_as, self.metric, tags.get(DIRECTION_TAG)
-                )
+                from ms_exp.tracking.registry import register_sweep_best
+
+                # The best job's model (a sweep's jobs do not register their own); a failure
+                # is said, and never changes the sweep's status.
+                try:
+                    register_sweep_best(
+                        tracker.client,
+                        tracker.run_id,
+                        children,
+                        self.register_as,
+                        self.metric,
+                        tags.get(DIRECTION_TAG),
+                    )
+                except Exception as error:
+                    print(
+                        f"ms_exp: warning: tracking.register_model={self.register_as}: not "
+                        f"registered ({type(error).__name__}: {error})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             tracker.finish(status)
         last_lines = f"\nfailed: {'; '.join(failed)[:2000]}" if failed else ""
@@ -286,31 +298,6 @@ class SweepRun(Callback):
         )
 
 
-def _register_best(
-    tracker, children, name: str, metric: Optional[str], direction: Optional[str]
-) -> None:
-    """The best job's model in the Model Registry (the jobs of a sweep do not register
-    their own); a failure is said, never changes the sweep's status."""
-    from ms_exp.tracking.registry import register_sweep_best
-
-    try:
-        register_sweep_best(tracker.client, tracker.run_id, children, name, metric, direction)
-    except Exception as error:
-        print(
-            f"ms_exp: warning: tracking.register_model={name}: not registered "
-            f"({type(error).__name__}: {error})",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def _pruned(job_return) -> bool:
-    """A trial the Optuna study pruned: stopped on purpose, not failed."""
-    from ms_exp.tracking.lifecycle import EndedEarly
-
-    return isinstance(job_return._return_value, EndedEarly)
-
-
 def _job_number(config: DictConfig, counted: int) -> str:
     """``#<hydra.job.num>``; the jobs counted before it when Hydra left the number unset
     (``???`` outside a multirun): reading an unset value raises, and Hydra turns a raising
@@ -321,10 +308,9 @@ def _job_number(config: DictConfig, counted: int) -> str:
     return f"#{counted if number is None else number}"
 
 
-def _log_report(tracker):
-    """The sweep report (ms_exp.tracking.sweep_report) as artifacts of the parent, its table
-    printed; a report that cannot be made is said (None), but never changes the sweep's
-    status."""
+def _log_report(tracker: "Tracker") -> Optional["SweepReport"]:
+    """The sweep report as artifacts of the parent, its table printed; a report that cannot
+    be made is said (None), but never changes the sweep's status."""
     from ms_exp.tracking.sweep_report import write_report
 
     try:
@@ -336,7 +322,9 @@ def _log_report(tracker):
     return report
 
 
-def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
+def where_lines(
+    tracker: "Tracker", sweep_dir: Optional[str], report: Optional["SweepReport"], outcome: str
+) -> str:
     """The lines a sweep prints last: where its jobs' folders, its report and its parent run
     are, the command that writes the report again and the one that opens the MLflow UI."""
     from ms_exp.tracking.store import python_command, resolve_tracking_uri
@@ -345,9 +333,10 @@ def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
     uri = tracker.tracking_uri
     lines = [f"sweep folder: {sweep_dir} (a folder per job, by number)"] if sweep_dir else []
     if report is not None:
+        parsed = urlparse(report.artifact_uri)  # a file: URI as the folder it names
         lines += [
             f"sweep report: {', '.join(report.files)}",
-            f"  in {_local_path(report.artifact_uri)}",
+            f"  in {unquote(parsed.path) if parsed.scheme == 'file' else report.artifact_uri}",
         ]
     lines.append(
         f"MLflow parent run {tracker.run_id} (experiment {tracker.experiment_id}, "
@@ -369,13 +358,7 @@ def where_lines(tracker, sweep_dir: Optional[str], report, outcome: str) -> str:
     return "\n".join(lines)
 
 
-def _local_path(uri: str) -> str:
-    """A ``file:`` artifact URI as the folder it names; any other URI as it is."""
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme == "file" else uri
-
-
-def _end_abandoned(client, experiment_name: str) -> None:
+def _end_abandoned(client: "MlflowClient", experiment_name: str) -> None:
     """An earlier sweep (or job) killed outright left runs RUNNING: ended KILLED, said in a
     line, before this sweep's runs join them (ms_exp/tracking/abandoned.py)."""
     from ms_exp.tracking.abandoned import end_abandoned_runs

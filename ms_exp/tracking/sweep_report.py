@@ -13,14 +13,14 @@ import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import pandas
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from ms_exp.tracking.study_report import study_part
-from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS as DEFAULT_METRICS
+from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS as DEFAULT_METRICS  # noqa: F401
 from ms_exp.tracking.sweep_runs import (
     STORAGE_TAG,
     STUDY_TAG,
@@ -28,15 +28,13 @@ from ms_exp.tracking.sweep_runs import (
     child_runs,
     job_values,
     markdown,
-    objective_metric,
+    ranking_metric,
+    short_names,
     stated_direction,
-    stated_metric,
     swept_keys,
 )
 from ms_exp.tracking.ui_links import share_sweep_view
 
-# The first of DEFAULT_METRICS that the jobs logged ranks them unless --metric or the sweep's
-# sweep.metric says otherwise: classifiers log accuracy, Wide&Deep logs AUC.
 REPORT_DIR = "report"
 FINAL_METRICS = ("eval/accuracy", "eval/auc", "eval/loss", "train/loss")
 LOSS_CURVE = "train/loss"
@@ -47,6 +45,7 @@ _BYTES_METRIC = re.compile(r"checkpoint/bytes_rank_(\d+)$")
 _LOWER_IS_BETTER = ("loss", "error", "time", "bytes")
 STAGE_ONE_PARAM = "boost.stage_one_run_id"
 _CELL_CHARS = 80  # in summary.md (a failed job's error); summary.csv keeps all of it
+Rows = Sequence[Mapping[str, Any]]  # the summary table's, as records
 
 
 @dataclass
@@ -68,10 +67,6 @@ class Reference:
     label: str
     value: float
     run_id: Optional[str] = None
-
-
-# ---------------------------------------------------------------------------------------------
-# The table
 
 
 def lower_is_better(metric: str, direction: Optional[str] = None) -> bool:
@@ -138,8 +133,7 @@ def summary_table(
 
 
 def _usable(value: Optional[float]) -> bool:
-    """False for a job without the metric and for NaN (a diverged loss): NaN neither sorts
-    nor plots."""
+    """False for a job without the metric, and for NaN (a diverged loss) that cannot sort."""
     return value is not None and not math.isnan(value)
 
 
@@ -148,7 +142,7 @@ def _whole(value: Optional[float]) -> Optional[int]:
     return None if value is None else int(value)
 
 
-def _md_cell(value) -> str:
+def _md_cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -157,22 +151,11 @@ def _md_cell(value) -> str:
     return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 3] + "..."
 
 
-def _write_tables(folder: Path, title: str, table: pandas.DataFrame) -> str:
-    """summary.csv, in full, and summary.md, without run ids and empty columns: its text."""
-    table.map(lambda value: "" if value is None else value).to_csv(
-        folder / "summary.csv", index=False, na_rep="nan"
-    )
-    text = f"{title}\n\n{markdown(table.drop(columns='run_id').map(_md_cell))}\n"
-    (folder / "summary.md").write_text(text)
-    return text
-
-
 def stage_one_references(
     client: MlflowClient, children: Sequence[Run], metric: str
 ) -> List[Reference]:
-    """``metric`` of the stage-one runs that stage-two jobs (boost=dim_reduce) started from:
-    what those jobs must beat. A job's ``boost.stage_one_run_id`` param is the run it used
-    (``latest`` already resolved); a run that is gone or lacks the metric gives none."""
+    """``metric`` of the stage-one runs that stage-two jobs (boost=dim_reduce) started from
+    (their ``boost.stage_one_run_id`` param): what those jobs must beat."""
     from mlflow.exceptions import MlflowException
 
     ids = sorted(
@@ -189,11 +172,7 @@ def stage_one_references(
     return references
 
 
-# ---------------------------------------------------------------------------------------------
-# The plots
-
-
-def _figure():
+def _figure() -> Tuple[Any, Any]:
     # Figure() draws with Agg and leaves pyplot's global backend and state alone: the sweep
     # callback calls this inside the training process.
     from matplotlib.figure import Figure
@@ -206,20 +185,9 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def _short_names(keys: Sequence[str]) -> List[str]:
-    """The last part of each dotted key (``rho`` for ``boost.rho``) unless two share it."""
-    last = [key.rsplit(".", 1)[-1] for key in keys]
-    return last if len(set(last)) == len(last) else list(keys)
-
-
-def _as_numbers(values: Iterable[str]) -> Optional[List[float]]:
-    try:
-        return [float(value) for value in values]
-    except ValueError:
-        return None
-
-
-def metric_figure(rows, key: str, metric: str, references: Sequence["Reference"] = ()):
+def metric_figure(
+    rows: Rows, key: str, metric: str, references: Sequence[Reference] = ()
+) -> Optional[Any]:
     """``metric`` for every job against the value of ``key`` (a Figure; None when no job
     has the metric): a numeric axis when every value is a number, else one category per
     value (true/false, mlp/resnet). Jobs that share a value sit side by side around it, so
@@ -229,7 +197,10 @@ def metric_figure(rows, key: str, metric: str, references: Sequence["Reference"]
     if not points:
         return None
     figure, axes = _figure()
-    numbers = _as_numbers(x for x, _ in points)
+    try:
+        numbers: Optional[List[float]] = [float(x) for x, _ in points]
+    except ValueError:
+        numbers = None
     if numbers is not None:
         xs = numbers
         values = sorted(set(xs))
@@ -287,17 +258,9 @@ def _side_by_side(xs: Sequence[float], width: float) -> List[float]:
     return spread
 
 
-def plot_metric_against(
-    folder: Path, rows, key: str, metric: str, references: Sequence["Reference"] = ()
-) -> None:
-    figure = metric_figure(rows, key, metric, references)
-    if figure is not None:
-        figure.savefig(folder / f"{_slug(metric)}_vs_{_slug(key)}.png", dpi=110)
-
-
-def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[str]) -> None:
+def plot_loss_curves(folder: Path, client: MlflowClient, rows: Rows, keys: Sequence[str]) -> None:
     figure, axes = _figure()
-    labels = _short_names(keys)
+    labels = short_names(keys)
     drawn = 0
     for row in rows:
         history = sorted(client.get_metric_history(row["run_id"], LOSS_CURVE), key=lambda m: m.step)
@@ -321,10 +284,6 @@ def plot_loss_curves(folder: Path, client: MlflowClient, rows, keys: Sequence[st
     figure.savefig(folder / "train_loss.png", dpi=110)
 
 
-# ---------------------------------------------------------------------------------------------
-# The report
-
-
 def write_report(
     client: MlflowClient,
     parent_run_id: str,
@@ -332,21 +291,16 @@ def write_report(
     optuna_storage: Optional[str] = None,
     own_sweep: bool = False,
 ) -> SweepReport:
-    """Write the sweep's report and log it into the parent run under ``report/``.
-
-    Works on a running parent (the sweep callback, before it ends the run) as on a finished
-    one. Raises ReportError when the sweep has no jobs or none of them logged ``metric``.
-    An Optuna sweep's report adds its study (ms_exp.tracking.study_report), read from
-    ``optuna_storage`` or else the storage the parent's tag names: a local file, unless the
-    sweep is this process's own (``own_sweep``) and its tag is what it wrote."""
+    """Write the sweep's report and log it into the parent run (running or finished) under
+    ``report/``. Raises ReportError when the sweep has no jobs or none logged ``metric``.
+    An Optuna sweep's report adds its study, read from ``optuna_storage`` or else the
+    storage the parent's tag names (only a local file, unless ``own_sweep``)."""
     parent = client.get_run(parent_run_id)
     children = child_runs(client, parent)
     if not children:
         raise ReportError(f"sweep run {parent_run_id} has no child runs")
     logged = {name for child in children for name in child.data.metrics}
-    stated = stated_metric(parent)
-    default = objective_metric(logged, stated if stated in logged else None)
-    metric = metric or default or DEFAULT_METRICS[0]
+    metric = ranking_metric(parent, logged, metric)
     if logged and metric not in logged:
         raise ReportError(
             f"no job of sweep {parent_run_id} logged {metric!r}; they logged: "
@@ -371,9 +325,16 @@ def write_report(
         )
     with tempfile.TemporaryDirectory(prefix="ms_exp_report_") as scratch:
         folder = Path(scratch)
-        text = _write_tables(folder, title, table)
+        # summary.csv in full; summary.md without run ids and empty columns
+        table.map(lambda value: "" if value is None else value).to_csv(
+            folder / "summary.csv", index=False, na_rep="nan"
+        )
+        text = f"{title}\n\n{markdown(table.drop(columns='run_id').map(_md_cell))}\n"
+        (folder / "summary.md").write_text(text)
         for key in keys:
-            plot_metric_against(folder, rows, key, metric, references)
+            figure = metric_figure(rows, key, metric, references)
+            if figure is not None:
+                figure.savefig(folder / f"{_slug(metric)}_vs_{_slug(key)}.png", dpi=110)
         plot_loss_curves(folder, client, rows, keys)
         text += _study_markdown(parent, optuna_storage, folder, own_sweep)
         client.log_artifacts(parent_run_id, scratch, REPORT_DIR)

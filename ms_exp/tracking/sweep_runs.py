@@ -1,21 +1,19 @@
-"""Finding a sweep and its jobs in MLflow: the parent run named by a run id, a sweep folder
-or a job folder (:func:`find_sweep`), its child runs (:func:`child_runs`), the values a
-job's command line set (:func:`override_values`, :func:`job_values`), the keys a sweep
-varied (:func:`swept_keys`), the metric it ranks by (:func:`objective_metric`) and the
-Markdown of both reports' tables (:func:`markdown`); and the tags of a sweep's runs that the
-sweepers, the pool launcher and the jobs set for the reports to read.
-
-MLflow is imported only inside the functions that call it: a job names its run with
-``override_values`` (ms_exp.tracking.sweep.child_run_name) in its own process, which leaves
-MLflow to its sidecar (ms_exp/tracking/sidecar.py).
+"""Finding a sweep and its jobs in MLflow (:func:`find_sweep`, :func:`child_runs`), what
+their command lines set, the keys a sweep varied and the metric it ranks by, for the
+reports; and the tags of a sweep's runs that the sweepers, the pool launcher and the jobs
+set. MLflow is imported only inside the functions that call it: a job names its run with
+``override_values`` in its own process, which leaves MLflow to its sidecar.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from pathlib import Path
 from typing import (
     TYPE_CHECKING,
+    Any,
+    Callable,
     Container,
     Dict,
     Iterable,
@@ -28,6 +26,7 @@ from typing import (
 )
 
 if TYPE_CHECKING:
+    import pandas
     from hydra.core.override_parser.types import Override
     from mlflow import MlflowClient
     from mlflow.entities import Run
@@ -50,7 +49,7 @@ class ReportError(Exception):
     """A one-line reason why there is no report (unknown sweep, metric no job has)."""
 
 
-def all_pages(search, **kwargs) -> list:
+def all_pages(search: Callable[..., Any], **kwargs: Any) -> List[Any]:
     """Every result of ``search``, page after page by MLflow's pager (mlflow.search_runs's)."""
     from mlflow.utils import get_results_from_paginated_fn
 
@@ -160,6 +159,25 @@ def objective_metric(final_eval: Container[str], metric: Optional[str]) -> Optio
     return metric or next((m for m in OBJECTIVE_METRICS if m in final_eval), None)
 
 
+def ranking_metric(parent: Optional[Run], logged: Container[str], metric: Optional[str]) -> str:
+    """What ranks a sweep's jobs: ``metric``, else the sweep's stated one where they logged
+    it, else the first of OBJECTIVE_METRICS they logged (or the first of all)."""
+    stated = stated_metric(parent) if parent is not None else None
+    default = objective_metric(logged, stated if stated in logged else None)
+    return metric or default or OBJECTIVE_METRICS[0]
+
+
+def short_names(keys: Sequence[str]) -> List[str]:
+    """The last part of each dotted key (``rho`` for ``boost.rho``) unless two share it."""
+    last = [key.rsplit(".", 1)[-1] for key in keys]
+    return last if len(set(last)) == len(last) else list(keys)
+
+
+def counted(values: Iterable[str]) -> str:
+    """``2 FAILED, 3 FINISHED``: how many of each value, by value."""
+    return ", ".join(f"{n} {value}" for value, n in sorted(Counter(values).items()))
+
+
 def stated_metric(parent: Run) -> Optional[str]:
     """The metric a sweep states it ranks by: its ``sweep.metric``, which an Optuna sweep
     optimises; None where it states none."""
@@ -184,7 +202,7 @@ def jobs_per_device(children: Sequence[Run]) -> Dict[str, List[str]]:
     return dict(sorted(shares.items()))
 
 
-def markdown(cells) -> str:
+def markdown(cells: "pandas.DataFrame") -> str:
     """A DataFrame of cells written as text as a Markdown table, without the columns empty in
     every row; each cell as written (not padded, "0.9000" not read back as a number)."""
     shown = cells.loc[:, (cells != "").any()]

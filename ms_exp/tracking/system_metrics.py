@@ -1,17 +1,14 @@
 """Host and accelerator metrics of a run, sampled by MLflow's own system-metrics monitor.
 
 :func:`start_system_metrics` starts ``mlflow.system_metrics.SystemMetricsMonitor`` on a run:
-a thread that samples CPU, memory, disk, network (and NVIDIA/AMD GPUs where MLflow's
-``pynvml``/``pyrsmi`` find one) every ``interval`` seconds and logs each sample as
-``system/<name>`` at step 0, 1, 2, ... (``samples_before_logging=1``). A job runs it in its
-MLflow sidecar process, away from the training step (ms_exp/tracking/recorder.py); a plain
-MindSpore script under ``ms_exp.autolog()`` runs it in its own process.
+a thread that samples CPU, memory, disk, network (and NVIDIA/AMD GPUs) every ``interval``
+seconds and logs each sample as ``system/<name>`` at step 0, 1, 2, ... A job runs it in its
+MLflow sidecar process, away from the training step.
 
 Ascend NPUs have no monitor in MLflow: where ``npu-smi`` is on PATH, :class:`NPUMonitor`
 adds ``system/npu_<id>_utilization_percentage`` (AI Core), ``..._memory_usage_megabytes``
-and ``..._memory_usage_percentage`` (HBM, or the chip's memory where it has no HBM) from
-``npu-smi info``. An ``npu-smi`` that fails or prints a table this parser does not know is
-warned of once, in one line; the run goes on without NPU metrics.
+and ``..._memory_usage_percentage`` (HBM, else the chip's memory) from ``npu-smi info``; one
+that fails or prints a table this parser does not know is warned of once.
 """
 
 import functools
@@ -23,7 +20,7 @@ import sys
 import threading
 import weakref
 from collections import defaultdict
-from typing import Any, DefaultDict, Dict, List, Optional, Tuple
+from typing import Any, DefaultDict, Dict, List, Optional, Tuple, Type
 
 NPU_SMI = "npu-smi"
 # npu-smi asks the driver of every chip; a hung driver must not hold the monitor's thread.
@@ -42,11 +39,9 @@ except ImportError:  # pragma: no cover - an install without MLflow records noth
 def start_system_metrics(
     run_id: str, tracking_uri: str, interval: Optional[float], resume: bool = False
 ) -> Optional[Any]:
-    """Start sampling system metrics into run ``run_id`` of ``tracking_uri`` every
-    ``interval`` seconds; None (and nothing started) when ``interval`` is None. ``resume``:
-    the run was reopened, its samples continue after the steps it already has. The object
-    returned has ``finish()``, which stops sampling and logs what is still pending: call it
-    before the run ends, so the monitor does not log into an ended run."""
+    """Start sampling system metrics into run ``run_id`` every ``interval`` seconds (None:
+    nothing started); ``resume``: continue after the steps the run has. Call the monitor's
+    ``finish()`` before the run ends: it logs what is still pending."""
     if interval is None:
         return None
     import psutil
@@ -79,7 +74,7 @@ def start_system_metrics(
 
 
 @functools.lru_cache(maxsize=None)
-def _monitor_class():
+def _monitor_class() -> Type[Any]:
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     class SampledToTheEnd(SystemMetricsMonitor):
@@ -87,7 +82,7 @@ def _monitor_class():
         way (docs/design.md#mlflow-system-metrics): here it takes one more, covering the
         time since the last, so a run shorter than the interval has one too."""
 
-        def finish(self):
+        def finish(self) -> None:
             if self._process is None:
                 return
             self._shutdown_event.set()
@@ -121,19 +116,17 @@ def _quiet_when_abandoned(record: logging.LogRecord) -> bool:
     return threading.current_thread() not in _abandoned
 
 
-# -- Ascend NPUs ------------------------------------------------------------------------------
-
 _NUMBER = r"\d+(?:\.\d+)?"
 # One value of a row cell: "used / total", a number, or what npu-smi prints for none.
 _VALUE = re.compile(rf"({_NUMBER})\s*/\s*({_NUMBER})|({_NUMBER})|(NA|N/A|-)\b")
 
 
+# A chip's utilisation %, used MB and total MB (None: not read).
+Reading = Tuple[Optional[float], Optional[float], Optional[float]]
+
+
 class NpuSmiError(RuntimeError):
     """``npu-smi info`` failed, or printed no table of chips this parser knows."""
-
-
-def _cells(line: str) -> List[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 def _values(cell: str) -> List[object]:
@@ -149,24 +142,20 @@ def _values(cell: str) -> List[object]:
     return values
 
 
-def parse_npu_smi_info(
-    text: str,
-) -> Dict[str, Tuple[Optional[float], Optional[float], Optional[float]]]:
+def parse_npu_smi_info(text: str) -> Dict[str, Reading]:
     """``npu-smi info``'s table as ``{name: (utilisation %, used MB, total MB)}`` per chip.
 
     The table has two lines per chip: ``| NPU Name | Health | Power(W) Temp(C) ... |`` and
-    ``| Chip | Bus-Id | AICore(%) Memory-Usage(MB) [HBM-Usage(MB)] |``. The second header
-    line says which values the chip line holds, in order (Atlas training cards have HBM;
-    inference cards have only Memory-Usage). ``name`` is ``npu_<NPU id>``, or
-    ``npu_<NPU id>_chip_<chip id>`` on cards with more than one chip.
-    """
+    ``| Chip | Bus-Id | AICore(%) Memory-Usage(MB) [HBM-Usage(MB)] |``, the second header
+    line saying which values the chip line holds. ``name`` is ``npu_<NPU id>``, or
+    ``npu_<NPU id>_chip_<chip id>`` on cards with more than one chip."""
     columns: Optional[List[str]] = None
     chips: List[Tuple[str, str, List[object]]] = []
     npu: Optional[str] = None
     for line in text.splitlines():
         if not line.lstrip().startswith("|"):
             continue
-        cells = _cells(line)
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) < 3:
             continue
         if "AICore(%)" in cells[2]:
@@ -202,15 +191,10 @@ def parse_npu_smi_info(
     return readings
 
 
-def read_npu_smi() -> Dict[str, Tuple[Optional[float], Optional[float], Optional[float]]]:
+def read_npu_smi() -> Dict[str, Reading]:
     try:
-        done = subprocess.run(
-            [NPU_SMI, "info"],
-            capture_output=True,
-            text=True,
-            timeout=NPU_SMI_TIMEOUT_S,
-            check=False,
-        )
+        command = [NPU_SMI, "info"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=NPU_SMI_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as error:
         raise NpuSmiError(f"{type(error).__name__}: {error}") from error
     if done.returncode != 0:
@@ -222,7 +206,7 @@ def read_npu_smi() -> Dict[str, Tuple[Optional[float], Optional[float], Optional
 class NPUMonitor(BaseMetricsMonitor):
     """Ascend NPU utilisation and memory per chip, from ``npu-smi info``."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.broken = False
 
@@ -239,7 +223,7 @@ class NPUMonitor(BaseMetricsMonitor):
             return None
         return cls()
 
-    def collect_metrics(self):
+    def collect_metrics(self) -> None:
         if self.broken:
             return
         try:
@@ -256,17 +240,10 @@ class NPUMonitor(BaseMetricsMonitor):
                 if total:
                     self._metrics[f"{name}_memory_usage_percentage"].append(used / total * 100)
 
-    def aggregate_metrics(self):
-        return {
-            key: round(sum(values) / len(values), 1)
-            for key, values in self._metrics.items()
-            if values
-        }
+    def aggregate_metrics(self) -> Dict[str, float]:
+        return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
 
 
 def _warn_broken(error: Exception) -> None:
-    print(
-        f"ms_exp: warning: `{NPU_SMI} info` cannot be read ({error}); no NPU metrics are recorded",
-        file=sys.stderr,
-        flush=True,
-    )
+    message = f"`{NPU_SMI} info` cannot be read ({error}); no NPU metrics are recorded"
+    print(f"ms_exp: warning: {message}", file=sys.stderr, flush=True)

@@ -1,21 +1,17 @@
-"""One MLflow run seen from the process that records it: params, metrics, tags, artifacts,
-status. A job's run is recorded by its sidecar process (ms_exp/tracking/sidecar.py), which
-replays the job's calls here; rank 0 of a distributed job and a sweep's parent run use a
-Tracker directly.
+"""One MLflow run seen from the process that records it (a job's sidecar, a sweep's parent
+run, ``ms_exp.autolog``): params, metrics, tags, artifacts, models, status.
 
-Metrics are collected here and handed to MLflow's asynchronous logging
-(``log_batch(synchronous=False)``) as one batch about every ``SUBMIT_SECONDS``, so a
-training step never waits for the store (3 ms a call on SQLite, 50 ms against a server:
-docs/design.md#mlflow-logging-cost) and does not pay for MLflow's per-call validation and queueing
-either: an asynchronous log_batch of three metrics took 110 us a call here, 2.5% of the
-default job's 4.4 ms step; collecting them takes 8 us (README, Framework overhead).
+Metrics are collected and handed to MLflow's asynchronous logging as one batch about every
+``SUBMIT_SECONDS``: a step never waits for the store (3 ms a call on SQLite, 50 ms against a
+server) nor pays MLflow's per-call validation (110 us a call, against 8 us to collect them;
+docs/design.md#mlflow-logging-cost).
 """
 
 import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 from mlflow.entities import Metric, Param, RunTag
 
@@ -23,18 +19,19 @@ from ms_exp.tracking import provenance
 from ms_exp.tracking.mlmodel import write_mlmodel
 from ms_exp.tracking.params import param_value
 
-# How a run ended other than FINISHED (ms_exp/tracking/lifecycle.py, recorder.py), and where
-# a resumed run keeps them.
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+# How a run ended other than FINISHED, and where a resumed run keeps them.
 ENDED_TAGS = ("ms_exp.ended_by", "ms_exp.error")
 EARLIER_END_TAG = "ms_exp.earlier_end"
-# MLflow refuses more than 100 params in one log_batch call.
-_PARAMS_PER_BATCH = 100
 # Merge queued metric batches for up to this long before writing them.
 os.environ.setdefault("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "1")
-# Metrics collected here before one asynchronous log_batch takes them, and at most how many
-# (MLflow's limit for one batch).
-SUBMIT_SECONDS = 0.5
+SUBMIT_SECONDS = 0.5  # metrics collected before one asynchronous log_batch takes them
+# MLflow's limits for one log_batch call.
+_PARAMS_PER_BATCH = 100
 _METRICS_PER_BATCH = 1000
+T = TypeVar("T")
 
 
 class Tracker:
@@ -43,18 +40,18 @@ class Tracker:
     enabled = True
     offline_journal: Optional[Path] = None  # calls go to the store itself, never a journal
 
-    def __init__(self, client, run_id: str, experiment_id: str):
+    def __init__(self, client: "MlflowClient", run_id: str, experiment_id: str) -> None:
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
-        self._pending: List = []
+        self._pending: List[Any] = []
         self._buffer: List[Metric] = []
         self._submitted = time.monotonic()
 
     @classmethod
     def start(
         cls,
-        client,
+        client: "MlflowClient",
         experiment_name: str,
         run_name: str,
         tags: Mapping[str, str],
@@ -111,7 +108,7 @@ class Tracker:
         ):
             self._submit()
 
-    def log_metric_rows(self, rows: List[list]) -> None:
+    def log_metric_rows(self, rows: List[List[Any]]) -> None:
         """``[key, value, timestamp_ms, step]`` rows, as the sidecar receives them."""
         metrics = [
             Metric(key, float(value), int(stamp), int(step)) for key, value, stamp, step in rows
@@ -154,7 +151,7 @@ class Tracker:
         proto = json_format.ParseDict(dataset_input, DatasetInputProto())
         provenance.log_dataset_input(self.client, self.run_id, DatasetInput.from_proto(proto))
 
-    def record_provenance(self, dataset_cfg, run_dir: Path, command: str) -> None:
+    def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
         provenance.record(self, dataset_cfg, run_dir, command)
 
     def log_model(
@@ -207,7 +204,8 @@ class Tracker:
                 # The run's own point, logged again with the model's id: MLflow keeps it
                 # once in the run (same key, step, value and timestamp) and links it to the
                 # model (docs/design.md#mlflow-model-metrics).
-                point = self._point(key, step)
+                history = self.client.get_metric_history(self.run_id, key)
+                point = next((m for m in history if m.step == step), None)
                 self.client.log_metric(
                     self.run_id,
                     key,
@@ -222,12 +220,6 @@ class Tracker:
         self.client.finalize_logged_model(model_id, LoggedModelStatus.READY)
         self.client.log_outputs(self.run_id, [LoggedModelOutput(model_id, step)])
         self.set_tags({f"ms_exp.model.{name}": model_id})
-
-    def _point(self, key: str, step: int):
-        """The run's value of metric ``key`` at ``step``; None if it has none there."""
-        return next(
-            (m for m in self.client.get_metric_history(self.run_id, key) if m.step == step), None
-        )
 
     def _epoch_step(self, epoch: Optional[int]) -> int:
         """The step at which the run logged the end of ``epoch`` (its train/epoch metric),
@@ -256,11 +248,11 @@ class Tracker:
             self.client.set_terminated(self.run_id, status=status)
 
 
-def _batches(items: List, size: int):
+def _batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """``items`` in slices of at most ``size``: MLflow's limits for one log_batch call."""
     return (items[start : start + size] for start in range(0, len(items), size))
 
 
-def _done(operation) -> bool:
+def _done(operation: Any) -> bool:
     futures = getattr(operation, "_operation_futures", None)
     return futures is not None and all(f.done() for f in futures)

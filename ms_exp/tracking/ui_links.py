@@ -1,13 +1,10 @@
 """Where to see runs in the MLflow UI: the command that opens a store and the addresses ms_exp
 prints for a run, a sweep's jobs compared and a sweep's runs table.
 
-MLflow 3's UI opens an experiment in its GenAI view (traces, evaluation runs) unless the
-address says ``workflowType=machine_learning``: every address here says it
-(docs/design.md#mlflow-ui-view). A sweep's runs table opens on a view stored in its
-experiment, as the UI's own "Share" button stores one (the experiment tag
-``mlflow.sharedViewState.<key>``, opened by ``?viewStateShareKey=<key>``): only the sweep's
-jobs, its swept keys and objective as columns, best first. MLflow reads no columns from an
-address, only from such a view.
+MLflow 3's UI opens an experiment in its GenAI view unless the address says
+``workflowType=machine_learning`` (docs/design.md#mlflow-ui-view). A sweep's runs table opens
+on a view stored in its experiment, as the UI's "Share" button stores one: MLflow reads no
+columns from an address, only from such a view.
 """
 
 import json
@@ -73,10 +70,6 @@ def compare_url(base: str, experiment_id: str, run_ids: Sequence[str]) -> str:
     return f"{base}/#/compare-runs?runs={runs}&experiments={experiments}&{TRAINING_VIEW}"
 
 
-def shared_view_url(base: str, experiment_id: str, key: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={key}&{TRAINING_VIEW}"
-
-
 def ui_lines(uri: str, experiment_id: str, run_id: str) -> List[str]:
     """How to see a run in the MLflow UI: the command that opens a local store and the run's
     address, or the address on the tracking server."""
@@ -138,6 +131,7 @@ def sweep_lines(
     if share_key is not None:
         lines.append(
             f"  its jobs in a table, swept keys and {metric} as columns: "
-            f"{shared_view_url(base, experiment_id, share_key)}"
+            f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={share_key}"
+            f"&{TRAINING_VIEW}"
         )
     return lines

@@ -1,13 +1,9 @@
 """``python -m ms_exp.tracking.upload RUN_DIR [--tracking-uri URI]``: deliver the MLflow calls
 a job kept in ``RUN_DIR/mlflow-offline`` because its tracking server could not be reached.
 
-The job's warning names this command. Each journal becomes (or is appended to) its run, by
-the same replay the job's sidecar tries when the run ends (ms_exp/tracking/recorder.py); a
-journal is removed only once all of it is in the store, and an upload cut short goes on
-where it stopped, so running the command twice never records anything twice. A damaged
-line is skipped with a warning on stderr and kept in ``<journal>.damaged``.
-``--tracking-uri`` sends the run to another store than the one the job was given (the
-server moved, or a local ``sqlite:///`` file to look at it now).
+The job's warning names this command. A journal is removed only once all of it is in the
+store, and an upload cut short goes on where it stopped, so running the command twice never
+records anything twice. ``--tracking-uri`` sends the run to another store than the job's.
 """
 
 import argparse
