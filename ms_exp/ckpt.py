@@ -13,18 +13,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import List, NoReturn, Optional
 
-from ms_exp.checkpoint.transform import (
-    PROG,
-    CkptError,
-    merge_checkpoints,
-    run_sources,
-    transform,
-)
+from ms_exp.checkpoint.transform import PROG, CkptError, merge_checkpoints, run_sources, transform
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, like every other ms_exp.ckpt error
+    def error(self, message: str) -> NoReturn:  # one line, like every other ms_exp.ckpt error
         sys.stderr.write(f"{PROG}: error: {message} (see --help)\n")
         sys.exit(2)
 
@@ -50,10 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     merge.add_argument(
         "--prefix",
-        default=None,
-        help="checkpoint prefix: selects <prefix>*.ckpt in each rank folder and "
-        "names the output <prefix><rank>.ckpt (default: the run's, else "
-        "checkpoint)",
+        help="checkpoint prefix: selects <prefix>*.ckpt in each rank folder and names the output "
+        "<prefix><rank>.ckpt (default: the run's, else checkpoint)",
     )
     merge.add_argument("--output", help="output folder (default: <checkpoint folder>/merged)")
     move = commands.add_parser(
@@ -71,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """``python -m ms_exp.ckpt``; SIGTERM ends it as Ctrl-C does: the merge's scratch
     folders (beside ``--output`` and in the temporary folder) removed, exit status 130."""
     from ms_exp.tracking.lifecycle import interruptible
@@ -79,7 +72,7 @@ def main(argv=None) -> int:
     return interruptible(lambda: _ckpt_command(argv))
 
 
-def _ckpt_command(argv) -> int:
+def _ckpt_command(argv: Optional[List[str]]) -> int:
     args = _parser().parse_args(argv)
     # MindSpore's INFO/WARNING logs (deprecations, "not in strategy") would bury the result.
     os.environ.setdefault("GLOG_v", "3")
@@ -91,7 +84,6 @@ def _ckpt_command(argv) -> int:
             refused = password_refusal("--tracking-uri", args.tracking_uri)
             if refused:
                 raise CkptError(refused)
-
             with scratch_folder("ms_exp_ckpt_") as workdir:
                 folder, strategy, prefix = run_sources(
                     args.checkpoint_dir, Path(workdir), args.tracking_uri

@@ -19,7 +19,7 @@ import difflib
 import shlex
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -80,9 +80,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument(
         "--config-dir",
         type=Path,
-        help="your project's config folder: the _target_s its YAML files "
-        "name may be built from a config read back from a store or a "
-        "run directory (docs/guides/security.md)",
+        help="your project's config folder: the _target_s its YAML files name may be built "
+        "from a config read back from a store or a run directory (docs/guides/security.md)",
     )
     parser.add_argument(
         "--tracking-uri",
@@ -93,28 +92,15 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def open_run(uri: str, run_id: str):
-    """The client and run of ``--run-id``, refused in one line naming the store searched
-    when the store is not there (MlflowClient would create an empty one), the id is not a
-    run in it, or the run is not a job's (a sweep's parent, an evaluation)."""
-    try:
-        client = existing_store(uri)
-        return client, job_run(client, run_id)
-    except StoreError as error:
-        raise ConfigError("--run-id", run_id, error.allowed, error.problem) from None
-
-
 CHECKPOINT_NAMES = ("last", "best")
 
 
 def check_checkpoint_flag(value: Optional[str], run_id: Optional[str]) -> str:
     """``--checkpoint`` as given, or ``last`` for a run; refused before any store is read
     when it is neither last, best nor a file that exists."""
+    if value is None and not run_id:
+        raise ConfigError("--run-id", None, "--run-id <run id> or --checkpoint <file>", "missing")
     if value is None:
-        if not run_id:
-            raise ConfigError(
-                "--run-id", None, "--run-id <run id> or --checkpoint <file>", "missing"
-            )
         return "last"
     if value in CHECKPOINT_NAMES:
         if not run_id:
@@ -137,11 +123,18 @@ def check_checkpoint_flag(value: Optional[str], run_id: Optional[str]) -> str:
     raise ConfigError("--checkpoint", value, allowed, problem)
 
 
-def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
-    """Download the run's recorded config and its ``which`` checkpoint (last or best)."""
-    run_id = run.info.run_id
-    logged_config = {a.path for a in client.list_artifacts(run_id, "config")}
-    if "config/config.yaml" not in logged_config:
+def fetch_from_run(uri: str, run_id: str, which: str, workdir: Path) -> Tuple[Path, Path, str]:
+    """Download the recorded config of ``--run-id`` and its ``which`` checkpoint (last or
+    best, or the file ``which`` names), and how to name that checkpoint. Refused in one line
+    naming the store searched when the store is not there (MlflowClient would create an empty
+    one), the id is not a run in it, or the run is not a job's (a sweep's parent, an
+    evaluation)."""
+    try:
+        client = existing_store(uri)
+        run = job_run(client, run_id)
+    except StoreError as error:
+        raise ConfigError("--run-id", run_id, error.allowed, error.problem) from None
+    if "config/config.yaml" not in {a.path for a in client.list_artifacts(run_id, "config")}:
         raise ConfigError(
             "--run-id",
             run_id,
@@ -150,7 +143,7 @@ def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
         )
     config = Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir)))
     if which not in CHECKPOINT_NAMES:
-        return config, Path(which)
+        return config, Path(which), str(Path(which).resolve())
     artifact = run.data.tags.get(f"ms_exp.checkpoint.{which}", "")
     if not artifact:
         raise ConfigError(
@@ -159,8 +152,9 @@ def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
             "a checkpoint the run saved (it saved none: checkpoint=none or keep_best=false)",
         )
     logged = {a.path for a in client.list_artifacts(run_id, str(Path(artifact).parent))}
-    if artifact in logged:
-        return config, Path(client.download_artifacts(run_id, artifact, str(workdir)))
+    if artifact in logged:  # named as it is logged: the download is deleted after
+        downloaded = Path(client.download_artifacts(run_id, artifact, str(workdir)))
+        return config, downloaded, f"{artifact} of MLflow run {run_id}"
     # tracking.log_checkpoints=none: the file may still be in the run directory here.
     local = Path(run.data.tags.get("ms_exp.run_dir", "")) / artifact
     if not local.is_file():
@@ -170,7 +164,7 @@ def fetch_from_run(client, run, which: str, workdir: Path) -> Tuple[Path, Path]:
             f"a checkpoint logged to the run or present "
             f"at {local} (tracking.log_checkpoints=none and no local copy)",
         )
-    return config, local
+    return config, local, str(local.resolve())
 
 
 MODEL_URI = "models:/NAME/VERSION or models:/<model id> of a run's MLflow model"
@@ -202,14 +196,12 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
         raise ConfigError(
             "--model", model_uri, "a model an ms_exp.run job logged", str(error)
         ) from None
-    shown = (
-        f"{model_uri} (the {logged.tags.get(MODEL_TAG, '')} checkpoint of MLflow run "
-        f"{logged.source_run_id})"
-    )
-    return config, checkpoint, logged.source_run_id, shown
+    run_id = logged.source_run_id
+    shown = f"{model_uri} (the {logged.tags.get(MODEL_TAG, '')} checkpoint of MLflow run {run_id})"
+    return config, checkpoint, run_id, shown
 
 
-def _registered_model_id(client, name: str, version: str, model_uri: str) -> str:
+def _registered_model_id(client: Any, name: str, version: str, model_uri: str) -> str:
     versions = (
         sorted((str(v.version) for v in client.search_model_versions(f"name = '{name}'")), key=int)
         if "'" not in name
@@ -219,12 +211,9 @@ def _registered_model_id(client, name: str, version: str, model_uri: str) -> str
         if versions:
             problem = f"registered model {name} has versions {', '.join(versions)}"
         else:
-            known = [m.name for m in client.search_registered_models()]
-            problem = f"no registered model {name}" + (
-                f" (registered: {', '.join(sorted(known))})"
-                if known
-                else " (the Model Registry is empty)"
-            )
+            known = ", ".join(sorted(m.name for m in client.search_registered_models()))
+            registry = f"registered: {known}" if known else "the Model Registry is empty"
+            problem = f"no registered model {name} ({registry})"
         raise ConfigError("--model", model_uri, MODEL_URI, problem)
     try:
         with reading_store():
@@ -256,64 +245,45 @@ def read_back_source(args: argparse.Namespace) -> str:
     return f"the run directory of {args.checkpoint}"
 
 
-def run_dir_of(checkpoint: Path) -> Optional[Path]:
-    """The run directory holding ``checkpoint``: ``<run dir>/checkpoints/rank_<r>/<file>``,
-    or ``<run dir>/checkpoints/merged/rank_<r>/<file>`` (what ``ms_exp.ckpt merge <run dir>``
-    writes); None elsewhere."""
-    folder = checkpoint.resolve().parent
-    if not folder.name.startswith("rank_"):
-        return None
-    above = folder.parent.parent if folder.parent.name == "merged" else folder.parent
-    return above.parent if above.name == "checkpoints" else None
-
-
-def config_beside(checkpoint: Path) -> Optional[Path]:
-    """The config.yaml of the run directory holding ``checkpoint``, None when the file is
-    not in one (run_dir_of)."""
-    run_dir = run_dir_of(checkpoint)
-    return None if run_dir is None else run_dir / "config.yaml"
-
-
 NOT_IN_A_RUN = (
     "not in a run directory (<run dir>/checkpoints/rank_<r>/ or <run dir>/"
     "checkpoints/merged/rank_<r>/), so no config.yaml says which network it holds"
 )
 
 
-def no_config_refusal(checkpoint: str) -> ConfigError:
-    """``--checkpoint FILE`` alone where no run directory holds FILE: which flag names its
-    network (the run id, when FILE is ``merged/<run id>/rank_<r>/``, as ``ms_exp.ckpt merge
-    <run id>`` writes it)."""
+def config_beside(checkpoint: str) -> Path:
+    """The config.yaml of the run directory holding ``checkpoint`` (``<run dir>/checkpoints/
+    rank_<r>/<file>``, or ``<run dir>/checkpoints/merged/rank_<r>/<file>`` as ``ms_exp.ckpt
+    merge <run dir>`` writes it); elsewhere refused, naming the flag that says its network (the
+    run id for ``merged/<run id>/rank_<r>/<file>``, as ``ms_exp.ckpt merge <run id>`` writes)."""
     from ms_exp.tracking.store import is_run_id
 
-    merged_from = Path(checkpoint).resolve().parent.parent
-    if merged_from.parent.name == "merged" and is_run_id(merged_from.name):
-        return ConfigError(
-            "--checkpoint",
-            checkpoint,
-            f"--run-id {merged_from.name} with "
-            "it (the run it was merged from), or --config <the run's "
-            "config.yaml>",
-            NOT_IN_A_RUN,
-        )
-    return ConfigError(
-        "--checkpoint",
-        checkpoint,
-        "--run-id <run id> or --config <the run's config.yaml> with it",
-        NOT_IN_A_RUN,
+    folder = Path(checkpoint).resolve().parent
+    above = folder.parent.parent if folder.parent.name == "merged" else folder.parent
+    if folder.name.startswith("rank_") and above.name == "checkpoints":
+        return above.parent / "config.yaml"
+    allowed = (
+        f"--run-id {folder.parent.name} with it (the run it was merged from), "
+        "or --config <the run's config.yaml>"
+        if folder.parent.parent.name == "merged" and is_run_id(folder.parent.name)
+        else "--run-id <run id> or --config <the run's config.yaml> with it"
     )
+    raise ConfigError("--checkpoint", checkpoint, allowed, NOT_IN_A_RUN)
 
 
-def refuse_a_slice(checkpoint: Path, cfg: DictConfig, best_name: str) -> None:
+def refuse_a_slice(checkpoint: Path, cfg: DictConfig) -> None:
     """A file of a sliced run's ``checkpoints/rank_<r>/`` (not its whole ``best.ckpt``)
     holds one rank's slice: refused in one line with the merge command and the file it
     writes, rather than evaluated (wrong shapes) or replaced by another file."""
+    # MindSpore is imported once the command line is known to be right.
+    from ms_exp.checkpoint.files import BEST_NAME
+
     folder = checkpoint.resolve().parent
     if not (
         is_sliced_run(cfg)
         and folder.name.startswith("rank_")
         and folder.parent.name == "checkpoints"
-        and checkpoint.name != best_name
+        and checkpoint.name != BEST_NAME
     ):
         return
     run_dir = folder.parent.parent
@@ -321,42 +291,43 @@ def refuse_a_slice(checkpoint: Path, cfg: DictConfig, best_name: str) -> None:
     raise ConfigError(
         "--checkpoint",
         str(checkpoint),
-        f"a whole checkpoint: merge the slices with {python_command()} -m "
-        f"ms_exp.ckpt merge {shlex.quote(str(run_dir))}, then pass --checkpoint "
-        f"{shlex.quote(str(merged))} (or "
+        f"a whole checkpoint: merge the slices with {python_command()} -m ms_exp.ckpt merge "
+        f"{shlex.quote(str(run_dir))}, then pass --checkpoint {shlex.quote(str(merged))} (or "
         "--run-id <run id> without --checkpoint: its last step, merged)",
         "one rank's slice of a sliced run (checkpoint=sliced)",
     )
 
 
 def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
-    """One full checkpoint from the slices of every rank of a sliced run, by MindSpore's
-    transform_checkpoints (ms_exp/checkpoint/transform.py), in ``workdir`` (deleted after
-    the evaluation), and what it was merged from, to name in place of that temporary
-    file."""
+    """One full checkpoint from every rank's slices of a sliced run, by MindSpore's
+    transform_checkpoints (ms_exp/checkpoint/transform.py), in ``workdir`` (deleted after the
+    evaluation), and what it was merged from, to name in place of that temporary file."""
     folder, strategy, prefix = run_sources(source, workdir, uri)
     if strategy is None or not strategy.is_file():
         raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
-    merged_from: List[str] = []
-    merged = merge_checkpoints(
-        folder, strategy, workdir / "merged", prefix, report=merged_from.append
-    )
-    shown = merged_from[0]
-    scratch = f"{Path(workdir).resolve()}/"
+    said: List[str] = []  # what it merged, first
+    merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix, report=said.append)
+    shown = said[0]
+    scratch = f"{workdir.resolve()}/"
     if scratch in shown:  # downloaded artifacts, deleted after the evaluation
         shown = f"{shown.replace(scratch, '')}, artifacts of MLflow run {source}"
     print(f"{shown}, with transform_checkpoints, for this evaluation", flush=True)
     return merged, shown
 
 
-def prepare(cfg: DictConfig, checkpoint: Path):
+def prepare(cfg: DictConfig, checkpoint: Path) -> Tuple[Any, Any]:
     """The ``Model`` to evaluate, its weights loaded from ``checkpoint``, and the eval set;
-    built before an MLflow run is opened for the evaluation, so a checkpoint of another
-    network (another shape, a missing parameter) is refused in one line and leaves no
-    FAILED run."""
+    built before an MLflow run is opened for the evaluation, so a damaged checkpoint, or one
+    of another network (another shape, a missing parameter), is refused in one line and
+    leaves no FAILED run."""
     import mindspore as ms
 
-    from ms_exp.checkpoint.files import DamagedCheckpoint, check_shapes, load_verified
+    from ms_exp.checkpoint.files import (
+        DamagedCheckpoint,
+        check_shapes,
+        load_verified,
+        verify_checkpoint,
+    )
     from ms_exp.data import create_datasets
     from ms_exp.models import create_network
     from ms_exp.models.options import model_option
@@ -365,13 +336,14 @@ def prepare(cfg: DictConfig, checkpoint: Path):
     from ms_exp.train.losses import create_training_loss
     from ms_exp.train.metrics import eval_metrics
 
-    # Evaluation needs one process whatever the run trained with: every rank of a data
-    # parallel run holds the same weights.
-    init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
-    _, eval_set, spec = create_datasets(cfg.dataset)
-    option = model_option(cfg.model)
-    network = create_network(cfg.model, spec, create_placement(cfg.placement))
     try:
+        verify_checkpoint(checkpoint)  # whole, before the network and data are built
+        # Evaluation needs one process whatever the run trained with: every rank of a data
+        # parallel run holds the same weights.
+        init_env(cfg.trainer, OmegaConf.structured(StandAloneParallel), cfg.checkpoint.strategy)
+        _, eval_set, spec = create_datasets(cfg.dataset)
+        option = model_option(cfg.model)
+        network = create_network(cfg.model, spec, create_placement(cfg.placement))
         weights = load_verified(checkpoint)
     except DamagedCheckpoint as error:
         raise CkptError(str(error)) from None
@@ -384,14 +356,9 @@ def prepare(cfg: DictConfig, checkpoint: Path):
             f"a checkpoint of this network (missing {', '.join(not_loaded)})",
         )
     if option.evaluation is not None:
-        model = ms.Model(network, **option.evaluation(network))
-    else:
-        model = ms.Model(
-            network,
-            loss_fn=create_training_loss(cfg.loss, spec.num_classes),
-            metrics=eval_metrics(cfg, spec.num_classes),
-        )
-    return model, eval_set
+        return ms.Model(network, **option.evaluation(network)), eval_set
+    loss = create_training_loss(cfg.loss, spec.num_classes)
+    return ms.Model(network, loss_fn=loss, metrics=eval_metrics(cfg, spec.num_classes)), eval_set
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -423,44 +390,36 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                 raise InvalidConfig(refused)
             which = args.model or check_checkpoint_flag(args.checkpoint, args.run_id)
             parent_run_id = args.run_id
-            config_file: Union[str, Path, None]
             if args.model:
-                config_file, checkpoint, parent_run_id, shown = fetch_model(
-                    uri, args.model, Path(workdir)
-                )
+                config, checkpoint, parent_run_id, shown = fetch_model(uri, args.model, workdir)
             elif args.run_id:
-                client, run = open_run(uri, args.run_id)
-                config_file, checkpoint = fetch_from_run(client, run, which, Path(workdir))
+                config, checkpoint, shown = fetch_from_run(uri, args.run_id, which, workdir)
             else:
-                checkpoint = Path(which)
-                config_file = None if args.config else config_beside(checkpoint)
-            if args.config:
-                config_file = args.config
-            elif config_file is None:
-                raise no_config_refusal(which)
-            elif not Path(config_file).is_file():
+                checkpoint, shown = Path(which), str(Path(which).resolve())
+                config = args.config or config_beside(which)
+            config = args.config or config
+            if args.config and not args.config.is_file():
+                raise ConfigError("--config", str(config), "the run's config.yaml")
+            if not config.is_file():
                 raise ConfigError(
                     "--checkpoint",
                     which,
                     "--run-id <run id> or --config <the run's config.yaml> with it",
-                    f"its run directory {Path(config_file).parent} has no config.yaml",
+                    f"its run directory {config.parent} has no config.yaml",
                 )
-            if not Path(config_file).is_file():
-                raise ConfigError("--config", str(config_file), "the run's config.yaml")
-            cfg = load_run_config(
-                Path(config_file), args.overrides, None if args.config else read_back_source(args)
-            )
-            if not args.config:  # written by a run, perhaps someone else's: only trusted code
-                check_read_back(cfg, read_back_source(args), args.overrides, [args.config_dir])
+            source = None if args.config else read_back_source(args)
+            cfg = load_run_config(config, args.overrides, source)
+            if source:  # written by a run, perhaps someone else's: only trusted code
+                check_read_back(cfg, source, args.overrides, [args.config_dir])
             validate_for_evaluation(cfg, choices_from_config(cfg))
             if not args.tracking_uri and not args.run_id and not args.model:
                 uri = resolve_tracking_uri(cfg.tracking.uri)
-                if not args.config and not is_local_store(uri):  # it would get your login
+                if source and not is_local_store(uri):  # it would get your login
                     raise ConfigError(
                         "tracking.uri",
                         masked(uri),
                         "--tracking-uri naming the server to record the evaluation in",
-                        f"is a server named by the config read back from {read_back_source(args)}",
+                        f"is a server named by the config read back from {source}",
                     )
             database = sqlite_path(uri)
             unusable = not_a_database(database) if database is not None else None
@@ -471,24 +430,12 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                     "an MLflow store to record the evaluation in",
                     unusable,
                 )
-            if not args.model:
-                shown = str(Path(checkpoint).resolve())
-            if args.run_id and Path(workdir).resolve() in Path(checkpoint).resolve().parents:
-                artifact = run.data.tags[f"ms_exp.checkpoint.{which}"]
-                shown = f"{artifact} of MLflow run {args.run_id}"
-            # MindSpore is imported once the command line is known to be right.
-            from ms_exp.checkpoint.files import BEST_NAME, DamagedCheckpoint, verify_checkpoint
-
             if which not in CHECKPOINT_NAMES and not args.model:
                 # A file given is evaluated as it is: a merged checkpoint is whole.
-                refuse_a_slice(Path(checkpoint), cfg, BEST_NAME)
+                refuse_a_slice(checkpoint, cfg)
             elif which == "last" and args.run_id and is_sliced_run(cfg):
-                checkpoint, shown = merge_run(args.run_id, Path(workdir), uri)
-            try:  # before an MLflow run is opened for the evaluation
-                verify_checkpoint(Path(checkpoint))
-            except DamagedCheckpoint as error:
-                raise CkptError(str(error)) from None
-            model, eval_set = prepare(cfg, Path(checkpoint))
+                checkpoint, shown = merge_run(args.run_id, workdir, uri)
+            model, eval_set = prepare(cfg, checkpoint)
         except (InvalidConfig, CkptError) as error:
             print(f"ms_exp.eval: error: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -507,10 +454,9 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             "ms_exp.evaluated_checkpoint": shown,
             "ms_exp.dataset": component_name(cfg.dataset),
             "ms_exp.model": component_name(cfg.model),
+            **({"ms_exp.evaluated_model": args.model} if args.model else {}),
         }
-        name = f"eval-{cfg.tracking.run_name or component_name(cfg.model)}-{Path(checkpoint).stem}"
-        if args.model:
-            tags["ms_exp.evaluated_model"] = args.model
+        name = f"eval-{cfg.tracking.run_name or component_name(cfg.model)}-{checkpoint.stem}"
         # The evaluation's own CPU and memory, sampled as the training run's were.
         with tracked_run(
             record,

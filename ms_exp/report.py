@@ -55,17 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "sweep",
-        help="the sweep's folder (multirun/<date>/<time>), one of "
-        "its job folders, or its parent run id",
+        help="the sweep's folder (multirun/<date>/<time>), one of its job folders, or its "
+        "parent run id",
     )
     parser.add_argument(
         "--tracking-uri", help="MLflow store of the sweep (default: sqlite:///mlflow.db here)"
     )
     parser.add_argument(
         "--metric",
-        help="what the jobs are ranked and plotted by (default: the sweep's "
-        f"sweep.metric, else the first of {', '.join(DEFAULT_METRICS)} "
-        "the jobs logged)",
+        help="what the jobs are ranked and plotted by (default: the sweep's sweep.metric, else "
+        f"the first of {', '.join(DEFAULT_METRICS)} the jobs logged)",
     )
     parser.add_argument(
         "--optuna-storage",
@@ -76,33 +75,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_store(uri: Optional[str]):
-    """The sweep's store; one that does not exist is refused, not created."""
-    uri = resolve_tracking_uri(uri)
-    database = missing_store(uri)
-    if database is not None:
-        raise ReportError(
-            f"no MLflow store at {database} (searched {uri}; nothing was "
-            "created): run this where the sweep ran, or pass --tracking-uri"
-        )
-    file = sqlite_path(uri)
-    problem = not_a_database(file) if file else None
-    if problem is not None:
-        raise ReportError(damaged_refusal("--tracking-uri", uri, problem))
-    return open_client(uri)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        for key, uri in (
+        for key, value in (
             ("--tracking-uri", args.tracking_uri),
             ("--optuna-storage", args.optuna_storage),
         ):
-            refused = password_refusal(key, uri)
+            refused = password_refusal(key, value)
             if refused:
                 raise ReportError(refused)
-        client = _open_store(args.tracking_uri)
+        # The sweep's store; one that does not exist is refused, not created.
+        uri = resolve_tracking_uri(args.tracking_uri)
+        database = missing_store(uri)
+        if database is not None:
+            raise ReportError(
+                f"no MLflow store at {database} (searched {uri}; nothing was "
+                "created): run this where the sweep ran, or pass --tracking-uri"
+            )
+        file = sqlite_path(uri)
+        problem = not_a_database(file) if file else None
+        if problem is not None:
+            raise ReportError(damaged_refusal("--tracking-uri", uri, problem))
+        client = open_client(uri)
         report = write_report(
             client, find_sweep(client, args.sweep), args.metric, args.optuna_storage
         )
@@ -111,21 +106,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     except Exception as error:  # damage MLflow met after the check above
         return exit_if_damaged(PROG, "--tracking-uri", args.tracking_uri, error)
-    uri = client.tracking_uri
     print(report.markdown)
     print(f"report: {', '.join(report.files)}\n  logged to {report.artifact_uri}")
-    print(
-        "\n".join(
-            sweep_lines(
-                uri,
-                report.experiment_id,
-                report.parent_run_id,
-                report.ranked,
-                report.metric,
-                report.share_key,
-            )
-        )
-    )
+    sweep = (report.experiment_id, report.parent_run_id, report.ranked, report.metric)
+    print("\n".join(sweep_lines(client.tracking_uri, *sweep, report.share_key)))
     return 0
 
 

@@ -6,6 +6,7 @@ override is refused with one line and exit status 2, and no run directory or MLf
 is created for it.
 """
 
+import argparse
 import errno
 import os
 import re
@@ -13,7 +14,7 @@ import shlex
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, ContextManager, List, Optional
+from typing import Any, List, NoReturn, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -78,37 +79,33 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
     hydra_dir = run_dir / hydra_cfg.output_subdir if hydra_cfg.output_subdir else None
     try:
         result = run_job(cfg, run_dir, hydra_dir, list(hydra_cfg.overrides.task))
-    except OSError as error:
-        if error.errno not in FULL_DISK or hydra_cfg.mode != RunMode.RUN:
-            raise  # a sweep's job: the sweep reports it among its failed jobs
-        # The job has ended its run FAILED with the error as a tag where the store could
-        # still be written, and uploaded its logs where there was room; the cause, in one
-        # line, is all there is left to say.
-        print(
-            f"ms_exp: error: {error.filename or run_dir}: {error.strerror}; free some "
-            f"space, then continue the run in {run_dir} with trainer.resume=auto",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.exit(1)
-    except FolderRefused as error:
+    except (OSError, FolderRefused, WorkersFailed, TrackingFailed) as error:
         if hydra_cfg.mode != RunMode.RUN:
             raise  # a sweep's job: the sweep reports it among its failed jobs
-        # Another run's folder, or one a process works in: refused before anything was
-        # written into it (ms_exp/tracking/run_folder.py).
-        discard_if_unused(run_dir, hydra_cfg.output_subdir)
-        print(f"ms_exp: error: {error}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_BAD_CONFIG)
-    except (WorkersFailed, TrackingFailed) as error:
-        if hydra_cfg.mode != RunMode.RUN:
-            raise
-        # A rank failed or was killed, or the store turned the run away: the job ended its
-        # run FAILED; the line names why (a traceback would only show where ms_exp noticed).
-        uri = resolve_tracking_uri(cfg.tracking.uri)
-        problem = damaged_store(error, uri)
-        line = damaged_refusal("tracking.uri", uri, problem) if problem else error
+        status = 1
+        if isinstance(error, OSError):
+            if error.errno not in FULL_DISK:
+                raise
+            # The job has ended its run FAILED with the error as a tag where the store could
+            # still be written, and uploaded its logs where there was room; the cause, in one
+            # line, is all there is left to say.
+            line = (
+                f"{error.filename or run_dir}: {error.strerror}; free some space, then "
+                f"continue the run in {run_dir} with trainer.resume=auto"
+            )
+        elif isinstance(error, FolderRefused):
+            # Another run's folder, or one a process works in: refused before anything was
+            # written into it (ms_exp/tracking/run_folder.py).
+            discard_if_unused(run_dir, hydra_cfg.output_subdir)
+            line, status = str(error), EXIT_BAD_CONFIG
+        else:
+            # A rank failed or was killed, or the store turned the run away: the job ended its
+            # run FAILED; the line names why (a traceback would only show where ms_exp noticed).
+            uri = resolve_tracking_uri(cfg.tracking.uri)
+            problem = damaged_store(error, uri)
+            line = damaged_refusal("tracking.uri", uri, problem) if problem else str(error)
         print(f"ms_exp: error: {line}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(status)
     return objective_value(result.final_eval, cfg.sweep.metric)
 
 
@@ -122,7 +119,7 @@ COMMANDS = {
 }
 
 
-def parse_args(argv: List[str]):
+def parse_args(argv: List[str]) -> argparse.Namespace:
     """Hydra's own command line, its mistakes refused in one line (argparse would print its
     usage block, and Hydra a traceback for two commands at once)."""
     parser: Any = args_parser()
@@ -133,23 +130,26 @@ def parse_args(argv: List[str]):
     if len(given) > 1:
         raise InvalidConfig(
             f"{' with '.join(given)}: not allowed together; expected one of "
-            f"{', '.join(COMMANDS.values())} (--cfg prints one job's config: "
-            f"drop -m to see it)"
+            f"{', '.join(COMMANDS.values())} (--cfg prints one job's config: drop -m to see it)"
         )
     if args.resolve and not (args.cfg or args.help):
         raise InvalidConfig("--resolve: not allowed alone; expected --cfg job|hydra|all with it")
     return args
 
 
-def _refuse_flag(parser, argv: List[str], message: str):
+def _refuse_flag(parser: argparse.ArgumentParser, argv: List[str], message: str) -> NoReturn:
     unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
     if unknown:
         first = unknown.group(1).split()[0]
         if not first.startswith("-"):  # an override after a flag that follows overrides
+            overrides = args_parser().parse_intermixed_args(argv).overrides
+            flags = list(argv)
+            for override in overrides:
+                flags.remove(override)
+            flags += overrides
             raise InvalidConfig(
                 f"override {first!r} after a flag: Hydra reads the overrides as one group; "
-                f"expected the flags before them: python -m ms_exp.run "
-                f"{shlex.join(_flags_first(argv))}"
+                f"expected the flags before them: python -m ms_exp.run {shlex.join(flags)}"
             )
         flags = [a.option_strings[0] for a in parser._actions if a.option_strings]
         raise InvalidConfig(
@@ -172,14 +172,6 @@ def _refuse_flag(parser, argv: List[str], message: str):
             )
         raise InvalidConfig(f"{flag}: {problem}")
     raise InvalidConfig(message)
-
-
-def _flags_first(argv: List[str]) -> List[str]:
-    overrides = args_parser().parse_intermixed_args(argv).overrides
-    flags = list(argv)
-    for override in overrides:
-        flags.remove(override)
-    return [*flags, *overrides]
 
 
 def print_help(overrides: List[str], source: Optional[ConfigSource] = None) -> None:
@@ -275,16 +267,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     sys.argv = [sys.argv[0], *argv]
     share_import_path()
-    # A sweep's parent run spans the jobs: SIGTERM between or around them must end it KILLED
-    # too, not leave it RUNNING (each job's own run already handles it;
-    # docs/design.md#mlflow-run-status-on-signals).
-    guard: ContextManager[None] = nullcontext()
-    if args.multirun:
-        from ms_exp.tracking.lifecycle import terminate_as_interrupt
+    from ms_exp.tracking.lifecycle import terminate_as_interrupt
 
-        guard = terminate_as_interrupt()
     try:
-        with guard:
+        # A sweep's parent run spans the jobs: SIGTERM between or around them must end it
+        # KILLED too, not leave it RUNNING (each job's own run already handles it;
+        # docs/design.md#mlflow-run-status-on-signals).
+        with terminate_as_interrupt() if args.multirun else nullcontext():
             hydra_job()
     except KeyboardInterrupt as interrupt:
         end_active_sweep("KILLED")

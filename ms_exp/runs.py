@@ -88,12 +88,6 @@ def _parser() -> argparse.ArgumentParser:
         default="table",
         help="table (the default), csv, json or markdown",
     )
-    listing.add_argument(
-        "--metric",
-        action="append",
-        metavar="NAME",
-        help="a metric to show (repeat for more; default: every eval/ metric and train/loss)",
-    )
     best = commands.add_parser(
         "best",
         parents=[which, store],
@@ -121,12 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     diff.add_argument("run_a", metavar="RUN_A", help="a job's run id")
     diff.add_argument("run_b", metavar="RUN_B", help="another job's run id")
-    diff.add_argument(
-        "--metric",
-        action="append",
-        metavar="NAME",
-        help="a metric to compare (repeat for more; default: every eval/ metric and train/loss)",
-    )
+    for command, verb in ((listing, "show"), (diff, "compare")):
+        command.add_argument(
+            "--metric",
+            action="append",
+            metavar="NAME",
+            help=f"a metric to {verb} (repeat for more; default: every eval/ metric and "
+            "train/loss)",
+        )
     return parser
 
 

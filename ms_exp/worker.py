@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from omegaconf import DictConfig
+
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.config.run_config import RESOLVED_CONFIG, load_run_config
 from ms_exp.data.headers import trust_image_checks
@@ -25,10 +27,11 @@ from ms_exp.parallel.ranks import (
     forget_worker_pid,
     record_worker_pid,
 )
+from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
 
 
-def attach_tracker(rank_id: int):
+def attach_tracker(rank_id: int) -> RunTracker:
     """Rank 0's tracker: a sidecar of its own (as a job's, so no step waits for MLflow)
     that adds to the launching job's run and leaves ending it to the job. With the server
     unreachable it keeps rank 0's calls in the job's journal, which the job delivers when
@@ -42,27 +45,19 @@ def attach_tracker(rank_id: int):
     journal = os.environ.get(JOURNAL_VARIABLE)
     if rank_id != 0 or not (run_id or journal):
         return DisabledTracker()
-    return SidecarTracker(
-        os.environ["MLFLOW_TRACKING_URI"],
-        None,
-        None,
-        {},
-        run_id=run_id,
-        journal=journal,
-        ends_run=False,
-    )
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    return SidecarTracker(uri, None, None, {}, run_id=run_id, journal=journal, ends_run=False)
 
 
 EXIT_BAD_INPUT = 2
 
 
-def read_checked_config(run_dir: Path):
-    """The run's config.yaml, read typed and checked by the checks ``python -m ms_exp.run``
-    made of it before it launched this rank (validate_config: all but the machine's free
-    master port, which msrun holds now, and its device, which init_env takes). A file
-    edited, damaged or written by another version since is refused in one line before
-    MindSpore starts, instead of failing inside it. Image folders the launching process
-    found whole are not read again where their files are the same (ms_exp/data/headers.py)."""
+def read_checked_config(run_dir: Path) -> DictConfig:
+    """The run's config.yaml, read typed and checked as ``python -m ms_exp.run`` checked it
+    before it launched this rank (validate_config: all but the free master port, which msrun
+    holds now, and the device, which init_env takes): a file edited, damaged or written by
+    another version since is refused in one line before MindSpore starts. Image folders the
+    launching process found whole are not read again where their files are the same."""
     from ms_exp.config.run_config import choices_from_config
     from ms_exp.preflight.validate import validate_config
 

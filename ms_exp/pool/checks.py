@@ -16,24 +16,13 @@ def check_pool(configs: Sequence[DictConfig]) -> None:
     if not configs or configs[0].hydra.launcher.get("_target_") != POOL_LAUNCHER:
         return
     launcher = configs[0].hydra.launcher
-    require(
-        launcher.accelerator in ACCELERATORS,
-        "hydra.launcher.accelerator",
-        launcher.accelerator,
-        f"one of {', '.join(ACCELERATORS)}",
-    )
-    require(
-        isinstance(launcher.cores_per_job, int) and launcher.cores_per_job >= 1,
-        "hydra.launcher.cores_per_job",
-        launcher.cores_per_job,
-        "an integer >= 1",
-    )
-    require(
-        launcher.stop_timeout > 0,
-        "hydra.launcher.stop_timeout",
-        launcher.stop_timeout,
-        "seconds > 0 that a stopped job gets before it is killed",
-    )
+    cores, timeout = launcher.cores_per_job, launcher.stop_timeout
+    for key, ok, expected in (
+        ("accelerator", launcher.accelerator in ACCELERATORS, f"one of {', '.join(ACCELERATORS)}"),
+        ("cores_per_job", isinstance(cores, int) and cores >= 1, "an integer >= 1"),
+        ("stop_timeout", timeout > 0, "seconds > 0 that a stopped job gets before it is killed"),
+    ):
+        require(ok, f"hydra.launcher.{key}", launcher[key], expected)
     devices = launcher.devices
     if devices is not None:
         require(

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 # The sweep's report reads the tag: it is declared beside the other tags of a sweep's runs.
@@ -42,11 +42,11 @@ class Share:
 
     accelerator: str
     units: Tuple[int, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def cores(self) -> Optional[Tuple[int, ...]]:
-        return self.units if self.accelerator == "CPU" else None
+    def env(self) -> Dict[str, str]:
+        """The variables its job's process starts with (share_environment)."""
+        return share_environment(self.accelerator, self.units)
 
     @property
     def label(self) -> str:
@@ -102,9 +102,8 @@ def pool_units(
         ids = [part.strip() for part in visible.split(",")]
         if not all(part.isdigit() for part in ids):
             raise NoDevices(
-                f"{VISIBLE_ENV[accelerator]}={visible} names devices by "
-                "something other than their ids; expected "
-                "hydra.launcher.devices=[0,1,...]"
+                f"{VISIBLE_ENV[accelerator]}={visible} names devices by something other than "
+                "their ids; expected hydra.launcher.devices=[0,1,...]"
             )
         return [int(part) for part in ids]
     return listed_devices(accelerator)

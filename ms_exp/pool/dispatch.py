@@ -14,11 +14,13 @@ import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.utils import JobReturn
 
-from ms_exp.pool.devices import Share, share_environment
+from ms_exp.pool import end_failed_sweep
+from ms_exp.pool.devices import Share
 from ms_exp.pool.worker import JobOrder, serve
 from ms_exp.tracking.sweep import child_run_name
 
@@ -30,16 +32,17 @@ class Worker:
         context = multiprocessing.get_context("spawn")
         self.share = share
         self.connection, theirs = context.Pipe()
+        cores = share.units if share.accelerator == "CPU" else None  # the process is pinned there
         self.process = context.Process(
             target=serve,
             name=f"ms_exp-pool-{share.label}",
-            args=(theirs, dict(share.env), share.cores, stop_timeout),
+            args=(theirs, share.env, cores, stop_timeout),
         )
         self.process.start()
         theirs.close()
         self.stopping = False  # told to stop its job (once: twice stops it without a checkpoint)
 
-    def run(self, order: JobOrder):
+    def run(self, order: JobOrder) -> JobReturn:
         """The job's JobReturn; raises EOFError when the process died before answering."""
         import cloudpickle
 
@@ -76,9 +79,6 @@ class DevicePool:
         # Hydra's basic sweeper reads the results: a lost job ends the sweep (LostJob).
         self.lost_jobs_end_sweep = False
 
-    def describe(self, worker: Worker) -> str:
-        return f"{self.units_of(worker)} (process {worker.process.pid})"
-
     def units_of(self, worker: Worker) -> str:
         units = "cores" if self.accelerator == "CPU" else f"{self.accelerator} devices"
         return f"{units} {worker.share.label}"
@@ -92,33 +92,26 @@ class DevicePool:
         with self._changed:
             for first in range(0, self.capacity(per_job) * per_job, per_job):
                 share = tuple(self.units[first : first + per_job])
-                self._idle[share] = Worker(
-                    Share(self.accelerator, share, share_environment(self.accelerator, share)),
-                    self.stop_timeout,
-                )
+                self._idle[share] = Worker(Share(self.accelerator, share), self.stop_timeout)
 
-    def run(self, per_job: int, order: JobOrder, stop_others: Callable[[], bool]):
+    def run(self, per_job: int, order: JobOrder, stop_others: Callable[[], bool]) -> JobReturn:
         """Run one job on ``per_job`` units once they are free; its JobReturn. The units are
         back in the pool when this returns or raises."""
         from hydra.core.utils import JobStatus
 
         worker = self._take(per_job, stop_others)
         if worker is None:
-            skipped = JobReturn(overrides=list(order.overrides))
-            skipped.status = JobStatus.FAILED
             why = (
                 "the sweep was stopped"
                 if self._closed
                 else "another job of the sweep failed (sweep.fail_fast)"
             )
-            skipped._return_value = NotStarted(f"job #{order.number} was not started: {why}")
-            return skipped
+            skipped = NotStarted(f"job #{order.number} was not started: {why}")
+            return JobReturn(list(order.overrides), status=JobStatus.FAILED, _return_value=skipped)
         # Named as its MLflow run will be: by its swept values.
         name = child_run_name(list(order.overrides))
-        print(
-            f"job #{order.number}{f' ({name})' if name else ''} on {self.describe(worker)}",
-            flush=True,
-        )
+        job = f"job #{order.number}{f' ({name})' if name else ''}"
+        print(f"{job} on {self.units_of(worker)} (process {worker.process.pid})", flush=True)
         alive = False
         try:
             outcome = worker.run(order)
@@ -126,15 +119,14 @@ class DevicePool:
             return outcome
         except (EOFError, OSError):
             worker.close(self.stop_timeout)  # its pipe is gone; so is it, or it is killed
-            lost = LostJob(overrides=list(order.overrides))
-            lost.status, lost.ends_sweep = JobStatus.FAILED, self.lost_jobs_end_sweep
-            lost._return_value = WorkerDied(
-                f"job #{order.number}{f' ({name})' if name else ''} on "
-                f"{self.units_of(worker)}: its worker process {worker.process.pid} "
+            died = WorkerDied(
+                f"{job} on {self.units_of(worker)}: its worker process {worker.process.pid} "
                 f"{how_it_ended(worker.process.exitcode)} before the job ended"
             )
+            lost = LostJob(list(order.overrides), status=JobStatus.FAILED, _return_value=died)
+            lost.ends_sweep = self.lost_jobs_end_sweep
             # Said as it happens, once: the job's own code never ran to say anything.
-            print(f"ms_exp: error: {lost._return_value}", file=sys.stderr, flush=True)
+            print(f"ms_exp: error: {died}", file=sys.stderr, flush=True)
             return lost
         finally:
             self._give_back(worker, keep=alive and not worker.stopping)
@@ -180,10 +172,7 @@ class DevicePool:
         for old in retired:
             old.close(self.stop_timeout)
         if worker is None:
-            worker = Worker(
-                Share(self.accelerator, share, share_environment(self.accelerator, share)),
-                self.stop_timeout,
-            )
+            worker = Worker(Share(self.accelerator, share), self.stop_timeout)
         with self._changed:
             self._busy.append(worker)
         return worker
@@ -208,8 +197,7 @@ class DevicePool:
 
 
 class NotStarted(RuntimeError):
-    """A job not started: another one of a fail-fast sweep failed, or the sweep was
-    stopped."""
+    """A job not started: another one of a fail-fast sweep failed, or the sweep stopped."""
 
 
 class WorkerDied(RuntimeError):
@@ -218,17 +206,16 @@ class WorkerDied(RuntimeError):
 
 class LostJob(JobReturn):
     """A job whose worker process died, its line printed as that was found. Read by Hydra's
-    basic sweeper (``ends_sweep``) as the sweep's first failure, it ends the sweep as Hydra
-    does after a failed job, exit status 1, without the traceback Hydra would add (of this
-    module's code: the line says it all). Other readers (the Optuna sweeper) get WorkerDied,
-    a failure like any other."""
+    basic sweeper (``ends_sweep``) as the sweep's first failure, it ends the sweep
+    (end_failed_sweep: Hydra would add a traceback of this module's code). Other readers (the
+    Optuna sweeper) get WorkerDied, a failure like any other."""
 
     ends_sweep = False
 
     @property
     def return_value(self) -> Any:
         if self.ends_sweep:
-            raise SystemExit(1)
+            end_failed_sweep()
         raise self._return_value
 
     @return_value.setter
@@ -251,7 +238,7 @@ def how_it_ended(exitcode: Optional[int]) -> str:
 
 def launch_jobs(
     pool: DevicePool, orders: Sequence[JobOrder], share_of: Callable[[int], int], fail_fast: bool
-) -> List[Any]:
+) -> List[JobReturn]:
     """Every job of ``orders`` on the pool, as many at once as it has shares for; each
     job's JobReturn in order. ``share_of(index)``: the units job ``index`` holds, asked as
     it is about to start. Ctrl-C or SIGTERM here stops every running job once, waits for
@@ -260,7 +247,7 @@ def launch_jobs(
 
     failed = threading.Event()
 
-    def one(index: int):
+    def one(index: int) -> JobReturn:
         outcome = pool.run(
             share_of(index), orders[index], stop_others=lambda: fail_fast and failed.is_set()
         )
@@ -287,11 +274,6 @@ def launch_jobs(
 _open: List[DevicePool] = []
 
 
-def open_pool(pool: DevicePool) -> DevicePool:
-    _open.append(pool)
-    return pool
-
-
 def close_pools() -> None:
     while _open:
         _open.pop().close()
@@ -300,19 +282,20 @@ def close_pools() -> None:
 atexit.register(close_pools)
 
 
-def forward_stops(pool: DevicePool) -> None:
-    """SIGINT and SIGTERM to this process first stop the pool's running jobs, then do what
-    they did before (ms_exp.run turns them into KeyboardInterrupt). Without it a signal
-    raised in the main thread while the Optuna sweeper's threads wait for their trials
-    would wait forever. Only the main thread can set handlers (Hydra sets the launcher up
-    there); close() puts the earlier ones back."""
+def open_pool(pool: DevicePool) -> DevicePool:
+    """``pool``, closed with the others (close_pools). SIGINT and SIGTERM to this process
+    first stop its running jobs, then do what they did before (ms_exp.run turns them into
+    KeyboardInterrupt). Without it a signal raised in the main thread while the Optuna
+    sweeper's threads wait for their trials would wait forever. Only the main thread can set
+    handlers (Hydra sets the launcher up there); close() puts the earlier ones back."""
+    _open.append(pool)
     if threading.current_thread() is not threading.main_thread():
-        return
+        return pool
     for signum in (signal.SIGINT, signal.SIGTERM):
         previous = signal.getsignal(signum)
         pool.restore[signum] = previous
 
-        def handler(number, frame, previous=previous):
+        def handler(number: int, frame: Optional[FrameType], previous: Any = previous) -> None:
             pool.stop_all()
             if callable(previous):
                 previous(number, frame)
@@ -321,3 +304,4 @@ def forward_stops(pool: DevicePool) -> None:
                 signal.raise_signal(number)
 
         signal.signal(signum, handler)
+    return pool

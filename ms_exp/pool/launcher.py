@@ -5,15 +5,18 @@ import functools
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.hydra_internals import BASIC_SWEEPER
 from ms_exp.pool import POOL_LAUNCHER
 from ms_exp.pool.devices import accelerator_of, pool_units, units_per_job
-from ms_exp.pool.dispatch import DevicePool, forward_stops, launch_jobs, open_pool
+from ms_exp.pool.dispatch import DevicePool, launch_jobs, open_pool
 from ms_exp.pool.worker import JobOrder
 
 
@@ -39,7 +42,9 @@ def register_launcher_config() -> None:
     )
 
 
-class PoolLaunch:
+class PoolLaunch(Launcher):
+    """The launcher; Hydra instantiates it as hydra_plugins' PoolLauncher."""
+
     # Hydra passes every key of PoolLauncherConf, with conf/hydra/launcher/pool.yaml's values.
     def __init__(
         self,
@@ -55,63 +60,57 @@ class PoolLaunch:
         self.pool: Optional[DevicePool] = None
         self._lock = threading.Lock()  # the Optuna sweeper launches from several threads
         self.config: Optional[DictConfig] = None
-        self.hydra_context: Any = None
-        self.task_function: Any = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.task_function: Optional[TaskFunction] = None
 
-    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         self.config, self.hydra_context = config, hydra_context
         self.task_function = task_function
         kind = accelerator_of(self.accelerator, OmegaConf.select(config, "trainer.device_target"))
         self.pool = open_pool(DevicePool(kind, pool_units(kind, self.devices), self.stop_timeout))
-        forward_stops(self.pool)
         self.pool.lost_jobs_end_sweep = (
             OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER
         )
         print(f"hydra/launcher=pool: {describe(self.pool, self.cores_per_job)}", flush=True)
         # Workers for shares of the sweep's usual size start while it composes its jobs.
-        self.pool.warm(
-            units_per_job(
-                self.pool.accelerator, int(config.parallel.device_num), self.cores_per_job
-            )
-        )
+        self.pool.warm(units_per_job(kind, int(config.parallel.device_num), self.cores_per_job))
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int):
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> List[JobReturn]:
         from hydra.core.singleton import Singleton
         from hydra.core.utils import setup_globals
 
-        assert self.pool is not None and self.config is not None  # setup() ran
+        pool, config, context = self.pool, self.config, self.hydra_context
+        assert pool is not None and config is not None and context is not None  # setup() ran
         setup_globals()
         state = Singleton.get_state()
         orders = [
             JobOrder(
                 initial_job_idx + offset,
                 list(overrides),
-                self.hydra_context,
-                self.config,
+                context,
+                config,
                 self.task_function,
                 state,
                 dict(os.environ),
             )
             for offset, overrides in enumerate(job_overrides)
         ]
-        fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
+        fail_fast = bool(OmegaConf.select(config, "sweep.fail_fast", default=False))
 
         # Asked twice for the first job (to size the threads, then to start it): composed once.
         @functools.lru_cache(maxsize=None)
         def share_of(index: int) -> int:
-            return self._share_of(orders[index].overrides)
+            """Units job ``index`` holds: one per rank (``parallel.device_num``), each rank
+            ``cores_per_job`` cores on the CPU."""
+            with self._lock:  # Hydra's config loader is not made for threads
+                job = context.config_loader.load_sweep_config(config, list(orders[index].overrides))
+            return units_per_job(pool.accelerator, int(job.parallel.device_num), self.cores_per_job)
 
-        return launch_jobs(self.pool, orders, share_of, fail_fast)
-
-    def _share_of(self, overrides: Sequence[str]) -> int:
-        """Units the job holds: one per rank (``parallel.device_num``), each rank
-        ``cores_per_job`` cores on the CPU."""
-        assert self.pool is not None and self.hydra_context is not None
-        with self._lock:  # Hydra's config loader is not made for threads
-            job = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        return units_per_job(
-            self.pool.accelerator, int(job.parallel.device_num), self.cores_per_job
-        )
+        return launch_jobs(pool, orders, share_of, fail_fast)
 
 
 def describe(pool: DevicePool, cores_per_job: int) -> str:

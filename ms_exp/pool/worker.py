@@ -14,7 +14,11 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
+
+if TYPE_CHECKING:
+    from hydra.core.utils import JobReturn
 
 
 @dataclass
@@ -33,7 +37,7 @@ class JobOrder:
 
 
 def serve(
-    connection, env: Dict[str, str], cores: Optional[Tuple[int, ...]], stop_timeout: float
+    connection: Connection, env: Dict[str, str], cores: Optional[Sequence[int]], stop_timeout: float
 ) -> None:
     """The worker's life: take a share, then run jobs until the launcher closes the pipe.
     ``stop_timeout``: seconds a job stopped because the launcher is gone gets to save its
@@ -67,7 +71,7 @@ def serve(
             return
 
 
-def _run(order: JobOrder):
+def _run(order: JobOrder) -> "JobReturn":
     """Hydra's run_job with the job's own config, as a launcher's worker calls it (Hydra's
     joblib launcher does the same); an interrupted job comes back FAILED with its
     interruption, so the launcher learns it was stopped."""
@@ -94,14 +98,13 @@ def _run(order: JobOrder):
             job_subdir_key="hydra.sweep.subdir",
         )
     except BaseException as stopped:  # run_job returns what an Exception does; not these
-        outcome = JobReturn(overrides=list(order.overrides), cfg=config)
-        outcome.status, outcome._return_value = JobStatus.FAILED, stopped
-        return outcome
+        return JobReturn(
+            list(order.overrides), config, status=JobStatus.FAILED, _return_value=stopped
+        )
 
 
-def _pickled(outcome) -> bytes:
-    """The outcome for the launcher; an exception that does not pickle goes back as its
-    text."""
+def _pickled(outcome: "JobReturn") -> bytes:
+    """The outcome for the launcher; an exception that does not pickle goes back as text."""
     import cloudpickle
 
     try:
@@ -112,7 +115,7 @@ def _pickled(outcome) -> bytes:
         return cloudpickle.dumps(outcome)
 
 
-def _prepare_for_jobs(cores: Optional[Tuple[int, ...]]) -> None:
+def _prepare_for_jobs(cores: Optional[Sequence[int]]) -> None:
     """What every job here needs, done before the first one arrives (the pool starts its
     workers when the sweep starts): the job's MLflow sidecar started, so that its import of
     MLflow runs beside this process's of MindSpore's training and data modules; on the CPU,

@@ -26,8 +26,7 @@ def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
         raise ConfigError(
             "hydra.sweeper.params",
             None,
-            "a search space: "
-            "hydra.sweeper.params or key=interval(a,b) / choice(a,b) / "
+            "a search space: hydra.sweeper.params or key=interval(a,b) / choice(a,b) / "
             "range(a,b) on the command line",
             "nothing to search",
         )
@@ -43,9 +42,8 @@ def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
         raise ConfigError(
             "hydra/sweeper/pruner",
             pruner.rsplit(".", 1)[-1],
-            "none for a distributed job (parallel.device_num="
-            f"{cfg.parallel.device_num}): its ranks could not agree on the "
-            "epoch to stop at",
+            f"none for a distributed job (parallel.device_num={cfg.parallel.device_num}): its "
+            "ranks could not agree on the epoch to stop at",
         )
     if sweeper.storage is not None:
         _check_storage(sweeper.storage)
@@ -109,9 +107,8 @@ def _check_existing_study(sweeper: DictConfig, url: str) -> None:
         raise ConfigError(
             "hydra.sweeper.direction",
             direction,
-            f"{study.direction.name.lower()}, the direction study "
-            f"{sweeper.study_name} in {masked(url)} was created with (or "
-            "another hydra.sweeper.study_name)",
+            f"{study.direction.name.lower()}, the direction study {sweeper.study_name} in "
+            f"{masked(url)} was created with (or another hydra.sweeper.study_name)",
         )
 
 
@@ -140,13 +137,11 @@ def fail_fast_overrides(cfg: DictConfig, overrides: Sequence[str]) -> List[str]:
         or any(o.startswith("hydra.sweeper.max_batch_size=") for o in overrides)
     ):
         return []
-    return [f"hydra.sweeper.max_batch_size={jobs_at_once(cfg.hydra.launcher)}"]
-
-
-def jobs_at_once(launcher: DictConfig) -> int:
-    """Jobs the launcher runs at the same time: joblib's n_jobs (-1: a job per CPU),
-    submitit's array_parallelism, 1 for Hydra's basic launcher."""
-    n_jobs = launcher.get("n_jobs")
-    if n_jobs is not None:
-        return n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return launcher.get("array_parallelism") or 1
+    # Jobs the launcher runs at the same time: joblib's n_jobs (-1: a job per CPU),
+    # submitit's array_parallelism, 1 for Hydra's basic launcher.
+    n_jobs = cfg.hydra.launcher.get("n_jobs")
+    if n_jobs is None:
+        at_once = cfg.hydra.launcher.get("array_parallelism") or 1
+    else:
+        at_once = n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return [f"hydra.sweeper.max_batch_size={at_once}"]

@@ -1,6 +1,8 @@
 """The exception a pruned job raises. Its own module because it subclasses Optuna's, so
 importing it imports Optuna: only a job whose trial was pruned, and the sweeper, need it."""
 
+from typing import Tuple
+
 import optuna
 
 from ms_exp.tracking.lifecycle import EndedEarly
@@ -15,5 +17,6 @@ class TrialPruned(EndedEarly, optuna.TrialPruned):
         super().__init__(f"pruned by Optuna study {study_name} after epoch {epoch}")
         self.study_name, self.epoch = study_name, epoch
 
-    def __reduce__(self):  # pickled back from a joblib or submitit worker
+    # Pickled back from a joblib or submitit worker.
+    def __reduce__(self) -> Tuple[type, Tuple[str, int]]:
         return type(self), (self.study_name, self.epoch)

@@ -5,7 +5,7 @@ a log scale), ``range(a,b[,step])`` its ints (b excluded, as in Python), ``a,b,c
 ``choice(a,b,c)`` categories. Anything else is a fixed value every job gets.
 """
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
 from hydra.core.override_parser.types import (
     ChoiceSweep,
@@ -15,11 +15,15 @@ from hydra.core.override_parser.types import (
     Transformer,
 )
 
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
 
-def split_space(overrides: Sequence[Override]) -> Tuple[Dict[str, Any], List[str]]:
+
+def split_space(overrides: Sequence[Override]) -> Tuple[Dict[str, "BaseDistribution"], List[str]]:
     """(key -> Optuna distribution, the fixed overrides); a key given twice: the last wins,
     so the command line overrides ``hydra.sweeper.params``."""
-    space: Dict[str, Any] = {}
+    space: Dict[str, "BaseDistribution"] = {}
     fixed: Dict[str, str] = {}
     for override in overrides:
         key = override.get_key_element()
@@ -33,12 +37,8 @@ def split_space(overrides: Sequence[Override]) -> Tuple[Dict[str, Any], List[str
     return space, list(fixed.values())
 
 
-def distribution(override: Override):
-    from optuna.distributions import (
-        CategoricalDistribution,
-        FloatDistribution,
-        IntDistribution,
-    )
+def distribution(override: Override) -> "BaseDistribution":
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     value = override.value()
     if isinstance(value, IntervalSweep):
@@ -61,14 +61,15 @@ def distribution(override: Override):
     raise ValueError(f"{override.input_line}: not a search space")
 
 
-def suggest(trial, key: str, space) -> Any:
+def suggest(trial: "optuna.Trial", key: str, space: "BaseDistribution") -> Any:
     """A value of ``space`` for ``trial``, through Optuna's public suggest API."""
-    from optuna.distributions import FloatDistribution, IntDistribution
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     if isinstance(space, FloatDistribution):
         return trial.suggest_float(key, space.low, space.high, step=space.step, log=space.log)
     if isinstance(space, IntDistribution):
         return trial.suggest_int(key, space.low, space.high, step=space.step, log=space.log)
+    assert isinstance(space, CategoricalDistribution)  # split_space makes no other kind
     return trial.suggest_categorical(key, space.choices)
 
 

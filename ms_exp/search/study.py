@@ -13,10 +13,14 @@ import socket
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ms_exp.tracking.run_folder import process_exists
 from ms_exp.tracking.store import resolve_tracking_uri, sqlite_lock, sqlite_path
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import RDBStorage
 
 DEFAULT_STORAGE_FILE = "optuna.db"
 # What n_trials counts: trials that ran to a result (pruned ones too), all workers together.
@@ -43,7 +47,7 @@ def default_study_name(
     return f"{job_name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
-def open_storage(url: str, heartbeat_interval: Optional[int] = None):
+def open_storage(url: str, heartbeat_interval: Optional[int] = None) -> "RDBStorage":
     """Optuna's RDB storage at ``url``; with a heartbeat, the trials this process runs
     show they are alive, and those of a worker that died are marked FAIL.
 
@@ -57,7 +61,7 @@ def open_storage(url: str, heartbeat_interval: Optional[int] = None):
     engine = (
         {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if url.startswith("sqlite") else None
     )
-    for attempt in range(CREATION_ATTEMPTS):
+    for attempt in range(1, CREATION_ATTEMPTS + 1):
         try:
             with sqlite_lock(url), warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -65,22 +69,18 @@ def open_storage(url: str, heartbeat_interval: Optional[int] = None):
                     url, engine_kwargs=engine, heartbeat_interval=heartbeat_interval
                 )
         except (IntegrityError, ProgrammingError):
-            if attempt == CREATION_ATTEMPTS - 1:
+            if attempt == CREATION_ATTEMPTS:
                 raise
-            time.sleep(0.5 * (attempt + 1))
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def trials_by_state(study) -> Dict[str, List[int]]:
+def trials_by_state(study: "optuna.Study") -> Dict[str, List[int]]:
     """Trial numbers by state name (COMPLETE, PRUNED, FAIL, RUNNING, WAITING)."""
     found: Dict[str, List[int]] = {}
     for trial in study.get_trials(deepcopy=False):
         found.setdefault(trial.state.name, []).append(trial.number)
     return found
-
-
-def done_count(study) -> int:
-    states = trials_by_state(study)
-    return sum(len(states.get(state, [])) for state in DONE_STATES)
 
 
 # The trial's user attribute naming the process that runs it: "<host>:<pid>".
@@ -91,7 +91,7 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def fail_dead_trials(study, storage) -> List[int]:
+def fail_dead_trials(study: "optuna.Study", storage: "RDBStorage") -> List[int]:
     """Mark FAIL the RUNNING trials whose worker is gone: a process of this host that no
     longer exists (a sweep killed with its process group and run again at once), or one
     that stopped sending heartbeats (Optuna's own check, which Study.optimize also runs

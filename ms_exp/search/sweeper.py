@@ -10,20 +10,20 @@ trial is launched as a job of the configured Hydra launcher, numbered by its tri
 """
 
 import os
-import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Tuple, cast
 
+from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from ms_exp.pool import end_failed_sweep
 from ms_exp.search.space import job_override, split_space, suggest
 from ms_exp.search.study import (
     DONE_STATES,
     WORKER_ATTR,
     default_storage,
     default_study_name,
-    done_count,
     fail_dead_trials,
     open_storage,
     trials_by_state,
@@ -31,11 +31,12 @@ from ms_exp.search.study import (
 )
 from ms_exp.search.trial import STORAGE_ENV, STUDY_ENV, TRIAL_ENV, TRIAL_NUMBER_ENV
 from ms_exp.tracking.store import masked
-from ms_exp.tracking.sweep_runs import DIRECTION_TAG, STORAGE_TAG, STUDY_TAG
+from ms_exp.tracking.sweep_runs import DIRECTION_TAG, OBJECTIVE_METRICS, STORAGE_TAG, STUDY_TAG
 
 if TYPE_CHECKING:
+    import optuna
     from hydra.plugins.launcher import Launcher
-    from hydra.types import HydraContext
+    from hydra.types import HydraContext, TaskFunction
 
 RESULTS_FILE = "optimization_results.yaml"  # the best trial, as Hydra's Optuna sweeper writes it
 
@@ -44,7 +45,9 @@ class NoObjective(ValueError):
     """A job returned no value to optimise."""
 
 
-class OptunaSearch:
+class OptunaSearch(Sweeper):
+    """The sweeper; Hydra instantiates it as hydra_plugins' OptunaSweeper."""
+
     def __init__(
         self,
         sampler: Any,
@@ -68,7 +71,9 @@ class OptunaSearch:
         self.launcher: Optional[Launcher] = None
         self.hydra_context: Optional[HydraContext] = None
 
-    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+    def setup(
+        self, *, hydra_context: "HydraContext", task_function: "TaskFunction", config: DictConfig
+    ) -> None:
         from hydra.core.plugins import Plugins
 
         self.config, self.hydra_context = config, hydra_context
@@ -100,7 +105,7 @@ class OptunaSearch:
             for key in (STORAGE_ENV, STUDY_ENV):
                 os.environ.pop(key, None)
 
-    def _run(self, study, space, fixed: List[str]) -> Any:
+    def _run(self, study: "optuna.Study", space: Dict[str, Any], fixed: List[str]) -> Any:
         """Trials until the study has n_trials done; the jobs find the study in this
         process's environment, which they and their ranks inherit: the storage is the
         sweep's, not one of a job's overrides (a URL with a password is refused up front,
@@ -113,47 +118,38 @@ class OptunaSearch:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
 
-        done = done_count(study)
+        done = sum(len(v) for state, v in trials_by_state(study).items() if state in DONE_STATES)
+        failures: List[Tuple[int, BaseException]] = []  # trial number, what its job raised
+        fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
         if done >= self.n_trials:
             print(
                 f"study {name}: {done} of hydra.sweeper.n_trials={self.n_trials} trials "
                 f"done already; nothing to run (raise n_trials to run more)",
                 flush=True,
             )
-            self._write_results(study, sweep_dir)
-            return []
-        failures: List[Tuple[int, BaseException]] = []
-        fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            # At most the trials still missing from this worker (its failures do not count
-            # as done, and must not make it loop); fewer when other workers fill them.
-            study.optimize(
-                self._objective(space, fixed, failures),
-                n_trials=self.n_trials - done,
-                n_jobs=self.n_jobs,
-                catch=() if fail_fast else (Exception,),
-                callbacks=[
-                    optuna.study.MaxTrialsCallback(
-                        self.n_trials, states=tuple(optuna.trial.TrialState[s] for s in DONE_STATES)
-                    )
-                ],
-            )
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                # At most the trials still missing from this worker (its failures do not count
+                # as done, and must not make it loop); fewer when other workers fill them.
+                states = tuple(optuna.trial.TrialState[s] for s in DONE_STATES)
+                study.optimize(
+                    self._objective(space, fixed, failures),
+                    n_trials=self.n_trials - done,
+                    n_jobs=self.n_jobs,
+                    catch=() if fail_fast else (Exception,),
+                    callbacks=[optuna.study.MaxTrialsCallback(self.n_trials, states=states)],
+                )
         self._write_results(study, sweep_dir)
-        if failures:
-            # As Hydra's basic sweeper: every job ran, the sweep reports the first failure,
-            # in one line (each job's run and log hold its own traceback), and exits 1.
+        if failures:  # every job ran: the first failure is said
             number, error = failures[0]
-            print(
-                f"ms_exp: error: {len(failures)} of this sweep's trials failed; the first, "
-                f"trial {number}: {type(error).__name__}: {error}",
-                file=sys.stderr,
-                flush=True,
+            end_failed_sweep(
+                f"{len(failures)} of this sweep's trials failed; the first, "
+                f"trial {number}: {type(error).__name__}: {error}"
             )
-            raise SystemExit(1)
         return []
 
-    def _open_study(self, url: str, name: str):
+    def _open_study(self, url: str, name: str) -> "optuna.Study":
         import optuna
         from hydra.utils import instantiate
 
@@ -182,9 +178,8 @@ class OptunaSearch:
         study.pruner = instantiate(self.pruner)
         states = ", ".join(f"{len(v)} {k}" for k, v in trials_by_state(study).items())
         print(
-            f"Optuna study {name} in {masked(url)} ({self.direction}): "
-            f"{states or 'no trials'}; running "
-            f"trials until hydra.sweeper.n_trials={self.n_trials} are "
+            f"Optuna study {name} in {masked(url)} ({self.direction}): {states or 'no trials'}; "
+            f"running trials until hydra.sweeper.n_trials={self.n_trials} are "
             f"{' or '.join(DONE_STATES)}",
             flush=True,
         )
@@ -197,15 +192,17 @@ class OptunaSearch:
         tag_active_sweep({STUDY_TAG: name, STORAGE_TAG: masked(url), DIRECTION_TAG: self.direction})
         return study
 
-    def _objective(self, space, fixed: List[str], failures: List):
+    def _objective(
+        self, space: Dict[str, Any], fixed: List[str], failures: List[Tuple[int, BaseException]]
+    ) -> Callable[["optuna.Trial"], float]:
         from ms_exp.search.pruned import TrialPruned
-        from ms_exp.search.trial import metric_label, sweep_metric
+        from ms_exp.search.trial import sweep_metric
 
         assert self.config is not None and self.launcher is not None  # setup() ran
-        metric = sweep_metric(self.config)
+        metric = sweep_metric(self.config) or " or ".join(OBJECTIVE_METRICS)
         launcher = self.launcher
 
-        def objective(trial) -> float:
+        def objective(trial: "optuna.Trial") -> float:
             # Who runs the trial: a later sweep on this host fails it at once if that
             # process is gone (ms_exp/search/study.py), not only once its heartbeat is old.
             trial.set_user_attr(WORKER_ATTR, worker_identity())
@@ -227,8 +224,7 @@ class OptunaSearch:
                 if value is None:
                     raise NoObjective(
                         f"job {trial.number} ({' '.join(values)}) returned no "
-                        f"{metric_label(metric)}, the value the study "
-                        f"optimises"
+                        f"{metric}, the value the study optimises"
                     )
             except Exception as error:
                 failures.append((trial.number, error))
@@ -237,23 +233,16 @@ class OptunaSearch:
 
         return objective
 
-    def _write_results(self, study, sweep_dir: Path) -> None:
+    def _write_results(self, study: "optuna.Study", sweep_dir: Path) -> None:
         """The best trial so far, as Hydra's Optuna sweeper writes it (the sweep callback
         logs it to the parent run)."""
         try:
             best = study.best_trial
         except ValueError:  # no trial completed
             return
+        found = {"best_trial": best.number, "best_params": best.params, "best_value": best.value}
         OmegaConf.save(
-            OmegaConf.create(
-                {
-                    "name": "optuna",
-                    "study": study.study_name,
-                    "best_trial": best.number,
-                    "best_params": best.params,
-                    "best_value": best.value,
-                }
-            ),
+            OmegaConf.create({"name": "optuna", "study": study.study_name, **found}),
             sweep_dir / RESULTS_FILE,
         )
         print(

@@ -10,11 +10,14 @@ with the epoch it was pruned at (ms_exp/search/pruned.py).
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS, STUDY_TAG, TRIAL_TAG, objective_metric
+from ms_exp.tracking.sweep_runs import STUDY_TAG, TRIAL_TAG, objective_metric
+
+if TYPE_CHECKING:
+    import optuna
 
 STORAGE_ENV = "MS_EXP_OPTUNA_STORAGE"
 STUDY_ENV = "MS_EXP_OPTUNA_STUDY"
@@ -32,7 +35,7 @@ class TrialLink:
     def tags(self) -> dict:
         return {STUDY_TAG: self.study_name, TRIAL_TAG: str(self.number)}
 
-    def open(self):
+    def open(self) -> "optuna.Trial":
         """The trial, to report to and to ask whether to prune (Optuna's Trial), judged by
         the sweep's pruner (``hydra.sweeper.pruner``, in the job's Hydra config)."""
         import optuna
@@ -56,22 +59,14 @@ def current_trial() -> Optional[TrialLink]:
     trial_id = os.environ.get(TRIAL_ENV)
     if not trial_id or not os.environ.get(STORAGE_ENV):
         return None
-    return TrialLink(
-        os.environ[STORAGE_ENV],
-        os.environ[STUDY_ENV],
-        int(trial_id),
-        int(os.environ.get(TRIAL_NUMBER_ENV, "-1")),
-    )
+    number = int(os.environ.get(TRIAL_NUMBER_ENV, "-1"))
+    return TrialLink(os.environ[STORAGE_ENV], os.environ[STUDY_ENV], int(trial_id), number)
 
 
 def sweep_metric(cfg: DictConfig) -> Optional[str]:
     """The eval metric a sweep optimises and prunes by (sweep.metric); None: the first of
     OBJECTIVE_METRICS a job logs."""
     return OmegaConf.select(cfg, "sweep.metric", default=None)
-
-
-def metric_label(metric: Optional[str]) -> str:
-    return metric or " or ".join(OBJECTIVE_METRICS)
 
 
 def objective_value(final_eval: dict, metric: Optional[str]) -> Optional[float]:
