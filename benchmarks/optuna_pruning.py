@@ -43,8 +43,7 @@ from benchlib import (
 )
 from mlflow import MlflowClient
 
-from ms_exp.search.trial import PRUNED_EPOCH_TAG
-from ms_exp.tracking.sweep_runs import child_runs
+from ms_exp.tracking.sweep_runs import PRUNED_EPOCH_TAG, child_runs
 
 TRIALS = 12
 EPOCHS = 8

@@ -317,3 +317,36 @@ def test_only_tracking_imports_mlflow():
                 users.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
     assert any(user.startswith("ms_exp/tracking/") for user in users)  # the scan sees them
     assert [user for user in users if not user.startswith("ms_exp/tracking/")] == []
+
+
+def defined_names(tree: ast.Module) -> set:
+    """Names a module defines or imports at its top level."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_the_scripts_beside_the_package_import_names_it_has():
+    """benchmarks/, tools/ and examples/ run outside the suite's jobs: a name moved out of a
+    module breaks them silently, so each ``from ms_exp.<module> import <name>`` is held
+    against the module's own top level (or a submodule of that name)."""
+    known = modules()
+    missing = []
+    for path in [*ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("tools/*.py")]:
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ms_exp"):
+                assert node.module in known, f"{path}: no module {node.module}"
+                names = defined_names(parsed(known[node.module]))
+                missing += [
+                    f"{path.relative_to(ROOT)}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name not in names and f"{node.module}.{a.name}" not in known
+                ]
+    assert missing == []
