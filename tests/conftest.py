@@ -1,6 +1,7 @@
 """Shared helpers: run the real command lines in a scratch working directory, and the
 lanes the suite is split into (docs/developing.md#lanes)."""
 
+import ast
 import atexit
 import contextlib
 import functools
@@ -157,6 +158,13 @@ def _mindspore_logs_to_this_tests_stderr():
     if "mindspore.log" in sys.modules:
         point_mindspore_logs_at(sys.stderr)
     yield
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A source file's tree, parsed once per test process: the architecture and security
+    scans walk the same files."""
+    return ast.parse(path.read_text())
 
 
 def main_in_process(

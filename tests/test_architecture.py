@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import parsed
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ms_exp"
@@ -21,12 +22,6 @@ MAX_LINES = 500
 
 # Hydra's plugins live beside the package and import it: their imports count too.
 PLUGINS = ROOT / "hydra_plugins"
-
-
-@functools.lru_cache(maxsize=None)
-def parsed(path: Path) -> ast.Module:
-    """Each file parsed once per test process: every test here walks the same trees."""
-    return ast.parse(path.read_text())
 
 
 def modules():

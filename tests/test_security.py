@@ -9,7 +9,6 @@ module could do it elsewhere.
 """
 
 import ast
-import functools
 import os
 import pickle
 import re
@@ -22,6 +21,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
+from conftest import parsed
 
 from ms_exp.config.errors import InvalidConfig
 from ms_exp.job.launch_plan import COMMAND_FILE, msrun_arguments, save_command
@@ -399,12 +399,6 @@ def test_shell_metacharacters_in_config_are_quoted_in_the_saved_msrun_command(tm
     subprocess.run(["bash", str(run_dir / COMMAND_FILE)], env=env, check=True, cwd=tmp_path)
     assert recorded_argv(argv_file) == msrun_arguments(parallel, run_dir)
     assert not marker.exists()
-
-
-@functools.lru_cache(maxsize=None)
-def parsed(path: Path) -> ast.Module:
-    """Each file parsed once per test process: the scans here walk the same trees."""
-    return ast.parse(path.read_text())
 
 
 def imported_modules(path: Path) -> Iterator[str]:

@@ -13,6 +13,7 @@ damaged line costs that call only: the upload skips it, names it, and keeps it i
 ``<journal>.damaged``.
 """
 
+import abc
 import json
 import os
 import re
@@ -96,13 +97,14 @@ class Journal:
         self._file.close()
 
 
-class CallWriter:
+class CallWriter(abc.ABC):
     """The recording calls of :class:`ms_exp.tracking.interface.RunTracker` as the JSON
     requests the sidecar takes and the journal keeps (``_send`` writes one), spelled out:
     provenance.record passes Path objects and positional arguments."""
 
+    @abc.abstractmethod
     def _send(self, call: str, **arguments: Any) -> None:
-        raise NotImplementedError
+        """Deliver one request: to the sidecar's stdin, or a line of the journal."""
 
     def _submit(self) -> None:
         """Send the metrics collected so far (none are, here)."""
