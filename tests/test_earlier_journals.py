@@ -107,6 +107,26 @@ def test_an_earlier_journal_with_a_damaged_line_is_delivered_past_it(tmp_path, c
     assert not journal.exists() and Path(f"{journal}.damaged").is_file()
 
 
+def test_a_torn_finish_line_that_still_names_its_status_ends_the_run_so(tmp_path, capsys):
+    """The job wrote its finish line and the line was torn: the status it spells out is how
+    the run ends, not KILLED as for a job that never got there."""
+    from ms_exp.tracking.recorder import deliver_earlier_journals
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
+    client = MlflowClient(uri)
+    run_id = client.create_run("0").info.run_id
+    journal = write_journal(tmp_path / "run", uri, run_id, "train/loss", range(1, 4))
+    with journal.open("a") as lines:
+        lines.write('{"call": "finish", "status": "FINISHED"\x00\n')
+    deliver_earlier_journals(tmp_path / "run")
+    out, err = capsys.readouterr()
+    assert "line 3 is damaged and was skipped (finish, status FINISHED)" in err
+    assert "metric values: 3, ended FINISHED" in out
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and "ms_exp.ended_by" not in run.data.tags
+
+
 @pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
 def test_a_resumed_run_first_delivers_the_journal_its_earlier_attempt_left(tmp_path):
     """Resumed after its models were logged (as if killed before its record said

@@ -237,8 +237,16 @@ class Damage(NamedTuple):
         rows = text.count('["') if call == "log_metric_rows" else 0  # ["key", value, ...]
         if rows:
             return f"{call}, {rows} metric value{'' if rows == 1 else 's'}"
-        status = re.search(r'"status"\s*:\s*"(\w+)"', text) if call == "finish" else None
-        return f"{call}, status {status.group(1)}" if status else f"a {call} call"
+        status = self.finish_status()
+        return f"{call}, status {status}" if status else f"a {call} call"
+
+    def finish_status(self) -> Optional[str]:
+        """The status a damaged ``finish`` line still spells out in full, else None."""
+        text = self.text.decode("utf-8", "replace")
+        if not re.match(r'\s*\{\s*"call"\s*:\s*"finish"', text):
+            return None
+        status = re.search(r'"status"\s*:\s*"(FINISHED|FAILED|KILLED)"', text)
+        return status.group(1) if status else None
 
 
 def _call(line: bytes) -> Optional[Call]:

@@ -331,12 +331,14 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     if finished and ended_later:
         delivered.status = ended_later
     if not finished and not any(c and c["call"] == "finish" for c in calls[: progress.lines]):
-        if ended_later:
-            recorder.finish(ended_later)
+        # A damaged finish line that still names its status says how the job ended.
+        said = next((s for s in (line.finish_status() for line in damage) if s), None)
+        if ended_later or said:
+            recorder.finish(ended_later or said)
         else:
             recorder.record("set_tags", {"tags": {"ms_exp.ended_by": ENDED_WITHOUT_STATUS}})
             recorder.finish("KILLED")
-        delivered.status = ended_later or "KILLED"
+        delivered.status = ended_later or said or "KILLED"
     path.unlink()
     progress.remove()
     return delivered
