@@ -865,3 +865,45 @@ def test_the_recorded_command_line_hides_every_password():
         ]
     )
     assert "s3cret" not in line and line.count("***") == 2
+
+
+NOTIFY = """import mindspore as ms
+class Notify(ms.train.Callback):
+    def __init__(self, url=None, token=None, pad_token=None, db_password=None):
+        pass
+"""
+
+
+@pytest.mark.parametrize(
+    "override, shown",
+    [
+        ("+trainer.callbacks.x.token=s3cret", "trainer.callbacks.x.token='***'"),
+        (
+            "+trainer.callbacks.x.url='https://h.example/?token=s3cret'",
+            "trainer.callbacks.x.url='https://h.example/?token=***'",
+        ),
+        # Resolved as config.yaml records it: the environment's value would be written.
+        (
+            "+trainer.callbacks.x.db_password=${oc.env:S3CRET}",
+            "trainer.callbacks.x.db_password='***'",
+        ),
+    ],
+)
+def test_a_credential_given_to_a_users_component_is_refused_before_it_is_recorded(
+    override, shown, tmp_path, monkeypatch
+):
+    (tmp_path / "notify.py").write_text(NOTIFY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("S3CRET", "s3cret")
+    with pytest.raises(InvalidConfig) as refused:
+        preflight(["+trainer.callbacks.x._target_=notify.Notify", override])
+    assert str(refused.value).startswith(f"{shown}: a credential in ")
+    assert "s3cret" not in str(refused.value)
+
+
+def test_values_that_are_no_credentials_pass_the_credential_check():
+    from ms_exp.preflight.tracking import validate_no_credentials
+
+    validate_no_credentials(
+        {"x": {"pad_token": "<pad>", "token": None, "pwd": "/home/a", "url": "https://h/?a=1"}}
+    )

@@ -5,14 +5,22 @@ with a host), and names fit what MLflow stores."""
 import math
 import os
 import posixpath
+import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig
 
 from ms_exp.config.errors import InvalidConfig, positive, require
 from ms_exp.preflight.paths import enough_free_space, writable_dir
-from ms_exp.tracking.store import DEFAULT_DB_NAME, not_a_database, password_refusal
+from ms_exp.tracking.store import (
+    DEFAULT_DB_NAME,
+    holds_password,
+    masked,
+    not_a_database,
+    password_refusal,
+)
 
 # MLflow's own limit on an experiment's name (MAX_EXPERIMENT_NAME_LENGTH in
 # mlflow/utils/validation.py: create_experiment refuses a longer one), and the width of the
@@ -20,6 +28,34 @@ from ms_exp.tracking.store import DEFAULT_DB_NAME, not_a_database, password_refu
 # mlflow/store/tracking/dbmodels/models.py: PostgreSQL and MySQL refuse a longer one).
 MAX_EXPERIMENT_NAME_LENGTH = 500
 MAX_RUN_NAME_LENGTH = 250
+
+
+# A key whose value is a credential wherever it stands (a user component's own argument is
+# recorded like any other). Not ``pwd``, which configs also use for a working directory.
+CREDENTIAL_KEY = re.compile(
+    r"(?i)^(?:token|access_token|auth_token|apikey|sslpassword)$|(?:^|_)(?:password|passwd|secret|api_key)$"
+)
+
+
+def validate_no_credentials(task: Any, key: str = "") -> None:
+    """Refuse a credential anywhere in the job's config (resolved, without Hydra's node): a
+    URL's password or ``?token=``, or a value under a credential's name. Every value is
+    written into config.yaml and the MLflow params, so a component reads its credential
+    from the environment, as ms_exp reads MLFLOW_TRACKING_PASSWORD. ``tracking.uri`` has
+    its own refusal (validate_tracking)."""
+    if isinstance(task, (dict, list)):
+        items = task.items() if isinstance(task, dict) else enumerate(task)
+        for name, value in items:
+            validate_no_credentials(value, f"{key}.{name}" if key else str(name))
+        return
+    named = CREDENTIAL_KEY.search(key.rpartition(".")[2]) and task not in (None, "")
+    if key != "tracking.uri" and (named or (isinstance(task, str) and holds_password(task))):
+        raise InvalidConfig(
+            f"{key}={'***' if named else masked(task)!r}: a credential in {key} would be "
+            "written into the run's records (config.yaml, the MLflow params); expected none "
+            "in the config: the component reads it from the environment "
+            "(docs/guides/security.md)"
+        )
 
 
 def validate_tracking(cfg: DictConfig) -> None:

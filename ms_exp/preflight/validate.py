@@ -31,7 +31,7 @@ from ms_exp.preflight.device import validate_device_present
 from ms_exp.preflight.interpolations import check_interpolations, without_hydra
 from ms_exp.preflight.memory import validate_memory
 from ms_exp.preflight.model import validate_model, validate_placement
-from ms_exp.preflight.tracking import validate_tracking
+from ms_exp.preflight.tracking import validate_no_credentials, validate_tracking
 from ms_exp.preflight.trainer import validate_resume, validate_resume_fits, validate_trainer
 from ms_exp.preflight.training import validate_loop, validate_loss, validate_optimizer
 
@@ -71,6 +71,8 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
     it (a free master port, the device): also what each rank of a distributed job checks
     of the config.yaml it reads (ms_exp/worker.py), while msrun holds that port."""
     check_interpolations(cfg)
+    # Before any check that repeats a value in its refusal.
+    validate_no_credentials(OmegaConf.to_container(without_hydra(cfg), resolve=True))
     check_known_keys(cfg, choices)
     validate_trainer(cfg.trainer)
     validate_parallel(cfg.parallel)
@@ -97,6 +99,7 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
 
 def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
     """What evaluating a finished run depends on: its network, data and loss."""
+    validate_no_credentials(OmegaConf.to_container(without_hydra(cfg), resolve=True))
     check_known_keys(cfg, choices)
     validate_trainer(cfg.trainer)
     validate_dataset(cfg.dataset)
