@@ -69,13 +69,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     folders (beside ``--output`` and in the temporary folder) removed, exit status 130."""
     from ms_exp.tracking.lifecycle import interruptible
 
-    return interruptible(lambda: _ckpt_command(argv))
+    # MindSpore's INFO/WARNING logs (deprecations, "not in strategy", "no crc code") would bury
+    # the result: GLOG_v for a MindSpore imported later, its logger's level for one imported
+    # already (the command called in process).
+    os.environ.setdefault("GLOG_v", "3")
+    if "mindspore" not in sys.modules:
+        return interruptible(lambda: _ckpt_command(argv))
+    from ms_exp.preflight.trainer import mindspore_warnings_off
+
+    with mindspore_warnings_off():
+        return interruptible(lambda: _ckpt_command(argv))
 
 
 def _ckpt_command(argv: Optional[List[str]]) -> int:
     args = _parser().parse_args(argv)
-    # MindSpore's INFO/WARNING logs (deprecations, "not in strategy") would bury the result.
-    os.environ.setdefault("GLOG_v", "3")
     try:
         if args.command == "merge":
             from ms_exp.checkpoint.scratch import scratch_folder
