@@ -129,12 +129,11 @@ class BestCheckpoint(Callback):
         self.keep, self.gathers = keep, gathers
         self.path = Path(directory) / BEST_NAME
         self.best: Optional[float] = None
-        self.best_epoch: Optional[int] = None
         record = self.path.with_name(BEST_RECORD)
         if self.path.is_file() and record.is_file():  # a resumed run's earlier best
             earlier = json.loads(record.read_text())
             if earlier.get("metric") == metric:
-                self.best, self.best_epoch = earlier["value"], earlier["epoch"]
+                self.best = earlier["value"]
 
     def on_eval_end(self, run_context: Any) -> None:
         params = run_context.original_args()
@@ -156,7 +155,7 @@ class BestCheckpoint(Callback):
             self.best = float(value)
             return
         os.replace(partial, self.path)
-        self.best, self.best_epoch = float(value), epoch
+        self.best = float(value)
         # Every metric of that evaluation: what the run's best model scored.
         scored = {f"eval/{n}": float(v) for n, v in results.items() if not n.startswith("eval_")}
         best = {"metric": self.metric, "value": self.best, "epoch": epoch, "results": scored}

@@ -6,9 +6,10 @@ checks that ms_exp adds on top of the schema.
 """
 
 import re
+import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Collection, Iterable, List, Mapping, Optional
+from typing import Any, Collection, Iterable, List, Mapping, NoReturn, Optional
 
 from hydra.errors import MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -190,3 +191,12 @@ def positive(section: str, cfg: Mapping[str, Any], *keys: str) -> None:
     for key in keys:
         value = cfg[key]
         require(value >= 1, f"{section}.{key}", value, "an integer >= 1")
+
+
+def end_failed_sweep(line: Optional[str] = None) -> NoReturn:
+    """How a sweep with a failed job ends, whichever sweeper runs it, as Hydra's basic sweeper
+    ends one: exit status 1 after one line (None: said already, as the failure was found),
+    without a traceback of ms_exp's code (each job's run and log hold the job's own)."""
+    if line is not None:
+        print(f"ms_exp: error: {line}", file=sys.stderr, flush=True)
+    raise SystemExit(1)

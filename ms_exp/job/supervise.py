@@ -93,7 +93,7 @@ def _run_launcher(
     run_dir: Path,
     env: Mapping[str, str],
     grace: int,
-    resume_hint: Callable[[], str] = str,
+    resume_hint: Callable[[], str],
 ) -> None:
     """msrun or mpirun, which start the ranks themselves.
 
@@ -141,7 +141,7 @@ def _run_launcher(
 
 
 def _run_each_rank(
-    plan: LaunchPlan, env: Mapping[str, str], grace: int, resume_hint: Callable[[], str] = str
+    plan: LaunchPlan, env: Mapping[str, str], grace: int, resume_hint: Callable[[], str]
 ) -> None:
     """The rank-table style: this process starts every rank, as the tutorial's script does.
 
@@ -276,7 +276,7 @@ def stop_ranks(process: subprocess.Popen, logs: Path, grace_seconds: int) -> Non
 def _our_workers(logs: Path) -> List[int]:
     """The ranks that recorded their pid and still run."""
     pids = (int(path.read_text().strip() or 0) for path in logs.glob("worker_*.pid"))
-    return [pid for pid in pids if pid and _is_our_worker(pid, logs)]
+    return [pid for pid in pids if pid and _is_our_worker(pid)]
 
 
 def _kill(action: Callable[[], object]) -> None:
@@ -286,7 +286,7 @@ def _kill(action: Callable[[], object]) -> None:
         pass
 
 
-def _is_our_worker(pid: int, logs: Path) -> bool:
+def _is_our_worker(pid: int) -> bool:
     """The pid still belongs to an ms_exp worker (pids are reused once a process ends)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.utils import JobReturn
 
-from ms_exp.pool import end_failed_sweep
+from ms_exp.config.errors import end_failed_sweep
 from ms_exp.pool.devices import Share
 from ms_exp.pool.worker import JobOrder, serve
 from ms_exp.tracking.sweep import child_run_name

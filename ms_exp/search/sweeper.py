@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, 
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from ms_exp.pool import end_failed_sweep
+from ms_exp.config.errors import end_failed_sweep
 from ms_exp.search.space import job_override, split_space, suggest
 from ms_exp.search.study import (
     DONE_STATES,
