@@ -36,13 +36,11 @@ from ms_exp.config.schema import StandAloneParallel
 from ms_exp.config.targets import component_name
 from ms_exp.preflight.trust import check_read_back
 from ms_exp.preflight.validate import validate_for_evaluation
-from ms_exp.tracking.records import NotRecorded, download_logged_model, reading_store
+from ms_exp.tracking.records import NotRecorded, RunRecords
 from ms_exp.tracking.store import (
     StoreError,
-    existing_store,
     exit_if_damaged,
     is_local_store,
-    job_run,
     masked,
     missing_store,
     not_a_database,
@@ -130,18 +128,18 @@ def fetch_from_run(uri: str, run_id: str, which: str, workdir: Path) -> Tuple[Pa
     one), the id is not a run in it, or the run is not a job's (a sweep's parent, an
     evaluation)."""
     try:
-        client = existing_store(uri)
-        run = job_run(client, run_id)
+        records = RunRecords.existing(uri)
+        run = records.job_run(run_id)
     except StoreError as error:
         raise ConfigError("--run-id", run_id, error.allowed, error.problem) from None
-    if "config/config.yaml" not in {a.path for a in client.list_artifacts(run_id, "config")}:
+    if "config/config.yaml" not in records.artifact_paths(run_id, "config"):
         raise ConfigError(
             "--run-id",
             run_id,
             "the id of an ms_exp.run job's run",
             "the run has no config/config.yaml artifact",
         )
-    config = Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir)))
+    config = records.download(run_id, "config/config.yaml", workdir)
     if which not in CHECKPOINT_NAMES:
         return config, Path(which), str(Path(which).resolve())
     artifact = run.data.tags.get(f"ms_exp.checkpoint.{which}", "")
@@ -151,9 +149,9 @@ def fetch_from_run(uri: str, run_id: str, which: str, workdir: Path) -> Tuple[Pa
             which,
             "a checkpoint the run saved (it saved none: checkpoint=none or keep_best=false)",
         )
-    logged = {a.path for a in client.list_artifacts(run_id, str(Path(artifact).parent))}
+    logged = records.artifact_paths(run_id, str(Path(artifact).parent))
     if artifact in logged:  # named as it is logged: the download is deleted after
-        downloaded = Path(client.download_artifacts(run_id, artifact, str(workdir)))
+        downloaded = records.download(run_id, artifact, workdir)
         return config, downloaded, f"{artifact} of MLflow run {run_id}"
     # tracking.log_checkpoints=none: the file may still be in the run directory here.
     local = Path(run.data.tags.get("ms_exp.run_dir", "")) / artifact
@@ -179,13 +177,13 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
     if not model_uri.startswith("models:/") or not model_uri[len("models:/") :].strip("/"):
         raise ConfigError("--model", model_uri, MODEL_URI)
     try:
-        client = existing_store(uri)
+        records = RunRecords.existing(uri)
     except StoreError as error:
         raise ConfigError("--model", model_uri, error.allowed, error.problem) from None
     name, _, version = model_uri[len("models:/") :].strip("/").partition("/")
-    model_id = _registered_model_id(client, name, version, model_uri) if version else name
+    model_id = _registered_model_id(records, name, version, model_uri) if version else name
     try:
-        logged, local = download_logged_model(client, model_id, workdir / "model")
+        logged, local = records.download_logged_model(model_id, workdir / "model")
     except NotRecorded:
         raise ConfigError(
             "--model", model_uri, MODEL_URI, f"no model {model_id} in {uri}"
@@ -201,23 +199,18 @@ def fetch_model(uri: str, model_uri: str, workdir: Path) -> Tuple[Path, Path, st
     return config, checkpoint, run_id, shown
 
 
-def _registered_model_id(client: Any, name: str, version: str, model_uri: str) -> str:
-    versions = (
-        sorted((str(v.version) for v in client.search_model_versions(f"name = '{name}'")), key=int)
-        if "'" not in name
-        else []
-    )
+def _registered_model_id(records: RunRecords, name: str, version: str, model_uri: str) -> str:
+    versions = records.model_versions(name)
     if version not in versions:
         if versions:
             problem = f"registered model {name} has versions {', '.join(versions)}"
         else:
-            known = ", ".join(sorted(m.name for m in client.search_registered_models()))
+            known = ", ".join(records.registered_models())
             registry = f"registered: {known}" if known else "the Model Registry is empty"
             problem = f"no registered model {name} ({registry})"
         raise ConfigError("--model", model_uri, MODEL_URI, problem)
     try:
-        with reading_store():
-            found = client.get_model_version(name, version)
+        found = records.model_version(name, version)
     except NotRecorded as error:
         raise ConfigError("--model", model_uri, MODEL_URI, str(error)) from None
     # A SQLite store answers model_id=None for a version created with one; its source,

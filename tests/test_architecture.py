@@ -314,6 +314,36 @@ def test_only_tracking_imports_mlflow():
     assert [user for user in users if not user.startswith("ms_exp/tracking/")] == []
 
 
+def class_methods(path: Path, name: str) -> set:
+    tree = parsed(path)
+    found = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    return {n.name for n in found.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_only_tracking_calls_mlflows_client():
+    """Above tracking, a store is read through ms_exp.tracking.records.RunRecords and a run
+    recorded through a RunTracker: a call of any other MlflowClient method (read from
+    MLflow's source, not imported) outside ms_exp/tracking is a call past that door."""
+    import importlib.util
+
+    client = Path(importlib.util.find_spec("mlflow").origin).parent / "tracking" / "client.py"
+    mlflow_methods = class_methods(client, "MlflowClient")
+    assert {"get_run", "search_runs", "download_artifacts"} <= mlflow_methods
+    ours = class_methods(PACKAGE / "tracking" / "records.py", "RunRecords") | class_methods(
+        PACKAGE / "tracking" / "interface.py", "RunTracker"
+    )
+    calls = [
+        f"{path.relative_to(ROOT).as_posix()}:{node.lineno} .{node.func.attr}()"
+        for path in [*PACKAGE.rglob("*.py"), *PLUGINS.rglob("*.py")]
+        if not path.is_relative_to(PACKAGE / "tracking")
+        for node in ast.walk(parsed(path))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in mlflow_methods - ours
+    ]
+    assert calls == []
+
+
 def defined_names(tree: ast.Module) -> set:
     """Names a module defines or imports at its top level."""
     names = set()

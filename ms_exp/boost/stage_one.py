@@ -58,8 +58,8 @@ def fill_stage_one(cfg: DictConfig) -> None:
 
 
 def _from_run(run_id: str, tracking_cfg: DictConfig) -> Tuple[str, Optional[Path], Path]:
-    from ms_exp.tracking.records import NotRecorded, reading_store
-    from ms_exp.tracking.store import missing_store, open_client, resolve_tracking_uri
+    from ms_exp.tracking.records import NotRecorded, RunRecords
+    from ms_exp.tracking.store import missing_store, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_cfg.uri)
     db = missing_store(uri)
@@ -72,13 +72,12 @@ def _from_run(run_id: str, tracking_cfg: DictConfig) -> Tuple[str, Optional[Path
             "tracking.uri=...",
             problem=f"there is no store ({db} does not exist)",
         )
-    client = open_client(uri)
+    records = RunRecords.open(uri)
     if run_id == LATEST:
-        run = _latest_stage_one(client, tracking_cfg.experiment_name, uri)
+        run = _latest_stage_one(records, tracking_cfg.experiment_name, uri)
     else:
         try:
-            with reading_store():
-                run = client.get_run(run_id)
+            run = records.run(run_id)
         except NotRecorded:
             raise ConfigError(
                 "boost.stage_one_run_id", run_id, f"the id of a run in {uri}", problem="no such run"
@@ -96,21 +95,13 @@ def _from_run(run_id: str, tracking_cfg: DictConfig) -> Tuple[str, Optional[Path
     weights = run_dir / last if last else None
     snapshots = Path(tags[SNAPSHOTS_TAG])
     if (weights is not None and not weights.is_file()) or not snapshots.is_dir():
-        weights, snapshots = _download(client, run.info.run_id, last)
+        weights, snapshots = _download(records, run.info.run_id, last)
     return run.info.run_id, weights, snapshots
 
 
-def _latest_stage_one(client: Any, experiment_name: str, uri: str) -> Any:
-    experiment = client.get_experiment_by_name(experiment_name)
-    runs = []
-    if experiment is not None:
-        runs = client.search_runs(
-            [experiment.experiment_id],
-            filter_string=f"attributes.status = 'FINISHED' and tags.`{SNAPSHOTS_TAG}` LIKE '%'",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
-        )
-    if not runs:
+def _latest_stage_one(records: Any, experiment_name: str, uri: str) -> Any:
+    run = records.newest_finished(experiment_name, f"tags.`{SNAPSHOTS_TAG}` LIKE '%'")
+    if run is None:
         raise ConfigError(
             "boost.stage_one_run_id",
             LATEST,
@@ -118,17 +109,15 @@ def _latest_stage_one(client: Any, experiment_name: str, uri: str) -> Any:
             f"{uri}; run +experiment=dim_reduce_stage_one first",
             problem="there is none",
         )
-    return runs[0]
+    return run
 
 
-def _download(client: Any, run_id: str, last: str) -> Tuple[Optional[Path], Path]:
+def _download(records: Any, run_id: str, last: str) -> Tuple[Optional[Path], Path]:
     """Stage one ran elsewhere: fetch its final checkpoint and snapshots from MLflow."""
-    from ms_exp.tracking.records import download
-
     target = (DOWNLOADS / run_id).resolve()
     try:
-        snapshots = download(client, run_id, "snapshots", target)
-        weights = download(client, run_id, last, target) if last else None
+        snapshots = records.download(run_id, "snapshots", target)
+        weights = records.download(run_id, last, target) if last else None
     except Exception as error:  # MLflow raises several types for a missing artifact
         raise ConfigError(
             "boost.stage_one_run_id",

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import DictConfig
 
-from ms_exp.tracking.records import NotRecorded, reading_store
+from ms_exp.tracking.records import NotRecorded, RunRecords, reading_store
 from ms_exp.tracking.run_folder import (
     RUN_RECORD,
     FolderRefused,
@@ -30,7 +30,7 @@ from ms_exp.tracking.run_folder import (
     read_run_record,
     release_folder,
 )
-from ms_exp.tracking.store import is_run_id, open_client, sqlite_path
+from ms_exp.tracking.store import is_run_id, sqlite_path
 
 RESUME_FILE = "resume.json"
 RESUME_ALLOWED = "auto, an MLflow run id, a run directory or a .ckpt file"
@@ -204,8 +204,8 @@ def run_dir_of(uri: str, run_id: str) -> Path:
         # Opening it would create an empty store.
         raise ResumeError(f"no such run: there is no MLflow store at {database}")
     try:
-        with reading_store():
-            run = open_client(uri).get_run(run_id)
+        with reading_store():  # opening a store MLflow cannot read is refused too
+            run = RunRecords.open(uri).run(run_id)
     except NotRecorded:
         raise ResumeError(f"no such run in {uri}") from None
     run_dir = run.data.tags.get("ms_exp.run_dir")

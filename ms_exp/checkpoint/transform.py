@@ -346,17 +346,12 @@ def _download_run(
     run_id: str, workdir: Path, tracking_uri: Optional[str]
 ) -> Tuple[Path, Optional[Path], str]:
     from ms_exp.config.run_config import load_run_config
-    from ms_exp.tracking.store import (
-        StoreError,
-        existing_store,
-        job_run,
-        quiet_artifact_downloads,
-        resolve_tracking_uri,
-    )
+    from ms_exp.tracking.records import RunRecords
+    from ms_exp.tracking.store import StoreError, quiet_artifact_downloads, resolve_tracking_uri
 
     try:  # the store is only read: a missing one is refused, never created
-        client = existing_store(resolve_tracking_uri(tracking_uri))
-        run = job_run(client, run_id)
+        records = RunRecords.existing(resolve_tracking_uri(tracking_uri))
+        run = records.job_run(run_id)
     except StoreError as error:
         raise CkptError(f"run {run_id}: {error}") from None
     local = Path(run.data.tags.get("ms_exp.run_dir", ""))
@@ -364,12 +359,11 @@ def _download_run(
         return run_sources(str(local), workdir)
     quiet_artifact_downloads()
     cfg = load_run_config(
-        Path(client.download_artifacts(run_id, "config/config.yaml", str(workdir))),
-        source=f"MLflow run {run_id}",
+        records.download(run_id, "config/config.yaml", workdir), source=f"MLflow run {run_id}"
     )
-    checkpoints = Path(client.download_artifacts(run_id, "checkpoints", str(workdir)))
-    names = {a.path for a in client.list_artifacts(run_id, "strategy")}
+    checkpoints = records.download(run_id, "checkpoints", workdir)
+    names = records.artifact_paths(run_id, "strategy")
     strategy = None
     if names:
-        strategy = Path(client.download_artifacts(run_id, sorted(names)[0], str(workdir)))
+        strategy = records.download(run_id, sorted(names)[0], workdir)
     return checkpoints, strategy, cfg.checkpoint.prefix

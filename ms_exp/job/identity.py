@@ -53,12 +53,12 @@ def finished_before(
 ) -> Optional[JobResult]:
     """The result of a FINISHED run with this config, if there is one (skip_finished)."""
     from ms_exp.tracking.recorder import detect_outages_quickly, is_unreachable
-    from ms_exp.tracking.store import open_client
+    from ms_exp.tracking.records import RunRecords
 
     detect_outages_quickly()  # seconds, not MLflow's minutes of retries, for a dead server
-    client = open_client(uri)
+    records = RunRecords.open(uri)
     try:
-        earlier = find_finished(client, cfg.tracking.experiment_name, digest)
+        earlier = find_finished(records, cfg.tracking.experiment_name, digest)
     except Exception as error:
         if not is_unreachable(error):
             raise
@@ -74,7 +74,7 @@ def finished_before(
     print(skip_note(earlier), flush=True)
     parent = parent_run_id(uri, cfg.tracking.experiment_name)
     if parent:
-        client.set_tag(
+        records.tag_run(
             parent, f"ms_exp.sweep.skipped.{earlier.info.run_id}", shlex.join(overrides)[:5000]
         )
     final_eval = {k: v for k, v in earlier.data.metrics.items() if k.startswith("eval/")}

@@ -42,13 +42,8 @@ def split_from_run(argv: Sequence[str]) -> Tuple[str, List[str]]:
 
 def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     """The command-line overrides that re-run ``run_id``; prints what may differ."""
-    from ms_exp.tracking.records import NotRecorded, reading_store
-    from ms_exp.tracking.store import (
-        missing_store,
-        open_client,
-        quiet_artifact_downloads,
-        resolve_tracking_uri,
-    )
+    from ms_exp.tracking.records import NotRecorded, RunRecords
+    from ms_exp.tracking.store import missing_store, quiet_artifact_downloads, resolve_tracking_uri
 
     quiet_artifact_downloads()
     flags, extra = _split_flags(extra)
@@ -62,10 +57,9 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
             "id of a run in an existing store (name the run's store with "
             "tracking.uri=...)"
         )
-    client = open_client(uri)
+    records = RunRecords.open(uri)
     try:
-        with reading_store():
-            run = client.get_run(run_id)
+        run = records.run(run_id)
     except NotRecorded as error:
         raise InvalidConfig(
             f"{FLAG}={run_id}: no such run in {uri} "
@@ -75,15 +69,10 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     source = f"MLflow run {run_id} ({FLAG})"
     with tempfile.TemporaryDirectory(prefix="ms_exp_rerun_") as workdir:
         try:
-            with reading_store():
-                # Plain YAML: OmegaConf would resolve an interpolation as an item is read.
-                recorded = _yaml(
-                    client.download_artifacts(run_id, "hydra/overrides.yaml", workdir), list
-                )
-                config = OmegaConf.load(
-                    client.download_artifacts(run_id, "config/config.yaml", workdir)
-                )
-                name_flags, folders = _config_source(client, run_id, workdir)
+            # Plain YAML: OmegaConf would resolve an interpolation as an item is read.
+            recorded = _yaml(records.download(run_id, "hydra/overrides.yaml", workdir), list)
+            config = OmegaConf.load(records.download(run_id, "config/config.yaml", workdir))
+            name_flags, folders = _config_source(records, run_id, workdir)
         except (NotRecorded, OSError, ValueError, KeyError, TypeError):
             raise InvalidConfig(
                 f"{FLAG}={run_id}: the run has no recorded config "
@@ -146,13 +135,13 @@ def _split_flags(arguments: Sequence[str]) -> Tuple[List[str], List[str]]:
     return flags, overrides
 
 
-def _config_source(client: Any, run_id: str, workdir: str) -> Tuple[List[str], List[str]]:
+def _config_source(records: Any, run_id: str, workdir: str) -> Tuple[List[str], List[str]]:
     """Where the run's config came from (Hydra's record, ``hydra/hydra.yaml``): its
     ``--config-name`` flag, and the ``--config-dir``, ``--config-path`` and
     ``hydra.searchpath`` arguments that named a config folder of the user's."""
     from ms_exp.preflight.compose import CONFIG_NAME, conf_dir
 
-    hydra = _yaml(client.download_artifacts(run_id, "hydra/hydra.yaml", workdir), dict)["hydra"]
+    hydra = _yaml(records.download(run_id, "hydra/hydra.yaml", workdir), dict)["hydra"]
     folders = []
     for source in hydra["runtime"]["config_sources"]:
         if source["provider"] == "command-line" and source["schema"] == "file":
@@ -170,7 +159,7 @@ def _config_source(client: Any, run_id: str, workdir: str) -> Tuple[List[str], L
     return (["--config-name", str(name)] if name not in (None, CONFIG_NAME) else []), folders
 
 
-def _yaml(path: str, kind: type) -> Any:
+def _yaml(path: Path, kind: type) -> Any:
     """A recorded YAML file as plain data of ``kind``: a ValueError when it is not."""
     try:
         data = yaml.safe_load(Path(path).read_text())

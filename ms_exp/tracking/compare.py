@@ -20,14 +20,9 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import pandas
 
 from ms_exp.tracking.params import relative_to_run
+from ms_exp.tracking.records import RunRecords
 from ms_exp.tracking.registry import best_child
-from ms_exp.tracking.store import (
-    StoreError,
-    existing_store,
-    job_run,
-    password_refusal,
-    resolve_tracking_uri,
-)
+from ms_exp.tracking.store import StoreError, existing_store, password_refusal, resolve_tracking_uri
 from ms_exp.tracking.sweep_report import lower_is_better
 from ms_exp.tracking.sweep_runs import (
     ReportError,
@@ -357,11 +352,11 @@ def best_lines(best: Best) -> List[str]:
 
 def job_runs(client: MlflowClient, ids: Sequence[Tuple[str, str]]) -> List[Run]:
     """The runs of ``(label, run id)`` pairs, each refused in one line saying what it is
-    instead (ms_exp.tracking.store.job_run)."""
+    instead (RunRecords.job_run)."""
     runs = []
     for label, run_id in ids:
         try:
-            runs.append(job_run(client, run_id))
+            runs.append(RunRecords(client).job_run(run_id))
         except StoreError as error:
             unknown = error.problem.startswith(("no such run", "not a run id"))
             known = f" (the newest: {newest(client)})" if unknown else ""

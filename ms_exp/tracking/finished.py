@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, cast
 from omegaconf import DictConfig, OmegaConf
 
 if TYPE_CHECKING:
-    from mlflow import MlflowClient
     from mlflow.entities import Run
+
+    from ms_exp.tracking.records import RunRecords
 
 DIGEST_TAG = "ms_exp.config_digest"
 _NOT_PART_OF_THE_RESULT = ("tracking", "sweep", "trainer.progress_bar", "trainer.resume")
@@ -36,18 +37,9 @@ def config_digest(cfg: DictConfig, run_dir: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def find_finished(client: "MlflowClient", experiment_name: str, digest: str) -> Optional["Run"]:
+def find_finished(records: "RunRecords", experiment_name: str, digest: str) -> Optional["Run"]:
     """The newest FINISHED run of the experiment with this config digest, or None."""
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
-        return None
-    runs = client.search_runs(
-        [experiment.experiment_id],
-        filter_string=f"attributes.status = 'FINISHED' and tags.`{DIGEST_TAG}` = '{digest}'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    return runs[0] if runs else None
+    return records.newest_finished(experiment_name, f"tags.`{DIGEST_TAG}` = '{digest}'")
 
 
 def skip_note(run: "Run") -> str:

@@ -22,7 +22,6 @@ from urllib.request import url2pathname
 
 if TYPE_CHECKING:  # MLflow is imported where a store is opened, not by every job
     from mlflow import MlflowClient
-    from mlflow.entities import Run
 
 DEFAULT_DB_NAME = "mlflow.db"
 # What an experiment holds, for MLflow versions that choose the UI's view from it (3.17 reads
@@ -322,66 +321,6 @@ RUN_ID = re.compile(r"[0-9a-f]{32}")
 def is_run_id(value: str) -> bool:
     """Is ``value`` shaped like an MLflow run id (32 lowercase hex digits)?"""
     return bool(RUN_ID.fullmatch(value))
-
-
-JOB_RUN = "the id of a job's run (32 hex digits, printed as 'MLflow run <id>' by the job)"
-
-
-def job_run(client: "MlflowClient", run_id: str) -> "Run":
-    """The run of one ``ms_exp.run`` job; StoreError says what ``run_id`` is instead (an
-    experiment id, a run name, a sweep's parent run, an evaluation, nothing in the store)."""
-    from mlflow.exceptions import MlflowException
-
-    uri = client.tracking_uri
-    if not is_run_id(run_id):
-        raise StoreError(f"not a run id{_what_else(client, run_id)}", JOB_RUN)
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as error:
-        if error.error_code != "RESOURCE_DOES_NOT_EXIST":
-            raise StoreError(
-                f"cannot read it from {uri} ({str(error).splitlines()[0][:200]})", JOB_RUN
-            ) from None
-        raise StoreError(f"no such run in {uri}", f"{JOB_RUN} in that store") from None
-    tags = run.data.tags
-    if tags.get("ms_exp.sweep") == "true":
-        children = client.search_runs(
-            [run.info.experiment_id],
-            f"tags.mlflow.parentRunId = '{run_id}'",
-            max_results=1000,
-            order_by=["attributes.start_time ASC"],
-        )
-        ids = [c.info.run_id for c in children]
-        listed = ", ".join(ids[:4]) + (f" (and {len(ids) - 4} more)" if len(ids) > 4 else "")
-        raise StoreError(
-            f"this is the parent run of a sweep ({len(ids)} jobs), not a job's run",
-            f"the run of one of its jobs: {listed or 'none recorded'}",
-        )
-    if "ms_exp.evaluated_checkpoint" in tags:
-        raise StoreError(
-            "this is an evaluation's run (ms_exp.eval), not a job's run",
-            f"the run it evaluated, {tags.get('mlflow.parentRunId', '(unknown)')}",
-        )
-    return run
-
-
-def _what_else(client: "MlflowClient", text: str) -> str:
-    """What ``text`` names in the store when it is not a run id, as a clause."""
-    from mlflow.exceptions import MlflowException
-
-    if text.isdigit():
-        try:
-            experiment = client.get_experiment(text)
-            return f": it is the id of experiment {experiment.name!r}"
-        except MlflowException:
-            return ""
-    if "'" in text or not text.strip():
-        return ""
-    experiments = [e.experiment_id for e in client.search_experiments(max_results=1000)]
-    named = client.search_runs(experiments, f"attributes.run_name = '{text}'", max_results=3)
-    if named:
-        return f": it is the name of run {', '.join(r.info.run_id for r in named)}"
-    return ""
 
 
 def is_local_store(uri: str) -> bool:
