@@ -7,6 +7,7 @@ and MLflow's own.
 The ``python -m ms_exp.run`` cases are in the corpus of tests/test_bad_inputs.py."""
 
 import multiprocessing
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -252,6 +253,13 @@ def test_eval_refuses_a_text_file_as_its_store(tmp_path, run_with_checkpoint):
     assert text.read_text() == "meeting notes\n"
 
 
+def another_programs_database(path: Path) -> bytes:
+    with closing(sqlite3.connect(path)) as connection:
+        connection.execute("CREATE TABLE notes (x)")
+        connection.commit()
+    return path.read_bytes()
+
+
 def test_a_read_command_refuses_a_text_file_as_its_store(tmp_path):
     text = tmp_path / "notes.db"
     text.write_text("meeting notes\n")
@@ -260,6 +268,33 @@ def test_a_read_command_refuses_a_text_file_as_its_store(tmp_path):
     assert refused.value.problem == (
         f"no MLflow store at sqlite:///{text} ({text} is not a SQLite database)"
     )
+
+
+def test_eval_of_a_run_folder_leaves_another_programs_database_its_config_names_alone(
+    tmp_path, run_with_checkpoint
+):
+    """MLflow would add its tables to any SQLite file named as a store: a run folder's
+    config (or a read command's --tracking-uri) naming another program's is refused."""
+    app = tmp_path / "app.db"
+    before = another_programs_database(app)
+    run_dir = tmp_path / "run"
+    shutil.copytree(run_with_checkpoint.parents[2], run_dir)
+    config = OmegaConf.load(run_dir / "config.yaml")
+    config.tracking.uri = f"sqlite:///{app}"
+    OmegaConf.save(config, run_dir / "config.yaml")
+    checkpoint = run_dir / run_with_checkpoint.relative_to(run_with_checkpoint.parents[2])
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(checkpoint)], tmp_path)
+    problem = f"{app} is another program's SQLite database (tables notes), not MLflow's"
+    assert (result.rc, result.stderr.strip().splitlines()) == (
+        2,
+        [
+            f"ms_exp.eval: error: tracking.uri='sqlite:///{app}': {problem}; expected an "
+            "MLflow store to record the evaluation in"
+        ],
+    )
+    with pytest.raises(StoreError, match=re.escape(problem)):
+        existing_store(f"sqlite:///{app}")
+    assert app.read_bytes() == before
 
 
 @pytest.fixture(scope="module")

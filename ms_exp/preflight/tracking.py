@@ -102,7 +102,7 @@ def validate_tracking(cfg: DictConfig) -> None:
                 problem is None,
                 "tracking.uri",
                 uri,
-                f"null where {DEFAULT_DB_NAME} here is a SQLite database or does not "
+                f"null where {DEFAULT_DB_NAME} here is an MLflow store or does not "
                 f"exist yet, or the URI of another store ({problem})",
             )
         elif uri.startswith("sqlite:///"):
@@ -121,7 +121,7 @@ def validate_tracking(cfg: DictConfig) -> None:
                 problem is None,
                 "tracking.uri",
                 uri,
-                f"a SQLite database, or a file name that does not exist yet ({problem})",
+                f"an MLflow SQLite store, or a file name that does not exist yet ({problem})",
             )
         else:
             scheme = uri.split("://", 1)[0] if "://" in uri else ""

@@ -189,6 +189,10 @@ SQLITE_DAMAGE = re.compile(
 )
 
 
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+_MLFLOW_TABLES = {"alembic_version", "experiments", "runs"}
+
+
 @functools.lru_cache(maxsize=8)
 def _quick_check(database: str, inode: int, size: int, mtime_ns: int) -> Optional[str]:
     """SQLite's ``PRAGMA quick_check`` of a store whose header looks whole (a cut on a page
@@ -200,6 +204,7 @@ def _quick_check(database: str, inode: int, size: int, mtime_ns: int) -> Optiona
             sqlite3.connect(f"{Path(database).absolute().as_uri()}?mode=ro", uri=True)
         ) as db:
             rows = db.execute("PRAGMA quick_check(5)").fetchall()
+            tables = {name for (name,) in db.execute(_TABLES)}
     except sqlite3.Error as error:
         # Anything else (locked by a writer, a hot journal only a writer can roll back) is
         # for MLflow to meet as it opens the store.
@@ -208,6 +213,10 @@ def _quick_check(database: str, inode: int, size: int, mtime_ns: int) -> Optiona
         line for (row,) in rows for line in str(row).splitlines() if not line.startswith("***")
     ]
     if problems == ["ok"]:
+        # Another program's database: MLflow would add its own tables to it.
+        if tables and not _MLFLOW_TABLES <= tables:
+            named = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+            return f"{database} is another program's SQLite database (tables {named}), not MLflow's"
         return None
     more = " (and more)" if len(problems) > 1 else ""
     return (
