@@ -375,3 +375,25 @@ def test_the_scripts_beside_the_package_import_names_it_has():
                     if a.name not in names and f"{node.module}.{a.name}" not in known
                 ]
     assert missing == []
+
+
+def test_a_module_above_tracking_reads_a_store_through_a_double_of_run_records(
+    tmp_path, monkeypatch
+):
+    """What the one door buys: resume's lookup of a run's folder runs against a stand-in
+    store of one class, no MLflow store behind it."""
+    from types import SimpleNamespace
+
+    from ms_exp.checkpoint.resume import ResumeError, run_dir_of
+    from ms_exp.tracking.records import NotRecorded, RunRecords
+
+    class Double:
+        def run(self, run_id: str) -> SimpleNamespace:
+            if run_id != "a" * 32:
+                raise NotRecorded("no such run")
+            return SimpleNamespace(data=SimpleNamespace(tags={"ms_exp.run_dir": str(tmp_path)}))
+
+    monkeypatch.setattr(RunRecords, "open", classmethod(lambda cls, uri: Double()))
+    assert run_dir_of("http://team.example", "a" * 32) == tmp_path
+    with pytest.raises(ResumeError, match="no such run in http://team.example"):
+        run_dir_of("http://team.example", "b" * 32)
