@@ -6,19 +6,27 @@ ms_exp composes and checks every job of a command line before ``@hydra.main`` ru
 does before a job starts, and Hydra has no public API for it: the command-line parser, the
 config search path, a ``Hydra`` instance on it (the global one saved and put back, so
 composing never disturbs the ``@hydra.main`` that follows), the basic sweeper's expansion of
-a sweep into jobs, and the targets of the basic sweeper and launcher.
+a sweep into jobs, and the targets of the basic sweeper and launcher. Its repository of config
+sources reads a file's YAML once per version of the file (docs/design.md#checked-before-running).
 
 Checked with hydra-core 1.3.8, the version the tests run; pyproject.toml pins ``<1.4``.
 Hydra 1.4 (in development) moves several of these; this module is what to port.
 """
 
+import copy
 import os
+import pathlib
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from hydra import version
+from hydra._internal.config_repository import ConfigRepository
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.core_plugins.file_config_source import FileConfigSource
+from hydra._internal.core_plugins.importlib_resources_config_source import (
+    ImportlibResourcesConfigSource,
+)
 from hydra._internal.hydra import Hydra
 from hydra._internal.utils import (
     compute_search_path_dir,
@@ -29,6 +37,8 @@ from hydra._internal.utils import (
 from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
+from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 # The ``_target_`` of Hydra's own sweeper and launcher in a composed ``hydra`` node.
 BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
@@ -58,14 +68,84 @@ def search_path(primary: Optional[str], config_dir: Optional[str] = None) -> Con
 
 @contextmanager
 def hydra_on(path: ConfigSearchPath, task_name: str) -> Iterator[Hydra]:
-    """A Hydra instance on ``path`` for the block, Hydra's global state put back after."""
+    """A Hydra instance on ``path`` for the block (composing on ``_Repository``), Hydra's
+    global state put back after."""
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     version.setbase("1.3")
     try:
-        yield Hydra.create_main_hydra2(task_name=task_name, config_search_path=path)
+        hydra = Hydra.create_main_hydra2(task_name=task_name, config_search_path=path)
+        # ConfigLoaderImpl's, which the abstract ConfigLoader does not declare.
+        hydra.config_loader.repository = _Repository(path)  # type: ignore[attr-defined]
+        yield hydra
     finally:
         restore_gh_from_backup(backup)
+
+
+# Read config files: path -> ((inode, size, mtime, ctime), header, config).
+_PARSED: Dict[
+    str, Tuple[Tuple[int, ...], Dict[str, Optional[str]], Union[DictConfig, ListConfig]]
+] = {}
+
+
+def _load(
+    path: str, open_file: Callable[[], IO[str]]
+) -> Tuple[Dict[str, Optional[str]], Union[DictConfig, ListConfig]]:
+    """A config file's header and a copy of its config, as Hydra's sources read them
+    (``OmegaConf.load``) but once per version of the file: a file changed since (another
+    inode, size, mtime or ctime) is read again. A copy costs half what creating it does."""
+    stat = os.stat(path)
+    stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if path not in _PARSED or _PARSED[path][0] != stamp:
+        with open_file() as f:
+            header = ConfigSource._get_header_dict(f.read(512))
+            f.seek(0)
+            _PARSED[path] = (stamp, header, OmegaConf.load(f))
+    _, header, config = _PARSED[path]
+    return dict(header), copy.deepcopy(config)
+
+
+class _Files(FileConfigSource):
+    def load_config(self, config_path: str) -> ConfigResult:
+        name = self._normalize_file_name(config_path)
+        full_path = os.path.realpath(os.path.join(self.path, name))
+        if not os.path.exists(full_path):
+            raise ConfigLoadError(f"Config not found : {full_path}")
+        header, config = _load(full_path, lambda: open(full_path, encoding="utf-8"))
+        return ConfigResult(self.provider, f"file://{self.path}", config, header)
+
+
+class _Package(ImportlibResourcesConfigSource):
+    def _read_config(self, res: Any) -> ConfigResult:
+        if not isinstance(res, pathlib.Path):  # in a zip: no file to stat
+            return super()._read_config(res)
+        header, config = _load(str(res), lambda: res.open(encoding="utf-8"))
+        return ConfigResult(self.provider, f"pkg://{self.path}", config, header)
+
+
+class _Repository(ConfigRepository):
+    """Hydra's repository of config sources, with two costs of every compose cut and the
+    result unchanged: files and package resources parse their YAML once per version of the
+    file (``_load``), and the copy Hydra takes per compose copies the list of sources only."""
+
+    def initialize_sources(self, config_search_path: ConfigSearchPath) -> None:
+        super().initialize_sources(config_search_path)
+        cached = {"file": _Files, "pkg": _Package}
+        self.sources = [
+            cached[s.scheme()](s.provider, f"{s.scheme()}://{s.path}")
+            if s.scheme() in cached
+            else s
+            for s in self.sources
+        ]
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "_Repository":
+        # Hydra's CachingConfigRepository deep-copies it so that hydra.searchpath's new
+        # sources (initialize_sources) leave this one as it is: copying the list does that,
+        # a source holding no state of its own. A deep copy would also copy the ConfigStore
+        # (every schema: a fifth of a compose), a singleton that composing does not change.
+        clone = copy.copy(self)
+        clone.sources = list(self.sources)
+        return clone
 
 
 def split_sweep(overrides: Sequence) -> List[List[str]]:
