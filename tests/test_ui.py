@@ -10,10 +10,11 @@ without it. The screenshot is kept in test-artifacts/mlflow_ui_sweep.png.
 """
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FAST, mlflow_server, run_cli
+from conftest import FAST, migrated_store, mlflow_server, run_cli
 from playwright.sync_api import expect, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -27,7 +28,9 @@ SERVER_START_S = 120
 @pytest.fixture
 def sweep(tmp_path):
     """A finished two-job sweep in sqlite:///<tmp_path>/mlflow.db: (what it printed,
-    experiment id, parent run, child runs)."""
+    experiment id, parent run, child runs). The store starts as a copy of conftest's migrated
+    empty one: its first use is not what this test shows."""
+    shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     result = run_cli(
         "ms_exp.run", ["-m", *FAST, "trainer.epochs=1", "optimizer.lr=0.01,0.1"], tmp_path
     )
