@@ -4,9 +4,8 @@
         [--output DIR] [--tracking-uri URI]
     python -m ms_exp.ckpt transform CHECKPOINT_DIR --strategy SRC --dst-strategy DST --output DIR
 
-SOURCE is a run directory, an MLflow run id or a folder of ``rank_<r>/`` folders. The work,
-and what ms_exp handles around MindSpore's ``transform_checkpoints``, is
-ms_exp/checkpoint/transform.py.
+SOURCE is a run directory, an MLflow run id or a folder of ``rank_<r>/`` folders; the work
+is ms_exp/checkpoint/transform.py.
 """
 
 import argparse
@@ -69,9 +68,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     folders (beside ``--output`` and in the temporary folder) removed, exit status 130."""
     from ms_exp.tracking.lifecycle import interruptible
 
-    # MindSpore's INFO/WARNING logs (deprecations, "not in strategy", "no crc code") would bury
-    # the result: GLOG_v for a MindSpore imported later, its logger's level for one imported
-    # already (the command called in process).
+    # MindSpore's INFO/WARNING logs would bury the result: GLOG_v for a MindSpore imported
+    # later, its logger's level for one imported already (the command called in process).
     os.environ.setdefault("GLOG_v", "3")
     if "mindspore" not in sys.modules:
         return interruptible(lambda: _ckpt_command(argv))

@@ -86,9 +86,7 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
         if isinstance(error, OSError):
             if error.errno not in FULL_DISK:
                 raise
-            # The job has ended its run FAILED with the error as a tag where the store could
-            # still be written, and uploaded its logs where there was room; the cause, in one
-            # line, is all there is left to say.
+            # The job has ended its run FAILED where it could; one line says the cause.
             line = (
                 f"{error.filename or run_dir}: {error.strerror}; free some space, then "
                 f"continue the run in {run_dir} with trainer.resume=auto"
@@ -99,8 +97,8 @@ def hydra_job(cfg: DictConfig) -> Optional[float]:
             discard_if_unused(run_dir, hydra_cfg.output_subdir)
             line, status = str(error), EXIT_BAD_CONFIG
         else:
-            # A rank failed or was killed, or the store turned the run away: the job ended its
-            # run FAILED; the line names why (a traceback would only show where ms_exp noticed).
+            # A rank failed, or the store turned the run away: the run ended FAILED; the line
+            # names why (a traceback would only show where ms_exp noticed).
             uri = resolve_tracking_uri(cfg.tracking.uri)
             problem = damaged_store(error, uri)
             line = damaged_refusal("tracking.uri", uri, problem) if problem else str(error)

@@ -1,21 +1,13 @@
 """The stage-two training cell: MindSpore's ``BoostTrainOneStepCell`` with three fixes.
 
-1. ``BoostTrainOneStepCell._no_sens_impl`` (the path ``Model`` takes without a loss scale)
-   computes the loss and the DimReduce update but has no ``return``, so every step's output
-   is None and LossMonitor, MLflow and the console see no loss
-   (docs/design.md#boost-cell-returns-no-loss).
-   ``LossReturningBoostCell`` returns it.
-2. With more than one rank, MindSpore's ``DimReduce`` (a) sums the ranks' parts of the
-   projected gradient with one ``Broadcast`` per rank, which fails on CPU ("Memcpy error"
-   in BroadcastCPUKernelMod), and (b) averages the loss over ranks with ``//``, a floor
-   division, so the line search compares floor(mean loss) and almost never accepts a step.
-   ``FixedDimReduce`` sums the parts with one AllReduce (the same sum: every rank adds
-   every rank's part) and divides the loss with ``/`` (docs/design.md#dimreduce-multi-rank).
-3. DimReduce's line search runs the network in training mode with trial weights, then puts
-   the weights back but not BatchNorm's moving statistics, which every trial pass updated:
-   a ResNet's held-out accuracy fell from 0.48 to 0.03 after stage two, and back to 0.44
-   with stage one's statistics. ``FixedDimReduce`` restores the network's non-trainable
-   parameters after each trial as well (docs/design.md#dimreduce-batchnorm).
+1. ``BoostTrainOneStepCell._no_sens_impl`` has no ``return``, so no one sees the loss:
+   ``LossReturningBoostCell`` returns it (docs/design.md#boost-cell-returns-no-loss).
+2. With several ranks ``DimReduce`` broadcasts per rank (fails on CPU) and floor-divides the
+   loss: ``FixedDimReduce`` sums with one AllReduce and divides with ``/``
+   (docs/design.md#dimreduce-multi-rank).
+3. The line search leaves BatchNorm's moving statistics moved by its trial passes:
+   ``FixedDimReduce`` restores the non-trainable parameters after each trial
+   (docs/design.md#dimreduce-batchnorm).
 """
 
 from typing import Any, Tuple

@@ -1,10 +1,7 @@
 """Checks for ``boost=dim_reduce``, before anything trains (``BoostOption.check``).
 
-MindSpore checks almost none of this itself: it ignores unknown keys, falls back to the
-snapshot folder when ``pca_mat_path`` is not a ``.npy`` file, drops components when
-``n_components`` is not a multiple of the rank count, builds a matrix of the wrong width
-from snapshots of another network, and only fails (or waits out ``timeout``) once the
-training cell is being built.
+MindSpore checks almost none of this itself: it ignores or works around bad values, and
+fails (or waits out ``timeout``) only once the training cell is being built.
 """
 
 from math import prod

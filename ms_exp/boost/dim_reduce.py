@@ -1,14 +1,10 @@
 """Stage two of dimension-reduction training, built from MindSpore's own pieces.
 
-The tutorial passes ``boost_level="O1"`` and a ``boost_config_dict`` to ``Model``. ms_exp
-makes the same two calls Model would (``AutoBoost(level, dict)`` and its
-``network_auto_process_train``) itself, for three reasons:
+ms_exp makes the two calls ``Model`` would make for the tutorial's ``boost_level`` and
+``boost_config_dict`` itself, for three reasons:
 
-- ``AutoBoost`` is a process-wide singleton that keeps the first configuration it was
-  given: in one process (a Hydra sweep runs its jobs one after another) every later job
-  would silently train with the first job's rho, gamma and sigma, and a stage two after any
-  earlier ``Model`` would not boost at all. It is reset before each job's build
-  (docs/design.md#autoboost-singleton).
+- ``AutoBoost`` is a process-wide singleton that keeps its first configuration, so it is
+  reset before each job's build (docs/design.md#autoboost-singleton);
 - the training cell must return its loss (``LossReturningBoostCell``);
 - the PCA step must use a private folder and a cached matrix (``ms_exp.boost.pca``).
 """

@@ -1,21 +1,11 @@
 """The PCA matrix of a stage-one snapshot folder: computed once, cached, reused.
 
-MindSpore computes the matrix while the stage-two training cell is built
-(``AutoBoost.network_auto_process_train``) and writes it, its per-rank splits and an
-end marker into ``weight_load_dir`` (or next to ``pca_mat_path``), deleting any it finds
-there first (docs/design.md#pca-folder). Pointed at a shared snapshot folder, jobs running
-at the same time would delete each other's files, and every job of a sweep would redo the
-same PCA. So:
-
-- each job hands MindSpore a private work folder, ``<run dir>/pca``, shared only by the
-  job's own ranks and removed when the job ends;
-- the matrix is cached in ``<snapshot folder>/ms_exp_pca/pca_mat_n<K>.npy`` (MindSpore
-  reads only ``*.ckpt`` files from that folder) together with the snapshot listing it was
-  computed from; under a file lock one job computes it (MindSpore's own PCA, reading the
-  snapshots through links in its work folder) and publishes it, the others reuse it;
-- ranks other than 0 only wait for rank 0's split, as in MindSpore; rank 0 starts only
-  once they have cleared their stale files, which MindSpore does at the same moment rank 0
-  writes the new ones.
+MindSpore writes the matrix, its per-rank splits and an end marker into ``weight_load_dir``,
+deleting any it finds there first (docs/design.md#pca-folder), so jobs sharing a snapshot
+folder would delete each other's files and every job of a sweep would redo the PCA. So each
+job hands MindSpore a private ``<run dir>/pca``; the matrix is cached under a file lock in
+``<snapshot folder>/ms_exp_pca/pca_mat_n<K>.npy`` with the snapshot listing it came from;
+rank 0 starts only once the other ranks have cleared their stale files.
 """
 
 import fcntl

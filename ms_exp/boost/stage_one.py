@@ -1,10 +1,7 @@
 """Where stage two finds stage one: its final weights and its snapshot folder.
 
-Either given as paths (``boost.pretrained_weight_path``, ``boost.weight_load_dir``) or
-looked up from the stage-one MLflow run (``boost.stage_one_run_id``, or ``latest``: the
-newest finished run in the experiment that kept snapshots). A run's files are read from
-its run directory when it is on this machine, otherwise downloaded from its artifacts.
-Explicit paths win over what the run provides.
+Given as paths, or looked up from the stage-one run (``boost.stage_one_run_id``, or
+``latest``), whose files are read locally where they are, else downloaded; explicit paths win.
 """
 
 from dataclasses import dataclass

@@ -1,11 +1,9 @@
 """Checkpoint callbacks of the ``checkpoint`` group.
 
-``ModelCheckpoint`` writes into one folder per rank, ``<run dir>/checkpoints/rank_<r>``, as
-the model-saving tutorial lays them out, timed so a sweep over ``integrated_save`` can
-compare the two; ``BestCheckpoint`` keeps ``best.ckpt`` by the model's best metric beside
-them. ``ModelCheckpoint`` removes the oldest file before it writes the next one (with
-``keep_checkpoint_max=1`` a failed save would leave none): :class:`TimedModelCheckpoint`
-removes old files only after the new one is written."""
+One folder per rank, ``<run dir>/checkpoints/rank_<r>``, as the model-saving tutorial lays
+them out, saves timed; ``BestCheckpoint`` keeps ``best.ckpt`` beside them.
+:class:`TimedModelCheckpoint` removes old files only after the new one is written (a failed
+save must not leave none)."""
 
 import json
 import logging
@@ -34,10 +32,8 @@ class TimedModelCheckpoint(ModelCheckpoint):
     keeps at most ``keep_max`` checkpoints by removing old ones only once a new one is
     written, and can continue a resumed run (``start_step``).
 
-    A subclass rather than a wrapper: ``Model`` looks for ``ModelCheckpoint`` instances
-    among the callbacks (exception save, resume), and must still find this one. The
-    ``on_train_*`` hooks that call them are timed: ``Model.fit`` refuses a callback class
-    that defines ``step_end`` or ``end`` itself."""
+    A subclass, as ``Model`` looks for ``ModelCheckpoint`` instances; the ``on_train_*``
+    hooks are timed, as ``Model.fit`` refuses a class that defines ``step_end`` or ``end``."""
 
     def __init__(
         self,
@@ -60,11 +56,9 @@ class TimedModelCheckpoint(ModelCheckpoint):
             self._last_triggered_step = start_step
 
     def _check_save_ckpt(self, cb_params: Any, force_to_save: bool) -> bool:
-        # ModelCheckpoint decides here, right before writing, whether this step is saved:
-        # the one place to run ``before_save`` (waiting for the step's metrics to be in
-        # MLflow) before the file exists, so no kill can leave a checkpoint whose steps'
-        # metrics are lost (a resumed run does not train those steps again;
-        # docs/design.md#modelcheckpoint-decides).
+        # The one place before the file exists to wait for the step's metrics to be in
+        # MLflow (``before_save``), so no kill leaves a checkpoint whose steps' metrics are
+        # lost (docs/design.md#modelcheckpoint-decides).
         save = super()._check_save_ckpt(cb_params, force_to_save)
         if save and self.before_save is not None:
             self.before_save()
@@ -80,9 +74,8 @@ class TimedModelCheckpoint(ModelCheckpoint):
     def on_train_end(self, run_context: Any) -> None:
         self._timed(super().on_train_end, run_context)
 
-    # Model.fit keeps its own callbacks out of the evaluation it runs each epoch, but knows
-    # them by class name: this one would get eval steps too and save a checkpoint after each
-    # evaluation (checkpoint-<epoch>_<eval steps>.ckpt).
+    # Model.fit keeps its own callbacks out of its evaluation by class name only: this one
+    # would otherwise save a checkpoint after each evaluation.
     def on_eval_step_end(self, run_context: Any) -> None:
         pass
 

@@ -1,17 +1,12 @@
 """Continuing an interrupted run (``trainer.resume``) from its last good checkpoint.
 
-``trainer.resume=auto`` picks the newest run under the same outputs folder (``outputs/``,
-``multirun/``) whose ``run.json`` (ms_exp/tracking/run_folder.py) has this config's digest
-and did not finish (a job killed outright still says RUNNING), holding its folder while its
-checkpoints are read; finding none, it starts a new run, so the same command can be
-submitted again and again. An MLflow run id, a run directory or one checkpoint file name
-the run explicitly (the config may then differ, e.g. more epochs).
-
-The launching process chooses, once for all ranks, the newest ``<prefix>-<epoch>_<step>.ckpt``
-that every rank folder holds and that reads back whole (a damaged one is renamed
-``*.ckpt.damaged``), and hands it to the ranks as ``resume.json``; each rank loads weights
-and optimizer state and sets the dataset to the step after it (``set_init_step``), so a
-resumed run ends with the weights an uninterrupted one would have (tests/test_resume.py).
+``trainer.resume=auto`` picks the newest unfinished run of this config's digest under the
+same outputs folder, else starts a new one, so the same command can be submitted again and
+again; a run id, run directory or checkpoint file names the run explicitly. The launching
+process chooses, once for all ranks, the newest checkpoint every rank holds whole (a damaged
+one is renamed ``*.ckpt.damaged``) and hands it to the ranks as ``resume.json``; each rank
+restores weights, optimizer state and the dataset's step, so a resumed run ends with the
+weights an uninterrupted one would have (tests/test_resume.py).
 """
 
 import json
@@ -47,15 +42,12 @@ class ResumePoint:
     checkpoint: str  # the file name, the same in every rank's folder
     epoch: int  # of the checkpoint, counted from 1 as ModelCheckpoint names it
     step_in_epoch: int
-    # The last step of each group of curves already in the MLflow run
-    # (ms_exp/tracking/logged_steps.py), and whether the run trained this config. With the
-    # same config the steps trained again have the values the run holds: the ranks do not
-    # log them again (another config, e.g. more epochs, may train other values: logged).
+    # The last step of each group of curves already in the run (logged_steps.py), and
+    # whether it trained this config: only then are the retrained steps not logged again.
     logged: Dict[str, int] = field(default_factory=dict)
     same_config: bool = False
-    # Which start of the run this is (0: its first, 1: its first resume, ...): the step of
-    # what describes one attempt (peak memory, checkpoint cost), so that a resumed run's
-    # history holds each attempt's value once instead of repeating step 0.
+    # Which start of the run this is (0: its first): the step of per-attempt metrics (peak
+    # memory, checkpoint cost), so each attempt's value is kept once.
     attempt: int = 0
 
     @property

@@ -5,18 +5,11 @@ CHECKPOINT_DIR holds one ``rank_<r>/`` folder per device, as ``ModelCheckpoint``
 layout emulation of ``parallel=semi_auto``) writes them. ``merge`` writes one full checkpoint
 (with a CRC); ``transform`` re-slices N ranks into the M of the destination strategy.
 
-What ms_exp handles around ``mindspore.parallel.transform_checkpoints`` (2.10):
-
-- it takes the *last file in lexicographic order* under each ``rank_<r>/``: ms_exp hands it
-  a staging folder holding each rank's newest ``<prefix>-<epoch>_<step>.ckpt``, the same step
-  on every rank (docs/design.md#transform-checkpoints-last-file);
-- its ``ckpt_prefix`` names the *output* (``<prefix><r>.ckpt``, or ``<prefix><r>_part0.ckpt``):
-  the paths are read back rather than assumed;
-- it refuses output paths containing ``..``, ``//``, ``~`` or ``./.``: the output is resolved;
-- parameters missing from the source strategy are copied from one rank (a sliced optimizer
-  state is warned about); ones missing from the destination strategy would be copied still
-  sliced, so ``transform`` refuses that strategy;
-- results are written to a temporary folder and moved into place.
+``transform_checkpoints`` (2.10) takes the last file by name under each ``rank_<r>/``, so it
+gets a staging folder of each rank's newest checkpoint, the same step on every rank
+(docs/design.md#transform-checkpoints-last-file); its output names are read back, not
+assumed; a destination strategy missing parameters is refused (they would be copied still
+sliced); results are written to a temporary folder and moved into place.
 """
 
 import glob

@@ -1,16 +1,10 @@
 """The one door to Hydra's private API: everything ms_exp takes from ``hydra._internal`` and
 from the global-state helpers of ``hydra.initialize``.
 
-ms_exp composes and checks every job of a command line before ``@hydra.main`` runs it
-(docs/design.md#checked-before-running), so it needs what ``hydra._internal.utils.run_hydra``
-does before a job starts, and Hydra has no public API for it: the command-line parser, the
-config search path, a ``Hydra`` instance on it (the global one saved and put back, so
-composing never disturbs the ``@hydra.main`` that follows), the basic sweeper's expansion of
-a sweep into jobs, and the targets of the basic sweeper and launcher. Its repository of config
-sources reads a file's YAML once per version of the file (docs/design.md#checked-before-running).
-
-Checked with hydra-core 1.3.8, the version the tests run; pyproject.toml pins ``<1.4``.
-Hydra 1.4 (in development) moves several of these; this module is what to port.
+ms_exp composes and checks every job before ``@hydra.main`` runs it
+(docs/design.md#checked-before-running), which needs what ``run_hydra`` does before a job
+starts, with no public API for it. Checked with hydra-core 1.3.8 (pyproject.toml pins
+``<1.4``); this module is what to port to Hydra 1.4.
 """
 
 import copy

@@ -16,8 +16,7 @@ FLOAT32_MAX = 3.4028234663852886e38
 # What MindSpore takes for an integer argument (epochs, steps, sizes, intervals): int32.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Keys that seed a generator: mindspore.set_seed, numpy.random.seed and
-# mindspore.dataset.config.set_seed take 0 to 2**32 - 1 ("Seed must be between 0 and
-# 2**32 - 1").
+# mindspore.dataset.config.set_seed take 0 to 2**32 - 1.
 SEED_KEYS = ("seed", "split_seed", "data_seed")
 SEED_MAX = 2**32 - 1
 

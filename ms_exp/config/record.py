@@ -1,20 +1,12 @@
 """What text read back from a record may hold: whoever could write a store or a run folder
 wrote it, so it is data, never code and never a read of the reader's environment.
 
-A job saves its config resolved (``config.yaml`` in its run folder, the ``config/`` artifact,
-a logged model's copy), so a config read back (``ms_exp.eval --run-id``, ``--checkpoint``,
-``--model``, ``mlflow.pyfunc.load_model``, ``ms_exp.ckpt merge``, the ranks) holds no
-interpolation at all: any ``${`` in it is refused by key before anything resolves it.
-Resolved when its section is built, ``${oc.create:{_target_: ...}}`` would build a target
-that the trust check (ms_exp/preflight/trust.py) never saw, and ``${oc.env:SECRET}`` would
-copy the reader's secret into the store.
-
-The overrides a run recorded (``hydra/overrides.yaml``, re-applied by ``--from-run``) are
-what its user typed: a plain ``${key}`` stays allowed there, and so do the resolvers that
-RECORDED_OVERRIDE_RESOLVERS allows; every other resolver, and any override of Hydra itself
-(``hydra.*``, ``hydra/...``), is refused by key. The composed config keeps ms_exp's own
-resolvers (``${oc.env:DATA_PATH,null}``, ``${hydra:...}``, ``${now:...}``): the rule is about
-text from a record.
+A job saves its config resolved, so a config read back holds no interpolation at all: any
+``${`` is refused by key before anything resolves it (``${oc.create:...}`` would build a
+target the trust check never saw, ``${oc.env:SECRET}`` copy the reader's secret into the
+store). Recorded overrides (re-applied by ``--from-run``) may hold a plain ``${key}`` and
+the RECORDED_OVERRIDE_RESOLVERS; any other resolver, and any override of Hydra itself, is
+refused by key.
 """
 
 import re

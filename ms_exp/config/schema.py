@@ -23,11 +23,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from ms_exp.config.resolvers import register_resolvers
 from ms_exp.config.targets import TARGET, target_path
 
-# The optimizer and loss sections hold typed ms_exp keys and, beside them, the own arguments
-# of the class their ``_target_`` names: OmegaConf admits keys beyond a structured config's
-# fields when its class subclasses ``Dict``, and warns on every such node that this is
-# deprecated (https://github.com/omry/omegaconf/issues/663; still supported by 2.3).
-# Nothing a user could act on.
+# The optimizer and loss sections hold their target's own arguments beside the typed keys,
+# which OmegaConf admits for a class subclassing ``Dict`` with a deprecation warning no user
+# could act on (https://github.com/omry/omegaconf/issues/663).
 warnings.filterwarnings(
     "ignore",
     message=r"Class `(OptimizerConfig|LossConfig|LossPart)` subclasses `Dict`",

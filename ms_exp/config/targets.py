@@ -1,11 +1,9 @@
 """Components named by ``_target_``: imported, their arguments fitted to the signature, and
 built with Hydra's ``instantiate``, every failure one line naming the key.
 
-One path for every component a config can name (network, dataset, loss, optimizer,
-callback, metric), ms_exp's own options included. ms_exp keeps some keys of a section for
-itself (``name``, ``batch_size``, ...); the rest are the target's keyword arguments. What
-ms_exp knows and a component may want (``num_classes``, ``input_shape``, ``split``, ...) is
-passed only when the target's signature names it and the config does not set it.
+One path for every component, ms_exp's own included. The keys ms_exp keeps (``name``,
+``batch_size``, ...) aside, a section's keys are the target's arguments; what ms_exp knows
+(``num_classes``, ``split``, ...) is passed where the signature names it and the config does not.
 
 Nothing here imports MindSpore; importing a target may.
 """

@@ -1,13 +1,9 @@
 """Datasets from the ``dataset`` option, built-in or a user's, by one contract.
 
-The option's ``_target_`` is called once per split, ``target(split="train" | "eval", **its
-own keys)``, and returns a pair of numpy arrays ``(x, y)`` (float64 samples become float32,
-integer labels int32) or a ``mindspore.dataset`` dataset of unbatched ``(data, label)``
-samples. ms_exp then applies the option's ``batch_size``, ``shuffle``,
-``num_parallel_workers``, ``drop_remainder`` and each rank's shard: a numpy pair through
-``NumpySlicesDataset``, a dataset by replacing the sampler of its (random-access) source. A
-target whose signature names one of those keys, or ``num_shards`` / ``shard_id``, is passed
-it and applies it itself, as MindSpore's readers do."""
+``target(split="train" | "eval", **its own keys)`` returns numpy arrays ``(x, y)`` or a
+``mindspore.dataset`` of unbatched ``(data, label)`` samples; ms_exp then applies batching,
+shuffling, workers and each rank's shard, except what the target's signature names
+(``batch_size``, ..., ``num_shards`` / ``shard_id``): that it is passed and applies itself."""
 
 from typing import Any, Dict, Optional, Set, Tuple
 

@@ -1,11 +1,8 @@
 """Criteo as MindRecord (the converter's output, ms_exp/data/criteo_format.py) with
 mindspore.dataset.MindDataset.
 
-Records pack N samples (``criteo_meta.json`` says N), so the reader batches
-``batch_size // N`` records and a map flattens them into batches of ``feat_ids``,
-``feat_vals`` and ``label``, in the order the network takes them; ``dataset.batch_size``
-must be a multiple of N. ``dataset.shuffle`` shuffles records, not samples (as in the model
-zoo), sharding deals out records, and evaluation keeps a last batch of fewer records.
+Records pack N samples (``criteo_meta.json``), so the reader batches ``batch_size // N``
+records and a map flattens them; shuffling and sharding deal in records, as the model zoo.
 """
 
 from pathlib import Path

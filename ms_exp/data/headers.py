@@ -1,12 +1,8 @@
 """Header checks of dataset files, so a broken file is refused before any work starts.
 
-MindSpore's readers find a wrong magic number, a truncated file or a file that is not an
-image only once the pipeline runs, after the run directory and the MLflow run exist. These
-checks read a few bytes of each file and import no MindSpore: they run in preflight. Image
-files are all checked, not sampled: a JPEG cut off inside its header makes MindSpore's
-Decode die with SIGFPE (exit 136) printing nothing, or hang
-(docs/design.md#damaged-jpeg-headers); ``damaged_image`` reads each header with Pillow and
-the file's last bytes, never its pixels."""
+MindSpore's readers find a broken file only once the pipeline runs; these checks read a few
+bytes of each file, without MindSpore, in preflight. Every image is checked: a JPEG cut off
+inside its header kills or hangs MindSpore's Decode (docs/design.md#damaged-jpeg-headers)."""
 
 import hashlib
 import json
@@ -176,10 +172,9 @@ def image_files(folder: Path, extensions: Iterable[str]) -> Iterator[Path]:
         yield from (classdir / name for name in names)
 
 
-# Folders found whole in this process (preflight, then the job, check the same folders):
-# resolved path -> {"images": count, "sha256": listing_digest}. The launching process
-# writes them into the run folder (CHECKED_IMAGES) for its ranks, which trust them where
-# they find the same files (_CHECKED_BY_LAUNCHER), instead of reading every image again.
+# Folders found whole in this process: resolved path -> {"images": count, "sha256":
+# listing_digest}. Written into the run folder (CHECKED_IMAGES) for the ranks, which trust
+# them where they find the same files (_CHECKED_BY_LAUNCHER).
 _WHOLE_IMAGE_FOLDERS: Dict[str, dict] = {}
 _CHECKED_BY_LAUNCHER: Dict[str, dict] = {}
 CHECKED_IMAGES = "checked_images.json"

@@ -1,13 +1,10 @@
 """The run folder claimed before Hydra writes into it (a Hydra callback, named in
 conf/config.yaml).
 
-Hydra writes its record of a job (``.hydra/``) into the run folder before the job starts; a
-command refused only then would already have overwritten the owner's record. So the folder
-of ``python -m ms_exp.run`` is held and its owner checked here, in ``on_run_start``, by the
-rule of ms_exp/tracking/run_folder.py; a sweep folder that another sweep works in, or that holds
-an earlier sweep's runs, is refused before any job starts. The job claims its folder again
-(ms_exp/job/run_job.py): that covers a sweep's job folders and primary configs of one's own
-that leave this callback out.
+Hydra writes ``.hydra/`` into the run folder before the job starts, so a command refused
+only then would have overwritten the owner's record: the folder (or a sweep's) is claimed
+here by the rule of ms_exp/tracking/run_folder.py, and again by the job
+(ms_exp/job/run_job.py) for sweep job folders and configs that leave this callback out.
 """
 
 import sys

@@ -1,13 +1,10 @@
-"""Render the launch of a distributed job as a LaunchPlan: with msrun (MindSpore's own
-launcher, the default), mpirun (Open MPI), or one process per rank with a rank table (the
-Ascend script of the training-flow tutorial); ``parallel.launcher.style`` chooses.
+"""Render the launch of a distributed job as a LaunchPlan: msrun (the default), mpirun, or
+one process per rank with a rank table, as ``parallel.launcher.style`` chooses.
 
-The process the user started keeps Hydra, the run directory and the MLflow run; every rank
-runs ``python -m ms_exp.worker --run-dir <run dir>`` and reads the resolved config the
-parent wrote there (docs/design.md#one-process-composes). A plan is the exact commands and
-environment of the processes a style starts, rendered from config alone so that what is
-printed, saved as the bash script ``<run dir>/launch_command.sh`` (to run again or copy to
-a cluster node) and run (ms_exp/job/supervise.py) are one and the same.
+Every rank runs ``python -m ms_exp.worker --run-dir <run dir>`` on the config the parent
+saved (docs/design.md#one-process-composes). A plan is rendered from config alone, so what
+is printed, saved as ``<run dir>/launch_command.sh`` and run (ms_exp/job/supervise.py) are
+one and the same.
 """
 
 import os

@@ -1,20 +1,11 @@
 """A run's best and last checkpoints as MLflow models, without pickle.
 
-After training, each of ``best.ckpt`` (when kept) and the last checkpoint becomes a model
-directory ``<run dir>/models/best|last/``:
-
-- ``checkpoint.ckpt``: the weights (a hard link to the run's file where possible);
-- ``config.yaml``: the run's resolved config, from which the network is built again;
-- ``model.mindir``: ``mindspore.export`` of the network on the input example, which
-  ``mindspore.load`` + ``nn.GraphCell`` run without ms_exp;
-- ``MLmodel``: flavor ``mindspore`` (those three paths and MindSpore's version), the
-  ``signature`` (TensorSpec of the inputs and the network's output) and an input example (the
-  first ``EXAMPLE_ROWS`` samples of the eval set), plus the ``python_function`` flavor whose
-  loader (:func:`_load_pyfunc`) builds the network again from config + checkpoint. The
-  tracker writes this file, where MLflow is imported already (ms_exp/tracking/mlmodel.py).
-
-The MLflow side (the LoggedModel, its metrics and the run's outputs) is the tracker's
-``log_model`` (ms_exp/tracking/tracker.py); registering one is ms_exp/tracking/registry.py.
+Each of ``best.ckpt`` (when kept) and the last checkpoint becomes ``<run dir>/models/best|last/``:
+``checkpoint.ckpt`` (a hard link where possible), the resolved ``config.yaml`` the network is
+built again from, ``model.mindir`` (runs without ms_exp), and ``MLmodel``, written by the
+tracker (ms_exp/tracking/mlmodel.py): flavors ``mindspore`` and ``python_function`` (loader
+:func:`_load_pyfunc`), signature and input example. The LoggedModel is the tracker's
+``log_model``; registering one is ms_exp/tracking/registry.py.
 """
 
 import json

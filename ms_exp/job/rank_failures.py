@@ -1,10 +1,8 @@
 """Name the rank that failed and quote its log, from the files the ranks leave in the log
 folder: the launcher's exit status alone says neither which rank failed nor why.
 
-A rank killed by a signal (SIGKILL from the kernel's OOM killer or a user, SIGSEGV) left no
-traceback of its own: it is named in one line with the signal, where its output and the
-launcher's are, and how to go on. The tracebacks of the ranks, scheduler and launcher that
-followed it stay in those logs.
+A rank killed by a signal left no traceback: it is named in one line with the signal,
+where the logs are, and how to go on.
 """
 
 import signal

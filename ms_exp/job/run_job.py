@@ -1,11 +1,8 @@
 """One job in the launching process, from its validated config to its MLflow run.
 
-The job's life: the boost option prepares what it needs (stage one's files), a FINISHED
-run of the same config may be returned instead (``tracking.skip_finished``), the run
-directory is chosen (its own, or the one ``trainer.resume`` continues), the resolved config
-is saved there for the ranks, the MLflow run is opened with its params, config, Hydra record
-and provenance; then this process trains (stand-alone) or launches the ranks (distributed),
-and whatever happens the outputs are logged and the run ended with its status.
+Boost preparation, ``tracking.skip_finished``, the run directory (or the resumed one), the
+saved config, the MLflow run; then training or the ranks' launch, and whatever happens the
+outputs logged and the run ended with its status.
 """
 
 import sys

@@ -51,6 +51,5 @@ class ModelOption:
     # classification metrics
     evaluation: Optional[Callable[[Any], Dict[str, Any]]] = None
     # (cfg, sample shape, class count) -> (the key that sizes it, its parameter count),
-    # counted from the config without building the network; None: not known before (a
-    # user's option)
+    # without building the network; None: not known before (a user's option)
     parameters: Optional[Callable[[Any, Tuple[int, ...], int], Tuple[str, int]]] = None

@@ -1,10 +1,8 @@
 """ResNet-18 / ResNet-50 for the ResNet recipe of the dimension-reduction tutorial.
 
-The architecture and default initialisation follow MindSpore's model zoo
-(models/official/cv/ResNet/src/resnet.py) so results are comparable with the published
-recipe, without its SE / ResNet-D / Thor variants. ``width`` scales every convolution's
-channel count: the tutorial needs the real networks (width=1.0), tests and smoke runs a
-network that trains in seconds on a CPU (0.125: the same graph at 1/64 of the cost).
+Architecture and initialisation follow MindSpore's model zoo (src/resnet.py, without its
+variants) so results compare with the published recipe. ``width`` scales every channel
+count: 1.0 for the tutorial, 0.125 (the same graph at 1/64 of the cost) for tests.
 """
 
 import math

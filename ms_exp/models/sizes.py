@@ -2,9 +2,8 @@
 sample shape without building it (no MindSpore import): the preflight compares them with the
 machine's memory (ms_exp/preflight/memory.py).
 
-Each count follows its network's constructor exactly (tests/test_model_sizes.py compares them
-with the networks MindSpore builds), batch norm's moving mean and variance included: they are
-parameters too, held in memory as the others are.
+Each count follows its network's constructor exactly, batch norm's moving statistics
+included (tests/test_model_sizes.py compares them with the networks MindSpore builds).
 """
 
 import math

@@ -1,14 +1,9 @@
 """Wide&Deep, as MindSpore's model zoo (recommend/wide_and_deep) builds it.
 
-Every sample is ``field_size`` (id, weight) pairs: Criteo's 13 integer fields as one id each
-weighted by the scaled value, its 26 categorical fields as the category's id weighted 1.
-The wide part is a linear model (a one-column embedding table plus a bias), the deep part
-an MLP over the weighted embeddings; their logits add up.
-
-Training follows the model zoo's ``TrainStepWrap`` (``WideDeepTrainStep``). Under
-``placement=host_device`` the tables are ``nn.EmbeddingLookup(target="CPU")`` (sparse row
-gradients) and both optimizers are the sparse ones run by host kernels (FTRL and LazyAdam
-with ``target = "CPU"``).
+Every sample is ``field_size`` (id, weight) pairs. The wide part is a linear model, the deep
+part an MLP over the weighted embeddings; their logits add up. Training follows the model
+zoo's ``TrainStepWrap``; ``placement=host_device`` keeps the tables and their sparse
+optimizers (FTRL, LazyAdam) on the host.
 """
 
 from typing import Any, Dict, List, Sequence, Tuple
@@ -70,13 +65,9 @@ class WideDeepModel(nn.Cell):
 class WideDeepLoss(nn.Cell):
     """``(ids, weights, label)`` -> ``(wide_loss, deep_loss)``.
 
-    The model zoo's deep loss adds L2 over the whole deep table. That term's gradient is
-    dense: with host tables MindSpore 2.10 cannot add it to the lookup's row gradient
-    ("Unsupported op [RowTensorAdd] on CPU", docs/design.md#host-table-dense-gradient), and
-    it would touch every row each step, the cost host tables exist to avoid (the model zoo
-    drops it in its host and parameter-server modes). Here the L2 is over the embeddings
-    the batch looks up, under both placements, so ``device`` and ``host_device`` train the
-    same loss."""
+    The model zoo's L2 over the whole deep table has a dense gradient that host tables
+    cannot take (docs/design.md#host-table-dense-gradient) and would touch every row each
+    step; here the L2 is over the batch's embeddings, so both placements train one loss."""
 
     def __init__(self, network: WideDeepModel, l2_coef: float):
         super().__init__(auto_prefix=False)  # keeps the network's parameter names

@@ -1,24 +1,13 @@
 """Semi-auto parallel layouts of a network's parameters, computed the way MindSpore does.
 
-On CPU, MindSpore 2.10 refuses SEMI_AUTO_PARALLEL ("Invalid communication backend: CPU"), so
-ms_exp trains the same math data-parallel and then writes, for every rank, the slice of every
-parameter that rank would hold in semi-auto parallel, plus a strategy file in MindSpore's own
-format. MindSpore's offline tools (``transform_checkpoints``, ``merge_sliced_parameter``,
-``build_searched_strategy``) read both back; that is the proof the layout is right.
+On CPU, where MindSpore 2.10 refuses SEMI_AUTO_PARALLEL, ms_exp trains data-parallel and
+writes each rank's slices and a strategy file in MindSpore's format; MindSpore's offline
+tools reading both back is the proof the layout is right.
 
-Conventions (MindSpore's, docs/design.md#device-matrix): a repeated-calculation factor
-``device_num / used`` goes on the RIGHT of the device matrix, moving every tensor-map entry
-up by one; tensor-map entry ``i`` names ``dev_matrix[-i - 1]``, ``-1`` a dimension not split.
-
-- MatMul ``((a, b), (b, c))``: device matrix ``[a, b, c]``, weight ``[in, out]`` tensor map
-  ``[1, 0]``. So ``((2, 1), (1, 2))`` on 8 devices gives ``[2, 1, 2, 2]`` and ``[2, 1]``.
-- Add ``((x0, x1), (y1,))`` with the bias broadcast over the batch dim: device matrix
-  ``[x0, x1]``, bias tensor map ``[0]`` when ``y1 > 1`` and ``[-1]`` otherwise (a size-1
-  device dimension and ``-1`` slice identically).
-- Operators without a strategy get MindSpore's default data-parallel strategy: the first
-  (batch) dim of the non-parameter input split ``device_num`` ways, parameters not split.
-
-The slicing itself is MindSpore's (:func:`slice_for_rank`).
+The device-matrix conventions are MindSpore's (docs/design.md#device-matrix): the
+repeated-calculation factor goes on the RIGHT, tensor-map entry ``i`` names
+``dev_matrix[-i - 1]``, ``-1`` a dimension not split. Operators without a strategy get the
+default data-parallel one. The slicing itself is MindSpore's (:func:`slice_for_rank`).
 """
 
 import difflib

@@ -1,10 +1,8 @@
 """The ``placement`` group: where embedding tables and their optimizer state live.
 
 ``device`` keeps everything on the training device. ``host_device`` is the hybrid-training
-tutorial: embedding tables are ``nn.EmbeddingLookup(target="CPU")`` (kept in host memory,
-looked up by a host kernel, sparse row gradients) and the optimizers that update them run
-host kernels (``optimizer.target = "CPU"``: FusedSparseFtrl, FusedSparseLazyAdam, the
-tutorial's ``primitive_target`` CPU); the dense layers stay on the device.
+tutorial: embedding tables (``nn.EmbeddingLookup(target="CPU")``) and the optimizers that
+update them (``optimizer.target = "CPU"``) on the host, the dense layers on the device.
 """
 
 from dataclasses import dataclass

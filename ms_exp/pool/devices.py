@@ -1,14 +1,10 @@
 """What a device pool holds, and how a job is told which of it is its own.
 
-On Ascend and GPU the pool is device ids: those of ``hydra.launcher.devices``, else those the
-launching process may use (its own visibility variable, else all that ``npu-smi`` /
-``nvidia-smi`` list). A job sees only its own through the runtime's visibility
-variable (``ASCEND_RT_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES``), so inside the job they
-are numbered from 0: ``trainer.device_id`` stays 0 and msrun's ranks take 0..k-1. On the CPU
-the pool is the cores this process may run on, in sets of ``hydra.launcher.cores_per_job``:
-a job's process is pinned to its set (``os.sched_setaffinity``) and MindSpore's CPU kernels
-get as many threads as the set has cores. Either way the job's share, as the machine names
-it, is in ``MS_EXP_DEVICES`` and in its MLflow run's tag ``ms_exp.devices``.
+On Ascend and GPU the pool is device ids (``hydra.launcher.devices``, else the visible
+ones), and a job sees only its own through the runtime's visibility variable, numbered
+from 0 inside it. On the CPU the pool is this process's cores, in sets of
+``hydra.launcher.cores_per_job`` a job is pinned to. The job's share, as the machine names
+it, is in ``MS_EXP_DEVICES`` and its run's tag ``ms_exp.devices``.
 """
 
 import os

@@ -1,11 +1,8 @@
 """Hand a pool's devices to a sweep's jobs and get them back, however a job ends.
 
-Each job waits for its share (``parallel.device_num`` devices, or core sets on the CPU),
-runs in a worker process started for exactly that share (ms_exp/pool/worker.py), and gives
-the share back when it ends: finished, failed, or its process gone. A worker is kept for the
-next job that gets the same share, so MindSpore is imported once per share, not once per
-job. Several threads may launch at once (the Optuna sweeper runs ``n_jobs`` trials, each
-launched alone): a trial starts as soon as a share is free.
+Each job waits for its share (``parallel.device_num`` devices, or CPU core sets), runs in
+a worker kept for that share (MindSpore imported once per share), and gives it back however
+it ends. Several threads may launch at once (Optuna's ``n_jobs``).
 """
 
 import atexit

@@ -2,11 +2,9 @@
 CPU cores), it runs the jobs it is sent one after another, as Hydra's basic launcher runs
 them in its own process, and never outlives the launching process.
 
-A worker is spawned, not forked: the visibility variables and the CPU affinity must be in
-place before MindSpore is imported (a device runtime reads them once), and a fork of a process
-with threads is unsafe. It starts a session of its own, so that a terminal's Ctrl-C reaches
-the launching process alone, which then stops each running job once (ms_exp/pool/dispatch.py):
-a job told twice stops at once, without its checkpoint.
+Spawned, not forked: the visibility variables and CPU affinity must precede MindSpore's
+import, and forking a threaded process is unsafe. Its own session keeps a terminal's Ctrl-C
+from reaching it, so the launcher stops each job once (a second signal skips the checkpoint).
 """
 
 import os

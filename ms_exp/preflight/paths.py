@@ -47,9 +47,8 @@ def _exists(path: Path) -> bool:
         return False
 
 
-# Bytes of a run folder's path kept for what a run writes inside it (.hydra/overrides.yaml,
-# checkpoints/merged/rank_<r>/<prefix>-<epoch>_<step>.ckpt, log_output/...), and for the
-# job folders below a sweep's.
+# Bytes of a run folder's path kept for what a run writes inside it (checkpoints/merged/
+# rank_<r>/<prefix>-<epoch>_<step>.ckpt, ...), and for the job folders below a sweep's.
 RUN_FOLDER_ROOM = 200
 
 

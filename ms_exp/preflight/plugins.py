@@ -1,11 +1,9 @@
 """Registering ms_exp's Hydra plugins (``hydra/sweeper=optuna``, ``hydra/launcher=pool``)
 with Hydra by their classes.
 
-Hydra finds plugins by listing the folders of ``hydra_plugins``, which misses one installed
-in editable mode (setuptools maps it with an import hook that lists nothing;
-docs/design.md#editable-plugin-discovery). This module is the one door from ms_exp to the
-plugins' classes; the plugin modules import ms_exp.search and ms_exp.pool, never this. It
-is part of composing, above both: the imports run preflight -> hydra_plugins -> search, pool.
+Hydra's listing of ``hydra_plugins`` misses an editable install
+(docs/design.md#editable-plugin-discovery). This is the one door from ms_exp to the plugins'
+classes: the imports run preflight -> hydra_plugins -> search, pool.
 """
 
 

@@ -1,10 +1,8 @@
 """``python -m ms_exp.run --from-run <run id> [overrides ...]``: run a recorded run again.
 
-The new job is composed from the run's recorded overrides (``hydra/overrides.yaml``) with
-the extra ones on top, and is tagged ``ms_exp.rerun_of``. Before it starts, everything
-that could make it differ from the original is listed: package and Python versions, the
-project's commit and a dirty tree, the dataset's fingerprint, and config values the
-recorded overrides no longer produce (changed defaults).
+Composed from the run's recorded overrides with the extra ones on top, tagged
+``ms_exp.rerun_of``; what could make it differ from the original (versions, commit, data,
+changed defaults) is listed before it starts.
 """
 
 import platform

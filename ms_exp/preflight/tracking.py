@@ -22,10 +22,8 @@ from ms_exp.tracking.store import (
     password_refusal,
 )
 
-# MLflow's own limit on an experiment's name (MAX_EXPERIMENT_NAME_LENGTH in
-# mlflow/utils/validation.py: create_experiment refuses a longer one), and the width of the
-# run name in its SQL stores (``runs.name``, String(250) in
-# mlflow/store/tracking/dbmodels/models.py: PostgreSQL and MySQL refuse a longer one).
+# MLflow's limit on an experiment's name (mlflow/utils/validation.py), and the run name's
+# column width in its SQL stores (``runs.name``, String(250), refused by PostgreSQL, MySQL).
 MAX_EXPERIMENT_NAME_LENGTH = 500
 MAX_RUN_NAME_LENGTH = 250
 

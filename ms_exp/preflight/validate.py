@@ -35,9 +35,8 @@ from ms_exp.preflight.tracking import validate_no_credentials, validate_tracking
 from ms_exp.preflight.trainer import validate_resume, validate_resume_fits, validate_trainer
 from ms_exp.preflight.training import validate_loop, validate_loss, validate_optimizer
 
-# The jobs this process has checked (``job_digest``): the launching process checks every job
-# before Hydra starts (ms_exp/preflight/compose.py), and Hydra's job function, in the same
-# process, need not check the same config again (a dataset's headers can take minutes).
+# The jobs this process has checked (``job_digest``) before Hydra started: the job function
+# need not check the same config again (a dataset's headers can take minutes).
 _VALIDATED: Set[str] = set()
 
 

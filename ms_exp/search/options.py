@@ -1,11 +1,6 @@
-"""``hydra/sweeper=optuna``: the sweeper's typed config, with Hydra's key names (those of
-hydra-optuna-sweeper, which ms_exp cannot use: it pins optuna<3,
-docs/design.md#optuna-rdb-storage), its samplers
-(``hydra/sweeper/sampler=tpe|random|brute_force``) and pruners
-(``hydra/sweeper/pruner=none|median|successive_halving|hyperband``).
-
-Registered in Hydra's ConfigStore by the sweeper plugin (hydra_plugins/ms_exp_optuna_sweeper),
-which Hydra imports whenever it starts.
+"""``hydra/sweeper=optuna``: the sweeper's typed config with hydra-optuna-sweeper's key names
+(that plugin pins optuna<3, docs/design.md#optuna-rdb-storage), its samplers and pruners;
+registered by the sweeper plugin (hydra_plugins/ms_exp_optuna_sweeper).
 """
 
 from dataclasses import dataclass, field
@@ -102,9 +97,8 @@ class OptunaSweeperConf:
     sampler: Any = MISSING  # composed from the defaults above (a None here would win)
     pruner: Any = MISSING
     direction: Direction = Direction.maximize
-    # An Optuna RDB URL (sqlite:///..., postgresql://...); None: optuna.db beside the MLflow
-    # SQLite store (the working directory for a tracking server). Running the same command
-    # again resumes the study stored there.
+    # An Optuna RDB URL; None: optuna.db beside the MLflow SQLite store (else in the working
+    # directory). Running the same command again resumes the study stored there.
     storage: Optional[str] = None
     # None: named after the command line (its overrides and search space), so that the same
     # command resumes the same study and another one starts its own.

@@ -1,12 +1,9 @@
 """The sweep loop behind ``hydra/sweeper=optuna``: one Optuna study, resumed when it
 exists, whose trials are Hydra jobs.
 
-``Study.optimize`` runs the loop, so Optuna's own machinery applies: its heartbeat marks the
-trials of a worker that died FAIL, a job that raises ``optuna.TrialPruned`` (pruned by the
-study after an epoch, ms_exp/search/trial.py) makes its trial PRUNED, and
-``MaxTrialsCallback`` stops every worker of the study once ``n_trials`` are done. Each
-trial is launched as a job of the configured Hydra launcher, numbered by its trial number
-(the job's folder, ``<sweep dir>/<trial number>``, is unique across workers).
+``Study.optimize`` runs the loop, so Optuna's heartbeat, ``TrialPruned`` and
+``MaxTrialsCallback`` apply as they are. Each trial is a job of the configured Hydra
+launcher in ``<sweep dir>/<trial number>``, unique across workers.
 """
 
 import os

@@ -1,11 +1,8 @@
 """The Optuna trial a job of an Optuna sweep belongs to, as the job sees it.
 
-The sweeper (ms_exp/search/sweeper.py) puts the study's storage and name into its own
-environment, which every job and rank it launches inherits, and each job's trial id and
-number into the job's ``hydra.job.env_set``. A stand-alone job reports its eval metric to
-the trial after every epoch and stops when the study's pruner says so
-(ms_exp/train/pruning.py); the job then raises ``TrialPruned`` and its MLflow run ends KILLED
-with the epoch it was pruned at (ms_exp/search/pruned.py).
+The sweeper puts the study's storage and name into the environment every job inherits, and
+each job's trial id and number into its ``hydra.job.env_set``. A job reports its eval metric
+after every epoch and stops when the pruner says so (ms_exp/train/pruning.py).
 """
 
 import os

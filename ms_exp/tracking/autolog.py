@@ -1,15 +1,10 @@
 """``ms_exp.autolog()``: MLflow runs for plain MindSpore scripts, as ``mlflow.<flavor>.autolog()``
 gives other frameworks (MLflow has no MindSpore flavor).
 
-``mindspore.train.Model.train`` and ``Model.fit`` are patched with MLflow's own autologging
-machinery (``safe_patch`` under the ``mindspore`` integration), so ``autolog(disable=True)``
-takes the patches off again and an error in the logging is a warning, never the end of the
-user's training. Each call records one run (or into the run the user started with
-``mlflow.start_run``, left open): the optimizer's, model's and data's params, the metrics of
-ms_exp runs (:class:`ms_exp.tracking.callback.MlflowMetrics`, through ms_exp's batching
-:class:`~ms_exp.tracking.tracker.Tracker`), the files of the user's own ``ModelCheckpoint``
-callbacks, system metrics, and how the call ended: FINISHED, FAILED (tag ``ms_exp.error``),
-KILLED on Ctrl-C or SIGTERM (tag ``ms_exp.ended_by``), as ms_exp runs end.
+``Model.train`` and ``Model.fit`` are patched with MLflow's ``safe_patch`` (integration
+``mindspore``), so ``autolog(disable=True)`` undoes it and a logging error is only a warning.
+Each call records one run (or into the user's active run): params, ms_exp's metrics, the
+user's ``ModelCheckpoint`` files, system metrics, and how it ended, as ms_exp runs end.
 """
 
 import inspect

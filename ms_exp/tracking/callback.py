@@ -1,12 +1,7 @@
 """A MindSpore callback that feeds a run's step and epoch metrics into MLflow.
 
 Metric names are stable and always stepped by the global training step, so the MLflow UI
-can overlay runs: ``train/loss`` (and ``train/<name>`` for each of several losses),
-``train/step_time_ms``, ``train/samples_per_s``, ``train/epoch_time_s``, ``eval/<metric>``.
-With ms_exp's optimizer every logged step also has ``train/lr`` and, with
-``tracking.log_grad_norm``, ``train/grad_norm`` (left out at a step whose gradients
-overflowed); a step that checks for overflow adds ``train/loss_scale``, ``train/overflow``
-and ``train/overflow_steps``. A resumed job leaves out the steps its run has already
+can overlay runs. A resumed job leaves out the steps its run has already
 (``already_logged``, ms_exp/tracking/logged_steps.py).
 """
 

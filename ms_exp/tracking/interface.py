@@ -1,14 +1,9 @@
 """What training, job and tracking code calls on a run's tracker: :class:`RunTracker`.
 
-Four classes implement it structurally, each declaring every member below with the same
-parameter names (tests/test_tracker_interface.py): ``tracker.Tracker`` logs straight into an
-MLflow run, ``sidecar.SidecarTracker`` (a job's) hands every call to the sidecar process,
-``journal.JournalTracker`` keeps them while the server does not answer, and
-``lifecycle.DisabledTracker`` (``tracking.enabled=false``) does nothing.
-
-``SidecarTracker.journal`` (the journal a distributed job hands to its rank 0) and
-``client`` (of ``Tracker`` and ``JournalTracker``, for ``provenance.record``) are read on
-some trackers only, so they are not part of it.
+Implemented structurally, with the same parameter names (tests/test_tracker_interface.py),
+by ``tracker.Tracker`` (straight into MLflow), ``sidecar.SidecarTracker`` (a job's),
+``journal.JournalTracker`` (while the server does not answer) and
+``lifecycle.DisabledTracker`` (``tracking.enabled=false``).
 """
 
 from pathlib import Path

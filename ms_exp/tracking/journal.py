@@ -1,16 +1,10 @@
 """A run's MLflow calls kept on disk while its tracking server cannot be reached.
 
-From the first call the server does not answer, a job's calls go to a journal in its run
-directory, ``<run dir>/mlflow-offline/<started>-<pid>.jsonl``: one JSON line per call (the
-sidecar's own requests, ``start`` first and ``finish`` last), flushed line by line so a job
-killed later keeps what it had. MLflow credentials are never written here. The provenance
-is taken when the job runs: :class:`JournalTracker` runs ``provenance.record``.
-
-Rank 0 of a distributed job appends to the same file as the job's sidecar; whichever
-process creates it writes the ``start`` line and the one warning. ``<journal>.delivered``
-counts the lines already in the store, so an upload cut short goes on where it stopped. A
-damaged line costs that call only: the upload skips it, names it, and keeps it in
-``<journal>.damaged``.
+``<run dir>/mlflow-offline/<started>-<pid>.jsonl`` holds one JSON line per call (the
+sidecar's own requests, ``start`` first and ``finish`` last), flushed line by line, never a
+credential; rank 0 appends to its sidecar's file. ``<journal>.delivered`` counts the lines
+already in the store, so an upload cut short goes on where it stopped; a damaged line costs
+that call only (kept in ``<journal>.damaged``).
 """
 
 import abc
@@ -20,17 +14,7 @@ import re
 import shlex
 import time
 from pathlib import Path
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Tuple,
-)
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 OFFLINE_DIR = "mlflow-offline"
 UPLOAD_MODULE = "ms_exp.tracking.upload"

@@ -1,11 +1,10 @@
 """Start an MLflow run and end it with the status it really had.
 
-MLflow leaves a run RUNNING when the process gets SIGTERM and marks Ctrl-C FAILED
-(docs/design.md#mlflow-run-status-on-signals). Here SIGTERM and SIGINT become an exception
-in the main thread, so training unwinds as on Ctrl-C and the run ends KILLED; any other
-exception ends it FAILED with the error as a tag. While training steps run, the first
-signal waits for the end of the step, where ms_exp.train.loop_control.StopOnSignal saves a
-checkpoint of it and raises, so the run can be resumed from there; a second stops at once.
+MLflow leaves a run RUNNING on SIGTERM and marks Ctrl-C FAILED
+(docs/design.md#mlflow-run-status-on-signals): here both become an exception in the main
+thread and the run ends KILLED (FAILED, with the error as a tag, for any other exception).
+During training the first signal waits for the step's end and its checkpoint
+(ms_exp.train.loop_control.StopOnSignal); a second stops at once.
 """
 
 import signal

@@ -1,11 +1,8 @@
 """How far a run's curves already reach in MLflow, so that a resumed job logs every step once.
 
-A job resumed from its checkpoint at step S trains the steps after S again. Those the
-interrupted attempt had logged are in the run already, with the same values; logging them
-again would put two points at each. So before the ranks start, the launching process reads
-the last step of each group of curves (:data:`GROUPS`), and the training callback leaves
-those steps out. A store that cannot be read gives no steps: the job then logs everything
-again, as twice is better than never.
+A job resumed at step S retrains steps the interrupted attempt may have logged already, so
+the launching process reads the last step of each group of curves (:data:`GROUPS`) and the
+callback leaves those out. An unreadable store gives no steps: twice is better than never.
 """
 
 from typing import Dict

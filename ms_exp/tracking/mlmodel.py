@@ -1,12 +1,9 @@
 """The MLmodel file of a model directory: written on the MLflow side of a job, read back.
 
-The job writes the model's own files and, with :func:`save_example`, the arrays MLflow
-needs for the signature and the input example. The tracker writes ``MLmodel`` from them
-(:func:`write_mlmodel`) just before it logs the directory, in the sidecar process, which has
-MLflow imported already (docs/design.md#mlmodel-in-the-sidecar).
-
-``spec`` describes the flavors: ``{"flavor": name, "fields": {...}, "loader_module": ...}``,
-JSON as it travels through the sidecar's pipe and the journal.
+The job saves the example arrays (:func:`save_example`); the tracker writes ``MLmodel``
+from them in the sidecar, where MLflow is imported already
+(docs/design.md#mlmodel-in-the-sidecar). ``spec`` describes the flavors as JSON:
+``{"flavor": name, "fields": {...}, "loader_module": ...}``.
 """
 
 from pathlib import Path

@@ -1,18 +1,11 @@
 """A job's calls applied to its MLflow run, as long as the store answers; kept if not.
 
-Two kinds of failure are told apart. MLflow refusing a call (a param changing its value, a
-value too long) is the job's mistake: one warning, training goes on, the run ends FAILED
-with the error as a tag and the job raises at its end. A store that does not answer (the
-team's server down at start or gone mid-run: refused connections, time-outs, a proxy's
-502/503/504) is nobody's mistake in the job: one warning, and from then on every call goes
-to the journal in the run directory (ms_exp/tracking/journal.py) until the run ends; then
-the store is tried once more and the journal delivered if it answers. Only HTTP stores fail
-that way; a local store (SQLite, a folder) that cannot be opened or written is a refusal,
-so a job whose store cannot be opened still stops before training.
-
-MLflow retries an HTTP request for about 4 minutes; here an outage has to show in seconds,
-so unless the user set them, one retry and a 10 s time-out (:func:`detect_outages_quickly`).
-:func:`replay` delivers a journal, when the run ends and in ``ms_exp.tracking.upload``.
+A call MLflow refuses is the job's mistake: one warning, the run ends FAILED with the error
+as a tag and the job raises at its end. An HTTP store that does not answer is nobody's: one
+warning, then every call goes to the journal in the run directory
+(ms_exp/tracking/journal.py), delivered if the store answers when the run ends. A local
+store that cannot be opened is a refusal, so the job still stops before training. An outage
+must show in seconds, not after MLflow's 4 minutes of retries (:func:`detect_outages_quickly`).
 """
 
 import os

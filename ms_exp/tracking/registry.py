@@ -1,10 +1,8 @@
 """A run's model in MLflow's Model Registry (``tracking.register_model``).
 
-A job's models are the LoggedModels it logged (ms_exp/job/model_package.py), told apart by
-their ``ms_exp.checkpoint`` tag: the registered one is ``best`` (best.ckpt), else ``last``.
-A single job registers its own; in a sweep the parent run registers the best job's, by the
-sweep's metric, at the sweep's end (ms_exp/tracking/sweep.py). Every registration is a new
-version of the registered model, which is created the first time.
+The registered LoggedModel is the ``best`` one (by its ``ms_exp.checkpoint`` tag), else
+``last``; in a sweep the parent registers the best job's at the end. Every registration is
+a new version of the registered model, created the first time.
 """
 
 import math

@@ -1,18 +1,10 @@
 """Which run owns a run folder, and which process works in it now.
 
-A run folder belongs to one run. Its record, ``run.json``, names that run (the config digest,
-the MLflow run, the status it ended with); only that run, continued with ``trainer.resume``,
-may work in the folder again. Any other command that meets the folder is refused in one line
-before it writes anything: its checkpoints and resume point would otherwise be read back as
-the other run's.
-
-While a process works in a folder it holds an OS lock (``fcntl.flock``) on the folder itself,
-which the kernel releases however the process ends, so a killed job leaves no stale lock.
-A lock file would not do: deleted while a job trains, a second process would lock a new one
-and train over the first run. ``run.lock`` says who holds the folder, for the refusal of a
-second process. Where the file system has no flock on a directory (NFS), ``run.lock``
-itself is locked instead. A second claim by the same process is a no-op;
-:func:`release_all` ends every claim.
+``run.json`` names the folder's run (config digest, MLflow run, final status); only that run,
+resumed, may work there again, and any other command is refused before it writes anything.
+A working process holds ``fcntl.flock`` on the folder itself, which the kernel releases
+however the process ends (a lock file, deleted mid-run, would let a second process in);
+``run.lock`` names the holder, and is locked instead where directories cannot be (NFS).
 """
 
 import fcntl
@@ -50,10 +42,8 @@ def write_run_record(run_dir: Path, **fields: object) -> None:
         raise
 
 
-# Written whole under these names, then renamed into place: left only by a writer killed, or
-# stopped by a full disk, between the two. ``run.<pid>.partial``: the run record's
-# (write_run_record); ``<checkpoint>.tmp``: MindSpore's save_checkpoint's (its _exec_save),
-# in the folders of checkpoints/.
+# Temporary names of files written whole then renamed, left by a writer killed in between:
+# the run record's (write_run_record) and MindSpore's save_checkpoint's (_exec_save).
 RECORD_PARTIAL = "run.*.partial"
 CHECKPOINT_TMP = "checkpoints/**/*.tmp"
 _cleared: Set[Path] = set()

@@ -1,23 +1,11 @@
 """A job's MLflow run kept by a second process, the sidecar, so training never waits for MLflow.
 
-Importing MLflow, opening its store, creating the run and recording its provenance cost the
-default job about 2 s before its first step, on the core MindSpore starts on (README,
-Framework overhead). A thread would not hide it: both sides are Python holding the GIL. So
-the job starts ``python -m ms_exp.tracking.sidecar`` first and carries on; the sidecar
-creates the run on the other core while MindSpore imports, builds the data and the network.
-
-Every tracker call becomes one JSON line on the sidecar's stdin, written by a thread so a
-slow store never holds up a step; the sidecar hands it to a
-:class:`ms_exp.tracking.recorder.RunRecorder`. Metrics are sent about every
-``SUBMIT_SECONDS``. The job waits for the sidecar only where it needs an answer: before the
-first step (:meth:`SidecarTracker.wait_for_run`, so a store that cannot be opened still
-stops the job before training), for the run's id, and at ``flush``/``finish``, where a call
-the store refused raises :class:`TrackingFailed`; a server that does not answer stops
-nothing (ms_exp/tracking/recorder.py). Rank 0 of a distributed job has a sidecar of its own.
-
-The sidecar ignores SIGINT and SIGTERM (Ctrl-C reaches the whole process group) so it can
-still record the status the job ends with; if the job's process dies without ending the run
-(SIGKILL), the sidecar's stdin closes and it ends the run KILLED.
+Importing MLflow and creating the run cost the default job about 2 s before its first step;
+a thread would not hide it (the GIL), a process on the other core does
+(docs/design.md#mlflow-sidecar). Every tracker call becomes one JSON line on the sidecar's
+stdin, written by a thread, for a :class:`ms_exp.tracking.recorder.RunRecorder`; the job
+waits only where it needs an answer (``wait_for_run``, the run's id, ``flush``/``finish``,
+where a refused call raises :class:`TrackingFailed`).
 """
 
 import contextlib
@@ -247,9 +235,8 @@ class SidecarTracker(CallWriter):
             raise TrackingFailed(f"MLflow refused {errors[0]}{more}")
 
 
-# Sidecars whose run has ended, kept for the next job of this process (a sweep's jobs under
-# Hydra's basic launcher, or in a joblib worker): starting one costs MLflow's import again,
-# about 2 s of every job there. Each exits when this process does (its stdin closes).
+# Sidecars whose run has ended, kept for the next job of this process (a sweep's): a new one
+# costs MLflow's import again, about 2 s. Each exits when this process does (stdin closes).
 _IDLE: List[subprocess.Popen] = []
 
 

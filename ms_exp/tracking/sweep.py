@@ -1,10 +1,8 @@
 """One MLflow parent run per Hydra multirun, with every job's run as its child.
 
-``SweepRun`` is a Hydra callback, called in the launching process. It creates the store,
-the experiment and the parent run before any job starts: jobs creating them at the same
-time lose runs (docs/design.md#mlflow-concurrent-first-use). The parent's id goes down to
-the jobs in environment variables, and their runs carry it as ``mlflow.parentRunId``. When
-the sweep ends, the parent gets the job counts, its status and the sweep report.
+``SweepRun``, a Hydra callback, creates the store, experiment and parent run before any job
+starts (docs/design.md#mlflow-concurrent-first-use); the jobs' runs get the parent's id
+through the environment, and the parent gets the counts, status and report at the end.
 
 Where Hydra never calls ``on_multirun_end`` (a failed job re-raised, Ctrl-C),
 ``ms_exp.run.main`` calls ``end_active_sweep``. MLflow is imported only once a sweep starts.
@@ -192,9 +190,8 @@ class SweepRun(Callback):
         _active = self
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        # Hydra calls this for a single run too, and in a joblib or submitit worker; only
-        # the launching process of a tracked sweep has a parent run to count for, and
-        # finish() also counts from the store.
+        # Hydra calls this for a single run too, and in a joblib or submitit worker; only a
+        # tracked sweep's launching process has a parent run (finish() counts from the store).
         if self.tracker is None:
             return
         self.jobs += 1

@@ -2,8 +2,7 @@
 compare its jobs, logged as artifacts of its parent run under ``report/``
 (:func:`write_report`; what each file holds is in ``python -m ms_exp.report --help``).
 
-The sweep callback writes it when a sweep ends (ms_exp.tracking.sweep); ``python -m
-ms_exp.report`` writes it again. Finding the sweep and its jobs is ms_exp.tracking.sweep_runs.
+Written when a sweep ends (ms_exp.tracking.sweep), and again by ``python -m ms_exp.report``.
 """
 
 import math

@@ -1,8 +1,6 @@
-"""Finding a sweep and its jobs in MLflow (:func:`find_sweep`, :func:`child_runs`), what
-their command lines set, the keys a sweep varied and the metric it ranks by, for the
-reports; and the tags of a sweep's runs that the sweepers, the pool launcher and the jobs
-set. MLflow is imported only inside the functions that call it: a job names its run with
-``override_values`` in its own process, which leaves MLflow to its sidecar.
+"""A sweep and its jobs in MLflow, what their command lines set, the keys a sweep varied and
+its metric, for the reports; and the tags of a sweep's runs. MLflow is imported only where
+called: a job uses ``override_values`` in its own process, which leaves MLflow to its sidecar.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Host and accelerator metrics of a run, sampled by MLflow's own system-metrics monitor.
 
-:func:`start_system_metrics` starts ``mlflow.system_metrics.SystemMetricsMonitor`` on a run:
-a thread that samples CPU, memory, disk, network (and NVIDIA/AMD GPUs) every ``interval``
-seconds and logs each sample as ``system/<name>`` at step 0, 1, 2, ... A job runs it in its
-MLflow sidecar process, away from the training step.
-
-Ascend NPUs have no monitor in MLflow: where ``npu-smi`` is on PATH, :class:`NPUMonitor`
-adds ``system/npu_<id>_utilization_percentage`` (AI Core), ``..._memory_usage_megabytes``
-and ``..._memory_usage_percentage`` (HBM, else the chip's memory) from ``npu-smi info``; one
-that fails or prints a table this parser does not know is warned of once.
+A job runs the monitor in its MLflow sidecar, away from the training step. Ascend NPUs have
+no monitor in MLflow: where ``npu-smi`` is on PATH, :class:`NPUMonitor` adds
+``system/npu_<id>_*`` from ``npu-smi info``, warning once of output it cannot parse.
 """
 
 import functools

@@ -1,10 +1,8 @@
 """One MLflow run seen from the process that records it (a job's sidecar, a sweep's parent
 run, ``ms_exp.autolog``): params, metrics, tags, artifacts, models, status.
 
-Metrics are collected and handed to MLflow's asynchronous logging as one batch about every
-``SUBMIT_SECONDS``: a step never waits for the store (3 ms a call on SQLite, 50 ms against a
-server) nor pays MLflow's per-call validation (110 us a call, against 8 us to collect them;
-docs/design.md#mlflow-logging-cost).
+Metrics go to MLflow's asynchronous logging in batches about every ``SUBMIT_SECONDS``, so a
+step never waits for the store nor pays per-call validation (docs/design.md#mlflow-logging-cost).
 """
 
 import os

@@ -1,10 +1,8 @@
 """Where to see runs in the MLflow UI: the command that opens a store and the addresses ms_exp
 prints for a run, a sweep's jobs compared and a sweep's runs table.
 
-MLflow 3's UI opens an experiment in its GenAI view unless the address says
-``workflowType=machine_learning`` (docs/design.md#mlflow-ui-view). A sweep's runs table opens
-on a view stored in its experiment, as the UI's "Share" button stores one: MLflow reads no
-columns from an address, only from such a view.
+Addresses say ``workflowType=machine_learning`` (docs/design.md#mlflow-ui-view); a sweep's
+runs table opens on a view stored in its experiment, as the UI's "Share" button stores one.
 """
 
 import json

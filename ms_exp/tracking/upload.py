@@ -1,9 +1,8 @@
 """``python -m ms_exp.tracking.upload RUN_DIR [--tracking-uri URI]``: deliver the MLflow calls
 a job kept in ``RUN_DIR/mlflow-offline`` because its tracking server could not be reached.
 
-The job's warning names this command. A journal is removed only once all of it is in the
-store, and an upload cut short goes on where it stopped, so running the command twice never
-records anything twice. ``--tracking-uri`` sends the run to another store than the job's.
+A journal is removed only once all of it is in the store, and an upload cut short goes on
+where it stopped, so running the command twice never records anything twice.
 """
 
 import argparse

@@ -4,12 +4,9 @@ snapshots, and on CPU the emulated semi-auto layouts), the progress bar, the use
 (``trainer.callbacks``), then resuming at a step, reporting to an Optuna trial, and stopping
 at a step boundary on a signal.
 
-Each rank of a distributed job runs its own. What writes a file that all ranks share is
-rank 0's alone: the weight snapshots, the strategy file of the emulated layouts, the kept
-``best.ckpt`` (where the weights are sharded the other ranks take part in saving it, then
-delete their copy), the progress bar, and MLflow's metrics (the other ranks' trackers are
-disabled, ms_exp/worker.py); checkpoints go into each rank's own folder. The user's
-callbacks run on every rank but those set ``rank_zero_only``."""
+Each rank runs its own; what writes a file all ranks share (snapshots, the emulated
+strategy file, ``best.ckpt``, the progress bar, MLflow's metrics) is rank 0's alone. The
+user's callbacks run on every rank but those set ``rank_zero_only``."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +24,7 @@ from ms_exp.checkpoint.callbacks import (
 )
 from ms_exp.checkpoint.snapshots import SNAPSHOT_DIR
 from ms_exp.config.errors import require
-from ms_exp.config.schema import (
-    CALLBACK_TARGET,
-    CallbackEntry,
-    callback_rank_zero_only,
-    own_keys,
-)
+from ms_exp.config.schema import CALLBACK_TARGET, CallbackEntry, callback_rank_zero_only, own_keys
 from ms_exp.config.targets import build
 from ms_exp.data.build import loader_settings
 from ms_exp.search.trial import current_trial, sweep_metric

@@ -1,11 +1,8 @@
 """The MindSpore runtime context of the training-flow tutorial's ``init_env``.
 
-Seed, device target (None lets MindSpore pick the backend of the installed package), graph
-or pynative mode, device id, and the parallel mode of the ``parallel`` group. On Ascend and
-GPU the parallel modes are MindSpore's own. On CPU, where MindSpore 2.10 refuses
-SEMI_AUTO_PARALLEL and AUTO_PARALLEL ("Invalid communication backend: CPU"), those two run
-as DATA_PARALLEL over the same ranks: the same math, with the layouts emulated when
-checkpoints are written (docs/design.md#semi-auto-refused-on-cpu).
+Seed, device target, mode, device id and parallel mode. On CPU, where MindSpore 2.10 refuses
+semi-auto and auto parallel, those run as DATA_PARALLEL (the same math), their layouts
+emulated when checkpoints are written (docs/design.md#semi-auto-refused-on-cpu).
 """
 
 from dataclasses import dataclass
@@ -87,9 +84,8 @@ def init_env(
     try:
         ms.set_device(device_target=target, device_id=device_id)
     except RuntimeError as error:
-        # Kernels already ran on the CPU in this process (a notebook, a script or a test
-        # that computed before calling the job): MindSpore then refuses set_device, and the
-        # CPU, its one device, is already the one the job asks for.
+        # Kernels already ran on the CPU in this process: MindSpore refuses set_device, and
+        # the CPU, its one device, is already the one the job asks for.
         if target != "CPU" or "runtime has been initialized" not in str(error):
             raise
     if parallel_cfg.mode == "stand_alone":

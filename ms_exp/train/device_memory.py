@@ -1,13 +1,9 @@
 """Device memory as MindSpore's own allocator counts it, logged once per epoch.
 
-``system/device_memory_allocated_mb`` (``mindspore.runtime.memory_allocated``: what the
-training holds at the epoch's end), ``system/device_memory_peak_mb``
-(``max_memory_allocated``: the most it held so far) and ``system/device_memory_reserved_mb``
-(``memory_reserved``: what the memory pool took from the device), in MiB like
-``system/peak_host_memory_mb``, stepped by the global step. They count this process's
-tensors only; ``system/gpu_*``/``system/npu_*`` from the sidecar's monitor count the whole
-device. On CPU MindSpore 2.10 always answers 0 (docs/design.md#device-memory-on-cpu): nothing
-is logged there.
+``system/device_memory_{allocated,peak,reserved}_mb`` in MiB, stepped by the global step:
+this process's tensors only (the sidecar's ``system/gpu_*``/``npu_*`` count the whole
+device). On CPU MindSpore 2.10 always answers 0 (docs/design.md#device-memory-on-cpu):
+nothing is logged there.
 """
 
 from typing import Any, Dict

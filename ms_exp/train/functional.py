@@ -1,15 +1,9 @@
 """``trainer.loop=functional``: the training-flow tutorial's Trainer.
 
-A forward function returns the (scaled) total loss and its parts; ``ms.value_and_grad``
-with ``has_aux=True`` differentiates the total only; one jit-compiled step unscales the
-gradients, reduces them across ranks (``nn.DistributedGradReducer``, data parallel),
-checks them with ``all_finite`` and skips the update of a step that overflowed. After each
-epoch the network is evaluated, as the tutorial's loop does.
-
-It drives the same MindSpore callbacks ``Model.fit`` drives, with the same hooks in the
-same order (mindspore/train/model.py ``_train_process`` and ``_eval_in_fit``), so the
-checkpoint group, best.ckpt, LossMonitor, resume and MLflow logging are shared with
-``trainer.loop=model``.
+``ms.value_and_grad(has_aux=True)`` differentiates the (scaled) total loss; one jit step
+unscales, reduces across ranks and skips the update of a step that overflowed. It drives the
+callbacks ``Model.fit`` drives, same hooks in the same order (``_train_process``,
+``_eval_in_fit``), so checkpoints, resume and logging are shared with ``trainer.loop=model``.
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple

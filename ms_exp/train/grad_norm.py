@@ -1,17 +1,11 @@
 """``train/grad_norm``: the global L2 norm of each step's gradients, as the optimizer is
 given them.
 
-``Model`` builds its own train step from the optimizer (TrainOneStepCell, the loss-scale
-cell, boost's), and the functional loop's jit step calls the same optimizer, so the norm is
-taken where both hand over the gradients: the optimizer's class is swapped for a subclass
-whose ``construct`` first stores the norm into a Parameter, then updates as before. The
-gradients are then reduced across ranks (data parallel) and unscaled by the loss-scale cell
-or the functional step; with a fixed scale and no overflow check they arrive scaled and the
-optimizer's own ``loss_scale`` divides them, so the norm is divided by it too. A step whose
-gradients overflowed is skipped without calling the optimizer, and stores nothing.
-
-The Parameter is held by a plain object, not a Cell attribute, so it stays out of the
-network's parameters and of every checkpoint (docs/design.md#grad-norm-probe).
+The optimizer call is the one place every train step hands over the gradients (reduced and
+unscaled), so the optimizer's class is swapped for a subclass whose ``construct`` first
+stores the norm into a Parameter, held by a plain object so that it stays out of every
+checkpoint (docs/design.md#grad-norm-probe). A fixed scale the optimizer's own
+``loss_scale`` divides divides the norm too; an overflowed step stores nothing.
 """
 
 from typing import Any

@@ -1,11 +1,6 @@
-"""The loss from the ``loss`` section: a built-in named loss (label smoothing as the model
-zoo ResNet's ``src/CrossEntropySmooth.py``) or any loss Cell by ``_target_``, or several
-parts (``loss.parts``), as the training-flow tutorial's Trainer has ``loss = loss1 +
-loss2``: the loss is the weighted sum, and each part is reported on its own
-(``train/<part>`` in MLflow, ``<part> is ...`` on the console).
-
-A built-in name is a ``_target_`` config (``NAMED_LOSSES``) built by the same path as a
-user's target (``ms_exp.config.targets.build``)."""
+"""The loss from the ``loss`` section: a built-in named loss (a ``_target_`` config of
+``NAMED_LOSSES``, label smoothing as the model zoo ResNet's ``src/CrossEntropySmooth.py``),
+any loss Cell by ``_target_``, or the weighted sum of ``loss.parts``, each reported on its own."""
 
 from typing import Any, Sequence
 

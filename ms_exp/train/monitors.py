@@ -40,11 +40,9 @@ class LossPartsMonitor(Callback):
 class FitTimeMonitor(TimeMonitor):
     """``TimeMonitor`` whose "Train epoch time" is the epoch's training time.
 
-    Callback maps ``on_eval_epoch_begin`` to the same ``epoch_begin`` as the train epoch's,
-    and ``Model.fit`` evaluates before it ends the train epoch: MindSpore's monitor then
-    prints the time since the evaluation began as the train epoch's (a 5-step epoch of
-    14.6 s printed "Train epoch time: 2162 ms"). Here the train epoch's start survives the
-    evaluation, moved on by the evaluation's duration."""
+    ``Model.fit`` evaluates before it ends the train epoch, and the eval epoch's begin resets
+    MindSpore's clock; here the train epoch's start survives the evaluation, moved on by
+    its duration."""
 
     epoch_time: float  # TimeMonitor's: when its epoch began (time.time())
 

@@ -1,13 +1,8 @@
 """Optimizer and learning-rate schedule from the ``optimizer`` section.
 
-The recipe pieces are those of MindSpore's model zoo ResNet (models/official/cv/ResNet),
-which stage one of the dimension-reduction tutorial imports: per-step learning rates as
-``src/lr_generator.py``'s ``get_lr``, parameter groups as ``src/util.py``'s
-``init_group_params``.
-
-The optimizer is any mindspore.nn.Optimizer subclass: ``optimizer._target_`` with its own
-arguments beside it, or a built-in ``optimizer.name``, which stands for a ``_target_``
-config (``NAMED_OPTIMIZERS``) built by the same path (``ms_exp.config.targets.build``).
+Learning rates and parameter groups as the model zoo ResNet's ``get_lr`` and
+``init_group_params``. The optimizer is any mindspore.nn.Optimizer subclass by
+``_target_``, or a built-in ``optimizer.name`` (a ``_target_`` config of ``NAMED_OPTIMIZERS``).
 """
 
 import math
@@ -17,12 +12,7 @@ import numpy as np
 from mindspore import nn
 from omegaconf import DictConfig
 
-from ms_exp.config.schema import (
-    OPTIMIZER_REQUIRED,
-    OPTIMIZER_TARGET,
-    OptimizerConfig,
-    own_keys,
-)
+from ms_exp.config.schema import OPTIMIZER_REQUIRED, OPTIMIZER_TARGET, OptimizerConfig, own_keys
 from ms_exp.config.targets import TARGET, build, target_path
 
 # optimizer.name -> the ``_target_`` config it stands for. ``optimizer.momentum`` reaches
@@ -39,14 +29,10 @@ NO_DECAY_NAMES = ("beta", "gamma", "bias")
 
 
 def learning_rates(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> List[float]:
-    """One learning rate per step of the schedule, as the model zoo's
-    ``get_lr(lr_init, lr_end=min_lr, lr_max=lr, warmup_epochs,
-    total_epochs=decay_epochs or epochs, steps_per_epoch, lr_decay_mode=schedule)``;
-    ``constant`` (the cosine's warmup, then ``lr``) has no model zoo counterpart. The cosine
-    ends near 0 whatever min_lr (validation refuses a min_lr it ignores).
-
-    With ``decay_epochs`` beyond ``epochs`` (the tutorial trains 70 epochs of a 90-epoch
-    schedule) the list covers the whole schedule; training reads the first steps of it."""
+    """One learning rate per step of the schedule, as the model zoo's ``get_lr`` (``constant``,
+    the cosine's warmup then ``lr``, has no counterpart; the cosine ends near 0 whatever
+    min_lr). With ``decay_epochs`` beyond ``epochs`` the list covers the whole schedule and
+    training reads its first steps."""
     total = steps_per_epoch * (cfg.decay_epochs or epochs)
     warmup = steps_per_epoch * cfg.warmup_epochs
     lr_max, lr_end = cfg.lr, cfg.min_lr

@@ -1,11 +1,8 @@
 """Mixed precision and loss scaling from the ``amp`` section, the same for both loops.
 
-``trainer.loop=model`` hands them to ``Model`` (amp_level, keep_batchnorm_fp32,
-loss_scale_manager), as stage one of the dimension-reduction tutorial does;
-``trainer.loop=functional`` applies the same casts to the network and scales the loss with
-``mindspore.amp``'s loss scalers, as the training-flow tutorial's Trainer does.
-
-MindSpore is imported by the functions that build something.
+``trainer.loop=model`` hands them to ``Model``, as the dimension-reduction tutorial's stage
+one; ``trainer.loop=functional`` casts the network and uses ``mindspore.amp``'s loss
+scalers, as the training-flow tutorial's Trainer.
 """
 
 from typing import Any, Dict

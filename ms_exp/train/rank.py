@@ -2,9 +2,8 @@
 (datasets, network, the ``Model``, callbacks), ``Model.fit`` (train, then evaluate after
 every epoch) and the metrics it leaves in the job's MLflow run.
 
-The same function trains a stand-alone job in the launching process and each rank that
-msrun starts (``ms_exp.worker``). MindSpore is imported only here and below, once the
-config is known to be good.
+Stand-alone jobs and every launched rank (``ms_exp.worker``) train here; MindSpore is
+imported only here and below, once the config is known to be good.
 """
 
 from pathlib import Path

@@ -1,15 +1,11 @@
 """Where the ranks of a distributed job agree to stop on a signal, so they stop after the
 same step.
 
-Each rank receives SIGTERM/SIGINT on its own and a little apart. Stopping "after the step
-in which the signal arrived" lets a rank that saw it a step late enter that step's gradient
-AllReduce, wait there for ranks that have stopped, and fail without a checkpoint. So a rank
-that sees the signal at the end of step N proposes N+1 in the shared run directory before it
-starts step N+1, and every rank stops at the end of the proposed step. The proposal is there
-in time for everyone: a rank can end step N+1 only after that step's AllReduce, which waits
-for the proposer to have entered it, so after the proposal was written
-(docs/design.md#stop-step-allreduce). The first proposal is the smallest (a later rank is
-at most one step behind), so it is the only one written.
+A rank that saw the signal a step late would wait in that step's AllReduce for ranks that
+have stopped, and fail without a checkpoint. So a rank that sees the signal at the end of
+step N proposes N+1 in the run directory before it starts step N+1, and every rank stops
+after the proposed step: that step's AllReduce orders the proposal before any rank ends it
+(docs/design.md#stop-step-allreduce). The first proposal is the only one written.
 
 The launching process removes the file before it starts the ranks; MindSpore is not
 imported here.
