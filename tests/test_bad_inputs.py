@@ -1086,16 +1086,16 @@ BAD_INPUTS = {
         "tracking.uri=sqlite:///<data>/notes.db",
         setup=text_file_as_store,
         store=BOTH,
-        message="tracking.uri='sqlite:///<data>/notes.db': not allowed; expected a SQLite "
-        "database, or a file name that does not exist yet (<data>/notes.db is not a "
+        message="tracking.uri='sqlite:///<data>/notes.db': not allowed; expected an MLflow "
+        "SQLite store, or a file name that does not exist yet (<data>/notes.db is not a "
         "SQLite database)",
     ),
     "tracking store cut short": bad(
         "tracking.uri=sqlite:///<data>/mlflow.db",
         setup=truncated_store,
         store=BOTH,
-        message="tracking.uri='sqlite:///<data>/mlflow.db': not allowed; expected a SQLite "
-        "database, or a file name that does not exist yet (<data>/mlflow.db is cut "
+        message="tracking.uri='sqlite:///<data>/mlflow.db': not allowed; expected an MLflow "
+        "SQLite store, or a file name that does not exist yet (<data>/mlflow.db is cut "
         "short: 1000 bytes, where its header says 45056 (11 pages of 4096): a copy or "
         "disk that stopped early; restore the whole file)",
     ),
@@ -1103,15 +1103,15 @@ BAD_INPUTS = {
         "tracking.uri=sqlite:///<data>/mlflow.db",
         setup=store_with_its_schema_zeroed,
         store=BOTH,
-        message="tracking.uri='sqlite:///<data>/mlflow.db': not allowed; expected a SQLite "
-        "database, or a file name that does not exist yet (<data>/mlflow.db is "
+        message="tracking.uri='sqlite:///<data>/mlflow.db': not allowed; expected an MLflow "
+        "SQLite store, or a file name that does not exist yet (<data>/mlflow.db is "
         "damaged: SQLite says 'database disk image is malformed': restore the whole "
         "file from a copy)",
     ),
     "tracking store a folder": bad(
         "tracking.uri=sqlite:///<data>",
         setup=file_in_the_way,
-        message="tracking.uri='sqlite:///<data>': not allowed; expected a SQLite database, or "
+        message="tracking.uri='sqlite:///<data>': not allowed; expected an MLflow SQLite store, or "
         "a file name that does not exist yet (<data> is not a file)",
     ),
     # Hydra's own callbacks, instantiated by Hydra before the job: checked before Hydra runs.
