@@ -6,6 +6,7 @@ are fabricated in the journal's own format, for a run in a real store."""
 import json
 import re
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 from conftest import main_in_process, migrated_store
@@ -51,14 +52,19 @@ def write_journal(run_dir: Path, uri: str, run_id: str, key: str, steps) -> Path
     return path
 
 
+def store_with_a_run(folder: Path) -> Tuple[str, MlflowClient, str]:
+    """A store in ``folder`` holding one RUNNING run: its URI, a client, the run's id."""
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    (folder / "mlflow.db").write_bytes(migrated_store().read_bytes())
+    client = MlflowClient(uri)
+    return uri, client, client.create_run("0").info.run_id
+
+
 @pytest.mark.parametrize("ended, expected", [("FINISHED", "FINISHED"), (None, "KILLED")])
 def test_an_upload_adds_the_steps_and_keeps_how_a_later_attempt_ended_the_run(
     tmp_path, ended, expected
 ):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
-    client = MlflowClient(uri)
-    run_id = client.create_run("0").info.run_id
+    uri, client, run_id = store_with_a_run(tmp_path)
     for step in range(1, 41):
         client.log_metric(run_id, "train/loss", 1.0, step=step)
     if ended:  # the resumed attempt finished the run before the journal was uploaded
@@ -81,10 +87,7 @@ def test_an_earlier_journal_with_a_damaged_line_is_delivered_past_it(tmp_path, c
     stderr and kept, the lines after it reach the run."""
     from ms_exp.tracking.recorder import deliver_earlier_journals
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
-    client = MlflowClient(uri)
-    run_id = client.create_run("0").info.run_id
+    uri, client, run_id = store_with_a_run(tmp_path)
     journal = write_journal(tmp_path / "run", uri, run_id, "train/loss", range(1, 11))
     with journal.open("a") as lines:
         lines.write('{"call": "log_metric_rows", "rows": [["train/loss", 0.5, 17\n')
@@ -112,10 +115,7 @@ def test_a_torn_finish_line_that_still_names_its_status_ends_the_run_so(tmp_path
     the run ends, not KILLED as for a job that never got there."""
     from ms_exp.tracking.recorder import deliver_earlier_journals
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
-    client = MlflowClient(uri)
-    run_id = client.create_run("0").info.run_id
+    uri, client, run_id = store_with_a_run(tmp_path)
     journal = write_journal(tmp_path / "run", uri, run_id, "train/loss", range(1, 4))
     with journal.open("a") as lines:
         lines.write('{"call": "finish", "status": "FINISHED"\x00\n')

@@ -16,11 +16,12 @@ ALLOWED = (
 )
 
 
-def check_interpolations(cfg: DictConfig) -> None:
-    # Hydra's own node resolves as Hydra runs; the job never reads it.
+def check_interpolations(cfg: DictConfig) -> Any:
+    """The job's config resolved, as plain containers (without Hydra's node, which resolves
+    as Hydra runs and the job never reads)."""
     task = without_hydra(cfg)
     try:
-        OmegaConf.to_container(task, resolve=True)
+        return OmegaConf.to_container(task, resolve=True)
     except RecursionError:
         raise ConfigError(
             "config", "...", ALLOWED, "interpolations that refer to each other in a loop"

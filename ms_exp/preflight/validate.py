@@ -69,9 +69,8 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
     """Every check of the config itself, without the state of the machine that launches
     it (a free master port, the device): also what each rank of a distributed job checks
     of the config.yaml it reads (ms_exp/worker.py), while msrun holds that port."""
-    check_interpolations(cfg)
     # Before any check that repeats a value in its refusal.
-    validate_no_credentials(OmegaConf.to_container(without_hydra(cfg), resolve=True))
+    validate_no_credentials(check_interpolations(cfg))
     check_known_keys(cfg, choices)
     validate_trainer(cfg.trainer)
     validate_parallel(cfg.parallel)
