@@ -316,3 +316,30 @@ def test_pynative_mode(jobs, dataset, name):
     assert "mode: pynative" in (job.run_dir / "config.yaml").read_text()
     assert job.run.data.tags["ms_exp.mode"] == "pynative"
     assert any(re.fullmatch(r"checkpoint-1_\d+\.ckpt", n) for n in checkpoints(job))
+
+
+# --- digits, read and split without importing scikit-learn --------------------------------
+
+
+def test_digits_are_load_digits_and_split_as_train_test_split_splits():
+    """The images, labels and split a run reads are scikit-learn's, so that runs recorded
+    while ms_exp called ``load_digits`` and ``train_test_split`` train on the same samples,
+    and their dataset fingerprint is unchanged."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from ms_exp.config.bundled_data import load_digits_arrays
+    from ms_exp.data.digits import stratified_split
+
+    bunch = load_digits()
+    images, labels = load_digits_arrays()
+    assert images.dtype == bunch.images.dtype and images.tobytes() == bunch.images.tobytes()
+    assert labels.dtype == bunch.target.dtype and labels.tobytes() == bunch.target.tobytes()
+    every = np.arange(len(labels))
+    for fraction, seed in [(0.2, 0), (0.2, 7), (0.1, 1), (0.33, 2), (0.9, 3), (0.013, 4)]:
+        expected = train_test_split(every, test_size=fraction, random_state=seed, stratify=labels)
+        split = stratified_split(labels, fraction, seed)
+        assert all(np.array_equal(e, s) for e, s in zip(expected, split)), (fraction, seed)
+    with pytest.raises(ValueError, match="eval_fraction=0.001 leaves 1795 training and 2"):
+        stratified_split(labels, 0.001, 0)

@@ -95,13 +95,12 @@ def dataset_fingerprint(dataset_cfg: "DictConfig") -> Dict[str, Any]:
     name = component_name(dataset_cfg)
     digest = hashlib.sha256()
     if name == "digits":
-        import sklearn
-        from sklearn.datasets import load_digits
+        from ms_exp.config.bundled_data import load_digits_arrays
 
-        data = load_digits()
-        digest.update(data.images.tobytes())
-        digest.update(data.target.tobytes())
-        source = f"scikit-learn {sklearn.__version__} load_digits()"
+        images, labels = load_digits_arrays()
+        digest.update(images.tobytes())
+        digest.update(labels.tobytes())
+        source = f"scikit-learn {metadata.version('scikit-learn')} load_digits()"
         files: List[Dict[str, Any]] = []
     elif name == "synthetic":
         settings = {
