@@ -7,6 +7,7 @@ sweeper through the pool, and Ctrl-C or a killed launcher ending every job."""
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -127,6 +128,44 @@ def test_each_job_sees_only_its_own_device_and_records_it(sweep):
         "jobs at once" in result.stdout
     )
     assert "job #0 (lr=0.01) on GPU devices 3 (process " in result.stdout
+    # Each job's lines are marked with it (the jobs run side by side); the runs' own
+    # console.log is not.
+    for number, lr in enumerate(["0.01", "0.02", "0.03", "0.04"]):
+        mark = f"[#{number} lr={lr}] "
+        assert f"\n{mark}dataset=digits: 1437 training" in result.stdout, result.stdout[-3000:]
+        run_dir = Path(runs[float(lr)].data.tags["ms_exp.run_dir"])
+        if lr != "0.02":  # the job that fails
+            assert f"\n{mark}outputs: {run_dir}\n" in result.stdout
+        assert "[#" not in (run_dir / "console.log").read_text()
+    assert not re.search(r"^(epoch|dataset=|outputs:)", result.stdout, re.MULTILINE)
+
+
+def test_a_pool_workers_lines_are_marked_with_the_job_that_printed_them():
+    from ms_exp.pool.output import LineMarker, mark_record
+
+    # Written by a job, MindSpore's C++ side or a progress bar, read in any pieces.
+    written = (
+        b"before any job\n"
+        + mark_record("[#0 lr=0.1] ")
+        + b"epoch: 1 step: 44, loss is 0.41\n10%|#   |\r20%|##  |\r\n[WARNING] ME(1:2,"
+        + b" python):x] y\n"
+        + mark_record("[#2] ")
+        + b"no end yet"
+    )
+    for size in (1, 5, len(written)):
+        marker = LineMarker()
+        shown = b"".join(marker.feed(written[i : i + size]) for i in range(0, len(written), size))
+        assert (shown + marker.flush()).decode().split("\n") == [
+            "before any job",
+            "[#0 lr=0.1] epoch: 1 step: 44, loss is 0.41",
+            "[#0 lr=0.1] 10%|#   |\r[#0 lr=0.1] 20%|##  |\r[#0 lr=0.1] ",
+            "[#0 lr=0.1] [WARNING] ME(1:2, python):x] y",
+            "[#2] no end yet",
+        ]
+    # A line without its end is shown at once, and so is a NUL that starts no record.
+    marker = LineMarker()
+    assert marker.feed(mark_record("[#3] ") + b"50%") == b"[#3] 50%"
+    assert marker.feed(b" \0 done\n") == b" \0 done\n"
 
 
 @pytest.mark.e2e

@@ -1,6 +1,7 @@
 """The process a pool's jobs run in: started for one share of the pool (its devices, or its
 CPU cores), it runs the jobs it is sent one after another, as Hydra's basic launcher runs
-them in its own process, and never outlives the launching process.
+them in its own process, and never outlives the launching process. Its console lines are
+marked with the job that printed them (ms_exp/pool/output.py).
 
 Spawned, not forked: the visibility variables and CPU affinity must precede MindSpore's
 import, and forking a threaded process is unsafe. Its own session keeps a terminal's Ctrl-C
@@ -41,6 +42,9 @@ def serve(
     ``stop_timeout``: seconds a job stopped because the launcher is gone gets to save its
     checkpoint and end its MLflow run before it is killed."""
     os.setsid()
+    from ms_exp.pool.output import job_mark, mark_output, set_mark
+
+    mark_output()
     os.environ.update(env)
     if cores:
         os.sched_setaffinity(0, cores)
@@ -60,6 +64,7 @@ def serve(
             return
         os.environ.clear()
         os.environ.update({**order.environ, **env})  # the share's own variables win
+        set_mark(job_mark(order.number, order.overrides))
         outcome = _run(order)
         try:
             connection.send_bytes(_pickled(outcome))
