@@ -1,7 +1,7 @@
 """``python -m ms_exp.runs``: compare runs in the terminal, without the MLflow UI.
 
     python -m ms_exp.runs list [--experiment NAME] [--sweep ID|FOLDER] [--filter "..."]
-                               [--format table|csv|json|markdown]
+                               [--format table|csv|json|markdown] [--columns KEY,KEY | --all-params]
     python -m ms_exp.runs best [--metric eval/accuracy] [--sweep ID|FOLDER] [--min|--max]
     python -m ms_exp.runs diff RUN_A RUN_B
 
@@ -9,6 +9,11 @@ list: the job runs, newest first: id, name, status, start (local time), duration
 keys (params) whose values differ among the listed runs, and the final metrics (every eval/
 metric and train/loss, or those --metric names). A path inside a run's own folder compares
 relative to it. Sweep parents and evaluations (ms_exp.eval) are not jobs and are left out.
+The table and markdown show the keys that differ among the runs that set them and that most
+of the runs set, and the table fits the terminal's width (COLUMNS, else 80 when not a
+terminal): id and status always, then the metrics and keys that fit; a last line says what
+was left out. --columns KEY,KEY or --all-params (every key) choose the keys in any format;
+csv and json hold every key that differs.
 
 best: the finished run with the best --metric (default: the sweep's objective, else the
 first of eval/accuracy, eval/auc the runs logged), its value, the overrides of its command
@@ -30,9 +35,12 @@ import sys
 from typing import List, Optional
 
 from ms_exp.tracking.compare import (
+    RUN_COLUMNS,
     CompareError,
+    as_text,
     best_lines,
     best_run,
+    config,
     job_runs,
     open_store,
     render,
@@ -41,6 +49,7 @@ from ms_exp.tracking.compare import (
     select_runs,
     table,
 )
+from ms_exp.tracking.list_columns import chosen_keys, fit, note, terminal_width, typed_keys
 from ms_exp.tracking.store import exit_if_damaged
 
 PROG = "ms_exp.runs"
@@ -87,6 +96,17 @@ def _parser() -> argparse.ArgumentParser:
         choices=FORMATS,
         default="table",
         help="table (the default), csv, json or markdown",
+    )
+    keys = listing.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--columns",
+        metavar="KEY,KEY",
+        type=lambda text: [key.strip() for key in text.split(",") if key.strip()],
+        help="the config keys to show (default: in a table, those that differ among the runs "
+        "and most runs set, as many as fit; in csv and json, every key that differs)",
+    )
+    keys.add_argument(
+        "--all-params", action="store_true", help="every config key of the listed runs"
     )
     best = commands.add_parser(
         "best",
@@ -138,16 +158,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "best":
             print("\n".join(best_lines(best_run(client, selection, args.metric, args.lowest))))
             return 0
-        frame = runs_table(selection.runs, args.metric)
+        people = args.format in ("table", "markdown")
+        configs = [config(run) for run in selection.runs]
+        chosen = chosen_keys(configs, args.columns, args.all_params, fewest=people)
+        frame = runs_table(selection.runs, args.metric, chosen.keys)
     except CompareError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # damage MLflow met after open_store's check
         return exit_if_damaged(PROG, "--tracking-uri", args.tracking_uri, error)
-    if frame.empty and args.format in ("table", "markdown"):
+    if frame.empty and people:
         print(f"no runs in {selection.where}")
-    else:
-        print(render(frame, args.format).rstrip("\n"))
+        return 0
+    width = terminal_width()
+    if args.format == "table":
+        metrics = [c for c in frame.columns if c not in RUN_COLUMNS and c not in chosen.keys]
+        typed = typed_keys(selection.runs)
+        frame = frame[fit(as_text(frame), chosen, metrics, bool(args.metric), typed, width)]
+    print(render(frame, args.format).rstrip("\n"))
+    left_out = note(chosen, width)
+    if left_out and args.format == "markdown":
+        print()  # a line right below a markdown table would be read as one of its rows
+    if left_out:
+        print(left_out)
     return 0
 
 

@@ -146,9 +146,12 @@ def test_the_table_for_a_notebook_is_the_listed_one(store):
 
 def test_list_of_a_sweep_shows_its_swept_key(store):
     for sweep in (store.parent, store.sweep_dir):
-        out = ok(ran(store, "list", "--sweep", sweep, "--metric", "eval/accuracy"))
-        header, rule, *rows = out.splitlines()
-        assert header.split() == [*RUN_COLUMNS, "optimizer.lr", "eval/accuracy"]
+        args = ["list", "--sweep", sweep, "--metric", "eval/accuracy"]
+        out = ok(main_in_process(PROG, args, store.cwd, env={"COLUMNS": "80"}))
+        header, rule, *rows, note = out.splitlines()
+        # Fitted to 80 columns: the id, the swept key and the metric first.
+        assert header.split() == ["run_id", "status", "optimizer.lr", "eval/accuracy"]
+        assert note == "(name, duration_s, start left out to fit 80 columns)"
         assert [row.split()[0] for row in rows] == list(reversed(store.jobs))
         for row, run_id in zip(rows, reversed(store.jobs)):
             run = store.client.get_run(run_id)

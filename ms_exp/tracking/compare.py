@@ -193,12 +193,18 @@ def duration_s(run: Run) -> float:
     return (run.info.end_time - run.info.start_time) / 1000
 
 
-def runs_table(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None) -> pandas.DataFrame:
+def runs_table(
+    runs: Sequence[Run],
+    metrics: Optional[Sequence[str]] = None,
+    keys: Optional[Sequence[str]] = None,
+) -> pandas.DataFrame:
     """One row per run in the order given: id, name, status, start (UTC), duration in
-    seconds, the config keys whose values differ among the runs (text, as MLflow holds
-    params) and the final metrics (numbers; NaN where a run lacks one)."""
+    seconds, the config keys ``keys`` (default: those whose values differ among the runs;
+    text, as MLflow holds params) and the final metrics (numbers; NaN where a run lacks
+    one)."""
     configs = [config(run) for run in runs]
-    keys = differing_keys(configs) if len(runs) > 1 else []
+    if keys is None:
+        keys = differing_keys(configs) if len(runs) > 1 else []
     shown = final_metrics(runs, metrics) if runs else []
     rows = [
         {
@@ -233,7 +239,7 @@ def as_text(frame: pandas.DataFrame) -> pandas.DataFrame:
     """The table's cells as text for the terminal: start in local time to the second,
     durations to 0.1 s, metrics to 4 decimals, nothing where a value is missing."""
     cells = frame.astype(object).copy()
-    if len(frame):
+    if len(frame) and "start" in frame:
         local = datetime.now().astimezone().tzinfo
         cells["start"] = frame["start"].dt.tz_convert(local).dt.strftime("%Y-%m-%d %H:%M:%S")
     for column in frame.columns:
