@@ -11,7 +11,8 @@ config.yaml with ``--model``: ms_exp/job/model_package.py), loads the checkpoint
 run's ``last`` is merged first), runs ``Model.eval`` with top-1 (and top-5 when there are more than
 five classes) accuracy, or AUC and log loss for Wide&Deep, prints the tutorial's
 ``result: ... ckpt= ...`` line, and records the result in MLflow as a child run of the
-evaluated run (with ``--model``, of the run that logged the model).
+evaluated run (with ``--model``, of the run that logged the model; with a ``--checkpoint``
+file of a run directory, of the run recorded from that directory).
 """
 
 import argparse
@@ -382,7 +383,7 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             if refused:
                 raise InvalidConfig(refused)
             which = args.model or check_checkpoint_flag(args.checkpoint, args.run_id)
-            parent_run_id = args.run_id
+            parent_run_id, run_dir = args.run_id, None
             if args.model:
                 config, checkpoint, parent_run_id, shown = fetch_model(uri, args.model, workdir)
             elif args.run_id:
@@ -390,6 +391,7 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             else:
                 checkpoint, shown = Path(which), str(Path(which).resolve())
                 config = args.config or config_beside(which)
+                run_dir = None if args.config else config.parent
             config = args.config or config
             if args.config and not args.config.is_file():
                 raise ConfigError("--config", str(config), "the run's config.yaml")
@@ -443,6 +445,8 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
                 "pass --tracking-uri to record the evaluation)",
                 flush=True,
             )
+        if record and run_dir is not None:  # a file of a run directory: linked to its run
+            parent_run_id = RunRecords.open(uri).run_recorded_from(run_dir)
         tags = {
             "ms_exp.evaluated_checkpoint": shown,
             "ms_exp.dataset": component_name(cfg.dataset),

@@ -145,6 +145,8 @@ def test_eval_of_best_checkpoint_file_gives_the_best_accuracy(default_run):
     assert result.rc == 0, result.stderr[-2000:]
     printed = float(re.search(r"result: \{'accuracy': ([0-9.]+)", result.stdout).group(1))
     assert printed == pytest.approx(max(m.value for m in history), abs=1e-9)
+    # Recorded as an evaluation of the run whose folder holds the file.
+    assert f"(child of {default_run.run_id})" in result.stdout
 
 
 @pytest.mark.e2e

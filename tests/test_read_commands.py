@@ -378,6 +378,13 @@ def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     merged = main_in_process("ms_exp.ckpt", command_of(lines[2], "ms_exp.ckpt"), work)
     assert merged.rc == 0, merged.stderr[-3000:]
     assert merged.stdout.strip().splitlines()[-1] == str(merged_file)
+    # The store the run recorded in (its config's: ./mlflow.db), holding the run.
+    shutil.copyfile(migrated_store(), work / "mlflow.db")
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    experiment = ensure_experiment(client, "ms_exp")
+    run = client.create_run(experiment, tags={"ms_exp.run_dir": str(run_dir.resolve())})
+    run = run.info.run_id
+    client.set_terminated(run)
     loaded = evaluated_files(monkeypatch)
     result = main_in_process("ms_exp.eval", command_of(lines[3], "ms_exp.eval"), work)
     assert result.rc == 0, result.stderr[-3000:]
@@ -386,6 +393,10 @@ def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     assert re.search(r"^result: \{.*'accuracy'.*\} ckpt= (.*)$", result.stdout, re.M).group(
         1
     ) == str(merged_file)
+    # Recorded as an evaluation of the run the merged file came from.
+    evaluation = re.search(r"^MLflow run (\w+) \(child of (\w+)\)", result.stdout, re.M)
+    assert evaluation.group(2) == run
+    assert client.get_run(evaluation.group(1)).data.tags["mlflow.parentRunId"] == run
 
 
 @pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes

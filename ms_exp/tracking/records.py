@@ -116,6 +116,29 @@ class RunRecords:
             return f": it is the name of run {', '.join(r.info.run_id for r in named)}"
         return ""
 
+    def run_recorded_from(self, run_dir: Path) -> Optional[str]:
+        """The id of the newest job run recorded from run directory ``run_dir`` (its
+        ``ms_exp.run_dir`` tag), or None: what an evaluation of a file in that folder is
+        linked to. Only the id is read: the config stays the one the caller chose."""
+        if "'" in str(run_dir):  # MLflow's filter cannot hold it
+            return None
+        experiments = [e.experiment_id for e in self.client.search_experiments(max_results=1000)]
+        runs = self.client.search_runs(
+            experiments,
+            f"tags.`ms_exp.run_dir` = '{run_dir}'",
+            max_results=20,
+            order_by=["attributes.start_time DESC"],
+        )
+        tags = [(r.info.run_id, r.data.tags) for r in runs]
+        return next(
+            (
+                run_id
+                for run_id, tag in tags
+                if "ms_exp.evaluated_checkpoint" not in tag and tag.get("ms_exp.sweep") != "true"
+            ),
+            None,
+        )
+
     def newest_finished(self, experiment_name: str, tag_filter: str) -> Optional["Run"]:
         """The newest FINISHED run of the experiment that ``tag_filter`` (MLflow's filter
         syntax) matches, or None."""
