@@ -14,8 +14,9 @@ artifacts of the parent run under ``report/``:
   metric, best first as an Optuna sweep states it for what it optimises (its direction);
   where the sweep states none (a basic sweep, another ``--metric``), by the metric's name:
   lowest first for one holding loss, error, time or bytes, else highest first;
-- ``<metric>_vs_<key>.png`` for every swept key (categorical axis for values such as
-  true/false) and ``train_loss.png``, every job's loss curve overlaid;
+- ``<metric>_vs_<key>.png`` for every swept key (a tick at each swept value, labelled as
+  the sweep gave it; a numeric axis past 12 numbers) and ``train_loss.png``, every job's
+  loss curve overlaid;
 - for an Optuna sweep, its study (read from its storage, the parent's
   ``ms_exp.optuna.storage`` tag unless ``--optuna-storage`` names it): ``optuna_trials.csv``
   and ``optuna_trials.md``, every trial in order with its state, value, the best value so far,

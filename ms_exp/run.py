@@ -227,6 +227,7 @@ def print_job_config(overrides: List[str], source: ConfigSource, resolve: bool) 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     run_id = ""
+    configs: List[DictConfig] = []
     try:
         run_id, argv = split_from_run(argv)
         if run_id:
@@ -275,10 +276,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             hydra_job()
     except KeyboardInterrupt as interrupt:
         end_active_sweep("KILLED")
-        print(
-            f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); the run was marked KILLED",
-            file=sys.stderr,
-        )
+        from ms_exp.job.summary import stop_line
+
+        cfg = configs[0] if configs else None
+        print(stop_line(interrupt, argv, args.multirun, cfg), file=sys.stderr)
         return EXIT_INTERRUPTED
     except BaseException:
         # A failed job of a multirun: Hydra exits (SystemExit) without on_multirun_end.

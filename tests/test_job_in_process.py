@@ -5,6 +5,8 @@ The end-to-end lane runs the same jobs as a user's command would, in their own p
 
 import pickle
 import re
+import shlex
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -56,6 +58,23 @@ def test_an_in_process_job_trains_and_is_recorded_with_its_models(job):
     assert {m.name for m in models} == {"best", "last"}
     (version,) = job.store.search_model_versions("name = 'tiny'")
     assert version.run_id == job.run_id
+    # The run's last lines name its models and MLflow's command that predicts with one.
+    ids = {m.name: m.model_id for m in models}
+    last_lines = job.result.stdout.splitlines()[-4:]
+    assert (
+        last_lines[-2] == f"MLflow models: best models:/{ids['best']}, last models:/{ids['last']}"
+    )
+    prefix = "  predict with: "
+    assert last_lines[-1].startswith(prefix)
+    words = shlex.split(last_lines[-1][len(prefix) :])
+    example = run_dir / "models/best/serving_input_example.json"
+    assert words[0] == f"MLFLOW_TRACKING_URI=sqlite:///{job.cwd / 'mlflow.db'}"
+    assert Path(words[1]).name == "mlflow"
+    assert words[2:] == [
+        *("models", "predict", "-m", f"models:/{ids['best']}"),
+        *("-i", str(example.resolve()), "-t", "json", "--env-manager", "local"),
+    ]
+    assert example.is_file()
 
 
 def test_the_same_config_again_is_skipped_when_asked(job, monkeypatch):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -112,7 +113,8 @@ def test_the_run_folder_holds_what_the_tracking_guide_shows(registered):
 @pytest.mark.e2e
 def test_mlflows_own_predict_command_serves_a_logged_model(registered, tmp_path):
     """``mlflow models predict`` on a model of the run, by its models:/ URI, in the
-    environment ms_exp is installed in: the same outputs as the model's MindIR."""
+    environment ms_exp is installed in, as the run's last line prints it: the same outputs
+    as the model's MindIR."""
     import mindspore as ms
     import numpy as np
 
@@ -122,28 +124,19 @@ def test_mlflows_own_predict_command_serves_a_logged_model(registered, tmp_path)
             artifact_uri=model.artifact_location, dst_path=str(tmp_path)
         )
     )
-    given, answer = local / "serving_input_example.json", tmp_path / "predictions.json"
+    printed = registered.field("  predict with:")
+    setting, *command = shlex.split(printed)
+    name, _, uri = setting.partition("=")
+    assert (name, uri) == ("MLFLOW_TRACKING_URI", f"sqlite:///{registered.cwd / 'mlflow.db'}")
+    assert command[command.index("-m") + 1] == f"models:/{model.model_id}"
+    given, answer = Path(command[command.index("-i") + 1]), tmp_path / "predictions.json"
     done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "mlflow"),
-            "models",
-            "predict",
-            "-m",
-            f"models:/{model.model_id}",
-            "-i",
-            str(given),
-            "-t",
-            "json",
-            "-o",
-            str(answer),
-            "--env-manager",
-            "local",
-        ],
-        cwd=registered.cwd,
+        [*command, "-o", str(answer)],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{registered.cwd / 'mlflow.db'}"},
+        env={**os.environ, name: uri},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     predicted = np.array(json.loads(answer.read_text())["predictions"], dtype=np.float32)

@@ -132,19 +132,41 @@ def test_jobs_with_equal_values_are_all_drawn_beside_a_labelled_mean():
     points = jobs_scatter(axes)
     assert len(points) == len(set(points)) == 5
     assert sorted(round(y, 2) for _, y in points) == [0.88, 0.88, 0.9, 0.9, 0.91]
-    # Each job stays nearer its own value than the next one.
-    assert sorted(round(x, 1) for x, _ in points) == [0.8, 0.8, 0.9, 0.9, 0.9]
+    # Each job stays nearer its own value's tick than the next one.
+    assert list(axes.get_xticks()) == [0, 1]
+    assert sorted(round(x) for x, _ in points) == [0, 0, 1, 1, 1]
     assert [t.get_text() for t in axes.get_legend().get_texts()] == [
         "mean of the jobs with each boost.gamma",
         "each job",
         "stage one (0123abcd): 0.9700",
     ]
     mean, reference = axes.lines
-    assert list(mean.get_xdata()) == [0.8, 0.9]
+    assert list(mean.get_xdata()) == [0, 1]
     assert [round(y, 4) for y in mean.get_ydata()] == [0.9, round((0.91 + 0.88 * 2) / 3, 4)]
     assert list(reference.get_ydata()) == [0.97, 0.97]
     assert [t.get_text() for t in axes.get_xticklabels()] == ["0.8", "0.9"]
     assert axes.get_title() == "eval/accuracy against boost.gamma (5 jobs; 1 failed or without it)"
+
+
+def test_the_swept_axis_shows_the_swept_values_as_given():
+    """4 jobs at rho 0.4 (the other keys swept) sit around the one tick "0.4", in a band that
+    cannot read as 0.38 or 0.42; unevenly spaced learning rates get a tick each, written as
+    the sweep wrote them."""
+    rows = [{"boost.rho": "0.4", "eval/accuracy": a} for a in (0.91, 0.92, 0.93, 0.935)]
+    axes = metric_figure(rows, "boost.rho", "eval/accuracy").axes[0]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["0.4"]
+    xs = [x for x, _ in jobs_scatter(axes)]
+    low, high = axes.get_xlim()
+    assert max(xs) - min(xs) <= 0.3 * (high - low)
+    assert min(xs) < 0 < max(xs) == -min(xs)
+    rows = [
+        {"optimizer.lr": lr, "eval/accuracy": 0.5 + i / 10}
+        for i, lr in enumerate(("0.1", "1e-3", "0.01", "1e-3"))
+    ]
+    axes = metric_figure(rows, "optimizer.lr", "eval/accuracy").axes[0]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["1e-3", "0.01", "0.1"]
+    assert list(axes.get_xticks()) == [0, 1, 2]
+    assert sorted(round(x) for x, _ in jobs_scatter(axes)) == [0, 0, 1, 2]
 
 
 def test_categorical_values_spread_their_jobs_too():

@@ -173,6 +173,8 @@ def test_an_explicit_checkpoint_extends_the_same_run_with_more_epochs(reference)
     second = train(first.cwd, *JOB, "trainer.epochs=3", f"trainer.resume={older}")
     assert f"resumed from {older}: epoch 2, step 40" in second.stdout
     assert second.run_dir == first.run_dir and second.run_id == first.run_id
+    # The folder Hydra made for the second command held only its record: removed.
+    assert [p.resolve() for p in first.cwd.glob("outputs/*/*")] == [first.run_dir.resolve()]
     assert (folder / "checkpoint-3_22.ckpt").is_file()
     run = second.store.get_run(first.run_id)
     assert run.info.status == "FINISHED"

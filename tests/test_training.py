@@ -5,6 +5,7 @@ import contextlib
 import io
 import math
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from training_jobs import experiment_sweep
 
 from ms_exp.checkpoint.files import load_verified
 from ms_exp.preflight.compose import compose_config
+from ms_exp.tracking.store import python_command
 
 # The jobs of this file that need no process of their own: one sweep (tests/training_jobs.py),
 # each job an experiment file. The command line's explicit parallel, boost and placement
@@ -367,19 +369,19 @@ def test_seed_makes_runs_repeatable(sweep, untracked):
         np.testing.assert_array_equal(a[name], b[name])
 
 
-def _start_long_run(tmp_path, checkpoint="none"):
-    args = [
-        sys.executable,
-        "-m",
-        "ms_exp.run",
+def _long_run(checkpoint="none"):
+    return [
         *FAST,
         "trainer.epochs=500",
         "dataset=synthetic",
         "dataset.num_samples=4096",
         f"checkpoint={checkpoint}",
     ]
+
+
+def _start_long_run(tmp_path, checkpoint="none"):
     process = subprocess.Popen(
-        args,
+        [sys.executable, "-m", "ms_exp.run", *_long_run(checkpoint)],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -404,8 +406,13 @@ def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signu
     process.send_signal(signum)
     rest = process.communicate(timeout=120)[0]
     assert process.returncode == 130, rest
-    assert "stopping after this step and saving a checkpoint" in rest
-    assert "the run was marked KILLED" in rest
+    # MindSpore's runtime turns Ctrl-C into SIGTERM (docs/design.md#sigint-becomes-sigterm):
+    # said as what the user may have sent, not as a signal they did not send.
+    words = "Ctrl-C or SIGTERM"
+    assert (
+        f"ms_exp: {words}: stopping after this step and saving a checkpoint (a second one "
+        "stops at once)"
+    ) in rest
     # Saved at the step it stopped at, mid-epoch (the regular ones come once an epoch).
     saved = Path(re.search(r"interrupted: checkpoint (\S+) saved", rest)[1])
     epoch, step = map(int, re.fullmatch(r"checkpoint-(\d+)_(\d+)\.ckpt", saved.name).groups())
@@ -415,14 +422,67 @@ def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signu
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs(["1"])
     assert run.info.status == "KILLED"
-    # MindSpore's native SIGINT handler re-raises Ctrl-C as SIGTERM once training runs.
-    assert run.data.tags["ms_exp.ended_by"] in ("received signal SIGTERM", "received signal SIGINT")
+    assert run.data.tags["ms_exp.ended_by"] == f"stopped by {words}"
+    # The last line names the run and the command that continues it, as it was typed.
+    continued = shlex.join([*shlex.split(python_command()), "-m", "ms_exp.run"])
+    assert rest.strip().splitlines()[-1] == (
+        f"ms_exp: stopped by {words}; MLflow run {run.info.run_id} was marked KILLED; "
+        f"continue it with: {continued} {shlex.join(_long_run('integrated'))} trainer.resume=auto"
+    ), rest[-3000:]
     history = client.get_metric_history(run.info.run_id, "train/loss")  # flushed first
     assert max(m.step for m in history) == (epoch - 1) * 128 + step
     deadline = time.time() + 30
     while any(Path(f"/proc/{pid}").exists() for pid in sidecars):
         assert time.time() < deadline, "the sidecar process outlived its job"
         time.sleep(0.2)
+
+
+def test_a_stop_is_said_as_the_user_sent_it_with_the_command_that_continues_it(monkeypatch):
+    from ms_exp.job.summary import stop_line
+    from ms_exp.tracking import lifecycle
+    from ms_exp.tracking.lifecycle import StoppedRun, Terminated, signal_words
+
+    python = shlex.join([*shlex.split(python_command()), "-m", "ms_exp.run"])
+    # Before MindSpore's runtime starts each signal reaches Python as sent; after, Ctrl-C
+    # arrives as SIGTERM too.
+    monkeypatch.setattr(lifecycle, "_mindspore_loaded", lambda: False)
+    assert [signal_words(s) for s in (signal.SIGINT, signal.SIGTERM)] == [
+        "Ctrl-C (SIGINT)",
+        "SIGTERM",
+    ]
+    monkeypatch.setattr(lifecycle, "_mindspore_loaded", lambda: True)
+    assert signal_words(signal.SIGTERM) == "Ctrl-C or SIGTERM"
+    stopped = Terminated(f"stopped by {signal_words(signal.SIGTERM)}")
+    cfg = compose_config(["optimizer.lr=0.1"])
+    monkeypatch.setattr(StoppedRun, "run_id", None)
+    monkeypatch.setattr(StoppedRun, "run_dir", None)
+    # Stopped before its run started (Python's own Ctrl-C handler): nothing to continue.
+    assert stop_line(KeyboardInterrupt(), ["optimizer.lr=0.1"], False, cfg) == (
+        "ms_exp: stopped by Ctrl-C (SIGINT)"
+    )
+    monkeypatch.setattr(StoppedRun, "run_dir", Path("/w/outputs/run"))
+    assert stop_line(stopped, ["--config-dir", "conf", "optimizer.lr=0.1"], False, cfg) == (
+        "ms_exp: stopped by Ctrl-C or SIGTERM; the run in /w/outputs/run was marked KILLED; "
+        f"continue it with: {python} --config-dir conf optimizer.lr=0.1 trainer.resume=auto"
+    )
+    monkeypatch.setattr(StoppedRun, "run_id", "0a1b")
+    # A command that named what to resume continues the run's folder, whatever it named.
+    typed = ["trainer.resume=/w/outputs/run/checkpoints/rank_0/c-1_5.ckpt", "trainer.epochs=9"]
+    assert stop_line(stopped, typed, False, cfg) == (
+        "ms_exp: stopped by Ctrl-C or SIGTERM; MLflow run 0a1b was marked KILLED; continue it "
+        f"with: {python} trainer.epochs=9 trainer.resume=/w/outputs/run"
+    )
+    # A sweep goes on with the jobs that did not finish.
+    typed = ["-m", "optimizer.lr=0.1,0.2", "tracking.skip_finished=false"]
+    assert stop_line(stopped, typed, True, cfg) == (
+        "ms_exp: stopped by Ctrl-C or SIGTERM; the sweep's runs were marked KILLED; continue "
+        f"it with: {python} -m optimizer.lr=0.1,0.2 tracking.skip_finished=true "
+        "trainer.resume=auto"
+    )
+    assert stop_line(stopped, ["checkpoint=none"], False, compose_config(["checkpoint=none"])) == (
+        "ms_exp: stopped by Ctrl-C or SIGTERM; MLflow run 0a1b was marked KILLED; it cannot be "
+        "continued (this config saves no checkpoint to resume from)"
+    )
 
 
 @pytest.mark.e2e

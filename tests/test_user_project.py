@@ -3,10 +3,15 @@ trained through ms_exp from the checkout's install, everywhere the built-in opti
 and its bad components refused in one line before any run exists."""
 
 import importlib
+import re
+import shlex
 import shutil
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -200,6 +205,38 @@ def test_the_examples_semi_auto_option_fits_its_network_on_its_four_ranks(projec
     assert [list(s) for s in cfg.parallel.strategies.hidden.matmul] == [[2, 1], [1, 2]]
 
 
+def test_what_a_run_of_the_example_writes_is_ignored_by_git():
+    """``git status`` stays clean after the example's runs and sweeps, in its folder as at
+    the root, and no tracked file (the root's multirun/.gitkeep) is ignored."""
+    written = [
+        f"{folder}{name}"
+        for folder in ("", "examples/my_project/")
+        for name in (
+            "multirun/2026-11-27/10-00-00/0/.hydra/config.yaml",
+            "outputs/2026-11-27/10-00-00/config.yaml",
+            "mlflow.db",
+            "mlflow.db.lock",
+            "mlartifacts/1/0a1b/artifacts/config.yaml",
+        )
+    ]
+    git = ["git", "-C", str(EXAMPLE.parents[1])]
+    checked = subprocess.run(
+        [*git, "check-ignore", "--no-index", "--verbose", "--non-matching", *written],
+        capture_output=True,
+        text=True,
+    )
+    not_ignored = [line for line in checked.stdout.splitlines() if line.startswith("::")]
+    assert not not_ignored, "\n".join(not_ignored)
+    ignored_but_tracked = subprocess.run(
+        [*git, "ls-files", "--cached", "--ignored", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert ignored_but_tracked == []
+    assert (EXAMPLE.parents[1] / "multirun" / ".gitkeep").is_file()
+
+
 # --- trained ---------------------------------------------------------------------------
 
 
@@ -235,11 +272,10 @@ def test_the_example_trains_and_is_recorded_with_its_targets(trained):
 
 
 @pytest.mark.e2e
-def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained):
-    # The run's config names the project's targets: trusted as the project's --config-dir.
-    evaluated = run_cli(
-        "ms_exp.eval", ["--run-id", trained.run_id, "--config-dir", "conf"], trained.cwd
-    )
+def test_eval_from_rerun_and_resume_rebuild_the_users_network(trained, documented):
+    # The run's config names the project's targets: trusted as the project's --config-dir
+    # (the documented command, run before the resume below continues the run).
+    evaluated = documented["python -m ms_exp.eval --run-id <run id> --config-dir conf"]
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
     accuracy = trained.store.get_run(trained.run_id).data.metrics["eval/accuracy"]
     assert f"'accuracy': {accuracy}" in evaluated.stdout
@@ -288,3 +324,89 @@ def test_a_submitit_sweep_of_dim_reduce_stage_two_over_the_users_data_argument(t
         assert run.data.params["boost.stage_one_run_id"] == trained.run_id
         assert run.data.tags["ms_exp.pca.source"] in ("computed", "cached")
         assert np.isfinite(run.data.metrics["eval/loss"])
+
+
+# --- every command the example's README and its guide show, run as written ---------------
+
+ROOT = EXAMPLE.parents[1]
+FENCE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+PLACEHOLDER = re.compile(r"<[^<>]*run id[^<>]*>|<id>")
+# Shown there but not run here: a server that runs until stopped, on a fixed port that
+# another test process may hold (the browser tests start the same command on a free one).
+NOT_RUN = {"mlflow ui --backend-store-uri sqlite:///$PWD/mlflow.db"}
+
+
+def documented_commands() -> List[str]:
+    """The commands of examples/my_project/README.md's and docs/guides/own-experiments.md's
+    bash blocks and of README.md's "Bringing your own model" block, in the order shown, each
+    once: lines joined across a trailing backslash, comments and spacing dropped."""
+    readme = (ROOT / "README.md").read_text()
+    own_model = readme.split("## Bringing your own model", 1)[1].split("\n## ", 1)[0]
+    texts = [
+        (EXAMPLE / "README.md").read_text(),
+        (ROOT / "docs" / "guides" / "own-experiments.md").read_text(),
+        own_model,
+    ]
+    commands: List[str] = []
+    for text in texts:
+        for block in FENCE.findall(text):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                command = PLACEHOLDER.sub("<run id>", " ".join(words))
+                if command and command not in commands:
+                    commands.append(command)
+    return commands
+
+
+def composed(command: str, project: Path) -> Optional[str]:
+    """The one job config ``command`` composes from ``project``'s folder, when it is an
+    ``ms_exp.run`` of the project's config folder that starts one job; else None."""
+    from omegaconf import OmegaConf
+
+    from ms_exp.preflight.compose import ConfigSource, compose_config
+
+    words = shlex.split(command)
+    if words[:5] != ["python", "-m", "ms_exp.run", "--config-dir", "conf"] or "-m" in words[3:]:
+        return None
+    source = ConfigSource(config_dir=str(project / "conf"))
+    return OmegaConf.to_yaml(compose_config(words[5:], source=source))
+
+
+@pytest.fixture(scope="module")
+def documented(trained) -> Dict[str, Any]:
+    """Each command the example's README and its guide show, run as written in the folder of
+    the example's run (``trained``), whose id fills ``<run id>``: {command: its result}. A
+    command that composes the very job of one run before it is composed, not run again."""
+    results: Dict[str, Any] = {}
+    jobs: Dict[str, str] = {}  # composed config: the command that ran it
+    for command in documented_commands():
+        if command in NOT_RUN:
+            continue
+        words = shlex.split(command.replace("<run id>", trained.run_id))
+        assert words[:2] == ["python", "-m"], f"a command this test does not run: {command}"
+        config = composed(command, trained.cwd)
+        if config is not None and config in jobs:
+            results[command] = results[jobs[config]]
+            continue
+        started = time.monotonic()
+        results[command] = run_cli(words[2], words[3:], trained.cwd, timeout=600)
+        print(f"{time.monotonic() - started:5.1f} s  {command}")
+        if config is not None:
+            jobs[config] = command
+    return results
+
+
+@pytest.mark.distributed  # parallel=data and parallel=semi_auto_tiny start ranks
+def test_every_command_the_example_and_its_guide_show_runs_as_written(documented, trained):
+    """As a user pastes them from the project's folder, after a run printed its id: none is
+    refused or fails (the evaluation without ``--config-dir conf`` was refused)."""
+    commands = documented_commands()
+    assert commands[0] == "python -m ms_exp.run --config-dir conf model=tiny_net dataset=blobs"
+    assert NOT_RUN <= set(commands) and set(documented) == set(commands) - NOT_RUN
+    for command, result in documented.items():
+        assert result.rc == 0, (
+            f"{command}\nrc={result.rc}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        )
+    (evaluate,) = [c for c in commands if c.startswith("python -m ms_exp.eval")]
+    assert evaluate == "python -m ms_exp.eval --run-id <run id> --config-dir conf"
+    assert "result: {'accuracy': " in documented[evaluate].stdout

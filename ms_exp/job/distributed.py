@@ -6,11 +6,11 @@ from typing import Any, Dict
 
 from omegaconf import DictConfig
 
-from ms_exp.boost.options import boost_option
 from ms_exp.data.headers import record_image_checks
 from ms_exp.job.launch_plan import COMMAND_FILE, save_command
 from ms_exp.job.supervise import launch
 from ms_exp.parallel.launcher_config import launch_style
+from ms_exp.preflight.trainer import resumable
 from ms_exp.tracking.journal import JOURNAL_VARIABLE
 from ms_exp.train.result import JobResult
 from ms_exp.train.stop_step import clear_stop_step
@@ -52,11 +52,7 @@ def resume_hint(cfg: DictConfig, run_dir: Path) -> str:
     rank saved; run it again when one has none yet, or the config saves none that can be
     continued (ms_exp/preflight/trainer.py refuses trainer.resume then)."""
     checkpoint = cfg.checkpoint
-    if (
-        not checkpoint.save
-        or boost_option(cfg.boost).not_resumable is not None
-        or checkpoint.snapshots.per_epoch
-    ):
+    if not resumable(cfg):
         return "run it again (this config saves no checkpoint a run can continue from)"
     folders = [run_dir / "checkpoints" / f"rank_{rank}" for rank in range(cfg.parallel.device_num)]
     if not all(any(folder.glob(f"{checkpoint.prefix}-*.ckpt")) for folder in folders):

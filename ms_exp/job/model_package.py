@@ -52,13 +52,14 @@ class ModelPackage:
 
 def log_run_models(
     cfg: DictConfig, run_dir: Path, result: JobResult, tracker: RunTracker, uri: str
-) -> None:
+) -> Dict[str, str]:
     """Package the run's best and last checkpoints, log them as the run's models and
     register the best (``tracking.register_model``, not for a sweep's job: its parent
-    registers the sweep's best). Any failure is one warning."""
+    registers the sweep's best). Any failure is one warning. Returns the logged models'
+    ids by name, as the store holds them (none while they are only in an offline journal)."""
     tracking = cfg.tracking
     if not (tracking.enabled and tracking.log_models and tracker.enabled):
-        return
+        return {}
     try:
         packages = package_models(cfg, Path(run_dir), result)
         for package in packages:
@@ -73,19 +74,35 @@ def log_run_models(
             )
     except Exception as error:  # noqa: BLE001 - never lose the run for its model
         _warn(f"no MLflow model logged for this run ({type(error).__name__}: {error})")
-        return
+        return {}
     if packages:
         made = ", ".join(f"{p.name} ({p.export_s:.1f} s)" for p in packages)
         print(
             f"MLflow models of the run: {made} in {Path(run_dir).resolve() / MODELS_DIR}",
             flush=True,
         )
-    if not (packages and tracking.register_model):
-        return
-    from ms_exp.tracking.sweep import parent_run_id
+    if packages and tracking.register_model:
+        from ms_exp.tracking.sweep import parent_run_id
 
-    if parent_run_id(uri, tracking.experiment_name) is None:  # not a sweep's child
-        _register(tracker, uri, tracking.register_model)
+        if parent_run_id(uri, tracking.experiment_name) is None:  # not a sweep's child
+            _register(tracker, uri, tracking.register_model)
+    return logged_model_ids(tracker, uri, [p.name for p in packages]) if packages else {}
+
+
+def logged_model_ids(tracker: RunTracker, uri: str, names: Sequence[str]) -> Dict[str, str]:
+    """The ids of the run's models ``names``, from its ``ms_exp.model.<name>`` tags (the
+    tracker sets them as it logs each model), once everything logged is in the store."""
+    from ms_exp.tracking.records import RunRecords
+
+    try:
+        tracker.flush()
+        if tracker.offline_journal is not None or tracker.run_id is None:
+            return {}
+        tags = RunRecords.open(uri).run(tracker.run_id).data.tags
+    except Exception as error:  # noqa: BLE001 - the models are logged; only the ids are unsaid
+        _warn(f"the ids of the run's MLflow models are not known ({type(error).__name__}: {error})")
+        return {}
+    return {name: tags[f"ms_exp.model.{name}"] for name in names if f"ms_exp.model.{name}" in tags}
 
 
 def _register(tracker: RunTracker, uri: str, name: str) -> None:

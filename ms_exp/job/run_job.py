@@ -8,7 +8,7 @@ outputs logged and the run ended with its status.
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence, cast
+from typing import Dict, NoReturn, Optional, Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -25,12 +25,13 @@ from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
 from ms_exp.tracking.finished import config_digest
 from ms_exp.tracking.interface import RunTracker
-from ms_exp.tracking.lifecycle import EndedEarly, tracked_run
+from ms_exp.tracking.lifecycle import EndedEarly, StoppedRun, tracked_run
 from ms_exp.tracking.logged_steps import last_logged_steps
 from ms_exp.tracking.params import flatten, relative_to_run
 from ms_exp.tracking.run_folder import (
     RUN_RECORD,
     check_owner,
+    discard_if_unused,
     hold_folder,
     read_run_record,
     refuse_foreign,
@@ -130,6 +131,7 @@ def _run_in_folder(
             )
         except (KeyboardInterrupt, EndedEarly):
             _record_end(run_dir, "KILLED")
+            StoppedRun.run_id, StoppedRun.run_dir = read_run_record(run_dir).get("run_id"), run_dir
             raise
         except BaseException:
             # Also a run that trained to the end but whose MLflow run could not be ended
@@ -143,6 +145,10 @@ def _run_in_folder(
     finally:
         if resume is not None:
             release_folder(resume.run_dir)
+            if resume.run_dir.resolve() != own_dir.resolve():
+                # The run went on in its own folder: this command's holds only Hydra's record
+                # of it, which the run's MLflow artifacts keep (hydra/).
+                discard_if_unused(own_dir, hydra_dir.name if hydra_dir else None)
 
 
 def _run_tracked(
@@ -178,7 +184,7 @@ def _run_tracked(
             resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
             tracker.log_params(relative_to_run(flatten(cast(dict, resolved)), run_dir))
         else:
-            _announce_resume(resume, own_dir, tracker)
+            _announce_resume(resume, tracker)
         tracker.log_artifact(config_file, "config")
         if hydra_dir is not None and Path(hydra_dir).is_dir():
             tracker.log_artifacts(Path(hydra_dir), "hydra")
@@ -195,9 +201,10 @@ def _run_tracked(
                 result = train_in_process(cfg, run_dir, tracker)
         finally:
             log_outputs(tracker, run_dir, cfg, resume.attempt if resume else 0)
+        models: Dict[str, str] = {}
         if result.pruned_epoch is None:
-            log_run_models(cfg, run_dir, result, tracker, uri)
-        report_result(result, tracker, uri)
+            models = log_run_models(cfg, run_dir, result, tracker, uri)
+        report_result(result, tracker, uri, models)
         stage_two = stage_two_command(cfg, overrides, tracker.run_id) if tracker.run_id else None
         if stage_two:
             print(f"stage two, from its snapshots: {stage_two}", flush=True)
@@ -235,13 +242,8 @@ def _record_end(run_dir: Path, status: str) -> None:
         )
 
 
-def _announce_resume(resume: ResumePoint, own_dir: Path, tracker: RunTracker) -> None:
-    where = (
-        ""
-        if own_dir == resume.run_dir
-        else f" (this command's own folder {own_dir} keeps Hydra's record only)"
-    )
-    print(f"resuming the run in {resume.run_dir} from {resume.checkpoint}{where}", flush=True)
+def _announce_resume(resume: ResumePoint, tracker: RunTracker) -> None:
+    print(f"resuming the run in {resume.run_dir} from {resume.checkpoint}", flush=True)
     # MLflow refuses a param that changes value: the run keeps the params it started with,
     # and the resumption is a tag.
     tracker.set_tags(

@@ -33,6 +33,16 @@ def validate_trainer(cfg: DictConfig) -> None:
     )
 
 
+def resumable(cfg: DictConfig) -> bool:
+    """Whether a run of this config can be continued with ``trainer.resume`` (what
+    validate_resume requires of it)."""
+    return bool(
+        cfg.checkpoint.save
+        and boost_option(cfg.boost).not_resumable is None
+        and not cfg.checkpoint.snapshots.per_epoch
+    )
+
+
 def validate_resume(cfg: DictConfig) -> None:
     """``trainer.resume``: where to continue from (ms_exp.checkpoint.resume finds the
     checkpoint)."""

@@ -27,7 +27,7 @@ from mlflow.utils.autologging_utils import (
 )
 
 from ms_exp.tracking.callback import MlflowMetrics
-from ms_exp.tracking.lifecycle import Terminated, ending_tags
+from ms_exp.tracking.lifecycle import Terminated, ending_tags, signal_words
 from ms_exp.tracking.tracker import Tracker
 
 FLAVOR = "mindspore"
@@ -273,7 +273,7 @@ def _signals_as_interrupt() -> Iterator[None]:
 
 
 def _raise_terminated(signum: int, frame: Optional[FrameType]) -> None:
-    raise Terminated(f"received signal {signal.Signals(signum).name}")
+    raise Terminated(f"stopped by {signal_words(signum)}")
 
 
 def _params(

@@ -41,18 +41,46 @@ class StepBoundary:
         cls.armed, cls.pending = False, None
 
 
+class StoppedRun:
+    """The run a signal ended KILLED in this process, for the command's last line: its
+    MLflow run id (None without tracking) and its folder."""
+
+    run_id: Optional[str] = None
+    run_dir: Optional[Path] = None
+
+
+def _mindspore_loaded() -> bool:
+    return "mindspore" in sys.modules
+
+
+def signal_words(signum: int) -> str:
+    """The signal as the user sent it. Once MindSpore's runtime runs, Ctrl-C reaches Python
+    as SIGTERM (docs/design.md#sigint-becomes-sigterm): a SIGTERM then may be either."""
+    if signum == signal.SIGINT:
+        return "Ctrl-C (SIGINT)"
+    if signum == signal.SIGTERM and _mindspore_loaded():
+        return "Ctrl-C or SIGTERM"
+    return signal.Signals(signum).name
+
+
+def stopped_by(interrupt: BaseException) -> str:
+    """What stopped the command, in words: a KeyboardInterrupt of Python's own handler
+    (no ms_exp handler installed yet) is Ctrl-C."""
+    return str(interrupt) or f"stopped by {signal_words(signal.SIGINT)}"
+
+
 def _raise_terminated(signum: int, frame: Optional[FrameType]) -> None:
-    name = signal.Signals(signum).name
+    words = signal_words(signum)
     if StepBoundary.armed and StepBoundary.pending is None:
-        StepBoundary.pending = f"received signal {name}"
+        StepBoundary.pending = f"stopped by {words}"
         print(
-            f"ms_exp: {name}: stopping after this step and saving a checkpoint (send it "
-            "again to stop at once)",
+            f"ms_exp: {words}: stopping after this step and saving a checkpoint (a second "
+            "one stops at once)",
             file=sys.stderr,
             flush=True,
         )
         return
-    raise Terminated(f"received signal {name}")
+    raise Terminated(f"stopped by {words}")
 
 
 # Both signals: Ctrl-C before MindSpore's runtime starts reaches Python as SIGINT; once it
@@ -70,7 +98,7 @@ def interruptible(command: Callable[[], int]) -> int:
             return command()
         except KeyboardInterrupt as interrupt:
             print(
-                f"ms_exp: interrupted ({interrupt or 'Ctrl-C'}); its temporary files were removed",
+                f"ms_exp: {stopped_by(interrupt)}; its temporary files were removed",
                 file=sys.stderr,
                 flush=True,
             )
@@ -149,8 +177,10 @@ class DisabledTracker:
 
 def ending_tags(status: str, error: Optional[BaseException]) -> Dict[str, str]:
     """How a run that did not finish ended, as its tags: KILLED by whom, FAILED by what."""
+    if status == "KILLED" and isinstance(error, KeyboardInterrupt):
+        return {"ms_exp.ended_by": stopped_by(error)}
     if status == "KILLED":
-        return {"ms_exp.ended_by": str(error) or "KeyboardInterrupt"}
+        return {"ms_exp.ended_by": str(error)}
     if status == "FAILED" and error is not None:
         return {"ms_exp.error": f"{type(error).__name__}: {error}"[:5000]}
     return {}

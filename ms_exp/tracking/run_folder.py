@@ -191,9 +191,10 @@ def release_folder(run_dir: Path) -> None:
 
 
 def discard_if_unused(run_dir: Path, hydra_subdir: Optional[str]) -> None:
-    """Remove a folder this command was refused in if it holds nothing but what Hydra and
-    the claim put there (a fresh default folder of a refused ``trainer.resume=auto``): the
-    refused command leaves nothing behind. A folder with anything else is left alone."""
+    """Remove a folder this command was refused in, or left for the folder of the run it
+    continued, if it holds nothing but what Hydra and the claim put there (a fresh default
+    folder of a ``trainer.resume``): the command leaves nothing behind. A folder with
+    anything else is left alone."""
     folder = Path(run_dir)
     ours = {LOCK_FILE, *([hydra_subdir] if hydra_subdir else [])}
     if not folder.is_dir() or {p.name for p in folder.iterdir()} - ours:

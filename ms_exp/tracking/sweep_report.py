@@ -43,6 +43,7 @@ _BYTES_METRIC = re.compile(r"checkpoint/bytes_rank_(\d+)$")
 # (accuracy, throughput) is best when larger.
 _LOWER_IS_BETTER = ("loss", "error", "time", "bytes")
 STAGE_ONE_PARAM = "boost.stage_one_run_id"
+_MAX_TICKS = 12  # swept values with a tick each on a plot
 _CELL_CHARS = 80  # in summary.md (a failed job's error); summary.csv keeps all of it
 Rows = Sequence[Mapping[str, Any]]  # the summary table's, as records
 
@@ -188,32 +189,35 @@ def metric_figure(
     rows: Rows, key: str, metric: str, references: Sequence[Reference] = ()
 ) -> Optional[Any]:
     """``metric`` for every job against the value of ``key`` (a Figure; None when no job
-    has the metric): a numeric axis when every value is a number, else one category per
-    value (true/false, mlp/resnet). Jobs that share a value sit side by side around it, so
-    none hides another; the line (or marks) is their mean; ``references`` are horizontal
-    lines, such as stage one's score."""
+    has the metric): one tick per value, evenly spaced, in order (numbers by size) and
+    labelled as the sweep gave it; past 12 numbers, a numeric axis. Jobs that share a value
+    sit side by side around its tick, so none hides another; the line (or marks) is their
+    mean; ``references`` are horizontal lines, such as stage one's score."""
     points = [(str(row[key]), row[metric]) for row in rows if _usable(row[metric])]
     if not points:
         return None
     figure, axes = _figure()
+    texts = [x for x, _ in points]
     try:
-        numbers: Optional[List[float]] = [float(x) for x, _ in points]
+        numbers: Optional[List[float]] = [float(x) for x in texts]
     except ValueError:
         numbers = None
-    if numbers is not None:
+    xs: Sequence[float]
+    if numbers is not None and len(set(numbers)) > _MAX_TICKS:
         xs = numbers
         values = sorted(set(xs))
-        gaps = [b - a for a, b in zip(values, values[1:])]
-        width = 0.25 * min(gaps) if gaps else 0.1 * (abs(values[0]) or 1.0)
-        if len(values) <= 12:
-            written = {number: text for number, (text, _) in zip(xs, points)}
-            axes.set_xticks(values, [written[v] for v in values])
+        width = 0.25 * min(b - a for a, b in zip(values, values[1:]))
     else:
-        categories = sorted({x for x, _ in points})
-        xs = [categories.index(x) for x, _ in points]
+        # Ticks on a numeric axis at the values themselves let the jobs spread around one
+        # value read as other values (4 jobs at rho 0.4 as 0.38 to 0.42): a band around
+        # each value's own tick cannot.
+        order: List[Any] = sorted(set(numbers if numbers is not None else texts))
+        keys: Sequence[Any] = numbers if numbers is not None else texts
+        written = dict(zip(keys, texts))
+        xs = [order.index(k) for k in keys]
         width = 0.3
-        axes.set_xticks(range(len(categories)), categories)
-        axes.set_xlim(-0.5, len(categories) - 0.5)
+        axes.set_xticks(range(len(order)), [written[k] for k in order])
+        axes.set_xlim(-0.5, len(order) - 0.5)
     ys = [y for _, y in points]
     by_x = defaultdict(list)
     for x, y in zip(xs, ys):
@@ -222,7 +226,7 @@ def metric_figure(
     means = [statistics.mean(by_x[x]) for x in ordered]
     # Over the other swept keys' values: with one swept key, the jobs themselves.
     mean_label = f"mean of the jobs with each {key}"
-    if numbers is not None:
+    if numbers is not None and len(ordered) > 1:
         axes.plot(ordered, means, color="grey", label=mean_label)
     else:
         axes.hlines(
