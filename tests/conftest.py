@@ -55,6 +55,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (LANES + ("unit",)).index(lane_of(item)))
 
 
+@pytest.fixture(autouse=True)
+def _mindspore_log_levels():
+    """A command's preflight sets MindSpore's log levels for the processes it starts
+    (ms_exp/boost/options.py); in the test process they stay the session's."""
+    before = os.environ.get("MS_SUBMODULE_LOG_v")
+    yield
+    if before is None:
+        os.environ.pop("MS_SUBMODULE_LOG_v", None)
+    else:
+        os.environ["MS_SUBMODULE_LOG_v"] = before
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     global _current_test

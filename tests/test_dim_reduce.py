@@ -228,6 +228,9 @@ def test_stage_two_has_a_finite_loss_every_step_and_logs_its_pca_once(stage_one,
     source = run.data.tags["ms_exp.pca.source"]
     assert source in ("computed", "cached")
     assert f"PCA matrix: {source} ({cache}); 8 components" in result.stdout
+    # MindSpore's expected warning is said once, in ms_exp's words, and not printed raw.
+    assert "forward network only once" not in result.stderr
+    assert result.stdout.count("boost=dim_reduce: MindSpore warns 'call the forward") == 1
     assert run.data.tags["ms_exp.pca.cache"] == str(cache)
     assert np.load(cache).shape == (8, WEIGHTS)
     # Logged once, as pca/pca_mat_n<K>.npy (the data-parallel test's 10 components may be
@@ -245,6 +248,31 @@ def test_stage_two_has_a_finite_loss_every_step_and_logs_its_pca_once(stage_one,
     evaluated = run_cli("ms_exp.eval", ["--run-id", run.info.run_id], stage_one.cwd)
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
     assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
+
+
+def test_stage_twos_expected_warning_is_muted_once_unless_the_user_chose(monkeypatch, capsys):
+    """Muted before the checks, which import MindSpore for stage two (it reads its log levels
+    at import); said once they passed (the e2e sweep above: the raw warning is gone)."""
+    from ms_exp.boost.options import mute_expected_warning
+
+    monkeypatch.delenv("MS_SUBMODULE_LOG_v", raising=False)
+    assert mute_expected_warning(compose_config([])) is None  # boost=off: nothing to mute
+    assert "MS_SUBMODULE_LOG_v" not in os.environ
+    with pytest.raises(InvalidConfig):  # refused: muted for the checks, but nothing said
+        preflight([STAGE_TWO, "boost.stage_one_run_id=0123456789abcdef0123456789abcdef"])
+    assert os.environ["MS_SUBMODULE_LOG_v"] == "{OPTIMIZER:3}"
+    assert capsys.readouterr().out == ""
+    monkeypatch.delenv("MS_SUBMODULE_LOG_v")
+    stage_two = compose_config([STAGE_TWO])
+    assert mute_expected_warning(stage_two) == (
+        "boost=dim_reduce: MindSpore warns 'call the forward network only once' by design "
+        "here; MS_SUBMODULE_LOG_v={OPTIMIZER:3} turns that part's warnings off for this "
+        "command (set it yourself to choose)"
+    )
+    assert mute_expected_warning(stage_two) is None  # once a command
+    monkeypatch.setenv("MS_SUBMODULE_LOG_v", "{OPTIMIZER:1}")
+    assert mute_expected_warning(stage_two) is None
+    assert os.environ["MS_SUBMODULE_LOG_v"] == "{OPTIMIZER:1}"
 
 
 def test_boost_keys_reach_mindspore_under_their_real_names():

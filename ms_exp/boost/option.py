@@ -5,7 +5,7 @@ listed in ``ms_exp.boost.options``). Nothing here imports MindSpore.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -23,3 +23,6 @@ class BoostOption:
     own_train_step: Optional[Callable[[Any], Any]] = None
     # (run_dir) -> None: rank 0 cleans up after ``Model.fit``, also after a failure
     after_fit: Optional[Callable[[Path], None]] = None
+    # MindSpore's warning the option makes it print by design, muted by the submodule log
+    # levels that silence it (``MS_SUBMODULE_LOG_v``), or None
+    expected_warning: Optional[Tuple[str, str]] = None

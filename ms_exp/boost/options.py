@@ -1,7 +1,8 @@
 """The ``boost`` group's options: one ``BoostOption`` each. Builders import MindSpore when
 called, never when this module is imported (the checks read the options first)."""
 
-from typing import Any
+import os
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 
@@ -34,6 +35,9 @@ BOOST_OPTIONS = {
         prepare_job=fill_stage_one,
         own_train_step=_stage_two_model,
         after_fit=remove_work_dir,
+        # The line search calls the network more than once in the graph it differentiates
+        # (docs/design.md#dimreduce-forward-twice).
+        expected_warning=("call the forward network only once", "{OPTIMIZER:3}"),
     ),
 }
 
@@ -41,3 +45,20 @@ BOOST_OPTIONS = {
 def boost_option(boost_cfg: DictConfig) -> BoostOption:
     """The option ``boost_cfg.mode`` names (the schemas admit no other)."""
     return BOOST_OPTIONS[boost_cfg.mode]
+
+
+def mute_expected_warning(cfg: DictConfig) -> Optional[str]:
+    """Before MindSpore is imported (it reads ``MS_SUBMODULE_LOG_v`` once, at import; the
+    ranks, workers and job processes a command starts inherit it): mute the warning that the
+    job's boost option makes MindSpore print by design. The line that says so, when this
+    call muted it; levels already set (by the user, or for an earlier job) are kept."""
+    expected = boost_option(cfg.boost).expected_warning
+    if expected is None or "MS_SUBMODULE_LOG_v" in os.environ:
+        return None
+    warning, levels = expected
+    os.environ["MS_SUBMODULE_LOG_v"] = levels
+    return (
+        f"boost={cfg.boost.mode}: MindSpore warns '{warning}' by design here; "
+        f"MS_SUBMODULE_LOG_v={levels} turns that part's warnings off for this command (set it "
+        "yourself to choose)"
+    )

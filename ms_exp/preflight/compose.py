@@ -22,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from ms_exp.boost.options import mute_expected_warning
 from ms_exp.config import hydra_internals
 from ms_exp.config.errors import ConfigError, InvalidConfig, from_composition_error
 from ms_exp.config.schema import builtin_targets, register_schemas
@@ -242,7 +243,8 @@ def preflight(
     overrides: Sequence[str], multirun: bool = False, source: Optional[ConfigSource] = None
 ) -> List[DictConfig]:
     """Compose and validate every job; return their configs or raise a one-line error."""
-    configs = []
+    configs: List[DictConfig] = []
+    notes: List[str] = []
     parsed = parse_overrides(overrides, multirun)
     spaces = search_spaces(parsed)
     for job in expand_jobs(overrides, multirun)[:MAX_JOBS_CHECKED]:
@@ -251,6 +253,9 @@ def preflight(
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         with hydra_config_of(cfg, output):
             validate_hydra_callbacks(cfg.hydra)
+            # Before the checks: a boost option's import MindSpore, which reads its log
+            # levels once.
+            notes += filter(None, [mute_expected_warning(cfg)])
             validate(cfg, cfg.hydra.runtime.choices)
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         output_folder(key, output)
@@ -260,4 +265,6 @@ def preflight(
     if multirun:
         concurrent_master_ports(configs)
         check_pool(configs)
+    for note in notes:  # said once every job passed its checks
+        print(note, flush=True)
     return configs
