@@ -178,13 +178,16 @@ def final_metrics(runs: Sequence[Run], metrics: Optional[Sequence[str]] = None) 
 
 
 def check_metric(metric: str, logged: Sequence[str]) -> None:
-    if metric not in logged:
-        close = difflib.get_close_matches(metric, logged, n=1)
+    expected = f"one the runs logged: {', '.join(logged) or 'none'}"
+    refuse_unknown("--metric", metric, logged, "no run logged it", expected)
+
+
+def refuse_unknown(flag: str, name: str, known: Sequence[str], why: str, expected: str) -> None:
+    """A ``flag`` value that names none of ``known``: one line, with the closest name."""
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise CompareError(
-            f"--metric: {metric}: no run logged it{hint}; expected one the "
-            f"runs logged: {', '.join(logged) or 'none'}"
-        )
+        raise CompareError(f"{flag}: {name}: {why}{hint}; expected {expected}")
 
 
 def duration_s(run: Run) -> float:

@@ -5,14 +5,13 @@ sweep beside a semi-auto run, differs in dozens of keys that only a few runs hav
 what fits, by priority; a note says what was left out.
 """
 
-import difflib
 import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence
 
 import pandas
 
-from ms_exp.tracking.compare import CompareError
+from ms_exp.tracking.compare import refuse_unknown
 from ms_exp.tracking.sweep_runs import differing_keys, read_overrides
 
 if TYPE_CHECKING:
@@ -60,13 +59,9 @@ def chosen_keys(
         return Columns(every, named=True)
     if columns:
         for key in columns:
-            if key not in every:
-                close = difflib.get_close_matches(key, every, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                raise CompareError(
-                    f"--columns: {key}: no listed run has this config key{hint}; expected "
-                    f"keys of their config (--all-params shows them all)"
-                )
+            why = "no listed run has this config key"
+            expected = "keys of their config (--all-params shows them all)"
+            refuse_unknown("--columns", key, every, why, expected)
         return Columns(list(dict.fromkeys(columns)), named=True)
     differ = differing_keys(configs) if len(configs) > 1 else []
     if not fewest:
