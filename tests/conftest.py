@@ -250,11 +250,12 @@ def run_cli(
     cwd: Path,
     env: Optional[Dict[str, str]] = None,
     timeout: int = 300,
+    python_flags: Sequence[str] = (),
 ) -> CliResult:
     Path(cwd).mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     completed = subprocess.run(
-        [sys.executable, "-m", module, *args],
+        [sys.executable, *python_flags, "-m", module, *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,
@@ -278,7 +279,7 @@ def migrated_store() -> Path:
     return folder / "mlflow.db"
 
 
-def train(cwd: Path, *overrides: str, env=None) -> CliResult:
+def train(cwd: Path, *overrides: str, env=None, python_flags: Sequence[str] = ()) -> CliResult:
     """``python -m ms_exp.run`` that must succeed. A working directory without a store gets
     a copy of ``migrated_store()`` first (unless the job records elsewhere or nothing): the
     first use of a store is tested where it is the behaviour (run_cli, sweeps, the
@@ -289,7 +290,7 @@ def train(cwd: Path, *overrides: str, env=None) -> CliResult:
     ):
         store.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(migrated_store(), store)
-    result = run_cli("ms_exp.run", [*FAST, *overrides], cwd, env)
+    result = run_cli("ms_exp.run", [*FAST, *overrides], cwd, env, python_flags=python_flags)
     assert result.rc == 0, f"rc={result.rc}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 

@@ -13,11 +13,21 @@ from test_system_metrics import NPU_SMI_910B, printing, with_path
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
-    """``python -m ms_exp.run`` with no overrides but a quiet progress bar and no MLflow
-    models (conftest's FAST), on a machine whose ``npu-smi`` (a fake one, first on PATH)
-    reports two Ascend NPUs."""
+    """``python -m ms_exp.run`` with no overrides but a quiet progress bar, on a machine
+    whose ``npu-smi`` (a fake one, first on PATH) reports two Ascend NPUs; Python reports
+    what the job's own process imports (``-X importtime``, on stderr)."""
     npu_smi = printing(tmp_path_factory.mktemp("npu-bin"), NPU_SMI_910B)
-    return train(tmp_path_factory.mktemp("default"), env=with_path(npu_smi))
+    return train(
+        tmp_path_factory.mktemp("default"),
+        "tracking.log_models=true",
+        env=with_path(npu_smi),
+        python_flags=("-X", "importtime"),
+    )
+
+
+def imported(run) -> list:
+    """The modules the job's process imported (the sidecar's are not reported)."""
+    return re.findall(r"^import time:.*\| +(\S+)$", run.stderr, re.M)
 
 
 @pytest.mark.e2e
@@ -29,8 +39,13 @@ def test_default_run_trains_far_above_chance_and_says_where_it_is(default_run):
     assert "run standalone!" not in default_run.stdout  # the tutorial's init_env print: noise
     # No API ms_exp calls is one MindSpore says it will remove (it says so in a log line,
     # not a DeprecationWarning: set_context(device_target=...) did).
-    printed = default_run.stdout + default_run.stderr
+    printed = default_run.stdout + re.sub(r"^import time:.*\n", "", default_run.stderr, flags=re.M)
     assert "deprecated" not in printed, re.findall(r".*deprecated.*", printed)
+    # MLflow is the sidecar's: the job's process (training, then its models' ids at the
+    # end) never imports it (docs/design.md#mlmodel-in-the-sidecar).
+    modules = imported(default_run)
+    assert "mindspore" in modules
+    assert [m for m in modules if m.split(".")[0] == "mlflow"] == []
     assert re.search(r"^epoch: 1 step: 20, loss is [0-9.]+$", default_run.stdout, re.M)
     assert re.search(r"throughput: [0-9.]+ samples/s", default_run.stdout)
     db = default_run.cwd / "mlflow.db"

@@ -12,7 +12,7 @@ from ms_exp.tracking.lifecycle import DisabledTracker
 from ms_exp.tracking.sidecar import SidecarTracker
 from ms_exp.tracking.tracker import Tracker
 
-ATTRIBUTES = {"enabled", "run_id", "experiment_id", "offline_journal"}
+ATTRIBUTES = {"enabled", "run_id", "experiment_id", "offline_journal", "model_ids"}
 METHODS = {
     "log_params",
     "log_metrics",

@@ -86,23 +86,18 @@ def log_run_models(
 
         if parent_run_id(uri, tracking.experiment_name) is None:  # not a sweep's child
             _register(tracker, uri, tracking.register_model)
-    return logged_model_ids(tracker, uri, [p.name for p in packages]) if packages else {}
+    return logged_model_ids(tracker, [p.name for p in packages]) if packages else {}
 
 
-def logged_model_ids(tracker: RunTracker, uri: str, names: Sequence[str]) -> Dict[str, str]:
-    """The ids of the run's models ``names``, from its ``ms_exp.model.<name>`` tags (the
-    tracker sets them as it logs each model), once everything logged is in the store."""
-    from ms_exp.tracking.records import RunRecords
-
+def logged_model_ids(tracker: RunTracker, names: Sequence[str]) -> Dict[str, str]:
+    """The ids of the run's models ``names``, once everything logged is in the store; the
+    tracker knows them, so the job never opens the store itself (no ``import mlflow``)."""
     try:
         tracker.flush()
-        if tracker.offline_journal is not None or tracker.run_id is None:
-            return {}
-        tags = RunRecords.open(uri).run(tracker.run_id).data.tags
     except Exception as error:  # noqa: BLE001 - the models are logged; only the ids are unsaid
         _warn(f"the ids of the run's MLflow models are not known ({type(error).__name__}: {error})")
         return {}
-    return {name: tags[f"ms_exp.model.{name}"] for name in names if f"ms_exp.model.{name}" in tags}
+    return {name: tracker.model_ids[name] for name in names if name in tracker.model_ids}
 
 
 def _register(tracker: RunTracker, uri: str, name: str) -> None:

@@ -30,6 +30,11 @@ class RunTracker(Protocol):
     def offline_journal(self) -> Optional[Path]:
         """The journal holding calls the tracking server did not take; None if none."""
 
+    @property
+    def model_ids(self) -> Mapping[str, str]:
+        """The ids of the MLflow models logged in the store, by name, as of the last
+        :meth:`flush` (none while the calls go to a journal)."""
+
     def log_params(self, params: Mapping[str, object]) -> None:
         """Log params (values as MLflow shows them) on the run."""
 

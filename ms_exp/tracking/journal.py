@@ -14,6 +14,7 @@ import re
 import shlex
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 OFFLINE_DIR = "mlflow-offline"
@@ -149,6 +150,7 @@ class JournalTracker(CallWriter):
     enabled = True
     run_id = None  # unknown until the journal is delivered
     experiment_id = None
+    model_ids: Mapping[str, str] = MappingProxyType({})  # ids are the store's to give
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal

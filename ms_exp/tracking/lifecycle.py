@@ -11,7 +11,7 @@ import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 from ms_exp.tracking import provenance
@@ -123,6 +123,7 @@ class DisabledTracker:
     experiment_id = None
     tracking_uri = None
     offline_journal = None
+    model_ids: Mapping[str, str] = MappingProxyType({})
 
     def record_provenance(self, dataset_cfg: Any, run_dir: Path, command: str) -> None:
         # Written into the run directory even when nothing is recorded in MLflow.

@@ -112,6 +112,12 @@ class RunRecorder:
     def experiment_id(self) -> Optional[str]:
         return self.tracker.experiment_id if self.tracker is not None else None
 
+    @property
+    def model_ids(self) -> Dict[str, str]:
+        if self.journal is None and self.tracker is not None:
+            return dict(self.tracker.model_ids)
+        return {}  # a journal's models get their ids when it is delivered
+
     def open(self) -> None:
         from ms_exp.tracking.store import store_client
         from ms_exp.tracking.tracker import Tracker

@@ -78,6 +78,7 @@ class SidecarTracker(CallWriter):
         self._start_error: Optional[TrackingFailed] = None
         self._ended = False
         self.kept_journal: Optional[Path] = None
+        self._model_ids: Dict[str, str] = {}
         # A sidecar kept from an earlier job of this process works where this job does.
         self._send(
             "start",
@@ -102,6 +103,11 @@ class SidecarTracker(CallWriter):
     @property
     def experiment_id(self) -> Optional[str]:
         return self._run_ids()[1]
+
+    @property
+    def model_ids(self) -> Mapping[str, str]:
+        """As of the last :meth:`flush`: the sidecar's tracker logged them."""
+        return self._model_ids
 
     @property
     def offline_journal(self) -> Optional[Path]:
@@ -154,7 +160,9 @@ class SidecarTracker(CallWriter):
         self._submit()
         self._run_ids()
         self._send("flush")
-        self._raise_errors(self._reply())
+        reply = self._reply()
+        self._raise_errors(reply)
+        self._model_ids = reply["models"]
 
     def finish(self, status: Optional[str]) -> None:
         """End the run with ``status`` (None: only deliver what was sent, for rank 0) and
@@ -337,7 +345,7 @@ def serve(requests: Iterable[str], replies: TextIO) -> int:
         elif recorder is None:
             raise ValueError(f"sidecar call {call!r} before start")
         elif call == "flush":
-            answer({"errors": recorder.flush()})
+            answer({"errors": recorder.flush(), "models": recorder.model_ids})
         elif call == "finish":
             kept = recorder.finish(request["status"])
             answer({"errors": recorder.errors, "journal": str(kept) if kept else None})

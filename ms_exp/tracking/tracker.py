@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 from mlflow.entities import Metric, Param, RunTag
 
@@ -42,6 +42,7 @@ class Tracker:
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
+        self.model_ids: Dict[str, str] = {}
         self._pending: List[Any] = []
         self._buffer: List[Metric] = []
         self._submitted = time.monotonic()
@@ -218,6 +219,7 @@ class Tracker:
         self.client.finalize_logged_model(model_id, LoggedModelStatus.READY)
         self.client.log_outputs(self.run_id, [LoggedModelOutput(model_id, step)])
         self.set_tags({f"ms_exp.model.{name}": model_id})
+        self.model_ids[name] = model_id
 
     def _epoch_step(self, epoch: Optional[int]) -> int:
         """The step at which the run logged the end of ``epoch`` (its train/epoch metric),
