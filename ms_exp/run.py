@@ -266,6 +266,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     sys.argv = [sys.argv[0], *argv]
     share_import_path()
+    if configs and not args.multirun and configs[0].tracking.enabled:
+        # The job's MLflow sidecar imports MLflow while Hydra composes the config again
+        # and the job imports MindSpore: the job waits for its run before training.
+        from ms_exp.tracking.sidecar import start_spare
+
+        start_spare(resolve_tracking_uri(configs[0].tracking.uri))
     from ms_exp.tracking.lifecycle import terminate_as_interrupt
 
     try:

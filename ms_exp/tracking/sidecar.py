@@ -66,7 +66,7 @@ class SidecarTracker(CallWriter):
         if journal is None and offline_dir is not None:
             journal = new_journal_path(offline_dir)
         self.journal = Path(journal) if journal else None
-        self._process = _idle_sidecar() or _new_sidecar()
+        self._process = _idle_sidecar() or _new_sidecar(tracking_uri)
         self._outbox: "queue.SimpleQueue" = queue.SimpleQueue()
         self._writer = threading.Thread(
             target=self._write_lines, name="ms_exp-sidecar", daemon=True
@@ -248,16 +248,35 @@ class SidecarTracker(CallWriter):
 _IDLE: List[subprocess.Popen] = []
 
 
-def start_spare() -> None:
-    """A sidecar started now for this process's first job, so that MLflow's import runs
-    while the process imports MindSpore (a pool's worker, ms_exp/pool/worker.py)."""
-    _IDLE.append(_new_sidecar())
+def start_spare(tracking_uri: Optional[str] = None) -> None:
+    """A sidecar started now for this process's first job, so that MLflow's import (and
+    that of the store of ``tracking_uri``) runs while the process composes its config and
+    imports MindSpore (``ms_exp.run``, a pool's worker)."""
+    _IDLE.append(_new_sidecar(tracking_uri))
 
 
-def _new_sidecar() -> subprocess.Popen:
+def _new_sidecar(tracking_uri: Optional[str] = None) -> subprocess.Popen:
+    store = [tracking_uri.split(":", 1)[0]] if tracking_uri else []
     return subprocess.Popen(
-        [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", __name__, *store],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+
+
+# MLflow imports its SQL store when a client first opens one: 1-3 s, as long as MLflow's
+# own import (docs/benchmarks/overhead.md).
+_SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+def _import_ahead(scheme: Optional[str]) -> None:
+    """Import what the first ``start`` needs before it comes: the job is still starting."""
+    import ms_exp.tracking.recorder  # noqa: F401
+    import ms_exp.tracking.tracker  # noqa: F401
+
+    if scheme is not None and scheme.split("+")[0] in _SQL_SCHEMES:
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
 
 def _idle_sidecar() -> Optional[subprocess.Popen]:
@@ -371,6 +390,7 @@ def main() -> int:
     # MLflow's SQL store logs every failed statement with two chained tracebacks before it
     # raises (a full disk: dozens of them); the recorder reports each refusal in one line.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    _import_ahead(sys.argv[1] if len(sys.argv) > 1 else None)
     return serve(sys.stdin, replies)
 
 
