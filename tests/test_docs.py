@@ -74,7 +74,7 @@ def job_overrides(command: str):
             pass
         elif argument.startswith("-"):
             raise AssertionError(f"a flag the docs test does not know: {argument}")
-        elif argument in ("|", "&&", ">", "2>&1", ";"):
+        elif argument in ("|", "&&", "&", ">", "2>&1", ";"):
             break
         else:
             overrides.append(argument)
