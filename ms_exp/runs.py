@@ -4,6 +4,8 @@
                                [--format table|csv|json|markdown] [--columns KEY,KEY | --all-params]
     python -m ms_exp.runs best [--metric eval/accuracy] [--sweep ID|FOLDER] [--min|--max]
     python -m ms_exp.runs diff RUN_A RUN_B
+    python -m ms_exp.runs push --to URI [--experiment NAME] [--sweep ID|FOLDER] [--run ID ...]
+                               [--register] [--dry-run]
 
 list: the job runs, newest first: id, name, status, start (local time), duration, the config
 keys (params) whose values differ among the listed runs, and the final metrics (every eval/
@@ -23,6 +25,11 @@ error, time or bytes (as ms_exp.report ranks). A tie goes to the run that starte
 
 diff: only the config keys that differ between two runs, their final metrics side by side
 with B - A, and their checkpoints.
+
+push: copy runs into another store (the team's server), with their params, tags, every
+metric value, artifacts, dataset inputs, logged models and parent/child links; experiments by
+name; registered versions only with --register. The target's runs name its own run and
+model ids, and remember the source run: a second push copies only what is new.
 
 Every command reads the store ms_exp.run records in from this folder (sqlite:///mlflow.db
 here) unless --tracking-uri names another; a store that does not exist is refused, not
@@ -50,6 +57,7 @@ from ms_exp.tracking.compare import (
     table,
 )
 from ms_exp.tracking.list_columns import chosen_keys, fit, note, terminal_width, typed_keys
+from ms_exp.tracking.push import push
 from ms_exp.tracking.store import exit_if_damaged
 
 PROG = "ms_exp.runs"
@@ -135,6 +143,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     diff.add_argument("run_a", metavar="RUN_A", help="a job's run id")
     diff.add_argument("run_b", metavar="RUN_B", help="another job's run id")
+    push = commands.add_parser(
+        "push",
+        parents=[store],
+        help="copy runs into another store",
+        description="Copy runs, with their metrics, artifacts and models, into another store "
+        "(credentials from MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD).",
+    )
+    push.add_argument("--to", required=True, metavar="URI", help="the store to copy into")
+    push.add_argument("--experiment", metavar="NAME", help="only this experiment's runs")
+    push.add_argument("--sweep", metavar="ID|FOLDER", help="only this sweep's runs")
+    push.add_argument(
+        "--run", nargs="+", action="extend", default=[], metavar="ID", help="only these runs"
+    )
+    push.add_argument(
+        "--register", action="store_true", help="also the registered versions of their models"
+    )
+    push.add_argument("--dry-run", action="store_true", help="say what would be copied")
     for command, verb in ((listing, "show"), (diff, "compare")):
         command.add_argument(
             "--metric",
@@ -150,6 +175,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         client = open_store(args.tracking_uri)
+        if args.command == "push":
+            lines = push(
+                client, args.to, args.experiment, args.sweep, args.run, args.register, args.dry_run
+            )
+            print("\n".join(lines))
+            return 0
         if args.command == "diff":
             a, b = job_runs(client, [("RUN_A", args.run_a), ("RUN_B", args.run_b)])
             print(run_diff(client, a, b, args.metric))

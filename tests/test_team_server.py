@@ -10,18 +10,30 @@ or line the sweep printed. Each request the server answers checks alice's passwo
 hash by design): the read-back asks for each thing once.
 """
 
+import contextlib
+import io
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import psycopg
 import pytest
 import requests
-from conftest import FAST, free_port, main_in_process, mlflow_server, postgres_server, run_cli
+from conftest import (
+    FAST,
+    free_port,
+    main_in_process,
+    migrated_store,
+    mlflow_server,
+    postgres_server,
+    run_cli,
+)
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 from omegaconf import OmegaConf
@@ -592,3 +604,318 @@ def test_the_read_commands_refuse_a_password_in_a_store_uri_of_the_live_server(
     assert _recorded(as_team_member) == stored
     assert _stored(database, db_password) == (stored, rows)
     assert _stored(optuna_database, db_password) == (None, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Train offline, push later: runs recorded in a cluster's local store (fabricated here with
+# MlflowClient as ms_exp.run records them: training jobs would add minutes and nothing the push
+# reads) pushed to the team server by ``python -m ms_exp.runs push``.
+
+OFFLINE = "offline"  # the experiment: the sweep test above reads every run of "ms_exp"
+STEPS = 6  # train/loss values an epoch
+
+
+def _epochs(client, run_id: str, folder: Path, first: int, last: int, files: int = 1) -> None:
+    """What a job records for epochs ``first``..``last``: train/loss at every step, the
+    evaluation at each epoch's end, ``files`` checkpoint files an epoch, and its "last"
+    model (the one of an earlier attempt replaced, as a resumed job replaces it)."""
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
+
+    run = client.get_run(run_id)
+    experiment = run.info.experiment_id
+    stamp = run.info.start_time
+    metrics = []
+    for epoch in range(first, last + 1):
+        for step in range((epoch - 1) * STEPS + 1, epoch * STEPS + 1):
+            metrics.append(Metric("train/loss", 2.0 / step, stamp + step, step))
+        metrics += [
+            Metric("eval/accuracy", 1 - 0.5 / epoch, stamp + step, step),
+            Metric("train/epoch", epoch, stamp + step, step),
+        ]
+        kept = folder / run_id / "checkpoints" / "rank_0"
+        kept.mkdir(parents=True, exist_ok=True)
+        for n in range(files):
+            (kept / f"checkpoint-{epoch}_{n}.ckpt").write_bytes(os.urandom(256 * 1024))
+    client.log_batch(run_id, metrics=metrics)
+    client.log_artifacts(run_id, str(kept.parent), "checkpoints")
+    for earlier in client.search_logged_models(
+        [experiment], filter_string=f"source_run_id = '{run_id}'"
+    ):
+        client.delete_logged_model(earlier.model_id)
+    model = client.create_logged_model(
+        experiment,
+        name="last",
+        source_run_id=run_id,
+        params={"epochs": str(last)},
+        tags={"ms_exp.checkpoint": "last"},
+        model_type="mindspore",
+    )
+    files_of_model = folder / model.model_id
+    files_of_model.mkdir()
+    (files_of_model / "MLmodel").write_text(f"model_id: {model.model_id}\n")
+    (files_of_model / "checkpoint.ckpt").write_bytes(os.urandom(4096))
+    client.log_model_artifacts(model.model_id, str(files_of_model))
+    point = metrics[-2]  # the last evaluation, linked to the model too
+    client.log_metric(
+        run_id, point.key, point.value, point.timestamp, point.step, model_id=model.model_id
+    )
+    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step)])
+    client.set_tag(run_id, "ms_exp.model.last", model.model_id)
+    client.set_terminated(run_id, end_time=stamp + step + 1)
+
+
+def _offline_store(folder: Path) -> SimpleNamespace:
+    """A local store as a cluster leaves it: a two-job sweep (its parent tagged with the
+    best job and the version it registered), a plain run with a dataset input and 16
+    checkpoint files (4 MB), and a run of one epoch, to be resumed after its push."""
+    from mlflow.data.http_dataset_source import HTTPDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+
+    from ms_exp.tracking.registry import register
+
+    shutil.copyfile(migrated_store(), folder / "mlflow.db")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment(
+        OFFLINE, artifact_location=(folder / "mlartifacts").as_uri()
+    )
+
+    def run(name: str, tags=None, **params) -> str:
+        made = client.create_run(experiment, run_name=name, tags=tags or {}).info.run_id
+        for key, value in {"optimizer.lr": "0.1", **params}.items():
+            client.log_param(made, key, value)
+        return made
+
+    parent = client.create_run(
+        experiment, run_name="sweep", tags={"ms_exp.sweep": "true"}
+    ).info.run_id
+    jobs = [
+        run(
+            f"lr={lr}",
+            {"mlflow.parentRunId": parent, "ms_exp.sweep.id": parent},
+            **{"optimizer.lr": lr},
+        )
+        for lr in ("0.01", "0.2")
+    ]
+    for job in jobs:
+        _epochs(client, job, folder, 1, 2)
+    client.set_tag(parent, "ms_exp.sweep.best_run", jobs[1])
+    (best,) = client.search_logged_models([experiment], f"source_run_id = '{jobs[1]}'")
+    client.set_tag(parent, "ms_exp.sweep.best_model", best.model_id)
+    with contextlib.redirect_stdout(io.StringIO()):
+        register(client, best, "offline_mlp", run_id=parent)
+    client.set_terminated(parent)
+    plain = run("plain", **{"model.hidden_size": "16"})
+    digits = MetaDataset(source=HTTPDatasetSource("https://example.org/digits"), name="digits")
+    context = [InputTag("mlflow.data.context", "training")]
+    client.log_inputs(plain, datasets=[DatasetInput(digits._to_mlflow_entity(), context)])
+    _epochs(client, plain, folder, 1, 2, files=8)
+    resumed = run("resumed")
+    _epochs(client, resumed, folder, 1, 1)
+    return SimpleNamespace(
+        uri=uri, client=client, parent=parent, jobs=jobs, plain=plain, resumed=resumed
+    )
+
+
+def _listing(client, run_id: str, folder=None) -> list:
+    """(path, size) of every artifact file of the run."""
+    found = []
+    for entry in client.list_artifacts(run_id, folder):
+        found += (
+            _listing(client, run_id, entry.path)
+            if entry.is_dir
+            else [(entry.path, entry.file_size)]
+        )
+    return sorted(found)
+
+
+def _pushed_as_recorded(source, target) -> dict:
+    """Each run of the offline experiment has one copy on the server, which reads as the
+    source run does, every run and model id in it the server's: params, tags, status and
+    times, every value of every metric, the artifacts (path and size), the dataset inputs,
+    the logged models (their params, tags, metrics and files) and the outputs. The source's
+    ids -> the server's."""
+    ours = source.search_runs([source.get_experiment_by_name(OFFLINE).experiment_id])
+    experiment = target.get_experiment_by_name(OFFLINE).experiment_id
+    theirs = target.search_runs([experiment])
+    copies = {r.data.tags["ms_exp.pushed.from_run"]: r for r in theirs}
+    assert len(theirs) == len(copies) == len(ours)
+    assert {r.data.tags["ms_exp.pushed.from_store"] for r in theirs} == {source.tracking_uri}
+    models = {
+        m.tags["ms_exp.pushed.from_model"]: m for m in target.search_logged_models([experiment])
+    }
+    ids = {
+        **{run_id: copy.info.run_id for run_id, copy in copies.items()},
+        **{model_id: model.model_id for model_id, model in models.items()},
+    }
+    assert len(models) == len(source.search_logged_models([ours[0].info.experiment_id]))
+
+    def swapped(tags) -> dict:
+        # mlflow.modelVersions: the server's registry notes a version on its model itself.
+        return {
+            k: ids.get(v, v)
+            for k, v in tags.items()
+            if not k.startswith("ms_exp.pushed.") and k != "mlflow.modelVersions"
+        }
+
+    for run in ours:
+        copy = copies[run.info.run_id]
+        assert copy.data.params == run.data.params
+        assert swapped(copy.data.tags) == swapped(run.data.tags)
+        assert [
+            getattr(copy.info, a) for a in ("run_name", "status", "start_time", "end_time")
+        ] == [getattr(run.info, a) for a in ("run_name", "status", "start_time", "end_time")]
+        for key in run.data.metrics:
+            assert [
+                (m.step, m.timestamp, m.value)
+                for m in target.get_metric_history(copy.info.run_id, key)
+            ] == [
+                (m.step, m.timestamp, m.value)
+                for m in source.get_metric_history(run.info.run_id, key)
+            ]
+        assert copy.data.metrics.keys() == run.data.metrics.keys()
+        assert _listing(target, copy.info.run_id) == _listing(source, run.info.run_id)
+        assert [
+            (i.dataset.name, i.dataset.digest, i.dataset.source) for i in copy.inputs.dataset_inputs
+        ] == [
+            (i.dataset.name, i.dataset.digest, i.dataset.source) for i in run.inputs.dataset_inputs
+        ]
+        # A model a resumed run replaced stays among its outputs, deleted, on both sides.
+        live = set(ids.values())
+        assert sorted(
+            (ids[o.model_id], o.step) for o in run.outputs.model_outputs if o.model_id in ids
+        ) == sorted((o.model_id, o.step) for o in copy.outputs.model_outputs if o.model_id in live)
+    for model in source.search_logged_models([ours[0].info.experiment_id]):
+        copy = models[model.model_id]
+        assert (copy.name, copy.params, copy.status, copy.source_run_id) == (
+            model.name,
+            model.params,
+            model.status,
+            ids[model.source_run_id],
+        )
+        assert swapped(copy.tags) == swapped(model.tags)
+        assert [(m.key, m.value, m.step, m.timestamp, m.run_id) for m in copy.metrics] == [
+            (m.key, m.value, m.step, m.timestamp, ids[m.run_id]) for m in model.metrics
+        ]
+        assert [
+            (f.path, f.file_size) for f in target.list_logged_model_artifacts(copy.model_id)
+        ] == [(f.path, f.file_size) for f in source.list_logged_model_artifacts(model.model_id)]
+    return ids
+
+
+@pytest.mark.server
+@pytest.mark.e2e
+def test_runs_trained_offline_are_pushed_once_also_through_a_killed_push_and_a_resume(
+    tmp_path, team_server, as_team_member
+):
+    url, _, _, _, password = team_server
+    credentials = {"MLFLOW_TRACKING_USERNAME": TEAM_USER, "MLFLOW_TRACKING_PASSWORD": password}
+    offline = _offline_store(tmp_path)
+    push = ["push", "--to", url, "--tracking-uri", offline.uri, "--register"]
+    # Killed among the plain run's 16 checkpoints, at its first line of progress.
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "ms_exp.runs", *push],
+        cwd=tmp_path,
+        env={**os.environ, **credentials, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    said = []
+    for line in killed.stdout:
+        said.append(line)
+        if "artifacts: 1/16 files" in line:
+            killed.kill()
+            break
+    assert killed.wait(timeout=60) == -9, "".join(said)
+    server = as_team_member
+    (halfway,) = server.search_runs(
+        [server.get_experiment_by_name(OFFLINE).experiment_id],
+        f"tags.`ms_exp.pushed.from_run` = '{offline.plain}'",
+    )
+    assert 0 < len(_listing(server, halfway.info.run_id)) < 16
+
+    again = run_cli("ms_exp.runs", push, tmp_path, env=credentials)
+    assert again.rc == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    ids = _pushed_as_recorded(offline.client, server)
+    assert ids[offline.plain] == halfway.info.run_id
+    summary, *addresses = again.stdout[again.stdout.index("pushed 5 runs") :].splitlines()
+    assert summary.startswith("pushed 5 runs: 3 new, 2 updated, 0 unchanged, ")
+    experiment = server.get_experiment_by_name(OFFLINE).experiment_id
+    assert addresses == [
+        f"open it in a browser: {url}/#/experiments/{experiment}/runs/{ids[run]}"
+        "?workflowType=machine_learning"
+        for run in (offline.parent, offline.plain, offline.resumed)
+    ]
+    (version,) = server.search_model_versions("name = 'offline_mlp'")
+    assert (version.run_id, version.source) == (
+        ids[offline.jobs[1]],
+        f"models:/{server.get_run(ids[offline.parent]).data.tags['ms_exp.sweep.best_model']}",
+    )
+    assert (
+        server.get_run(ids[offline.parent]).data.tags["ms_exp.registered_model"] == "offline_mlp/1"
+    )
+    assert password not in again.stdout + again.stderr
+
+    # A second push copies nothing.
+    nothing = main_in_process("ms_exp.runs", push, tmp_path, env=credentials)
+    assert "pushed 5 runs: 0 new, 0 updated, 5 unchanged, 0 bytes of artifacts\n" in nothing.stdout
+    assert _pushed_as_recorded(offline.client, server) == ids
+
+    # The resumed run goes on offline for two more epochs: the same copy gets only those
+    # (their metric values, two checkpoints, the "last" model that replaced the first).
+    _epochs(offline.client, offline.resumed, tmp_path, 2, 3)
+    more = main_in_process(
+        "ms_exp.runs", [*push, "--run", offline.resumed], tmp_path, env=credentials
+    )
+    assert more.rc == 0, more.stderr[-3000:]
+    assert "pushed 1 run: 0 new, 1 updated, 0 unchanged, 524.3 kB of artifacts\n" in more.stdout
+    continued = _pushed_as_recorded(offline.client, server)
+    assert continued[offline.resumed] == ids[offline.resumed]
+    assert continued.keys() - ids.keys() == {
+        offline.client.get_run(offline.resumed).data.tags["ms_exp.model.last"]
+    }
+
+
+@pytest.mark.server
+@pytest.mark.e2e
+def test_a_push_that_cannot_be_done_is_refused_in_one_line(tmp_path):
+    """Each refusal: exit 2, one line naming the key, the value and what is allowed; the
+    source store as it was."""
+    offline = _offline_store(tmp_path)
+    not_a_store = tmp_path / "notes.db"
+    not_a_store.write_text("my notes\n")
+    port = free_port()
+    cases = [
+        (
+            ["--to", f"http://127.0.0.1:{port}"],
+            f"--to: http://127.0.0.1:{port}: it does not answer (connection refused); expected "
+            "a reachable MLflow tracking server or store",
+        ),
+        (
+            ["--to", offline.uri],
+            f"--to: {offline.uri}: it is the source store ({offline.uri}); expected another "
+            "MLflow store, e.g. the team's server http://host:5000",
+        ),
+        (
+            ["--to", "sqlite:///team.db", "--run", NO_RUN],
+            f"--run: {NO_RUN}: no such run in {offline.uri}; expected the id of a run in that "
+            "store (python -m ms_exp.runs list)",
+        ),
+        (
+            ["--to", "sqlite:///team.db", "--tracking-uri", f"sqlite:///{not_a_store}"],
+            f"--tracking-uri: sqlite:///{not_a_store}: no MLflow store at sqlite:///{not_a_store} "
+            f"({not_a_store} is not a SQLite database); expected an existing MLflow store",
+        ),
+    ]
+    before = (tmp_path / "mlflow.db").read_bytes()
+    for args, said in cases:
+        args = ["push", "--tracking-uri", offline.uri, *args]
+        result = main_in_process("ms_exp.runs", args, tmp_path)
+        assert result.rc == 2 and result.stdout == "", result.stdout + result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"ms_exp.runs: error: {said}"), line
+    assert (tmp_path / "mlflow.db").read_bytes() == before
+    assert not (tmp_path / "team.db").exists()
