@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional
 
-from ms_exp.checkpoint.transform import PROG, CkptError, merge_checkpoints, run_sources, transform
+from ms_exp.checkpoint.transform import (
+    PROG,
+    CkptError,
+    merge_checkpoints,
+    merge_shares,
+    run_sources,
+    transform,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,9 +97,17 @@ def _ckpt_command(argv: Optional[List[str]]) -> int:
             if refused:
                 raise CkptError(refused)
             with scratch_folder("ms_exp_ckpt_") as workdir:
-                folder, strategy, prefix = run_sources(
+                folder, strategy, prefix, shares = run_sources(
                     args.checkpoint_dir, Path(workdir), args.tracking_uri
                 )
+                if shares and not args.strategy:  # checkpoint.remove_redundancy
+                    output = args.output or (
+                        folder / "merged"
+                        if Path(args.checkpoint_dir).is_dir()
+                        else Path("merged") / args.checkpoint_dir
+                    )
+                    print(merge_shares(folder, output, args.prefix or prefix, report=print))
+                    return 0
                 strategy = args.strategy or strategy
                 if strategy is None:
                     raise CkptError(

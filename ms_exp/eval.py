@@ -28,8 +28,10 @@ from ms_exp.checkpoint.transform import (
     CkptError,
     is_sliced_run,
     merge_checkpoints,
+    merge_shares,
     merged_file,
     run_sources,
+    saves_shares,
 )
 from ms_exp.config.errors import ConfigError, InvalidConfig
 from ms_exp.config.run_config import choices_from_config, load_run_config
@@ -153,6 +155,8 @@ def fetch_from_run(uri: str, run_id: str, which: str, workdir: Path) -> Tuple[Pa
     logged = records.artifact_paths(run_id, str(Path(artifact).parent))
     if artifact in logged:  # named as it is logged: the download is deleted after
         downloaded = records.download(run_id, artifact, workdir)
+        if f"{artifact}.sha256" in logged:  # a safetensors file's digest, checked on load
+            records.download(run_id, f"{artifact}.sha256", workdir)
         return config, downloaded, f"{artifact} of MLflow run {run_id}"
     # tracking.log_checkpoints=none: the file may still be in the run directory here.
     local = Path(run.data.tags.get("ms_exp.run_dir", "")) / artifact
@@ -266,29 +270,33 @@ def config_beside(checkpoint: str) -> Path:
 
 
 def refuse_a_slice(checkpoint: Path, cfg: DictConfig) -> None:
-    """A file of a sliced run's ``checkpoints/rank_<r>/`` (not its whole ``best.ckpt``)
+    """A file of a sliced run's ``checkpoints/rank_<r>/`` (not its whole ``best.*``)
     holds one rank's slice: refused in one line with the merge command and the file it
     writes, rather than evaluated (wrong shapes) or replaced by another file."""
     # MindSpore is imported once the command line is known to be right.
-    from ms_exp.checkpoint.files import BEST_NAME
+    from ms_exp.checkpoint.files import SUFFIXES, best_name, format_of
 
     folder = checkpoint.resolve().parent
+    shares = saves_shares(cfg)
     if not (
-        is_sliced_run(cfg)
+        (is_sliced_run(cfg) or shares)
         and folder.name.startswith("rank_")
         and folder.parent.name == "checkpoints"
-        and checkpoint.name != BEST_NAME
+        and checkpoint.name not in {best_name(fmt) for fmt in SUFFIXES}
     ):
         return
     run_dir = folder.parent.parent
-    merged = merged_file(run_dir / "checkpoints", cfg.checkpoint.prefix)
+    merged = merged_file(run_dir / "checkpoints", cfg.checkpoint.prefix, format_of(cfg.checkpoint))
     raise ConfigError(
         "--checkpoint",
         str(checkpoint),
-        f"a whole checkpoint: merge the slices with {python_command()} -m ms_exp.ckpt merge "
+        f"a whole checkpoint: merge the {'shares' if shares else 'slices'} with "
+        f"{python_command()} -m ms_exp.ckpt merge "
         f"{shlex.quote(str(run_dir))}, then pass --checkpoint {shlex.quote(str(merged))} (or "
         "--run-id <run id> without --checkpoint: its last step, merged)",
-        "one rank's slice of a sliced run (checkpoint=sliced)",
+        "one rank's share of a run saved with checkpoint.remove_redundancy=true"
+        if shares
+        else "one rank's slice of a sliced run (checkpoint=sliced)",
     )
 
 
@@ -296,16 +304,23 @@ def merge_run(source: str, workdir: Path, uri: str) -> Tuple[Path, str]:
     """One full checkpoint from every rank's slices of a sliced run, by MindSpore's
     transform_checkpoints (ms_exp/checkpoint/transform.py), in ``workdir`` (deleted after the
     evaluation), and what it was merged from, to name in place of that temporary file."""
-    folder, strategy, prefix = run_sources(source, workdir, uri)
-    if strategy is None or not strategy.is_file():
-        raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
+    folder, strategy, prefix, shares = run_sources(source, workdir, uri)
     said: List[str] = []  # what it merged, first
-    merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix, report=said.append)
+    if shares:  # checkpoint.remove_redundancy: the ranks' shares together
+        merged = merge_shares(folder, workdir / "merged", prefix, report=said.append)
+        tool = ""
+    else:
+        if strategy is None or not strategy.is_file():
+            raise CkptError(f"{source}: the run's strategy file is missing; cannot merge slices")
+        merged = merge_checkpoints(folder, strategy, workdir / "merged", prefix, report=said.append)
+        tool = ", with " + (
+            "unified_safetensors" if merged.suffix == ".safetensors" else "transform_checkpoints"
+        )
     shown = said[0]
     scratch = f"{workdir.resolve()}/"
     if scratch in shown:  # downloaded artifacts, deleted after the evaluation
         shown = f"{shown.replace(scratch, '')}, artifacts of MLflow run {source}"
-    print(f"{shown}, with transform_checkpoints, for this evaluation", flush=True)
+    print(f"{shown}{tool}, for this evaluation", flush=True)
     return merged, shown
 
 
@@ -428,7 +443,7 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
             if which not in CHECKPOINT_NAMES and not args.model:
                 # A file given is evaluated as it is: a merged checkpoint is whole.
                 refuse_a_slice(checkpoint, cfg)
-            elif which == "last" and args.run_id and is_sliced_run(cfg):
+            elif which == "last" and args.run_id and (is_sliced_run(cfg) or saves_shares(cfg)):
                 checkpoint, shown = merge_run(args.run_id, workdir, uri)
             model, eval_set = prepare(cfg, checkpoint)
         except (InvalidConfig, CkptError) as error:

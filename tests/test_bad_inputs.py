@@ -441,6 +441,16 @@ BAD_INPUTS = {
         "trainer.mode=eager",
         message="trainer.mode='eager': not allowed; expected one of graph, pynative",
     ),
+    "checkpoint format": bad(
+        "checkpoint.format=h5",
+        message="checkpoint.format='h5': not allowed; expected one of ckpt, safetensors",
+    ),
+    "redundancy-free checkpoints without data parallel": bad(
+        "checkpoint.remove_redundancy=true",
+        message="checkpoint.remove_redundancy=true: not allowed; expected false with "
+        "parallel=stand_alone: it drops the copies of the weights that data parallel ranks "
+        "hold (use parallel=data)",
+    ),
     "checkpoint artifacts": bad(
         "tracking.log_checkpoints=some",
         message="tracking.log_checkpoints='some': not allowed; expected one of all, last, none",
@@ -1547,7 +1557,7 @@ BAD_INPUTS = {
         *DIM_REDUCE,
         "boost.pretrained_weight_path=/no/such/stage_one.ckpt",
         message="boost.pretrained_weight_path='/no/such/stage_one.ckpt': not allowed; "
-        "expected a .ckpt file that exists (stage one's final checkpoint)",
+        "expected a .ckpt or .safetensors file that exists (stage one's final checkpoint)",
     ),
     "stage-one run without a store": bad(
         *DIM_REDUCE,
@@ -1812,7 +1822,7 @@ BAD_INPUTS = {
             (scene.data / "notes.txt").write_text("not a checkpoint\n"),
         ),
         message="trainer.resume='<data>/notes.txt': not allowed; expected auto, an MLflow run "
-        "id, a run directory or a .ckpt file (.ckpt)",
+        "id, a run directory or a .ckpt file (.ckpt or .safetensors)",
     ),
     "resume a run id the store does not have": bad(
         f"trainer.resume={UNKNOWN_RUN}",

@@ -1,7 +1,10 @@
-"""Checkpoints carry MindSpore's CRC and are checked when read; a damaged file is refused by
-name; the retention never removes the last good checkpoint."""
+"""Checkpoints carry MindSpore's CRC (.ckpt) or a recorded SHA-256 (.safetensors) and are
+checked when read; a damaged file is refused by name; the retention never removes the last
+good checkpoint."""
 
 import shutil
+import threading
+from pathlib import Path
 
 import mindspore as ms
 import pytest
@@ -13,7 +16,14 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from ms_exp.checkpoint.callbacks import create_checkpoint_callbacks
-from ms_exp.checkpoint.files import DamagedCheckpoint, load_verified
+from ms_exp.checkpoint.files import (
+    DamagedCheckpoint,
+    checkpoint_format,
+    digest_file,
+    last_checkpoint,
+    load_verified,
+    save_weights,
+)
 from ms_exp.preflight.compose import compose_config, hydra_config_of
 
 
@@ -23,22 +33,44 @@ def _flip_a_byte(path):
     path.write_bytes(bytes(data))
 
 
-def test_a_flipped_byte_is_caught_by_the_crc_and_named(tmp_path):
-    path = tmp_path / "net.ckpt"
-    ms.save_checkpoint(nn.Dense(64, 64), str(path), crc_check=True)
+SAFETENSORS_DAMAGED = (
+    "is damaged (truncated or corrupt: its SHA-256 differs from the one recorded in "
+    "{name}.sha256 when it was written)"
+)
+
+
+@pytest.mark.parametrize("suffix", [".ckpt", ".safetensors"])
+def test_a_flipped_byte_is_caught_by_the_crc_and_named(tmp_path, suffix):
+    path = tmp_path / f"net{suffix}"
+    save_weights(nn.Dense(64, 64), path)
     _flip_a_byte(path)
-    # Without the CRC, MindSpore reads the damaged weights as if nothing happened.
-    assert set(ms.load_checkpoint(str(path))) == {"weight", "bias"}
-    with pytest.raises(DamagedCheckpoint, match=f"checkpoint {path} is damaged"):
+    # Without the CRC (or the digest), MindSpore reads the damaged weights as if nothing
+    # happened; for safetensors it refuses crc_check=True on save and only warns on load.
+    assert set(ms.load_checkpoint(str(path), format=checkpoint_format(path))) == {"weight", "bias"}
+    with pytest.raises(DamagedCheckpoint, match=f"checkpoint {path} is damaged") as refused:
         load_verified(path)
+    if suffix == ".safetensors":
+        assert str(refused.value) == f"checkpoint {path} " + SAFETENSORS_DAMAGED.format(
+            name=path.name
+        )
 
 
-def test_a_truncated_file_is_named(tmp_path):
-    path = tmp_path / "net.ckpt"
-    ms.save_checkpoint(nn.Dense(64, 64), str(path), crc_check=True)
-    path.write_bytes(path.read_bytes()[:1000])
+@pytest.mark.parametrize("suffix", [".ckpt", ".safetensors"])
+def test_a_truncated_file_is_named(tmp_path, suffix):
+    path = tmp_path / f"net{suffix}"
+    save_weights(nn.Dense(64, 64), path)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:1000])
     with pytest.raises(DamagedCheckpoint, match=f"checkpoint {path} is damaged"):
         load_verified(path)
+    if suffix == ".safetensors":
+        # A file without a recorded digest (written elsewhere) still gets MindSpore's parse,
+        # which refuses a truncated one.
+        digest_file(path).unlink()
+        with pytest.raises(DamagedCheckpoint, match="MindSpore's parse failed: Fail to parse"):
+            load_verified(path)
+        path.write_bytes(whole)
+        assert set(load_verified(path)) == {"weight", "bias"}
 
 
 def _run_context(network, step):
@@ -48,7 +80,7 @@ def _run_context(network, step):
     return RunContext(params)
 
 
-def _checkpoint_group(keep: int):
+def _checkpoint_group(keep: int, fmt: str = "ckpt"):
     return OmegaConf.create(
         {
             "save": True,
@@ -57,6 +89,7 @@ def _checkpoint_group(keep: int):
             "save_checkpoint_steps": 1,
             "keep_checkpoint_max": keep,
             "keep_best": False,
+            "format": fmt,
         }
     )
 
@@ -65,10 +98,11 @@ def _failing_save(*args, **kwargs):
     raise OSError(28, "No space left on device")
 
 
-def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fmt", ["ckpt", "safetensors"])
+def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatch, fmt):
     network = nn.Dense(8, 8)
     (ours,) = create_checkpoint_callbacks(
-        _checkpoint_group(keep=1),
+        _checkpoint_group(keep=1, fmt=fmt),
         network,
         tmp_path / "ours",
         steps_per_epoch=100,
@@ -90,12 +124,57 @@ def test_a_failed_save_never_costs_the_last_good_checkpoint(tmp_path, monkeypatc
         theirs.step_end(_run_context(network, 2))
     # MindSpore's ModelCheckpoint removes the oldest file before it writes the next one.
     assert list((tmp_path / "theirs").glob("*.ckpt")) == []
-    (kept,) = (tmp_path / "ours").glob("*.ckpt")
-    assert kept.name == "checkpoint-1_1.ckpt"
+    (kept,) = (tmp_path / "ours").glob(f"*.{fmt}")
+    assert kept.name == f"checkpoint-1_1.{fmt}"
     assert int(load_verified(kept)["step_num"].asnumpy()) == 1
     monkeypatch.undo()
     ours.on_train_step_end(_run_context(network, 3))  # the next good one replaces it
-    assert [p.name for p in (tmp_path / "ours").glob("*.ckpt")] == ["checkpoint-1_3.ckpt"]
+    # A safetensors checkpoint's digest is written with it and removed with it.
+    expected = {f"checkpoint-1_3.{fmt}"} | (
+        {"checkpoint-1_3.safetensors.sha256"} if fmt == "safetensors" else set()
+    )
+    assert {p.name for p in (tmp_path / "ours").iterdir()} == expected
+
+
+def test_an_async_save_killed_mid_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    """checkpoint.async_save: MindSpore's thread writes <name>.tmp and renames it; the older
+    checkpoints are removed only once the new file is there whole."""
+    network = nn.Dense(8, 8)
+    group = _checkpoint_group(keep=1, fmt="safetensors")
+    group.async_save = True
+    (ours,) = create_checkpoint_callbacks(
+        group, network, tmp_path, steps_per_epoch=100, parallel_mode="stand_alone"
+    )
+    ours.on_train_step_end(_run_context(network, 1))
+    import mindspore.train.serialization as serialization
+
+    writing, killed = threading.Event(), threading.Event()
+
+    def killed_mid_write(name, *args, **kwargs):
+        Path(name).with_suffix(".tmp").write_bytes(b"half a checkpoint")
+        writing.set()
+        killed.wait(60)  # the writer dies here: no rename
+
+    monkeypatch.setattr(serialization, "_exec_save", killed_mid_write)
+    ours.on_train_step_end(_run_context(network, 2))
+    assert writing.wait(60)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {
+        "checkpoint-1_1.safetensors",
+        "checkpoint-1_1.safetensors.sha256",
+        "checkpoint-1_2.tmp",
+    }
+    killed.set()
+    ours.on_train_step_end(_run_context(network, 3))  # a step goes by, nothing saved
+    monkeypatch.undo()
+    assert last_checkpoint(tmp_path, "checkpoint").name == "checkpoint-1_1.safetensors"
+    assert int(load_verified(tmp_path / "checkpoint-1_1.safetensors")["step_num"].asnumpy()) == 1
+    ours.on_train_end(_run_context(network, 4))  # a save that ends whole replaces it
+    assert {p.name for p in tmp_path.glob("checkpoint-*.safetensors*")} == {
+        "checkpoint-1_4.safetensors",
+        "checkpoint-1_4.safetensors.sha256",
+    }
+    assert int(load_verified(tmp_path / "checkpoint-1_4.safetensors")["step_num"].asnumpy()) == 4
 
 
 def _run_directory(run_dir):

@@ -10,6 +10,7 @@ import pytest
 from conftest import main_in_process
 from mindspore.parallel import build_searched_strategy, merge_sliced_parameter
 
+from ms_exp.checkpoint.files import digest_file, load_verified
 from ms_exp.checkpoint.transform import CkptError, merge_checkpoints, transform
 from ms_exp.models.mlp import Network
 from ms_exp.parallel.layout import (
@@ -189,28 +190,65 @@ def test_merge_cli_gives_back_every_parameter_bit_for_bit(sliced, state, tmp_pat
         assert np.array_equal(whole.asnumpy(), state[name]), name
 
 
-def test_transform_8_ranks_to_2_then_merge(sliced, state, network, tmp_path):
-    root, strategy, _ = sliced
-    dst = {"layer1.matmul": ((1, 1), (1, 2))}
-    dst_layouts = checkpoint_layouts(
-        {k: v.shape for k, v in state.items()}, operator_layouts(network, dst, 2)
+def test_sliced_safetensors_merge_bit_for_bit_with_their_digest(network, state, tmp_path):
+    """checkpoint.format=safetensors: the same slices as .safetensors files merge through
+    MindSpore's unified_safetensors into one file, with its digest recorded."""
+    written = write_sliced_checkpoints(
+        state,
+        operator_layouts(network, TUTORIAL, DEVICES),
+        DEVICES,
+        tmp_path / "checkpoints",
+        "checkpoint",
+        "checkpoint-1_10.safetensors",
     )
+    strategy = write_strategy_file(tmp_path / "strategy.ckpt", written)
+    result = ckpt_cli(
+        "merge", tmp_path / "checkpoints", "--strategy", strategy, "--output", tmp_path / "merged"
+    )
+    assert result.rc == 0, result.stderr
+    said, shown = result.stdout.strip().splitlines()[-2:]
+    assert said.startswith("merged checkpoint-1_10.safetensors (epoch 1, step 10 of the epoch)")
+    merged_path = Path(shown)
+    assert merged_path == tmp_path / "merged" / "rank_0" / "checkpoint0.safetensors"
+    assert digest_file(merged_path).is_file()
+    merged = {name: p.asnumpy() for name, p in load_verified(merged_path).items()}
+    assert set(merged) == set(state)
+    for name, full in state.items():
+        assert merged[name].dtype == full.dtype, name
+        assert np.array_equal(merged[name], full), name
+    # Re-sliced for 2 ranks, they stay safetensors and hold each rank's slice.
+    transform_to_two_ranks(network, state, tmp_path / "checkpoints", strategy, tmp_path)
+    rank1 = load_verified(tmp_path / "two" / "rank_1" / "checkpoint1.safetensors")
+    assert digest_file(tmp_path / "two" / "rank_1" / "checkpoint1.safetensors").is_file()
+    np.testing.assert_array_equal(rank1["layer1.weight"].asnumpy(), state["layer1.weight"][:, 256:])
+    np.testing.assert_array_equal(
+        rank1["moments.layer1.weight"].asnumpy(), state["moments.layer1.weight"][:, 256:]
+    )
+
+
+def transform_to_two_ranks(network, state, checkpoints, strategy, tmp_path):
+    """``ms_exp.ckpt transform`` of ``checkpoints`` into ``tmp_path/two``, layer1's matmul
+    split over 2 ranks; returns the new strategy file."""
+    dst = {"layer1.matmul": ((1, 1), (1, 2))}
     dst_strategy = write_strategy_file(
         tmp_path / "dst_strategy.ckpt",
-        dst_layouts,
+        checkpoint_layouts(
+            {k: v.shape for k, v in state.items()}, operator_layouts(network, dst, 2)
+        ),
         op_strategies=operator_strategies(network, dst, 2),
     )
     result = ckpt_cli(
         "transform",
-        root / "checkpoints",
-        "--strategy",
-        strategy,
-        "--dst-strategy",
-        dst_strategy,
-        "--output",
-        tmp_path / "two",
+        checkpoints,
+        *("--strategy", strategy, "--dst-strategy", dst_strategy, "--output", tmp_path / "two"),
     )
     assert result.rc == 0, result.stderr
+    return dst_strategy
+
+
+def test_transform_8_ranks_to_2_then_merge(sliced, state, network, tmp_path):
+    root, strategy, _ = sliced
+    dst_strategy = transform_to_two_ranks(network, state, root / "checkpoints", strategy, tmp_path)
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["rank_0", "rank_1"]
     rank1 = load(tmp_path / "two" / "rank_1" / "checkpoint1.ckpt")
     np.testing.assert_array_equal(rank1["layer1.weight"], state["layer1.weight"][:, 256:])

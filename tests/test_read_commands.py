@@ -295,10 +295,11 @@ def test_eval_of_a_run_names_its_checkpoint_not_a_deleted_download(tmp_path):
 # A sliced run's merged checkpoint, evaluated as it is
 
 
-def sliced_run_directory(run_dir: Path) -> DictConfig:
-    """A run directory as ``parallel=semi_auto checkpoint=sliced`` leaves it, as far as
-    merge and eval read it: its config.yaml, every rank's slice of the default MLP (untrained)
-    and the strategy file, written directly (no training). Returns its config."""
+def sliced_run_directory(run_dir: Path, fmt: str = "ckpt") -> DictConfig:
+    """A run directory as ``parallel=semi_auto checkpoint=sliced checkpoint.format=<fmt>``
+    leaves it, as far as merge and eval read it: its config.yaml, every rank's slice of the
+    default MLP (untrained) and the strategy file, written directly (no training). Returns
+    its config."""
     import mindspore as ms
     from omegaconf import OmegaConf
 
@@ -313,7 +314,10 @@ def sliced_run_directory(run_dir: Path) -> DictConfig:
     from ms_exp.preflight.compose import compose_config, hydra_config_of
 
     run_dir.mkdir(parents=True)
-    cfg = compose_config(["parallel=semi_auto", "checkpoint=sliced"], return_hydra_config=True)
+    cfg = compose_config(
+        ["parallel=semi_auto", "checkpoint=sliced", f"checkpoint.format={fmt}"],
+        return_hydra_config=True,
+    )
     with hydra_config_of(cfg, str(run_dir)):
         job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         OmegaConf.save(job, run_dir / "config.yaml", resolve=True)
@@ -327,7 +331,7 @@ def sliced_run_directory(run_dir: Path) -> DictConfig:
         8,
         run_dir / "checkpoints",
         "checkpoint",
-        "checkpoint-1_10.ckpt",
+        f"checkpoint-1_10.{fmt}",
     )
     write_strategy_file(
         run_dir / "strategy.ckpt",
@@ -335,6 +339,74 @@ def sliced_run_directory(run_dir: Path) -> DictConfig:
         op_strategies=operator_strategies(network, strategies, 8),
     )
     return OmegaConf.load(run_dir / "config.yaml")
+
+
+def shared_run_directory(run_dir: Path) -> dict:
+    """A run directory as ``parallel=data checkpoint.remove_redundancy=true`` leaves it on 2
+    ranks: each rank's file holds its share of the entries (MindSpore 2.10 gives rank 0 the
+    biases, rank 1 the weights, both the epoch and step). Returns the whole state."""
+    import mindspore as ms
+    from omegaconf import OmegaConf
+
+    from ms_exp.checkpoint.files import save_weights
+    from ms_exp.data.build import declared_spec
+    from ms_exp.models import create_network
+    from ms_exp.preflight.compose import compose_config, hydra_config_of
+
+    run_dir.mkdir(parents=True)
+    cfg = compose_config(
+        ["parallel=data", "checkpoint.remove_redundancy=true"], return_hydra_config=True
+    )
+    with hydra_config_of(cfg, str(run_dir)):
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        OmegaConf.save(job, run_dir / "config.yaml", resolve=True)
+    ms.set_seed(1)
+    network = create_network(job.model, declared_spec(job.dataset))
+    state = {p.name: p.asnumpy() for p in network.trainable_params()}
+    for rank, kind in enumerate(("bias", "weight")):
+        share = {n: a for n, a in state.items() if n.endswith(kind)}
+        entries = [{"name": n, "data": ms.Tensor(a)} for n, a in share.items()]
+        folder = run_dir / "checkpoints" / f"rank_{rank}"
+        folder.mkdir(parents=True)
+        save_weights(entries, folder / "checkpoint-1_10.ckpt")
+    return state
+
+
+@pytest.mark.e2e  # in process, but seconds long: docs/developing.md#lanes
+def test_a_redundancy_free_run_is_merged_from_its_shares_then_evaluated(tmp_path):
+    """checkpoint.remove_redundancy: one rank's file is refused with the merge command; the
+    merge joins the ranks' shares into the whole state, which evaluates."""
+    from ms_exp.checkpoint.files import load_verified
+
+    run_dir = tmp_path / "outputs" / "run"
+    state = shared_run_directory(run_dir)
+    share = run_dir / "checkpoints" / "rank_0" / "checkpoint-1_10.ckpt"
+    work = tmp_path / "work"
+    refused = main_in_process("ms_exp.eval", ["--checkpoint", str(share)], work)
+    merged_file = run_dir / "checkpoints" / "merged" / "rank_0" / "checkpoint0.ckpt"
+    assert one_line(refused, "ms_exp.eval") == (
+        f"--checkpoint='{share}': one rank's share of a run saved with "
+        "checkpoint.remove_redundancy=true; expected a whole checkpoint: merge the shares with "
+        f"{python_command()} -m ms_exp.ckpt merge {run_dir}, then pass --checkpoint "
+        f"{merged_file} (or --run-id <run id> without --checkpoint: its last step, merged)"
+    )
+    merged = main_in_process("ms_exp.ckpt", ["merge", str(run_dir)], work)
+    assert merged.rc == 0, merged.stderr[-3000:]
+    said, shown = merged.stdout.strip().splitlines()[-2:]
+    assert said == (
+        f"merged checkpoint-1_10.ckpt (epoch 1, step 10 of the epoch) of ranks 0-1 "
+        f"({run_dir / 'checkpoints'}), each rank's share (checkpoint.remove_redundancy)"
+    )
+    assert shown == str(merged_file)
+    whole = {n: p.asnumpy() for n, p in load_verified(merged_file).items()}
+    assert set(whole) == set(state)
+    assert all(np.array_equal(whole[n], a) for n, a in state.items())
+    shutil.copyfile(migrated_store(), work / "mlflow.db")
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(merged_file)], work)
+    assert result.rc == 0, result.stderr[-3000:]
+    assert re.search(r"^result: \{.*'accuracy'.*\} ckpt= (.*)$", result.stdout, re.M).group(
+        1
+    ) == str(merged_file)
 
 
 def evaluated_files(monkeypatch) -> List[Path]:
@@ -363,13 +435,15 @@ def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     tmp_path, monkeypatch
 ):
     """As a sliced run's last lines say: merge (its default output), then eval that file;
-    the file is evaluated as it is, found in its run directory, and named by ``ckpt=``."""
+    the file is evaluated as it is, found in its run directory, and named by ``ckpt=``. The
+    run saved safetensors (tests/test_semi_auto.py: .ckpt): merged by unified_safetensors
+    into one .safetensors file with its digest."""
     from ms_exp.job.outputs import sliced_checkpoint_lines
 
     run_dir = tmp_path / "outputs" / "run"
-    cfg = sliced_run_directory(run_dir)
+    cfg = sliced_run_directory(run_dir, "safetensors")
     lines = sliced_checkpoint_lines(run_dir, cfg)
-    merged_file = run_dir / "checkpoints" / "merged" / "rank_0" / "checkpoint0.ckpt"
+    merged_file = run_dir / "checkpoints" / "merged" / "rank_0" / "checkpoint0.safetensors"
     assert lines[2:] == [
         f"merge them into one checkpoint: {python_command()} -m ms_exp.ckpt merge {run_dir}",
         f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint {merged_file}",
@@ -378,6 +452,7 @@ def test_the_printed_merge_then_eval_commands_evaluate_the_merged_file_itself(
     merged = main_in_process("ms_exp.ckpt", command_of(lines[2], "ms_exp.ckpt"), work)
     assert merged.rc == 0, merged.stderr[-3000:]
     assert merged.stdout.strip().splitlines()[-1] == str(merged_file)
+    assert merged_file.with_name("checkpoint0.safetensors.sha256").is_file()
     # The store the run recorded in (its config's: ./mlflow.db), holding the run.
     shutil.copyfile(migrated_store(), work / "mlflow.db")
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")

@@ -64,9 +64,18 @@ def reference(tmp_path_factory):
     )
 
 
+# The killed jobs save safetensors, asynchronously (the reference: .ckpt, synchronously):
+# neither changes a weight, and the kills at exact moments in test_survival.py save .ckpt.
+SAFETENSORS = "checkpoint.format=safetensors"
+ASYNC = "checkpoint.async_save=true"
+
+
 def _start(cwd: Path, resume: str = "auto") -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "ms_exp.run", *FAST, *JOB, f"trainer.resume={resume}"],
+        [
+            *(sys.executable, "-m", "ms_exp.run", *FAST, *JOB),
+            *(SAFETENSORS, ASYNC, f"trainer.resume={resume}"),
+        ],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -122,12 +131,14 @@ def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights
         p.parent
         for p in work.glob("outputs/*/*/run.json")
         if (p.parent / "checkpoints/rank_0").is_dir()
-        and any((p.parent / "checkpoints/rank_0").glob("checkpoint-*.ckpt"))
+        and any((p.parent / "checkpoints/rank_0").glob("checkpoint-*.safetensors"))
     }
     folder = run_dir / "checkpoints/rank_0"
-    newest = max(folder.glob("checkpoint-*.ckpt"), key=lambda p: p.stat().st_mtime)
+    newest = max(folder.glob("checkpoint-*.safetensors"), key=lambda p: p.stat().st_mtime)
     epoch, step = map(int, re.match(r"checkpoint-(\d+)_(\d+)", newest.name).groups())
-    torn = folder / f"checkpoint-{epoch}_{step + 1}.ckpt"
+    # Each safetensors checkpoint has the digest ms_exp recorded; a torn one has none.
+    assert (folder / f"{newest.name}.sha256").is_file()
+    torn = folder / f"checkpoint-{epoch}_{step + 1}.safetensors"
     torn.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
 
     # The last job names the run by its MLflow run id (the killed ones found it with
@@ -140,7 +151,7 @@ def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights
     assert f"resumed from {newest}: epoch {epoch}, step " in output
     assert torn.with_name(torn.name + ".damaged").is_file() and not torn.exists()
 
-    final = weights(run_dir / f"checkpoints/rank_0/checkpoint-2_{STEPS_PER_EPOCH}.ckpt")
+    final = weights(run_dir / f"checkpoints/rank_0/checkpoint-2_{STEPS_PER_EPOCH}.safetensors")
     # Weights, optimizer moments (up to denormals), global step, learning rate.
     assert_same_training_state(final, reference.weights)
 
@@ -160,22 +171,40 @@ def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights
     steps_logged = Counter(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
     assert steps_logged == Counter(range(1, TOTAL_STEPS + 1))
     assert run.data.metrics["eval/accuracy"] == pytest.approx(reference.accuracy)
+    # The run's last checkpoint went to MLflow with its digest; evaluated from there, it
+    # gives the run's final accuracy.
+    logged = {a.path for a in client.list_artifacts(run_id, "checkpoints/rank_0")}
+    last = f"checkpoints/rank_0/checkpoint-2_{STEPS_PER_EPOCH}.safetensors"
+    best = "checkpoints/rank_0/best.safetensors"
+    assert {last, f"{last}.sha256", best, f"{best}.sha256"} <= logged, logged
+    evaluation = main_in_process("ms_exp.eval", ["--run-id", run_id], work)
+    assert evaluation.rc == 0, evaluation.stderr[-2000:]
+    printed = float(re.search(r"result: \{'accuracy': ([0-9.]+)", evaluation.stdout).group(1))
+    assert printed == pytest.approx(run.data.metrics["eval/accuracy"], abs=1e-9)
 
 
 @pytest.mark.e2e
 def test_an_explicit_checkpoint_extends_the_same_run_with_more_epochs(reference):
-    """(An MLflow run id as trainer.resume: the last job of the test above.)"""
+    """(An MLflow run id as trainer.resume: the last job of the test above.) The second job
+    saves safetensors: it reads the run's .ckpt and writes its own format from there on."""
     first = reference.result
     folder = first.run_dir / "checkpoints/rank_0"
     # From a checkpoint file, not the newest (2_18 of the kept 2_18 and 2_22), with more
     # epochs than the run had: the run goes on from it.
     older = folder / "checkpoint-2_18.ckpt"
-    second = train(first.cwd, *JOB, "trainer.epochs=3", f"trainer.resume={older}")
+    second = train(first.cwd, *JOB, "trainer.epochs=3", SAFETENSORS, f"trainer.resume={older}")
     assert f"resumed from {older}: epoch 2, step 40" in second.stdout
     assert second.run_dir == first.run_dir and second.run_id == first.run_id
     # The folder Hydra made for the second command held only its record: removed.
     assert [p.resolve() for p in first.cwd.glob("outputs/*/*")] == [first.run_dir.resolve()]
-    assert (folder / "checkpoint-3_22.ckpt").is_file()
+    # keep_checkpoint_max counts both formats: the two newest are the second job's.
+    assert sorted(p.name for p in folder.glob("checkpoint-[0-9]*")) == [
+        "checkpoint-3_21.safetensors",
+        "checkpoint-3_21.safetensors.sha256",
+        "checkpoint-3_22.safetensors",
+        "checkpoint-3_22.safetensors.sha256",
+    ]
+    assert f"last checkpoint: {folder / 'checkpoint-3_22.safetensors'}" in second.stdout
     run = second.store.get_run(first.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["ms_exp.resumed_from"] == "checkpoint-2_18.ckpt (epoch 2, step 18 of it)"

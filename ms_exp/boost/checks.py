@@ -102,10 +102,10 @@ def _network_parameters(cfg: DictConfig) -> Dict[str, Tuple[int, ...]]:
 
 def _check_weights(path: Path, shapes: Shapes) -> None:
     require(
-        path.is_file() and path.suffix == ".ckpt",
+        path.is_file() and path.suffix in (".ckpt", ".safetensors"),
         "boost.pretrained_weight_path",
         str(path),
-        "a .ckpt file that exists (stage one's final checkpoint)",
+        "a .ckpt or .safetensors file that exists (stage one's final checkpoint)",
     )
     mismatched = _mismatched_parameters(path, shapes, "boost.pretrained_weight_path")
     require(

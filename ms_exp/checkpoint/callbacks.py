@@ -8,15 +8,23 @@ save must not leave none)."""
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-import mindspore as ms
 from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 from omegaconf import DictConfig
 
-from ms_exp.checkpoint.files import BEST_NAME, numbered_checkpoints
+from ms_exp.checkpoint.files import (
+    best_name,
+    format_of,
+    numbered_checkpoints,
+    record_digest,
+    remove_checkpoint,
+    replace_checkpoint,
+    save_weights,
+)
 from ms_exp.checkpoint.snapshots import SNAPSHOT_PREFIX, snapshot_files
 
 # What best.ckpt scored, so a resumed run does not replace it with a worse one.
@@ -48,6 +56,9 @@ class TimedModelCheckpoint(ModelCheckpoint):
         self.save_time_s = 0.0
         self.keep_max = keep_max
         self.before_save = before_save
+        # With async_save, the file MindSpore's thread is still writing: its digest is
+        # recorded and the older files removed only once it is there whole.
+        self._pending: Optional[Path] = None
         if start_step:
             # A resumed run writes on in its own folder: ModelCheckpoint would otherwise
             # switch to "<prefix>_1-..." names because files of that prefix exist, and would
@@ -90,20 +101,37 @@ class TimedModelCheckpoint(ModelCheckpoint):
         finally:
             self.save_time_s += time.perf_counter() - start
         if self.latest_ckpt_file_name != before:
+            # MindSpore joined the previous save's thread before starting this one.
+            self._written()
+            self._pending = Path(self.latest_ckpt_file_name)
+        if not _async_save_running():
+            self._written()
+
+    def _written(self) -> None:
+        """The pending save has ended: if it left its file, record its digest, then remove
+        the older files (a file still being written is not among them).
+
+        MindSpore writes ``<name>.tmp`` and renames it (a synchronous save too), so the
+        file is whole once its writing thread ("asyn_save_ckpt") has ended; a thread that
+        died leaves no file, and the older checkpoints stay (docs/design.md#async-save)."""
+        written, self._pending = self._pending, None
+        if written is not None and written.is_file():
+            record_digest(written)
             self._remove_old()
 
     def _remove_old(self) -> None:
         """Keep the ``keep_max`` newest checkpoints; the one just written is among them."""
         files = numbered_checkpoints(Path(self._directory), self._prefix)
         for path in files[: max(0, len(files) - self.keep_max)]:
-            path.unlink(missing_ok=True)
+            remove_checkpoint(path)
 
 
 class BestCheckpoint(Callback):
     """Save the network's weights whenever an evaluation beats the best ``metric`` so far
     (the model option's ``best_metric``: accuracy, or AUC for Wide&Deep).
 
-    Written to a temporary name and renamed, so ``best.ckpt`` is never half-written. The
+    Written to a temporary name and renamed, so ``best.ckpt`` (``best.safetensors`` with
+    ``checkpoint.format=safetensors``) is never half-written. The
     file holds the whole network on every rank (``save_checkpoint`` integrates the slices),
     so only rank 0 keeps it (``keep``); where the weights are sharded (``gathers``) the other
     ranks still save, as gathering them is collective, and delete what they wrote."""
@@ -115,12 +143,13 @@ class BestCheckpoint(Callback):
         metric: str = "accuracy",
         keep: bool = True,
         gathers: bool = False,
+        fmt: str = "ckpt",
     ):
         super().__init__()
         self.network = network
         self.metric = metric
         self.keep, self.gathers = keep, gathers
-        self.path = Path(directory) / BEST_NAME
+        self.path = Path(directory) / best_name(fmt)
         self.best: Optional[float] = None
         record = self.path.with_name(BEST_RECORD)
         if self.path.is_file() and record.is_file():  # a resumed run's earlier best
@@ -141,13 +170,13 @@ class BestCheckpoint(Callback):
         if not (self.keep or self.gathers):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name("best.partial.ckpt")
-        ms.save_checkpoint(self.network, str(partial), crc_check=True)
+        partial = self.path.with_name("best.partial" + self.path.suffix)
+        save_weights(self.network, partial)
         if not self.keep:
-            partial.unlink(missing_ok=True)
+            remove_checkpoint(partial)
             self.best = float(value)
             return
-        os.replace(partial, self.path)
+        replace_checkpoint(partial, self.path)
         self.best = float(value)
         # Every metric of that evaluation: what the run's best model scored.
         scored = {f"eval/{n}": float(v) for n, v in results.items() if not n.startswith("eval_")}
@@ -197,7 +226,10 @@ def create_checkpoint_callbacks(
             integrated_save=cfg.integrated_save,
             # epoch_num and step_num: where a resumed run continues (ms_exp/checkpoint/resume.py).
             append_info=["epoch_num", "step_num"],
-            crc_check=True,
+            # MindSpore refuses a CRC for safetensors: ms_exp records a digest instead.
+            **_format_options(format_of(cfg)),
+            async_save=bool(cfg.get("async_save", False)),
+            remove_redundancy=bool(cfg.get("remove_redundancy", False)),
         )
         callbacks.append(
             TimedModelCheckpoint(
@@ -206,9 +238,26 @@ def create_checkpoint_callbacks(
         )
     if cfg.keep_best:
         callbacks.append(
-            BestCheckpoint(network, directory, best_metric, keep=rank_id == 0, gathers=sharded)
+            BestCheckpoint(
+                network,
+                directory,
+                best_metric,
+                keep=rank_id == 0,
+                gathers=sharded,
+                fmt=format_of(cfg),
+            )
         )
     return callbacks
+
+
+def _async_save_running() -> bool:
+    """Whether MindSpore's checkpoint-writing thread (its fixed name) is still at work."""
+    return any(t.name == "asyn_save_ckpt" and t.is_alive() for t in threading.enumerate())
+
+
+def _format_options(fmt: str) -> Dict[str, Any]:
+    """CheckpointConfig's arguments for ``checkpoint.format``."""
+    return {"format": "safetensors"} if fmt == "safetensors" else {"crc_check": True}
 
 
 class _SaveFailureRaised(logging.Filter):

@@ -28,6 +28,18 @@ def validate_checkpoint(cfg: DictConfig) -> None:
     )
 
 
+def validate_checkpoint_parallel(cfg: DictConfig) -> None:
+    """Checkpoint keys that need a parallel mode."""
+    mode = cfg.parallel.mode
+    require(
+        not cfg.checkpoint.get("remove_redundancy", False) or mode == "data",
+        "checkpoint.remove_redundancy",
+        True,
+        f"false with parallel={mode}: it drops the copies of the weights that data parallel "
+        "ranks hold (use parallel=data)",
+    )
+
+
 def validate_checkpoint_choice(cfg: DictConfig, option: Optional[str]) -> None:
     """Keys that contradict the checkpoint option they were set on. checkpoint=integrated is
     the default and the documented sweep varies its integrated_save (README), so only the

@@ -1,7 +1,11 @@
 """Checkpoint files of a run: where each rank's are, their names and sizes, and reading
-them back whole: every checkpoint is written with MindSpore's CRC32 and read through
-:func:`load_verified`, so a truncated or corrupt one is refused by name, not loaded wrong."""
+them back whole. A ``.ckpt`` is written with MindSpore's CRC32; a ``.safetensors`` file,
+which MindSpore writes without one, gets a SHA-256 recorded beside it (``<file>.sha256``,
+docs/design.md#safetensors). Both are read through :func:`load_verified`, so a truncated or
+corrupt one is refused by name, not loaded wrong."""
 
+import hashlib
+import os
 from itertools import count
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -11,23 +15,129 @@ import mindspore as ms
 from ms_exp.config.errors import ConfigError
 
 BEST_NAME = "best.ckpt"
+# checkpoint.format: the file suffix of each.
+SUFFIXES = {"ckpt": ".ckpt", "safetensors": ".safetensors"}
+DIGEST_SUFFIX = ".sha256"
+
+
+def format_of(checkpoint: Any) -> str:
+    """``checkpoint.format`` of a ``checkpoint`` group (an Enum in the typed config, a string
+    in one read back; ``ckpt`` in a run's config saved before the key existed)."""
+    value = checkpoint.get("format", "ckpt")
+    return str(getattr(value, "value", value))
+
+
+def checkpoint_format(path: Path) -> str:
+    """``safetensors`` for a ``.safetensors`` file, else ``ckpt``: a run reads either
+    format whatever its own ``checkpoint.format``."""
+    return "safetensors" if Path(path).suffix == SUFFIXES["safetensors"] else "ckpt"
+
+
+def is_checkpoint_file(path: Path) -> bool:
+    return Path(path).suffix in SUFFIXES.values()
+
+
+def best_name(fmt: str = "ckpt") -> str:
+    """``best.ckpt`` or ``best.safetensors``."""
+    return "best" + SUFFIXES[fmt]
+
+
+def best_file(directory: Path) -> Optional[Path]:
+    """The rank folder's best checkpoint in either format (the newer if both are there)."""
+    found = [p for p in (Path(directory) / best_name(f) for f in SUFFIXES) if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def digest_file(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + DIGEST_SUFFIX)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_digest(path: Path) -> None:
+    """Record the SHA-256 of a safetensors file just written (``<file>.sha256``, written
+    under a temporary name and renamed). ``.ckpt`` files carry MindSpore's CRC instead."""
+    if checkpoint_format(path) != "safetensors":
+        return
+    target = digest_file(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(_sha256(path) + "\n")
+    os.replace(partial, target)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """A checkpoint and the digest recorded for it."""
+    Path(path).unlink(missing_ok=True)
+    digest_file(path).unlink(missing_ok=True)
+
+
+def replace_checkpoint(partial: Path, path: Path) -> None:
+    """Rename a checkpoint written under a temporary name, with its digest: the digest
+    first, so a kill between the two renames leaves a file its digest refuses, never a
+    changed one that passes."""
+    if digest_file(partial).is_file():
+        os.replace(digest_file(partial), digest_file(path))
+    os.replace(partial, path)
+
+
+def save_weights(save_obj: Any, path: Path, **kwargs: Any) -> None:
+    """``save_checkpoint`` in the format ``path``'s suffix names: a ``.ckpt`` with its CRC,
+    a ``.safetensors`` file (MindSpore refuses a CRC for it) with its digest recorded."""
+    if checkpoint_format(path) == "safetensors":
+        ms.save_checkpoint(save_obj, str(path), format="safetensors", **kwargs)
+        record_digest(path)
+    else:
+        ms.save_checkpoint(save_obj, str(path), crc_check=True, **kwargs)
 
 
 class DamagedCheckpoint(ValueError):
     """A checkpoint file that cannot be read back whole; the message names the file."""
 
 
+def _check_digest(path: Path) -> None:
+    """A safetensors file against the digest recorded when it was written. MindSpore's own
+    load refuses a truncated one but reads changed bytes as weights; a file without a
+    recorded digest (written elsewhere) gets only MindSpore's parse."""
+    try:
+        recorded = digest_file(path).read_text().strip()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise DamagedCheckpoint(
+            f"checkpoint {path} cannot be checked (its digest {digest_file(path)}: "
+            f"{error.strerror or error})"
+        ) from None
+    if _sha256(path) != recorded:
+        raise DamagedCheckpoint(
+            f"checkpoint {path} is damaged (truncated or corrupt: its SHA-256 differs "
+            f"from the one recorded in {digest_file(path).name} when it was written)"
+        )
+
+
 def load_verified(path: Path, **kwargs: Any) -> dict:
-    """``load_checkpoint(path, crc_check=True)``, with a failure naming the file and why.
+    """``load_checkpoint`` of a ``.ckpt`` with ``crc_check=True``, of a ``.safetensors``
+    file after its digest is checked, with a failure naming the file and why.
 
     MindSpore reports a CRC mismatch as "May not have permission to read it"."""
     try:
+        if checkpoint_format(path) == "safetensors":
+            _check_digest(path)
+            return ms.load_checkpoint(str(path), format="safetensors", **kwargs)
         return ms.load_checkpoint(str(path), crc_check=True, **kwargs)
     except (ValueError, RuntimeError, OSError) as error:
+        if isinstance(error, DamagedCheckpoint):
+            raise
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise DamagedCheckpoint(
             f"checkpoint {path} is damaged (truncated or corrupt: MindSpore's "
-            f"CRC check or parse failed: {reason})"
+            f"{'' if checkpoint_format(path) == 'safetensors' else 'CRC check or '}parse "
+            f"failed: {reason})"
         ) from None
 
 
@@ -36,6 +146,22 @@ def verify_checkpoint(path: Path) -> None:
     file; only one entry is kept, so the weights are not held in memory for nothing."""
     entries = count()
     load_verified(path, choice_func=lambda name: next(entries) == 0)
+
+
+def rank_folders(checkpoints: Path) -> List[Path]:
+    """The ``rank_<r>`` folders of a run's ``checkpoints`` folder, by rank."""
+    found = [p for p in Path(checkpoints).glob("rank_*") if p.name[5:].isdigit() and p.is_dir()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def load_shares(name: str, folders: List[Path]) -> dict:
+    """A checkpoint saved with ``checkpoint.remove_redundancy``: each rank's file of that
+    name holds its share of the entries, all of them together the whole state
+    (docs/design.md#remove-redundancy)."""
+    weights: dict = {}
+    for folder in folders:
+        weights.update(load_verified(folder / name))
+    return weights
 
 
 def check_shapes(
@@ -58,11 +184,12 @@ def check_shapes(
 
 
 def checkpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:
-    """(epoch, step in epoch) of a ``<prefix>-<epoch>_<step>.ckpt`` name, else None."""
+    """(epoch, step in epoch) of a ``<prefix>-<epoch>_<step>.ckpt`` (or ``.safetensors``)
+    name, else None."""
     epoch, _, step = path.stem[len(prefix) + 1 :].partition("_")
     if (
         path.name.startswith(prefix + "-")
-        and path.suffix == ".ckpt"
+        and is_checkpoint_file(path)
         and epoch.isdigit()
         and step.isdigit()
     ):
@@ -71,8 +198,9 @@ def checkpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:
 
 
 def numbered_checkpoints(directory: Path, prefix: str) -> List[Path]:
-    """The ``<prefix>-<epoch>_<step>.ckpt`` files of ``directory``, oldest first."""
-    found = [(checkpoint_position(p, prefix), p) for p in Path(directory).glob(f"{prefix}-*.ckpt")]
+    """The ``<prefix>-<epoch>_<step>.ckpt`` and ``.safetensors`` files of ``directory``,
+    oldest first."""
+    found = [(checkpoint_position(p, prefix), p) for p in Path(directory).glob(f"{prefix}-*")]
     return [p for position, p in sorted(x for x in found if x[0] is not None)]
 
 
@@ -83,17 +211,19 @@ def rank_dir(run_dir: Path, rank_id: int) -> Path:
 def checkpoint_bytes(run_dir: Path, prefix: str) -> Dict[int, int]:
     """Bytes of the checkpoints ``ModelCheckpoint`` left in each ``rank_<r>`` folder.
 
-    ``best.ckpt`` and the ``-graph.meta`` file are not counted: they are the same whatever
+    ``best.*`` and the ``-graph.meta`` file are not counted: they are the same whatever
     ``integrated_save`` says, and would hide the difference it makes."""
     sizes = {}
     for folder in (Path(run_dir) / "checkpoints").glob("rank_*"):
         rank = folder.name[len("rank_") :]
         if folder.is_dir() and rank.isdigit():
-            sizes[int(rank)] = sum(p.stat().st_size for p in folder.glob(f"{prefix}*.ckpt"))
+            sizes[int(rank)] = sum(
+                p.stat().st_size for p in folder.glob(f"{prefix}*") if is_checkpoint_file(p)
+            )
     return sizes
 
 
 def last_checkpoint(directory: Path, prefix: str) -> Optional[Path]:
-    """The newest ``<prefix>-<epoch>_<step>.ckpt`` ModelCheckpoint left in ``directory``."""
+    """The newest ``<prefix>-<epoch>_<step>.<suffix>`` ModelCheckpoint left in ``directory``."""
     files = numbered_checkpoints(directory, prefix)
     return files[-1] if files else None

@@ -236,16 +236,27 @@ def _is_good(path: Path) -> bool:
 
 
 def restore(
-    point: ResumePoint, train_network: Any, train_set: Any, ckpt_dir: Path, steps_per_epoch: int
+    point: ResumePoint,
+    train_network: Any,
+    train_set: Any,
+    ckpt_dir: Path,
+    steps_per_epoch: int,
+    shares: bool = False,
 ) -> int:
     """Load the checkpoint into the train network (weights and optimizer state) and move
-    the dataset to the step after it; return that global step."""
+    the dataset to the step after it; return that global step. ``shares``: each rank saved
+    its share (``checkpoint.remove_redundancy``): every rank reads them all, from the run
+    directory they share, rather than MindSpore's broadcast, which needs the network
+    compiled first (docs/design.md#remove-redundancy)."""
     import mindspore as ms
 
-    from ms_exp.checkpoint.files import load_verified
+    from ms_exp.checkpoint.files import load_shares, load_verified, rank_folders
 
     path = Path(ckpt_dir) / point.checkpoint
-    params = load_verified(path)
+    if shares:
+        params = load_shares(point.checkpoint, rank_folders(Path(ckpt_dir).parent))
+    else:
+        params = load_verified(path)
     step = params.pop("step_num", None)
     params.pop("epoch_num", None)
     # Checkpoints written before ms_exp recorded step_num: the name gives the same step.

@@ -5,6 +5,10 @@ CHECKPOINT_DIR holds one ``rank_<r>/`` folder per device, as ``ModelCheckpoint``
 layout emulation of ``parallel=semi_auto``) writes them. ``merge`` writes one full checkpoint
 (with a CRC); ``transform`` re-slices N ranks into the M of the destination strategy.
 
+Sliced ``.safetensors`` files are merged by MindSpore's ``unified_safetensors`` instead, and
+their parts written again as one ``<prefix>0.safetensors`` with its digest
+(docs/design.md#safetensors).
+
 ``transform_checkpoints`` (2.10) takes the last file by name under each ``rank_<r>/``, so it
 gets a staging folder of each rank's newest checkpoint, the same step on every rank
 (docs/design.md#transform-checkpoints-last-file); its output names are read back, not
@@ -94,8 +98,12 @@ def _read_strategy(option: str, path: PathLike) -> Dict[str, Tuple[tuple, tuple]
 
 
 def _newest_file(rank_dir: Path, prefix: str) -> Optional[Path]:
-    """The rank's most recently written ``<prefix>*.ckpt``."""
-    files = [p for p in rank_dir.glob(glob.escape(prefix) + "*.ckpt") if p.is_file()]
+    """The rank's most recently written ``<prefix>*.ckpt`` or ``<prefix>*.safetensors``."""
+    from ms_exp.checkpoint.files import is_checkpoint_file
+
+    files = [
+        p for p in rank_dir.glob(glob.escape(prefix) + "*") if p.is_file() and is_checkpoint_file(p)
+    ]
     return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
 
 
@@ -118,8 +126,8 @@ def _rank_files(
 
     files, stepped = {}, True
     for rank in range(device_num):
-        # ModelCheckpoint's newest <prefix>-<epoch>_<step>.ckpt; else the newest <prefix>*.ckpt
-        # (transform_checkpoints' own output is <prefix><rank>.ckpt).
+        # ModelCheckpoint's newest <prefix>-<epoch>_<step>.ckpt (or .safetensors); else the
+        # newest <prefix>*.ckpt (transform_checkpoints' own output is <prefix><rank>.ckpt).
         newest = last_checkpoint(ranks[rank], prefix)
         stepped = stepped and newest is not None
         picked = newest or _newest_file(ranks[rank], prefix)
@@ -191,68 +199,126 @@ def _transform(
             )
     # _read_strategy checked that every layout spans the same devices.
     files = _rank_files(src_dir, ranks, prod(next(iter(src_layouts.values()))[0]), prefix)
+    suffixes = {path.suffix for path in files.values()}
+    if len(suffixes) > 1:
+        raise CkptError(
+            f"ranks hold different formats: rank_0's newest checkpoint is {files[0].name}, "
+            f"another's {next(p.name for p in files.values() if p.suffix != files[0].suffix)}"
+        )
     _warn_unlisted_states(files[0], src_layouts)
+    fmt = "safetensors" if files[0].suffix == ".safetensors" else "ckpt"
 
     from mindspore.parallel import transform_checkpoints
 
+    from ms_exp.checkpoint.files import replace_checkpoint
     from ms_exp.checkpoint.scratch import scratch_folder
 
     output.parent.mkdir(parents=True, exist_ok=True)
     with scratch_folder(SCRATCH_PREFIX, output.parent) as scratch:
         stage, result = Path(scratch) / "src", Path(scratch) / "dst"
+        # MindSpore 2.10's transform_checkpoints re-slices safetensors sources wrongly: they
+        # are re-sliced as .ckpt copies and written back (docs/design.md#safetensors).
+        via_ckpt = fmt == "safetensors" and dst_strategy is not None
         for rank, path in files.items():
             (stage / f"rank_{rank}").mkdir(parents=True)
+            if via_ckpt:
+                _rewrite_as(path, stage / f"rank_{rank}" / f"{path.stem}.ckpt")
+                continue
             try:
                 os.symlink(path, stage / f"rank_{rank}" / path.name)
             except OSError:
                 shutil.copy2(path, stage / f"rank_{rank}" / path.name)
+        tool = "transform_checkpoints"
         try:
-            transform_checkpoints(
-                str(stage),
-                str(result),
-                prefix,
-                str(Path(src_strategy).resolve()),
-                str(Path(dst_strategy).resolve()) if dst_strategy else None,
-            )
+            if fmt == "safetensors" and dst_strategy is None:
+                tool = "unified_safetensors"
+                _unify_safetensors(stage, Path(src_strategy).resolve(), result, prefix)
+            else:
+                transform_checkpoints(
+                    str(stage),
+                    str(result),
+                    prefix,
+                    str(Path(src_strategy).resolve()),
+                    str(Path(dst_strategy).resolve()) if dst_strategy else None,
+                    output_format="ckpt" if via_ckpt else fmt,
+                )
         except Exception as error:
             text = str(error).strip().splitlines()
             raise CkptError(
-                f"transform_checkpoints failed: {text[0] if text else type(error).__name__}",
+                f"{tool} failed: {text[0] if text else type(error).__name__}",
                 exit_code=1,
             )
         produced = {}
         for rank_dir in result.iterdir():
             match = _RANK_DIR.match(rank_dir.name)
-            written = sorted(rank_dir.glob("*.ckpt")) if match else []
+            written = sorted(rank_dir.glob("*.ckpt" if via_ckpt else f"*.{fmt}")) if match else []
             if match is None or len(written) != 1:
                 raise CkptError(
                     f"transform_checkpoints left {len(written)} files in "
                     f"{rank_dir.name}, expected one",
                     exit_code=1,
                 )
+            if via_ckpt:
+                converted = written[0].with_suffix(".safetensors")
+                _rewrite_as(written[0], converted)
+                written[0].unlink()
+                written = [converted]
             target = output / rank_dir.name
             target.mkdir(parents=True, exist_ok=True)
-            if dst_strategy is None:  # merged: one full file, saved again with its CRC
+            # merged: one full file, saved again with its CRC; safetensors: their digests
+            if dst_strategy is None or fmt == "safetensors":
                 _with_crc(written[0])
-            os.replace(written[0], target / written[0].name)
+            replace_checkpoint(written[0], target / written[0].name)  # with its digest
             produced[int(match.group(1))] = target / written[0].name
     return dict(sorted(produced.items())), files
 
 
 def _with_crc(path: Path) -> None:
     """transform_checkpoints writes no CRC, so every later load warns and checks nothing;
-    the merged weights are written again, with one (in place: the file is still scratch)."""
+    the merged weights are written again, with one (in place: the file is still scratch).
+    A safetensors file gets its digest recorded instead."""
     import mindspore as ms
 
+    from ms_exp.checkpoint.files import checkpoint_format, record_digest, save_weights
+
+    if checkpoint_format(path) == "safetensors":
+        record_digest(path)
+        return
     weights = ms.load_checkpoint(str(path))
+    save_weights([{"name": name, "data": value} for name, value in weights.items()], path)
+
+
+def _rewrite_as(source: Path, target: Path) -> None:
+    """The weights of ``source`` written again in the format ``target``'s suffix names (a
+    ``.safetensors`` target gets its digest)."""
+    from ms_exp.checkpoint.files import load_verified, save_weights
+
+    weights = load_verified(source)
+    save_weights([{"name": name, "data": value} for name, value in weights.items()], target)
+
+
+def _unify_safetensors(stage: Path, strategy: Path, result: Path, prefix: str) -> None:
+    """MindSpore's ``unified_safetensors`` merges the slices into ``part<n>.safetensors``
+    files and a ``hyper_param.safetensors`` of the entries no strategy covers; they are
+    written again as ``result/rank_0/<prefix>0.safetensors``, the name a ``.ckpt`` merge
+    gives (docs/design.md#safetensors)."""
+    import mindspore as ms
+    from mindspore.parallel import unified_safetensors
+
+    unified = result.with_name("unified")
+    unified_safetensors(str(stage), str(strategy), str(unified), max_process_num=1)
+    weights: Dict[str, Any] = {}
+    for part in sorted(unified.glob("*.safetensors")):
+        weights.update(ms.load_checkpoint(str(part), format="safetensors"))
+    (result / "rank_0").mkdir(parents=True)
     ms.save_checkpoint(
         [{"name": name, "data": value} for name, value in weights.items()],
-        str(path),
-        crc_check=True,
+        str(result / "rank_0" / f"{prefix}0.safetensors"),
+        format="safetensors",
     )
 
 
-_STEPPED = re.compile(r"-(\d+)_(\d+)\.ckpt$")
+_STEPPED = re.compile(r"-(\d+)_(\d+)\.(?:ckpt|safetensors)$")
 
 
 def describe_merge(files: Dict[int, Path], strategy_file: PathLike) -> str:
@@ -267,10 +333,10 @@ def describe_merge(files: Dict[int, Path], strategy_file: PathLike) -> str:
     )
 
 
-def merged_file(src_dir: PathLike, prefix: str = "checkpoint") -> Path:
+def merged_file(src_dir: PathLike, prefix: str = "checkpoint", fmt: str = "ckpt") -> Path:
     """Where :func:`merge_checkpoints` writes by default:
-    ``<src_dir>/merged/rank_0/<prefix>0.ckpt``."""
-    return Path(src_dir) / "merged" / "rank_0" / f"{prefix}0.ckpt"
+    ``<src_dir>/merged/rank_0/<prefix>0.ckpt`` (``.safetensors`` for such slices)."""
+    return Path(src_dir) / "merged" / "rank_0" / f"{prefix}0.{fmt}"
 
 
 def merge_checkpoints(
@@ -312,11 +378,68 @@ def is_sliced_run(cfg: DictConfig) -> bool:
     )
 
 
-def run_sources(
-    source: str, workdir: Path, tracking_uri: Optional[str] = None
-) -> Tuple[Path, Optional[Path], str]:
-    """``(checkpoint dir, strategy file, prefix)`` of a run directory, an MLflow run id, or
-    a plain folder of ``rank_<r>/`` folders (strategy unknown, prefix "checkpoint")."""
+def saves_shares(cfg: DictConfig) -> bool:
+    """Did this run's ranks save only their shares (``checkpoint.remove_redundancy``)?"""
+    return (
+        cfg.parallel.mode == "data"
+        and cfg.checkpoint.save
+        and bool(cfg.checkpoint.get("remove_redundancy", False))
+    )
+
+
+def merge_shares(
+    src_dir: PathLike,
+    output_dir: PathLike,
+    prefix: str = "checkpoint",
+    report: Optional[Callable[[str], Any]] = None,
+) -> Path:
+    """One whole checkpoint from the shares each rank saved with
+    ``checkpoint.remove_redundancy`` (their newest checkpoint every rank holds), written as
+    ``output_dir/rank_0/<prefix>0.<suffix>``; returns its path."""
+    from ms_exp.checkpoint.files import (
+        DamagedCheckpoint,
+        load_shares,
+        numbered_checkpoints,
+        rank_folders,
+        replace_checkpoint,
+        save_weights,
+    )
+
+    ranks = _check_inputs(src_dir, [], prefix)
+    folders = [ranks[rank] for rank in sorted(ranks)]
+    held = [{p.name for p in numbered_checkpoints(folder, prefix)} for folder in folders]
+    common = [p for p in numbered_checkpoints(folders[0], prefix) if all(p.name in h for h in held)]
+    if not common:
+        raise CkptError(f"no {prefix}-<epoch>_<step> checkpoint that every rank of {src_dir} holds")
+    name = common[-1].name
+    try:
+        weights = load_shares(name, rank_folders(Path(src_dir)))
+    except DamagedCheckpoint as error:
+        raise CkptError(str(error)) from None
+    target = Path(output_dir) / "rank_0" / f"{prefix}0{common[-1].suffix}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.stem}.partial{target.suffix}")
+    save_weights([{"name": n, "data": value} for n, value in weights.items()], partial)
+    replace_checkpoint(partial, target)
+    if report is not None:
+        stepped = _STEPPED.search(name)
+        when = (
+            f" (epoch {stepped.group(1)}, step {stepped.group(2)} of the epoch)" if stepped else ""
+        )
+        report(
+            f"merged {name}{when} of ranks 0-{len(folders) - 1} ({Path(src_dir).resolve()}), "
+            "each rank's share (checkpoint.remove_redundancy)"
+        )
+    return target
+
+
+Sources = Tuple[Path, Optional[Path], str, bool]
+
+
+def run_sources(source: str, workdir: Path, tracking_uri: Optional[str] = None) -> Sources:
+    """``(checkpoint dir, strategy file, prefix, shares)`` of a run directory, an MLflow run
+    id, or a plain folder of ``rank_<r>/`` folders (strategy unknown, prefix "checkpoint");
+    ``shares``: its ranks saved their shares (:func:`saves_shares`)."""
     from ms_exp.config.run_config import load_run_config
 
     path = Path(source)
@@ -325,9 +448,9 @@ def run_sources(
         strategy = (
             Path(cfg.checkpoint.strategy.save_file) if cfg.checkpoint.strategy.save_file else None
         )
-        return path / "checkpoints", strategy, cfg.checkpoint.prefix
+        return path / "checkpoints", strategy, cfg.checkpoint.prefix, saves_shares(cfg)
     if path.is_dir():
-        return path, None, "checkpoint"
+        return path, None, "checkpoint", False
     from ms_exp.tracking.store import is_run_id
 
     if not is_run_id(source):
@@ -335,9 +458,7 @@ def run_sources(
     return _download_run(source, workdir, tracking_uri)
 
 
-def _download_run(
-    run_id: str, workdir: Path, tracking_uri: Optional[str]
-) -> Tuple[Path, Optional[Path], str]:
+def _download_run(run_id: str, workdir: Path, tracking_uri: Optional[str]) -> Sources:
     from ms_exp.config.run_config import load_run_config
     from ms_exp.tracking.records import RunRecords
     from ms_exp.tracking.store import StoreError, quiet_artifact_downloads, resolve_tracking_uri
@@ -359,4 +480,4 @@ def _download_run(
     strategy = None
     if names:
         strategy = records.download(run_id, sorted(names)[0], workdir)
-    return checkpoints, strategy, cfg.checkpoint.prefix
+    return checkpoints, strategy, cfg.checkpoint.prefix, saves_shares(cfg)

@@ -38,6 +38,12 @@ class ContextMode(Enum):
     pynative = "pynative"  # PYNATIVE_MODE: operators run one by one (easier to debug)
 
 
+class CheckpointFormat(Enum):
+    ckpt = "ckpt"  # MindSpore's protobuf `.ckpt`, written with its CRC32
+    # `.safetensors`, which MindSpore writes without a CRC: ms_exp records a SHA-256 beside each
+    safetensors = "safetensors"
+
+
 class ProgressBar(Enum):
     auto = "auto"  # only when stdout is a terminal, never in CI logs
     always = "always"  # also when stdout is not a terminal (logs, CI)
@@ -217,6 +223,17 @@ class CheckpointSchema:
     save_checkpoint_epochs: int = 1  # save every this many epochs (1 when steps are set)
     keep_checkpoint_max: int = 5  # checkpoints kept per rank, the oldest deleted first
     keep_best: bool = True  # best.ckpt: the weights of the best eval accuracy, beside the rest
+    # The file format of every checkpoint the run writes (best and sliced ones too); a run
+    # reads either whatever this says.
+    format: CheckpointFormat = CheckpointFormat.ckpt
+    # true: ModelCheckpoint writes each file in a background thread while training goes on
+    # (CheckpointConfig(async_save)); the older checkpoints are removed only once it is
+    # written, so a save killed half-way leaves the previous one to resume from.
+    async_save: bool = False
+    # parallel=data only: each rank saves only its share of the weights every rank holds
+    # (CheckpointConfig(remove_redundancy)). Resumed on the same number of ranks; merged
+    # into one file (`ms_exp.ckpt merge`) to evaluate on one device.
+    remove_redundancy: bool = False
     strategy: StrategyFile = field(default_factory=StrategyFile)
     snapshots: WeightSnapshots = field(default_factory=WeightSnapshots)
 

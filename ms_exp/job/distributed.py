@@ -55,6 +55,7 @@ def resume_hint(cfg: DictConfig, run_dir: Path) -> str:
     if not resumable(cfg):
         return "run it again (this config saves no checkpoint a run can continue from)"
     folders = [run_dir / "checkpoints" / f"rank_{rank}" for rank in range(cfg.parallel.device_num)]
-    if not all(any(folder.glob(f"{checkpoint.prefix}-*.ckpt")) for folder in folders):
+    saved = (f"{checkpoint.prefix}-*.ckpt", f"{checkpoint.prefix}-*.safetensors")
+    if not all(any(any(folder.glob(p)) for p in saved) for folder in folders):
         return "not every rank had saved a checkpoint yet: run it again"
     return f"continue the run with trainer.resume={run_dir}"

@@ -1,11 +1,12 @@
 """A run's best and last checkpoints as MLflow models, without pickle.
 
 Each of ``best.ckpt`` (when kept) and the last checkpoint becomes ``<run dir>/models/best|last/``:
-``checkpoint.ckpt`` (a hard link where possible), the resolved ``config.yaml`` the network is
-built again from, ``model.mindir`` (runs without ms_exp), and ``MLmodel``, written by the
-tracker (ms_exp/tracking/mlmodel.py): flavors ``mindspore`` and ``python_function`` (loader
-:func:`_load_pyfunc`), signature and input example. The LoggedModel is the tracker's
-``log_model``; registering one is ms_exp/tracking/registry.py.
+``checkpoint.ckpt``, or ``checkpoint.safetensors`` and its digest (hard links where possible),
+the resolved ``config.yaml`` the network is built again from, ``model.mindir`` (runs without
+ms_exp), and ``MLmodel``, written by the tracker (ms_exp/tracking/mlmodel.py): flavors
+``mindspore`` and ``python_function`` (loader :func:`_load_pyfunc`), signature and input
+example. The LoggedModel is the tracker's ``log_model``; registering one is
+ms_exp/tracking/registry.py.
 """
 
 import json
@@ -25,7 +26,7 @@ from ms_exp.train.result import JobResult
 
 MODELS_DIR = "models"
 FLAVOR = "mindspore"
-CHECKPOINT_FILE = "checkpoint.ckpt"
+CHECKPOINT_FILE = "checkpoint.ckpt"  # checkpoint.safetensors for a safetensors run
 CONFIG_FILE = "config.yaml"
 MINDIR_STEM = "model"
 MINDIR_FILE = f"{MINDIR_STEM}.mindir"
@@ -123,6 +124,7 @@ def _warn(text: str) -> None:
 def package_models(cfg: DictConfig, run_dir: Path, result: JobResult) -> List[ModelPackage]:
     """The model directories of the run's best and last checkpoints (those it has)."""
     from ms_exp.checkpoint.callbacks import BEST_RECORD
+    from ms_exp.checkpoint.transform import saves_shares
     from ms_exp.parallel.launcher_config import is_distributed
 
     wanted: List[Tuple[str, Path, Dict[str, float], Optional[int]]] = []
@@ -138,11 +140,12 @@ def package_models(cfg: DictConfig, run_dir: Path, result: JobResult) -> List[Mo
         wanted.append(("best", Path(best), metrics, record.get("epoch")))
     last = result.last_checkpoint
     sliced = is_distributed(cfg.parallel) and not cfg.checkpoint.integrated_save
+    part = "slice" if sliced else "share" if saves_shares(cfg) else None
     if last is not None and Path(last).is_file():
-        if sliced:
+        if part is not None:
             print(
-                f"no MLflow model of the last checkpoint: {last} is one rank's slice "
-                "(merge the slices with ms_exp.ckpt merge, then evaluate with "
+                f"no MLflow model of the last checkpoint: {last} is one rank's {part} "
+                f"(merge the {part}s with ms_exp.ckpt merge, then evaluate with "
                 "ms_exp.eval --checkpoint)",
                 flush=True,
             )
@@ -199,7 +202,7 @@ class NetworkBuilder:
     ) -> ModelPackage:
         import mindspore as ms
 
-        from ms_exp.checkpoint.files import load_verified
+        from ms_exp.checkpoint.files import digest_file, load_verified
 
         started = time.perf_counter()
         not_loaded, _ = ms.load_param_into_net(self.network, load_verified(checkpoint))
@@ -208,7 +211,10 @@ class NetworkBuilder:
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        _link_or_copy(checkpoint, directory / CHECKPOINT_FILE)
+        held = directory / Path(CHECKPOINT_FILE).with_suffix(checkpoint.suffix).name
+        _link_or_copy(checkpoint, held)
+        if digest_file(checkpoint).is_file():  # a safetensors file's, checked when read
+            _link_or_copy(digest_file(checkpoint), digest_file(held))
         OmegaConf.save(self.cfg, directory / CONFIG_FILE, resolve=True)
         tensors = [ms.Tensor(array) for array in self.inputs]
         ms.export(
@@ -222,7 +228,7 @@ class NetworkBuilder:
             {k: float(v) for k, v in metrics.items()},
             epoch,
             time.perf_counter() - started,
-            mlmodel_spec(len(self.inputs)),
+            mlmodel_spec(len(self.inputs), held.name),
         )
 
 
@@ -239,7 +245,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def mlmodel_spec(inputs: int) -> Dict[str, object]:
+def mlmodel_spec(inputs: int, checkpoint: str = CHECKPOINT_FILE) -> Dict[str, object]:
     """What the tracker writes into the MLmodel file (ms_exp/tracking/mlmodel.py): flavor
     ``mindspore`` with this directory's files and MindSpore's version, and this module as
     the ``python_function`` loader."""
@@ -248,7 +254,7 @@ def mlmodel_spec(inputs: int) -> Dict[str, object]:
     return {
         "flavor": FLAVOR,
         "fields": {
-            "checkpoint": CHECKPOINT_FILE,
+            "checkpoint": checkpoint,
             "config": CONFIG_FILE,
             "mindir": MINDIR_FILE,
             "mindspore_version": ms.__version__,

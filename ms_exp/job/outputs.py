@@ -39,12 +39,15 @@ def log_outputs(tracker: RunTracker, run_dir: Path, cfg: DictConfig, attempt: in
     if choice == "all":
         tracker.log_artifacts(ckpt_root, "checkpoints")
         return
-    from ms_exp.checkpoint.files import BEST_NAME, last_checkpoint
+    from ms_exp.checkpoint.files import best_file, digest_file, last_checkpoint
 
     for rank in sorted(p for p in ckpt_root.iterdir() if p.is_dir()):
-        for path in (last_checkpoint(rank, cfg.checkpoint.prefix), rank / BEST_NAME):
+        for path in (last_checkpoint(rank, cfg.checkpoint.prefix), best_file(rank)):
             if path is not None and path.is_file():
                 tracker.log_artifact(path, f"checkpoints/{rank.name}")
+                # A safetensors file's digest travels with it: a download is checked too.
+                if digest_file(path).is_file():
+                    tracker.log_artifact(digest_file(path), f"checkpoints/{rank.name}")
 
 
 def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
@@ -67,7 +70,10 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
         key=lambda name: int(name.rsplit("_", 1)[-1]),
     )
     shown = f"{ranks[0]} ... {ranks[-1]}" if len(ranks) > 1 else ", ".join(ranks)
-    merged = merged_file(ckpt_root, cfg.checkpoint.prefix)  # which eval evaluates as it is
+    from ms_exp.checkpoint.files import format_of
+
+    # which eval evaluates as it is
+    merged = merged_file(ckpt_root, cfg.checkpoint.prefix, format_of(cfg.checkpoint))
     return [
         f"sliced checkpoints (one slice per rank): {ckpt_root}/{{{shown}}}",
         f"strategy file: {strategy.resolve()}",

@@ -6,7 +6,6 @@ global batch); with ``integrated_save=False`` :class:`SemiAutoLayouts` replaces 
 and rank 0 writes the strategy file, so MindSpore's ``transform_checkpoints`` merges the run
 as on 8 cards (docs/design.md#semi-auto-refused-on-cpu)."""
 
-import os
 from functools import reduce
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Set
@@ -14,7 +13,12 @@ from typing import Any, Dict, Mapping, Optional, Set
 import mindspore as ms
 from mindspore.train import Callback
 
-from ms_exp.checkpoint.files import load_verified
+from ms_exp.checkpoint.files import (
+    is_checkpoint_file,
+    load_verified,
+    replace_checkpoint,
+    save_weights,
+)
 from ms_exp.parallel.layout import (
     Layout,
     checkpoint_layouts,
@@ -92,8 +96,11 @@ class SemiAutoLayouts(Callback):
     def _slice_new_files(self) -> None:
         if not self.slice_files:
             return
-        for path in self.directory.glob(f"{self.prefix}*.ckpt"):
-            if path in self._sliced or ".partial" in path.name:
+        from mindspore.train.serialization import _wait_async_thread_save_ckpt
+
+        _wait_async_thread_save_ckpt()  # checkpoint.async_save: the file is whole first
+        for path in self.directory.glob(f"{self.prefix}*"):
+            if path in self._sliced or ".partial" in path.name or not is_checkpoint_file(path):
                 continue
             self._slice(path)
             self._sliced.add(path)
@@ -105,6 +112,6 @@ class SemiAutoLayouts(Callback):
             if name in self.layouts:
                 array = slice_for_rank(array, self.layouts[name], self.rank_id)
             entries.append({"name": name, "data": ms.Tensor(array)})
-        partial = path.with_name(f".{path.stem}.partial.ckpt")
-        ms.save_checkpoint(entries, str(partial), crc_check=True)
-        os.replace(partial, path)
+        partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+        save_weights(entries, partial)  # in the run's format, as ModelCheckpoint wrote it
+        replace_checkpoint(partial, path)

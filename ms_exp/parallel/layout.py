@@ -377,14 +377,22 @@ def write_sliced_checkpoints(
     """Write ``out_dir/rank_<r>/<name>`` for every rank: each entry's slice for that rank.
 
     ``param_dict`` maps checkpoint names to arrays (numpy, Tensor or Parameter); ``name``
-    defaults to ``<prefix>.ckpt``. Files are written under a hidden name and renamed. Returns
+    defaults to ``<prefix>.ckpt``; a ``.safetensors`` name writes that format, its digest
+    recorded. Files are written under a hidden name and renamed. Returns
     the layouts of every sliced entry (:func:`checkpoint_layouts`): write the strategy file from
     these so that optimizer states merge too."""
     import mindspore as ms
 
+    from ms_exp.checkpoint.files import is_checkpoint_file, replace_checkpoint, save_weights
+
     device_num = _check_device_num(device_num)
     name = name or f"{prefix}.ckpt"
-    if "/" in name or os.sep in name or not name.endswith(".ckpt") or not name.startswith(prefix):
+    if (
+        "/" in name
+        or os.sep in name
+        or not is_checkpoint_file(Path(name))
+        or not name.startswith(prefix)
+    ):
         raise ValueError(
             f"checkpoint file name {name!r} must be a plain '<prefix>....ckpt' "
             f"name starting with prefix {prefix!r}"
@@ -409,9 +417,9 @@ def write_sliced_checkpoints(
             }
             for key, a in arrays.items()
         ]
-        partial = rank_dir / f".{name[: -len('.ckpt')]}.partial.ckpt"
-        ms.save_checkpoint(entries, str(partial), crc_check=True)
-        os.replace(partial, rank_dir / name)
+        partial = rank_dir / f".{Path(name).stem}.partial{Path(name).suffix}"
+        save_weights(entries, partial)
+        replace_checkpoint(partial, rank_dir / name)
     return sliced
 
 

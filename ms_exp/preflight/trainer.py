@@ -73,7 +73,12 @@ def validate_resume(cfg: DictConfig) -> None:
         path = Path(resume)
         require(path.exists(), key, resume, f"{RESUME_ALLOWED} that exists")
         if path.is_file():
-            require(path.suffix == ".ckpt", key, resume, f"{RESUME_ALLOWED} (.ckpt)")
+            require(
+                path.suffix in (".ckpt", ".safetensors"),
+                key,
+                resume,
+                f"{RESUME_ALLOWED} (.ckpt or .safetensors)",
+            )
             folder = path.resolve().parent
             require(
                 folder.name.startswith("rank_") and folder.parent.name == "checkpoints",

@@ -13,6 +13,7 @@ from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.checks import (
     validate_checkpoint,
     validate_checkpoint_choice,
+    validate_checkpoint_parallel,
     validate_snapshots,
 )
 from ms_exp.config.errors import ConfigError, one_of
@@ -77,6 +78,7 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
     validate_launch_style(cfg)
     validate_checkpoint(cfg.checkpoint)
     validate_checkpoint_choice(cfg.checkpoint, choices["checkpoint"])
+    validate_checkpoint_parallel(cfg)
     validate_resume(cfg)
     validate_dataset(cfg.dataset)
     validate_batch_fits(cfg.dataset, cfg.parallel)

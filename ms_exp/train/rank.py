@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from ms_exp.boost.options import boost_option
 from ms_exp.checkpoint.files import last_checkpoint, rank_dir
 from ms_exp.checkpoint.resume import ResumePoint, restore
+from ms_exp.checkpoint.transform import saves_shares
 from ms_exp.data import Shard, create_datasets
 from ms_exp.data.build import loader_settings
 from ms_exp.data.options import dataset_name
@@ -78,7 +79,14 @@ def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime)
     start_step = 0
     resume = ResumePoint.load(run_dir)
     if resume is not None:
-        start_step = restore(resume, model.train_network, train_set, ckpt_dir, steps_per_epoch)
+        start_step = restore(
+            resume,
+            model.train_network,
+            train_set,
+            ckpt_dir,
+            steps_per_epoch,
+            shares=saves_shares(cfg),
+        )
     fit = create_callbacks(
         cfg,
         network,
