@@ -213,14 +213,12 @@ def checkpoint_bytes(run_dir: Path, prefix: str) -> Dict[int, int]:
 
     ``best.*`` and the ``-graph.meta`` file are not counted: they are the same whatever
     ``integrated_save`` says, and would hide the difference it makes."""
-    sizes = {}
-    for folder in (Path(run_dir) / "checkpoints").glob("rank_*"):
-        rank = folder.name[len("rank_") :]
-        if folder.is_dir() and rank.isdigit():
-            sizes[int(rank)] = sum(
-                p.stat().st_size for p in folder.glob(f"{prefix}*") if is_checkpoint_file(p)
-            )
-    return sizes
+    return {
+        int(folder.name[len("rank_") :]): sum(
+            p.stat().st_size for p in folder.glob(f"{prefix}*") if is_checkpoint_file(p)
+        )
+        for folder in rank_folders(Path(run_dir) / "checkpoints")
+    }
 
 
 def last_checkpoint(directory: Path, prefix: str) -> Optional[Path]:

@@ -265,17 +265,16 @@ def _new_sidecar(tracking_uri: Optional[str] = None) -> subprocess.Popen:
     )
 
 
-# MLflow imports its SQL store when a client first opens one: 1-3 s, as long as MLflow's
-# own import (docs/benchmarks/overhead.md).
-_SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
-
-
 def _import_ahead(scheme: Optional[str]) -> None:
-    """Import what the first ``start`` needs before it comes: the job is still starting."""
+    """Import what the first ``start`` needs before it comes: the job is still starting.
+    MLflow imports its SQL store when a client first opens one: 1-3 s, as long as MLflow's
+    own import (docs/benchmarks/overhead.md)."""
+    from mlflow.store.db.db_types import DATABASE_ENGINES
+
     import ms_exp.tracking.recorder  # noqa: F401
     import ms_exp.tracking.tracker  # noqa: F401
 
-    if scheme is not None and scheme.split("+")[0] in _SQL_SCHEMES:
+    if scheme is not None and scheme.split("+")[0] in DATABASE_ENGINES:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
 
