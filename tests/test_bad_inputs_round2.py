@@ -10,8 +10,6 @@ import multiprocessing
 import re
 import shutil
 import sqlite3
-import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -157,16 +155,6 @@ def test_a_value_typed_wrong_in_a_run_config_names_its_key(tmp_path):
 
 # --- ms_exp.eval: the checkpoint's network, its run directory, the store -----------------
 
-MAKE_CHECKPOINT = """
-import sys
-import mindspore as ms
-from ms_exp.data.build import declared_spec
-from ms_exp.models import create_network
-from ms_exp.preflight.compose import compose_config, hydra_config_of
-cfg = compose_config([])
-ms.save_checkpoint(create_network(cfg.model, declared_spec(cfg.dataset)), sys.argv[1])
-"""
-
 
 @pytest.fixture(scope="module")
 def run_with_checkpoint(tmp_path_factory) -> Path:
@@ -176,11 +164,13 @@ def run_with_checkpoint(tmp_path_factory) -> Path:
     saved_config(run_dir)
     checkpoint = run_dir / "checkpoints/rank_0/checkpoint-1_44.ckpt"
     checkpoint.parent.mkdir(parents=True)
-    subprocess.run(
-        [sys.executable, "-c", MAKE_CHECKPOINT, str(checkpoint), str(run_dir / "config.yaml")],
-        check=True,
-        capture_output=True,
-    )
+    import mindspore as ms
+
+    from ms_exp.data.build import declared_spec
+    from ms_exp.models import create_network
+
+    cfg = compose_config([])
+    ms.save_checkpoint(create_network(cfg.model, declared_spec(cfg.dataset)), str(checkpoint))
     return checkpoint
 
 

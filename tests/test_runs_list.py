@@ -10,6 +10,7 @@ import shutil
 import pytest
 from conftest import main_in_process, migrated_store
 from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
 
 from ms_exp.tracking.store import ensure_experiment
 
@@ -19,8 +20,10 @@ LAUNCHER = {f"parallel.launcher.key_{i}": "x" for i in range(12)}
 METRICS = {"eval/accuracy": 0.9, "eval/loss": 0.3, "eval/top_5_accuracy": 1.0, "train/loss": 0.2}
 
 
-@pytest.fixture
-def store(tmp_path):
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Read, never written, by every test here."""
+    tmp_path = tmp_path_factory.mktemp("runs")
     shutil.copyfile(migrated_store(), tmp_path / "mlflow.db")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = ensure_experiment(client, "ms_exp")
@@ -28,10 +31,11 @@ def store(tmp_path):
     def run(name: str, params: dict, overrides: str) -> str:
         made = client.create_run(experiment, run_name=name, tags={"ms_exp.overrides": overrides})
         run_id = made.info.run_id
-        for key, value in params.items():
-            client.log_param(run_id, key, value)
-        for key, value in METRICS.items():
-            client.log_metric(run_id, key, value)
+        client.log_batch(
+            run_id,
+            metrics=[Metric(key, value, 0, 0) for key, value in METRICS.items()],
+            params=[Param(key, value) for key, value in params.items()],
+        )
         client.set_terminated(run_id)
         return run_id
 
