@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import FAST, train
+from conftest import FAST, skip_where_missing, train
 from mlflow import MlflowClient
 
 FAULTS = Path(__file__).with_name("faults.py")
@@ -94,7 +94,7 @@ def small_disk(tmp_path):
         text=True,
     )
     if mounted.returncode != 0:
-        pytest.skip(f"a tmpfs cannot be mounted here: {mounted.stderr.strip()}")
+        skip_where_missing(f"a tmpfs cannot be mounted here: {mounted.stderr.strip()}")
     (disk / "ballast").write_bytes(b"\0" * (7 << 20))
     yield disk
     subprocess.run(["umount", "-l", str(disk)], check=True)
