@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ms_exp.config.errors import InvalidConfig
-from ms_exp.config.hydra_internals import args_parser
+from ms_exp.config.hydra_internals import args_parser, composed_already
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.config.targets import without_unused_names
 from ms_exp.pool.dispatch import close_pools
@@ -267,8 +267,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.argv = [sys.argv[0], *argv]
     share_import_path()
     if configs and not args.multirun and configs[0].tracking.enabled:
-        # The job's MLflow sidecar imports MLflow while Hydra composes the config again
-        # and the job imports MindSpore: the job waits for its run before training.
+        # The job's MLflow sidecar imports MLflow while the job imports MindSpore: the job
+        # waits for its run before training.
         from ms_exp.tracking.sidecar import start_spare
 
         start_spare(resolve_tracking_uri(configs[0].tracking.uri))
@@ -279,7 +279,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         # KILLED too, not leave it RUNNING (each job's own run already handles it;
         # docs/design.md#mlflow-run-status-on-signals).
         with terminate_as_interrupt() if args.multirun else nullcontext():
-            hydra_job()
+            if args.multirun or not configs:
+                hydra_job()
+            else:
+                # Hydra would compose the job's config a second time: it is the preflight's.
+                with composed_already(source.config_name, args.overrides, configs[0]):
+                    hydra_job()
     except KeyboardInterrupt as interrupt:
         end_active_sweep("KILLED")
         from ms_exp.job.summary import stop_line

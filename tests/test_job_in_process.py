@@ -12,7 +12,9 @@ from types import SimpleNamespace
 import pytest
 from conftest import main_in_process, migrated_store
 from datafiles import write_image_folder
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from mlflow import MlflowClient
+from omegaconf import OmegaConf
 
 TINY = (
     "trainer.progress_bar=never",
@@ -29,13 +31,25 @@ def job(tmp_path_factory):
     """A tiny job recorded in MLflow with its models, one of them registered."""
     cwd = tmp_path_factory.mktemp("job")
     (cwd / "mlflow.db").write_bytes(migrated_store().read_bytes())
-    result = main_in_process(
-        "ms_exp.run", [*TINY, "tracking.log_models=true", "tracking.register_model=tiny"], cwd
-    )
+    composed = []  # every composition of a config, the preflight's and Hydra's
+    compose = ConfigLoaderImpl._load_configuration_impl
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            ConfigLoaderImpl,
+            "_load_configuration_impl",
+            lambda *args, **kwargs: composed.append(1) or compose(*args, **kwargs),
+        )
+        result = main_in_process(
+            "ms_exp.run", [*TINY, "tracking.log_models=true", "tracking.register_model=tiny"], cwd
+        )
     assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_id = re.search(r"^MLflow run (\w+)", result.stdout, re.M).group(1)
     return SimpleNamespace(
-        result=result, cwd=cwd, run_id=run_id, store=MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+        result=result,
+        cwd=cwd,
+        run_id=run_id,
+        store=MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}"),
+        compositions=len(composed),
     )
 
 
@@ -48,6 +62,15 @@ def test_an_in_process_job_trains_and_is_recorded_with_its_models(job):
     assert steps == [1, 2, 3, 4]
     assert [m.step for m in job.store.get_metric_history(job.run_id, "eval/accuracy")] == [2, 4]
     run_dir = job.cwd / run.data.tags["ms_exp.run_dir"]
+    # Composed once: Hydra loads the preflight's config (as get_mode, then as Hydra.run with
+    # the hydra.mode=RUN it adds), and records it as it records its own.
+    assert job.compositions == 1
+    hydra = OmegaConf.load(run_dir / ".hydra/hydra.yaml").hydra
+    assert (hydra.mode, hydra.overrides.hydra[-1]) == ("RUN", "hydra.mode=RUN")
+    assert hydra.overrides.task == list(TINY) + [
+        "tracking.log_models=true",
+        "tracking.register_model=tiny",
+    ]
     assert {p.name for p in (run_dir / "checkpoints/rank_0").glob("*.ckpt")} >= {
         "best.ckpt",
         "checkpoint-2_2.ckpt",

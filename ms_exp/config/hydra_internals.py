@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from hydra import version
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.config_repository import ConfigRepository
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -32,7 +33,8 @@ from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from hydra.types import RunMode
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
 # The ``_target_`` of Hydra's own sweeper and launcher in a composed ``hydra`` node.
 BASIC_SWEEPER = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
@@ -140,6 +142,46 @@ class _Repository(ConfigRepository):
         clone = copy.copy(self)
         clone.sources = list(self.sources)
         return clone
+
+
+@contextmanager
+def composed_already(config_name: str, overrides: Sequence[str], cfg: DictConfig) -> Iterator[None]:
+    """For the block, Hydra's two loads of a single run's config get ``cfg``, which the
+    preflight composed from the same search path (``ConfigSource.search_path``) and
+    overrides, instead of composing it twice more: ``run_hydra`` loads it to read its
+    ``hydra.mode`` (``Hydra.get_mode``), then, with ``hydra.mode=RUN`` added where the
+    config sets no mode, to run it (``Hydra.run``); Hydra 1.3 takes no composed config.
+    That override is applied to a copy as composing applies it. Any other load composes."""
+    original = ConfigLoaderImpl.load_configuration
+    run, run_overrides = cfg, list(overrides)
+    if cfg.hydra.mode is None:
+        run_overrides.append("hydra.mode=RUN")
+        run = copy.deepcopy(cfg)
+        with read_write(run.hydra), open_dict(run.hydra):
+            run.hydra.mode = RunMode.RUN
+            run.hydra.overrides.hydra.append("hydra.mode=RUN")
+    served = {
+        (config_name, RunMode.MULTIRUN, tuple(overrides)): cfg,  # get_mode reads hydra.mode
+        (config_name, RunMode.RUN, tuple(run_overrides)): run,
+    }
+
+    def load_configuration(  # Hydra passes each argument by name
+        self: ConfigLoaderImpl,
+        config_name: Optional[str],
+        overrides: List[str],
+        run_mode: RunMode,
+        **kwargs: Any,
+    ) -> DictConfig:
+        composed = served.pop((config_name, run_mode, tuple(overrides)), None)
+        if composed is not None:
+            return composed
+        return original(self, config_name, overrides, run_mode, **kwargs)
+
+    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]
 
 
 def split_sweep(overrides: Sequence) -> List[List[str]]:
