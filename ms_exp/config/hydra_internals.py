@@ -160,7 +160,7 @@ def composed_already(config_name: str, overrides: Sequence[str], cfg: DictConfig
         with read_write(run.hydra), open_dict(run.hydra):
             run.hydra.mode = RunMode.RUN
             run.hydra.overrides.hydra.append("hydra.mode=RUN")
-    served = {
+    served: Dict[Tuple[Optional[str], RunMode, Tuple[str, ...]], DictConfig] = {
         (config_name, RunMode.MULTIRUN, tuple(overrides)): cfg,  # get_mode reads hydra.mode
         (config_name, RunMode.RUN, tuple(run_overrides)): run,
     }
@@ -170,12 +170,15 @@ def composed_already(config_name: str, overrides: Sequence[str], cfg: DictConfig
         config_name: Optional[str],
         overrides: List[str],
         run_mode: RunMode,
-        **kwargs: Any,
+        from_shell: bool = True,
+        validate_sweep_overrides: bool = True,
     ) -> DictConfig:
         composed = served.pop((config_name, run_mode, tuple(overrides)), None)
         if composed is not None:
             return composed
-        return original(self, config_name, overrides, run_mode, **kwargs)
+        return original(
+            self, config_name, overrides, run_mode, from_shell, validate_sweep_overrides
+        )
 
     ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
     try:
