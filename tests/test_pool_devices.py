@@ -87,6 +87,7 @@ class FakeWorker:
     """A worker without a process: its job ends when the test says so."""
 
     started: list = []
+    ended: list = []  # what the pool did to end its workers, in order
 
     def __init__(self, share, stop_timeout):
         self.share = share
@@ -115,13 +116,17 @@ class FakeWorker:
     def stop_job(self):
         self.stopping = True
 
+    def hang_up(self):
+        FakeWorker.ended.append(("hung up", self.share.units))
+
     def close(self, timeout):
+        FakeWorker.ended.append(("waited for", self.share.units))
         self.closed = True
 
 
 @pytest.fixture
 def fake_workers(monkeypatch):
-    FakeWorker.started = []
+    FakeWorker.started, FakeWorker.ended = [], []
     monkeypatch.setattr(dispatch, "Worker", FakeWorker)
     return FakeWorker.started
 
@@ -153,6 +158,8 @@ def test_shares_are_held_one_job_at_a_time_and_workers_kept(fake_workers, capsys
     assert "job #0 (job=0) on GPU devices 0 (process 1000)" in capsys.readouterr().out
     pool.close()
     assert all(w.closed for w in fake_workers)
+    # Every worker told to end before the pool waits for any: they end side by side.
+    assert [what for what, _ in FakeWorker.ended[:2]] == ["hung up", "hung up"]
 
 
 def test_a_failed_or_dead_job_gives_its_share_back(fake_workers):

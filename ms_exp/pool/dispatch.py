@@ -51,9 +51,13 @@ class Worker:
             self.stopping = True
             self.process.terminate()  # SIGTERM: the job stops after its step, KILLED
 
+    def hang_up(self) -> None:
+        """Close the pipe: the process ends once its job has."""
+        self.connection.close()
+
     def close(self, timeout: float) -> None:
         """Let the process end (its pipe closed), killed after ``timeout`` seconds."""
-        self.connection.close()
+        self.hang_up()
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.kill()
@@ -144,6 +148,10 @@ class DevicePool:
         with self._changed:
             workers = [*self._idle.values(), *self._busy]
             self._idle.clear()
+        # Every pipe closed first: the workers end side by side (MindSpore's teardown takes
+        # 1.5 s or more a process), not each after the one before.
+        for worker in workers:
+            worker.hang_up()
         for worker in workers:
             worker.close(self.stop_timeout)
         if threading.current_thread() is threading.main_thread():
