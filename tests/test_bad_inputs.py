@@ -451,6 +451,27 @@ BAD_INPUTS = {
         "parallel=stand_alone: it drops the copies of the weights that data parallel ranks "
         "hold (use parallel=data)",
     ),
+    "breakpoint file with safetensors": bad(
+        "checkpoint.exception_save=true",
+        "checkpoint.format=safetensors",
+        message="checkpoint.exception_save=true: not allowed; expected false with "
+        "checkpoint.format=safetensors (MindSpore writes the breakpoint file as .ckpt only: "
+        "use checkpoint.format=ckpt)",
+    ),
+    "breakpoint file with the functional loop": bad(
+        "checkpoint.exception_save=true",
+        "trainer.loop=functional",
+        message="checkpoint.exception_save=true: not allowed; expected false with "
+        "trainer.loop=functional (MindSpore's Model writes the breakpoint file, and the "
+        "functional loop has none: use trainer.loop=model)",
+    ),
+    "breakpoint file without checkpoints": bad(
+        "checkpoint.exception_save=true",
+        "checkpoint.save=false",
+        message="checkpoint.exception_save=true: not allowed; expected false with "
+        "checkpoint.save=false (MindSpore writes the breakpoint file only beside the "
+        "checkpoints ModelCheckpoint saves)",
+    ),
     "checkpoint artifacts": bad(
         "tracking.log_checkpoints=some",
         message="tracking.log_checkpoints='some': not allowed; expected one of all, last, none",

@@ -2,22 +2,27 @@
 checked when read; a damaged file is refused by name; the retention never removes the last
 good checkpoint."""
 
+import hashlib
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import mindspore as ms
+import numpy as np
 import pytest
 from conftest import main_in_process, migrated_store
+from mindspore import dataset as ds
 from mindspore import nn
-from mindspore.train import CheckpointConfig, ModelCheckpoint, RunContext
+from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint, RunContext
 from mindspore.train.callback import _InternalCallbackParam
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from ms_exp.checkpoint.callbacks import create_checkpoint_callbacks
+from ms_exp.checkpoint.callbacks import StepsDone, create_checkpoint_callbacks, record_breakpoints
 from ms_exp.checkpoint.files import (
     DamagedCheckpoint,
+    breakpoint_record,
     checkpoint_format,
     digest_file,
     last_checkpoint,
@@ -175,6 +180,56 @@ def test_an_async_save_killed_mid_write_leaves_the_previous_checkpoint(tmp_path,
         "checkpoint-1_4.safetensors.sha256",
     }
     assert int(load_verified(tmp_path / "checkpoint-1_4.safetensors")["step_num"].asnumpy()) == 4
+
+
+class _FailsAtStep(Callback):
+    """Raises as step ``step`` begins, before its update: what an error inside the step
+    leaves."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_step_begin(self, run_context):
+        if run_context.original_args().cur_step_num == self.step:
+            raise RuntimeError("the device failed")
+
+
+def test_exception_save_leaves_a_breakpoint_file_with_the_step_its_weights_are_at(tmp_path):
+    """checkpoint.exception_save reaches CheckpointConfig; when training raises, MindSpore's
+    Model writes <prefix>-<epoch>_<step>_breakpoint.ckpt without a CRC, named after the step
+    it had begun, and ms_exp records beside it the step its weights are at."""
+    network = nn.Dense(4, 2)
+    group = _checkpoint_group(keep=2)
+    group.save_checkpoint_steps = 5
+    group.exception_save = True
+    (ours,) = create_checkpoint_callbacks(
+        group, network, tmp_path, steps_per_epoch=10, parallel_mode="stand_alone"
+    )
+    assert ours._config.exception_save is True
+    rng = np.random.default_rng(0)
+    data = ds.NumpySlicesDataset(
+        (rng.random((40, 4), np.float32), rng.integers(0, 2, 40).astype(np.int32)),
+        ["x", "y"],
+        shuffle=False,
+    ).batch(4)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    model = Model(network, loss, nn.SGD(network.trainable_params(), 0.1))
+    steps, since = StepsDone(0), time.time()
+    with pytest.raises(RuntimeError, match="the device failed"):
+        model.train(2, data, callbacks=[steps, ours, _FailsAtStep(13)])
+    record_breakpoints(tmp_path, "checkpoint", steps.step, since)
+    written = tmp_path / "checkpoint-2_3_breakpoint.ckpt"
+    assert written.read_bytes()[-17:-10] != b"crc_num"  # a .ckpt with a CRC ends so
+    assert int(ms.load_checkpoint(str(written))["step_num"].asnumpy()) == 3  # in the epoch
+    assert breakpoint_record(written) == {
+        "step": 12,
+        "sha256": hashlib.sha256(written.read_bytes()).hexdigest(),
+    }
+    # Its weights are step 12's (the optimizer's count says so), the newest numbered
+    # checkpoint's step 10's.
+    assert int(ms.load_checkpoint(str(written))["global_step"].asnumpy()[0]) == 12
+    assert last_checkpoint(tmp_path, "checkpoint").name == "checkpoint-1_10.ckpt"
 
 
 def _run_directory(run_dir):

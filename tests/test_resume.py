@@ -20,12 +20,13 @@ from mindspore import nn
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from ms_exp.checkpoint.files import load_verified
+from ms_exp.checkpoint.files import load_verified, record_breakpoint
 from ms_exp.checkpoint.resume import (
     ResumeError,
     ResumePoint,
     find_resume_point,
     newest_good_checkpoint,
+    restore,
     unfinished_runs,
 )
 from ms_exp.config.errors import ConfigError
@@ -423,6 +424,82 @@ def test_the_checkpoint_continued_from_is_one_every_rank_holds_whole(tmp_path, c
     # Nothing whole in every rank: nothing to continue from.
     _truncate(run_dir / "checkpoints/rank_0/checkpoint-1_10.ckpt")
     assert newest_good_checkpoint(run_dir, "checkpoint", 2) is None
+
+
+def _breakpoint(path: Path, epoch: int, step_in_epoch: int) -> None:
+    """A breakpoint file as MindSpore's Model writes it (checkpoint.exception_save): no CRC,
+    its step_num the step in the epoch."""
+    append = {"epoch_num": epoch, "step_num": step_in_epoch}
+    ms.save_checkpoint(nn.Dense(2, 2), str(path), append_dict=append)
+
+
+def test_resume_auto_continues_from_a_breakpoint_file_newer_than_the_last_checkpoint(
+    workdir, capsys
+):
+    failed = _run_folder(
+        workdir, "failed", "d", "FAILED", 3.0, ["checkpoint-1_10.ckpt", "checkpoint-1_22.ckpt"]
+    ).resolve()
+    folder = failed / "checkpoints/rank_0"
+    newer = folder / "checkpoint-2_3_breakpoint.ckpt"
+    _breakpoint(newer, 2, 3)
+    new_dir = workdir / "outputs" / "2026-11-25" / "new"
+    point = find_resume_point(_cfg("auto"), new_dir, "d", "sqlite:///unused.db")
+    assert point == ResumePoint(failed, newer.name, 2, 3)
+    # Its step_num is the step in the epoch: the step continued from is the name's (22 + 3),
+    # or the one ms_exp recorded when the error came before that step's update.
+    dataset_steps = []
+    train_set = SimpleNamespace(set_init_step=dataset_steps.append)
+    assert restore(point, nn.Dense(2, 2), train_set, folder, STEPS_PER_EPOCH) == 25
+    record_breakpoint(newer, 24)
+    assert restore(point, nn.Dense(2, 2), train_set, folder, STEPS_PER_EPOCH) == 24
+    assert dataset_steps == [25, 24]
+    assert f"resumed from {newer}: epoch 2, step 24" in capsys.readouterr().out
+    # One of the step of a numbered checkpoint (ms_exp's own stop saved both): the
+    # numbered one, which carries a CRC.
+    same = folder / "checkpoint-1_22_breakpoint.ckpt"
+    _breakpoint(same, 1, 22)
+    newer.unlink()
+    assert newest_good_checkpoint(failed, "checkpoint", 1) == "checkpoint-1_22.ckpt"
+    assert capsys.readouterr().out == (
+        f"trainer.resume: {same} is not newer than checkpoint-1_22.ckpt, which carries a CRC: "
+        "continuing from that\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "damage", ["truncated", "cut at an entry's end", "changed after its record"]
+)
+def test_a_damaged_breakpoint_file_is_named_and_the_last_checkpoint_continued_from(
+    tmp_path, capsys, damage
+):
+    run_dir = _run_folder(tmp_path, "failed", "d", "FAILED", 1.0)
+    regular = run_dir / "checkpoints/rank_0/checkpoint-1_10.ckpt"
+    append = {"epoch_num": 1, "step_num": 10}
+    regular.parent.mkdir(parents=True)
+    ms.save_checkpoint(nn.Dense(2, 2), str(regular), crc_check=True, append_dict=append)
+    damaged = run_dir / "checkpoints/rank_0/checkpoint-1_12_breakpoint.ckpt"
+    _breakpoint(damaged, 1, 12)
+    if damage == "truncated":
+        _truncate(damaged)
+    elif damage == "cut at an entry's end":
+        # Without step_num, its last entry, it still parses: it lacks an entry the numbered
+        # checkpoint has.
+        whole = damaged.read_bytes()
+        damaged.write_bytes(whole[: whole.rindex(b"step_num") - 4])
+        assert "step_num" not in ms.load_checkpoint(str(damaged))
+    else:
+        record_breakpoint(damaged, 12)
+        data = bytearray(damaged.read_bytes())
+        data[-20] ^= 0xFF  # inside the last tensor's data: MindSpore's parse reads it
+        damaged.write_bytes(bytes(data))
+    assert newest_good_checkpoint(run_dir, "checkpoint", 1) == "checkpoint-1_10.ckpt"
+    out = capsys.readouterr().out
+    assert out.startswith(f"ms_exp: warning: checkpoint {damaged} is damaged (truncated")
+    if damage == "cut at an entry's end":
+        assert "it lacks 1 of the entries of checkpoint-1_10.ckpt, such as step_num" in out
+    if damage == "changed after its record":
+        assert "its SHA-256 differs from the one recorded in " in out
+    assert out.endswith(f"; not resuming from it (kept as {damaged}.damaged)\n")
 
 
 def test_a_resumed_job_leaves_out_the_steps_the_run_has_only_with_the_same_config():

@@ -18,7 +18,7 @@ from conftest import FAST, main_in_process, train
 from mlflow import MlflowClient
 from training_jobs import experiment_sweep
 
-from ms_exp.checkpoint.files import load_verified
+from ms_exp.checkpoint.files import breakpoint_record, load_verified
 from ms_exp.preflight.compose import compose_config
 from ms_exp.tracking.store import python_command
 
@@ -370,12 +370,15 @@ def test_seed_makes_runs_repeatable(sweep, untracked):
 
 
 def _long_run(checkpoint="none"):
+    # With checkpoints, also MindSpore's breakpoint file when training raises.
+    saves = [] if checkpoint == "none" else ["checkpoint.exception_save=true"]
     return [
         *FAST,
         "trainer.epochs=500",
         "dataset=synthetic",
         "dataset.num_samples=4096",
         f"checkpoint={checkpoint}",
+        *saves,
     ]
 
 
@@ -419,6 +422,11 @@ def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signu
     assert epoch >= 2 and 0 < step < 128
     params = load_verified(saved)
     assert int(params["step_num"].asnumpy()) == (epoch - 1) * 128 + step
+    # ms_exp's stop raises Terminated inside Model's loop, so MindSpore's exception_save
+    # writes a breakpoint file of the same step too (no CRC; ms_exp records its step);
+    # trainer.resume=auto continues from the numbered one.
+    written = saved.with_name(f"checkpoint-{epoch}_{step}_breakpoint.ckpt")
+    assert breakpoint_record(written)["step"] == (epoch - 1) * 128 + step
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs(["1"])
     assert run.info.status == "KILLED"

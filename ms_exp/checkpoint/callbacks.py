@@ -18,8 +18,11 @@ from omegaconf import DictConfig
 
 from ms_exp.checkpoint.files import (
     best_name,
+    breakpoint_record,
+    breakpoints,
     format_of,
     numbered_checkpoints,
+    record_breakpoint,
     record_digest,
     remove_checkpoint,
     replace_checkpoint,
@@ -126,6 +129,35 @@ class TimedModelCheckpoint(ModelCheckpoint):
             remove_checkpoint(path)
 
 
+class StepsDone(Callback):
+    """With ``checkpoint.exception_save``: the last step whose end the callbacks reached
+    (first among them, so a later one raising at that end still counts it), which is the
+    step the weights of MindSpore's breakpoint file are at (docs/design.md#exception-save)."""
+
+    def __init__(self, start_step: int) -> None:
+        super().__init__()
+        self.step = start_step
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        self.step = run_context.original_args().cur_step_num
+
+
+def record_breakpoints(directory: Path, prefix: str, step: int, since: float) -> None:
+    """After training raised: record the SHA-256 and step of the breakpoint file MindSpore
+    wrote in ``directory`` since ``since`` (``time.time()``). Waits for its thread first
+    (``checkpoint.async_save``); a failure is said in one line, the training error stays the
+    one raised."""
+    from mindspore.train.serialization import _wait_async_thread_save_ckpt
+
+    try:
+        _wait_async_thread_save_ckpt()
+        for path in breakpoints(directory, prefix):
+            if path.stat().st_mtime >= since and breakpoint_record(path) is None:
+                record_breakpoint(path, step)
+    except OSError as error:
+        print(f"ms_exp: warning: the breakpoint file was not recorded: {error}", flush=True)
+
+
 class BestCheckpoint(Callback):
     """Save the network's weights whenever an evaluation beats the best ``metric`` so far
     (the model option's ``best_metric``: accuracy, or AUC for Wide&Deep).
@@ -230,6 +262,7 @@ def create_checkpoint_callbacks(
             **_format_options(format_of(cfg)),
             async_save=bool(cfg.get("async_save", False)),
             remove_redundancy=bool(cfg.get("remove_redundancy", False)),
+            exception_save=bool(cfg.get("exception_save", False)),
         )
         callbacks.append(
             TimedModelCheckpoint(

@@ -40,6 +40,38 @@ def validate_checkpoint_parallel(cfg: DictConfig) -> None:
     )
 
 
+def validate_exception_save(cfg: DictConfig) -> None:
+    """What ``checkpoint.exception_save`` needs: MindSpore's ``Model`` writes the breakpoint
+    file of a ModelCheckpoint among its callbacks, in ``.ckpt`` only
+    (docs/design.md#exception-save)."""
+    if not cfg.checkpoint.get("exception_save", False):
+        return
+    checkpoint = cfg.checkpoint
+    fmt = str(getattr(checkpoint.format, "value", checkpoint.format))
+    require(
+        fmt == "ckpt",
+        "checkpoint.exception_save",
+        True,
+        f"false with checkpoint.format={fmt} (MindSpore writes the breakpoint file as .ckpt "
+        "only: use checkpoint.format=ckpt)",
+    )
+    loop = str(getattr(cfg.trainer.loop, "value", cfg.trainer.loop))
+    require(
+        loop == "model",
+        "checkpoint.exception_save",
+        True,
+        f"false with trainer.loop={loop} (MindSpore's Model writes the breakpoint file, and "
+        "the functional loop has none: use trainer.loop=model)",
+    )
+    require(
+        checkpoint.save,
+        "checkpoint.exception_save",
+        True,
+        "false with checkpoint.save=false (MindSpore writes the breakpoint file only beside "
+        "the checkpoints ModelCheckpoint saves)",
+    )
+
+
 def validate_checkpoint_choice(cfg: DictConfig, option: Optional[str]) -> None:
     """Keys that contradict the checkpoint option they were set on. checkpoint=integrated is
     the default and the documented sweep varies its integrated_save (README), so only the

@@ -5,7 +5,9 @@ docs/design.md#safetensors). Both are read through :func:`load_verified`, so a t
 corrupt one is refused by name, not loaded wrong."""
 
 import hashlib
+import json
 import os
+import re
 from itertools import count
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -18,6 +20,9 @@ BEST_NAME = "best.ckpt"
 # checkpoint.format: the file suffix of each.
 SUFFIXES = {"ckpt": ".ckpt", "safetensors": ".safetensors"}
 DIGEST_SUFFIX = ".sha256"
+# checkpoint.exception_save: what Model writes when training raises, without a CRC
+# (docs/design.md#exception-save).
+BREAKPOINT_SUFFIX = "_breakpoint.ckpt"
 
 
 def format_of(checkpoint: Any) -> str:
@@ -31,6 +36,10 @@ def checkpoint_format(path: Path) -> str:
     """``safetensors`` for a ``.safetensors`` file, else ``ckpt``: a run reads either
     format whatever its own ``checkpoint.format``."""
     return "safetensors" if Path(path).suffix == SUFFIXES["safetensors"] else "ckpt"
+
+
+def is_breakpoint(path: Path) -> bool:
+    return Path(path).name.endswith(BREAKPOINT_SUFFIX)
 
 
 def is_checkpoint_file(path: Path) -> bool:
@@ -125,19 +134,20 @@ def load_verified(path: Path, **kwargs: Any) -> dict:
     file after its digest is checked, with a failure naming the file and why.
 
     MindSpore reports a CRC mismatch as "May not have permission to read it"."""
+    crc = checkpoint_format(path) == "ckpt" and not is_breakpoint(path)
     try:
         if checkpoint_format(path) == "safetensors":
             _check_digest(path)
             return ms.load_checkpoint(str(path), format="safetensors", **kwargs)
-        return ms.load_checkpoint(str(path), crc_check=True, **kwargs)
+        # A breakpoint file has no CRC: asked for one, MindSpore only warns and parses it.
+        return ms.load_checkpoint(str(path), crc_check=crc, **kwargs)
     except (ValueError, RuntimeError, OSError) as error:
         if isinstance(error, DamagedCheckpoint):
             raise
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise DamagedCheckpoint(
             f"checkpoint {path} is damaged (truncated or corrupt: MindSpore's "
-            f"{'' if checkpoint_format(path) == 'safetensors' else 'CRC check or '}parse "
-            f"failed: {reason})"
+            f"{'CRC check or ' if crc else ''}parse failed: {reason})"
         ) from None
 
 
@@ -146,6 +156,64 @@ def verify_checkpoint(path: Path) -> None:
     file; only one entry is kept, so the weights are not held in memory for nothing."""
     entries = count()
     load_verified(path, choice_func=lambda name: next(entries) == 0)
+
+
+def breakpoint_record_file(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + ".json")
+
+
+def record_breakpoint(path: Path, step: int) -> None:
+    """Record beside a breakpoint file just written its SHA-256 and the global step its
+    weights are at: the last step whose end the callbacks reached. MindSpore names the file
+    after the step it had begun, also when it raised before that step's update."""
+    target = breakpoint_record_file(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(json.dumps({"step": step, "sha256": _sha256(path)}))
+    os.replace(partial, target)
+
+
+def breakpoint_record(path: Path) -> Optional[Dict[str, Any]]:
+    """What :func:`record_breakpoint` wrote, or None (a process killed before it did)."""
+    try:
+        record = json.loads(breakpoint_record_file(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def verify_breakpoint(path: Path, regular: Optional[Path]) -> None:
+    """Raise DamagedCheckpoint unless the breakpoint file ``path`` matches the SHA-256
+    ms_exp recorded for it, or, without one, parses whole and holds every entry of
+    ``regular`` (a checkpoint of the same run, CRC-checked). Without a CRC or a record, a
+    file cut at an entry's end parses as fewer entries, and a changed byte inside a
+    tensor's data is not caught (docs/design.md#exception-save)."""
+    record = breakpoint_record(path)
+    if record is not None and record.get("sha256") != _sha256(path):
+        raise DamagedCheckpoint(
+            f"checkpoint {path} is damaged (truncated or corrupt: its SHA-256 differs "
+            f"from the one recorded in {breakpoint_record_file(path).name} when it was written)"
+        )
+    names = _entry_names(path)
+    if regular is None or record is not None:
+        return
+    missing = sorted(set(_entry_names(regular)) - set(names))
+    if missing:
+        raise DamagedCheckpoint(
+            f"checkpoint {path} is damaged (truncated: it lacks {len(missing)} of the "
+            f"entries of {Path(regular).name}, such as {missing[0]})"
+        )
+
+
+def _entry_names(path: Path) -> List[str]:
+    """The entry names of a checkpoint read whole; only the first entry is kept."""
+    names: List[str] = []
+
+    def keep_first(name: str) -> bool:
+        names.append(name)
+        return len(names) == 1
+
+    load_verified(path, choice_func=keep_first)
+    return names
 
 
 def rank_folders(checkpoints: Path) -> List[Path]:
@@ -195,6 +263,26 @@ def checkpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:
     ):
         return int(epoch), int(step)
     return None
+
+
+def breakpoint_position(path: Path, prefix: str) -> Optional[Tuple[int, int]]:
+    """(epoch, step in epoch) of a ``<prefix>-<epoch>_<step>_breakpoint.ckpt`` name (also
+    ``<prefix>_<n>-...``, MindSpore's name for the n-th one in the same folder), else None."""
+    name = Path(path).name
+    found = re.fullmatch(r"(?:_\d+)?-(\d+)_(\d+)", name[len(prefix) : -len(BREAKPOINT_SUFFIX)])
+    if name.startswith(prefix) and is_breakpoint(path) and found:
+        return int(found[1]), int(found[2])
+    return None
+
+
+def breakpoints(directory: Path, prefix: str) -> List[Path]:
+    """The breakpoint files of ``directory``, oldest first (the later of two of one step
+    last)."""
+    found = [
+        (breakpoint_position(p, prefix), len(p.name), p.name, p)
+        for p in Path(directory).glob(f"{prefix}*{BREAKPOINT_SUFFIX}")
+    ]
+    return [x[-1] for x in sorted(x for x in found if x[0] is not None)]
 
 
 def numbered_checkpoints(directory: Path, prefix: str) -> List[Path]:

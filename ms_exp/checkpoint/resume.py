@@ -155,10 +155,10 @@ def common_checkpoints(
 
 
 def _point(run_dir: Path, name: str, prefix: str) -> ResumePoint:
-    from ms_exp.checkpoint.files import checkpoint_position
+    from ms_exp.checkpoint.files import breakpoint_position, checkpoint_position
 
-    position = checkpoint_position(Path(name), prefix)
-    assert position is not None  # name is one of numbered_checkpoints'
+    position = checkpoint_position(Path(name), prefix) or breakpoint_position(Path(name), prefix)
+    assert position is not None  # name is one of numbered_checkpoints' or breakpoints'
     epoch, step = position
     return ResumePoint(Path(run_dir).resolve(), name, epoch, step)
 
@@ -212,21 +212,71 @@ def newest_good_checkpoint(
     run_dir: Path, prefix: str, ranks: int, wanted: Optional[str] = None
 ) -> Optional[str]:
     """The newest checkpoint name every rank folder holds and reads back whole; damaged
-    files met on the way are reported and renamed."""
+    files met on the way are reported and renamed. A breakpoint file
+    (``checkpoint.exception_save``) newer than every whole numbered checkpoint comes first;
+    one of the same step or older is said to be passed over, as the numbered one carries
+    a CRC."""
     from ms_exp.checkpoint.files import rank_dir
 
     folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
+    regular = None
     for name in reversed(common_checkpoints(run_dir, prefix, ranks, wanted)):
         if all(_is_good(folder / name) for folder in folders):
+            regular = name
+            break
+    return _newer_breakpoint(run_dir, prefix, ranks, regular, wanted) or regular
+
+
+def _newer_breakpoint(
+    run_dir: Path, prefix: str, ranks: int, regular: Optional[str], wanted: Optional[str]
+) -> Optional[str]:
+    """The newest breakpoint name every rank holds whole, if it is newer than ``regular``
+    (the numbered checkpoint otherwise continued from)."""
+    from ms_exp.checkpoint.files import (
+        breakpoint_position,
+        breakpoints,
+        checkpoint_position,
+        rank_dir,
+    )
+
+    folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
+    held = [{p.name for p in breakpoints(folder, prefix)} for folder in folders]
+    common = set.intersection(*held) if held else set()
+    names = [p.name for p in breakpoints(folders[0], prefix) if p.name in common]
+    if wanted is not None:
+        names = [name for name in names if name == wanted]
+    after = checkpoint_position(Path(regular), prefix) if regular else None
+    for name in reversed(names):
+        position = breakpoint_position(Path(name), prefix)
+        if after is not None and position is not None and position <= after:
+            print(
+                f"trainer.resume: {folders[0] / name} is not newer than {regular}, which "
+                "carries a CRC: continuing from that",
+                flush=True,
+            )
+            return None
+        if all(
+            _is_good(folder / name, folder / regular if regular else None) for folder in folders
+        ):
             return name
     return None
 
 
-def _is_good(path: Path) -> bool:
-    from ms_exp.checkpoint.files import DamagedCheckpoint, verify_checkpoint
+def _is_good(path: Path, regular: Optional[Path] = None) -> bool:
+    """``regular``: for a breakpoint file, which has no CRC, a numbered checkpoint whose
+    entries it must all hold."""
+    from ms_exp.checkpoint.files import (
+        DamagedCheckpoint,
+        is_breakpoint,
+        verify_breakpoint,
+        verify_checkpoint,
+    )
 
     try:
-        verify_checkpoint(path)
+        if is_breakpoint(path):
+            verify_breakpoint(path, regular)
+        else:
+            verify_checkpoint(path)
     except DamagedCheckpoint as error:
         kept = path.with_name(path.name + DAMAGED_SUFFIX)
         os.replace(path, kept)
@@ -250,7 +300,13 @@ def restore(
     compiled first (docs/design.md#remove-redundancy)."""
     import mindspore as ms
 
-    from ms_exp.checkpoint.files import load_shares, load_verified, rank_folders
+    from ms_exp.checkpoint.files import (
+        breakpoint_record,
+        is_breakpoint,
+        load_shares,
+        load_verified,
+        rank_folders,
+    )
 
     path = Path(ckpt_dir) / point.checkpoint
     if shares:
@@ -265,6 +321,13 @@ def restore(
         if step is not None
         else (point.epoch - 1) * steps_per_epoch + point.step_in_epoch
     )
+    if is_breakpoint(path):
+        # Its step_num is MindSpore's step in the epoch; the step ms_exp recorded beside it,
+        # else the name's (docs/design.md#exception-save).
+        record = breakpoint_record(path) or {}
+        global_step = int(
+            record.get("step", (point.epoch - 1) * steps_per_epoch + point.step_in_epoch)
+        )
     try:
         not_loaded, _ = ms.load_param_into_net(train_network, params)
     except (RuntimeError, ValueError) as error:  # a shape that differs: another network

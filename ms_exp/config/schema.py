@@ -234,6 +234,12 @@ class CheckpointSchema:
     # (CheckpointConfig(remove_redundancy)). Resumed on the same number of ranks; merged
     # into one file (`ms_exp.ckpt merge`) to evaluate on one device.
     remove_redundancy: bool = False
+    # true: when training raises (an error, or ms_exp's own stop on SIGTERM or Ctrl-C),
+    # MindSpore's Model writes the weights as they are then to
+    # `<prefix>-<epoch>_<step>_breakpoint.ckpt` (CheckpointConfig(exception_save)), without a
+    # CRC; trainer.resume=auto continues from it when it is newer than the last checkpoint
+    # and reads back whole. trainer.loop=model and checkpoint.format=ckpt only.
+    exception_save: bool = False
     strategy: StrategyFile = field(default_factory=StrategyFile)
     snapshots: WeightSnapshots = field(default_factory=WeightSnapshots)
 

@@ -14,6 +14,7 @@ from ms_exp.checkpoint.checks import (
     validate_checkpoint,
     validate_checkpoint_choice,
     validate_checkpoint_parallel,
+    validate_exception_save,
     validate_snapshots,
 )
 from ms_exp.config.errors import ConfigError, one_of
@@ -79,6 +80,7 @@ def validate_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> No
     validate_checkpoint(cfg.checkpoint)
     validate_checkpoint_choice(cfg.checkpoint, choices["checkpoint"])
     validate_checkpoint_parallel(cfg)
+    validate_exception_save(cfg)
     validate_resume(cfg)
     validate_dataset(cfg.dataset)
     validate_batch_fits(cfg.dataset, cfg.parallel)

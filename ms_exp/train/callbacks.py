@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from ms_exp.checkpoint.callbacks import (
     BestCheckpoint,
+    StepsDone,
     TimedModelCheckpoint,
     WeightSnapshots,
     create_checkpoint_callbacks,
@@ -49,6 +50,7 @@ class FitCallbacks:
     saver: Optional[TimedModelCheckpoint]  # None: checkpoint=none
     best: Optional[BestCheckpoint]  # None: no best.ckpt kept
     pruning: Optional[ReportToTrial] = None  # a job of an Optuna sweep
+    steps_done: Optional[StepsDone] = None  # checkpoint.exception_save: the breakpoint's step
 
 
 def create_callbacks(
@@ -112,6 +114,10 @@ def create_callbacks(
 
     saver = next((cb for cb in callbacks if isinstance(cb, TimedModelCheckpoint)), None)
     best = next((cb for cb in callbacks if isinstance(cb, BestCheckpoint)), None)
+    steps_done = None
+    if saver is not None and cfg.checkpoint.get("exception_save", False):
+        steps_done = StepsDone(start_step)
+        callbacks.insert(0, steps_done)
     if start_step:
         callbacks.insert(0, StartAtStep(start_step))
     # A stand-alone job of an Optuna sweep reports to its trial; the ranks of a distributed
@@ -123,7 +129,7 @@ def create_callbacks(
     callbacks.append(
         StopOnSignal(saver, stop_step_file(run_dir) if runtime.group_size > 1 else None)
     )
-    return FitCallbacks(callbacks, metrics, saver, best, pruning)
+    return FitCallbacks(callbacks, metrics, saver, best, pruning, steps_done)
 
 
 def user_callbacks(trainer_cfg: DictConfig, rank_id: int = 0) -> List[Callback]:

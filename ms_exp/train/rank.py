@@ -6,12 +6,14 @@ Stand-alone jobs and every launched rank (``ms_exp.worker``) train here; MindSpo
 imported only here and below, once the config is known to be good.
 """
 
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
 from ms_exp.boost.options import boost_option
+from ms_exp.checkpoint.callbacks import record_breakpoints
 from ms_exp.checkpoint.files import last_checkpoint, rank_dir
 from ms_exp.checkpoint.resume import ResumePoint, restore
 from ms_exp.checkpoint.transform import saves_shares
@@ -112,6 +114,7 @@ def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime)
     if resume is not None and _evaluation_missing(start_step, steps_per_epoch, resume.logged):
         _evaluate_epoch(model, eval_set, fit, start_step, steps_per_epoch)
     after_fit = boost_option(cfg.boost).after_fit
+    fit_started = time.time()
     try:
         if start_step < epochs * steps_per_epoch:
             model.fit(
@@ -128,6 +131,10 @@ def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime)
                 f"the checkpoint is at the last step ({start_step}): nothing left to train",
                 flush=True,
             )
+    except BaseException:
+        if fit.steps_done is not None:
+            record_breakpoints(ckpt_dir, cfg.checkpoint.prefix, fit.steps_done.step, fit_started)
+        raise
     finally:
         StepBoundary.reset()
         if after_fit is not None and runtime.rank_id == 0:
