@@ -182,6 +182,11 @@ def test_resume_after_sigkills_at_random_moments_gives_the_uninterrupted_weights
     assert evaluation.rc == 0, evaluation.stderr[-2000:]
     printed = float(re.search(r"result: \{'accuracy': ([0-9.]+)", evaluation.stdout).group(1))
     assert printed == pytest.approx(run.data.metrics["eval/accuracy"], abs=1e-9)
+    # ms_exp.runs names the run's checkpoints, safetensors files as .ckpt ones.
+    best_run = main_in_process("ms_exp.runs", ["best"], work)
+    assert best_run.rc == 0, best_run.stderr[-2000:]
+    assert f"last checkpoint: {run_dir / last}" in best_run.stdout.splitlines()
+    assert f"best checkpoint: {run_dir / best}" in best_run.stdout.splitlines()
 
 
 @pytest.mark.e2e
