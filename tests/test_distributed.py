@@ -521,6 +521,7 @@ def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path
     # saves only its share (checkpoint.remove_redundancy): the resume reads them all.
     job = (
         "trainer.epochs=2",
+        "dataset.shuffle=false",  # to compare with the same training in one process
         "checkpoint.save_checkpoint_steps=5",
         "checkpoint.remove_redundancy=true",
         "trainer.resume=auto",
@@ -567,6 +568,18 @@ def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path
         run.info.status == "FINISHED"
         and run.data.tags["ms_exp.resumed_from"] == f"{point} (epoch {epoch}, step {step} of it)"
     )
+    # The same training uninterrupted, in one process (no shuffling: two ranks of batch 32
+    # reading interleaved shards = batch 64): the resumed ranks' shares together hold it.
+    resumed = {}
+    for rank in (0, 1):
+        resumed.update(weights(run_dir / f"checkpoints/rank_{rank}/checkpoint-2_22.ckpt"))
+    alone = train(
+        tmp_path / "alone", "trainer.epochs=2", "dataset.shuffle=false", "dataset.batch_size=64"
+    )
+    uninterrupted = weights(alone.run_dir / "checkpoints/rank_0/checkpoint-2_22.ckpt")
+    assert sorted(resumed) == sorted(uninterrupted)
+    for name in uninterrupted:
+        np.testing.assert_allclose(resumed[name], uninterrupted[name], rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture(scope="module")
