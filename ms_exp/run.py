@@ -278,13 +278,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         # A sweep's parent run spans the jobs: SIGTERM between or around them must end it
         # KILLED too, not leave it RUNNING (each job's own run already handles it;
         # docs/design.md#mlflow-run-status-on-signals).
-        with terminate_as_interrupt() if args.multirun else nullcontext():
-            if args.multirun or not configs:
-                hydra_job()
-            else:
-                # Hydra would compose the job's config a second time: it is the preflight's.
-                with composed_already(source.config_name, args.overrides, configs[0]):
-                    hydra_job()
+        # A single run: Hydra would compose its config again; it is the preflight's.
+        single = bool(configs) and not args.multirun
+        with (
+            terminate_as_interrupt() if args.multirun else nullcontext(),
+            (
+                composed_already(source.config_name, args.overrides, configs[0])
+                if single
+                else nullcontext()
+            ),
+        ):
+            hydra_job()
     except KeyboardInterrupt as interrupt:
         end_active_sweep("KILLED")
         from ms_exp.job.summary import stop_line

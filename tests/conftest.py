@@ -323,8 +323,8 @@ def postgres():
 
 
 def skip_where_missing(reason: str) -> None:
-    """A test that needs what this machine lacks is skipped, but fails under CI (.ci/run
-    sets CI=true), which provides it: a passing CI run has run it."""
+    """A test that needs a service .ci/run installs is skipped where it is missing, but
+    fails under CI (.ci/run sets CI=true): a passing CI run has run it."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason}; CI=true, where it must run")
     pytest.skip(reason)

@@ -12,6 +12,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from ms_exp.boost.stage_one import resolve_stage_one
+from ms_exp.checkpoint.files import is_checkpoint_file
 from ms_exp.checkpoint.snapshots import snapshot_files
 from ms_exp.config.errors import ConfigError, one_of, require
 from ms_exp.data.build import declared_spec
@@ -102,7 +103,7 @@ def _network_parameters(cfg: DictConfig) -> Dict[str, Tuple[int, ...]]:
 
 def _check_weights(path: Path, shapes: Shapes) -> None:
     require(
-        path.is_file() and path.suffix in (".ckpt", ".safetensors"),
+        path.is_file() and is_checkpoint_file(path),
         "boost.pretrained_weight_path",
         str(path),
         "a .ckpt or .safetensors file that exists (stage one's final checkpoint)",

@@ -21,6 +21,7 @@ from ms_exp.checkpoint.files import (
     breakpoint_record,
     breakpoints,
     format_of,
+    format_options,
     numbered_checkpoints,
     record_breakpoint,
     record_digest,
@@ -259,7 +260,7 @@ def create_checkpoint_callbacks(
             # epoch_num and step_num: where a resumed run continues (ms_exp/checkpoint/resume.py).
             append_info=["epoch_num", "step_num"],
             # MindSpore refuses a CRC for safetensors: ms_exp records a digest instead.
-            **_format_options(format_of(cfg)),
+            **format_options(format_of(cfg)),
             async_save=bool(cfg.get("async_save", False)),
             remove_redundancy=bool(cfg.get("remove_redundancy", False)),
             exception_save=bool(cfg.get("exception_save", False)),
@@ -286,11 +287,6 @@ def create_checkpoint_callbacks(
 def _async_save_running() -> bool:
     """Whether MindSpore's checkpoint-writing thread (its fixed name) is still at work."""
     return any(t.name == "asyn_save_ckpt" and t.is_alive() for t in threading.enumerate())
-
-
-def _format_options(fmt: str) -> Dict[str, Any]:
-    """CheckpointConfig's arguments for ``checkpoint.format``."""
-    return {"format": "safetensors"} if fmt == "safetensors" else {"crc_check": True}
 
 
 class _SaveFailureRaised(logging.Filter):

@@ -6,6 +6,7 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
+from ms_exp.checkpoint.files import format_of
 from ms_exp.config.errors import positive, require
 from ms_exp.config.paths import inside_run_dir
 
@@ -47,7 +48,7 @@ def validate_exception_save(cfg: DictConfig) -> None:
     if not cfg.checkpoint.get("exception_save", False):
         return
     checkpoint = cfg.checkpoint
-    fmt = str(getattr(checkpoint.format, "value", checkpoint.format))
+    fmt = format_of(checkpoint)
     require(
         fmt == "ckpt",
         "checkpoint.exception_save",
@@ -55,7 +56,7 @@ def validate_exception_save(cfg: DictConfig) -> None:
         f"false with checkpoint.format={fmt} (MindSpore writes the breakpoint file as .ckpt "
         "only: use checkpoint.format=ckpt)",
     )
-    loop = str(getattr(cfg.trainer.loop, "value", cfg.trainer.loop))
+    loop = cfg.trainer.loop.value
     require(
         loop == "model",
         "checkpoint.exception_save",

@@ -2,7 +2,9 @@
 them back whole. A ``.ckpt`` is written with MindSpore's CRC32; a ``.safetensors`` file,
 which MindSpore writes without one, gets a SHA-256 recorded beside it (``<file>.sha256``,
 docs/design.md#safetensors). Both are read through :func:`load_verified`, so a truncated or
-corrupt one is refused by name, not loaded wrong."""
+corrupt one is refused by name, not loaded wrong. MindSpore is imported by the functions that
+read or write: the names, suffixes and folders serve the launching process and the checks,
+which run before MindSpore is imported."""
 
 import hashlib
 import json
@@ -10,9 +12,7 @@ import os
 import re
 from itertools import count
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
-
-import mindspore as ms
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ms_exp.config.errors import ConfigError
 
@@ -74,9 +74,13 @@ def record_digest(path: Path) -> None:
     under a temporary name and renamed). ``.ckpt`` files carry MindSpore's CRC instead."""
     if checkpoint_format(path) != "safetensors":
         return
-    target = digest_file(path)
+    _write_whole(digest_file(path), _sha256(path) + "\n")
+
+
+def _write_whole(target: Path, text: str) -> None:
+    """Written under a temporary name and renamed: never half a record."""
     partial = target.with_name(target.name + ".partial")
-    partial.write_text(_sha256(path) + "\n")
+    partial.write_text(text)
     os.replace(partial, target)
 
 
@@ -95,14 +99,19 @@ def replace_checkpoint(partial: Path, path: Path) -> None:
     os.replace(partial, path)
 
 
+def format_options(fmt: str) -> Dict[str, Any]:
+    """``save_checkpoint``'s and ``CheckpointConfig``'s arguments for a format: a ``.ckpt``
+    with its CRC; a ``.safetensors`` file, for which MindSpore refuses a CRC."""
+    return {"format": "safetensors"} if fmt == "safetensors" else {"crc_check": True}
+
+
 def save_weights(save_obj: Any, path: Path, **kwargs: Any) -> None:
-    """``save_checkpoint`` in the format ``path``'s suffix names: a ``.ckpt`` with its CRC,
-    a ``.safetensors`` file (MindSpore refuses a CRC for it) with its digest recorded."""
-    if checkpoint_format(path) == "safetensors":
-        ms.save_checkpoint(save_obj, str(path), format="safetensors", **kwargs)
-        record_digest(path)
-    else:
-        ms.save_checkpoint(save_obj, str(path), crc_check=True, **kwargs)
+    """``save_checkpoint`` in the format ``path``'s suffix names, a ``.safetensors`` file
+    with its digest recorded."""
+    import mindspore as ms
+
+    ms.save_checkpoint(save_obj, str(path), **format_options(checkpoint_format(path)), **kwargs)
+    record_digest(path)
 
 
 class DamagedCheckpoint(ValueError):
@@ -134,6 +143,8 @@ def load_verified(path: Path, **kwargs: Any) -> dict:
     file after its digest is checked, with a failure naming the file and why.
 
     MindSpore reports a CRC mismatch as "May not have permission to read it"."""
+    import mindspore as ms
+
     crc = checkpoint_format(path) == "ckpt" and not is_breakpoint(path)
     try:
         if checkpoint_format(path) == "safetensors":
@@ -166,10 +177,7 @@ def record_breakpoint(path: Path, step: int) -> None:
     """Record beside a breakpoint file just written its SHA-256 and the global step its
     weights are at: the last step whose end the callbacks reached. MindSpore names the file
     after the step it had begun, also when it raised before that step's update."""
-    target = breakpoint_record_file(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps({"step": step, "sha256": _sha256(path)}))
-    os.replace(partial, target)
+    _write_whole(breakpoint_record_file(path), json.dumps({"step": step, "sha256": _sha256(path)}))
 
 
 def breakpoint_record(path: Path) -> Optional[Dict[str, Any]]:
@@ -220,6 +228,14 @@ def rank_folders(checkpoints: Path) -> List[Path]:
     """The ``rank_<r>`` folders of a run's ``checkpoints`` folder, by rank."""
     found = [p for p in Path(checkpoints).glob("rank_*") if p.name[5:].isdigit() and p.is_dir()]
     return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def held_by_every(folders: List[Path], listed: Callable[[Path], List[Path]]) -> List[str]:
+    """The names ``listed`` finds in every one of ``folders`` (each rank's), in the order it
+    lists them in the first."""
+    held = [{p.name for p in listed(folder)} for folder in folders[1:]]
+    first = listed(folders[0]) if folders else []
+    return [p.name for p in first if all(p.name in names for names in held)]
 
 
 def load_shares(name: str, folders: List[Path]) -> dict:

@@ -144,14 +144,11 @@ def common_checkpoints(
     run_dir: Path, prefix: str, ranks: int, wanted: Optional[str] = None
 ) -> List[str]:
     """Checkpoint names every rank folder holds (not read), oldest first."""
-    from ms_exp.checkpoint.files import numbered_checkpoints, rank_dir
+    from ms_exp.checkpoint.files import held_by_every, numbered_checkpoints, rank_dir
 
     folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
-    names = [{p.name for p in numbered_checkpoints(folder, prefix)} for folder in folders]
-    common = set.intersection(*names) if names else set()
-    if wanted is not None:
-        common &= {wanted}
-    return [p.name for p in numbered_checkpoints(folders[0], prefix) if p.name in common]
+    names = held_by_every(folders, lambda folder: numbered_checkpoints(folder, prefix))
+    return [name for name in names if wanted in (None, name)]
 
 
 def _point(run_dir: Path, name: str, prefix: str) -> ResumePoint:
@@ -236,15 +233,13 @@ def _newer_breakpoint(
         breakpoint_position,
         breakpoints,
         checkpoint_position,
+        held_by_every,
         rank_dir,
     )
 
     folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
-    held = [{p.name for p in breakpoints(folder, prefix)} for folder in folders]
-    common = set.intersection(*held) if held else set()
-    names = [p.name for p in breakpoints(folders[0], prefix) if p.name in common]
-    if wanted is not None:
-        names = [name for name in names if name == wanted]
+    names = held_by_every(folders, lambda folder: breakpoints(folder, prefix))
+    names = [name for name in names if wanted in (None, name)]
     after = checkpoint_position(Path(regular), prefix) if regular else None
     for name in reversed(names):
         position = breakpoint_position(Path(name), prefix)

@@ -398,6 +398,7 @@ def merge_shares(
     ``output_dir/rank_0/<prefix>0.<suffix>``; returns its path."""
     from ms_exp.checkpoint.files import (
         DamagedCheckpoint,
+        held_by_every,
         load_shares,
         numbered_checkpoints,
         rank_folders,
@@ -407,16 +408,15 @@ def merge_shares(
 
     ranks = _check_inputs(src_dir, [], prefix)
     folders = [ranks[rank] for rank in sorted(ranks)]
-    held = [{p.name for p in numbered_checkpoints(folder, prefix)} for folder in folders]
-    common = [p for p in numbered_checkpoints(folders[0], prefix) if all(p.name in h for h in held)]
+    common = held_by_every(folders, lambda folder: numbered_checkpoints(folder, prefix))
     if not common:
         raise CkptError(f"no {prefix}-<epoch>_<step> checkpoint that every rank of {src_dir} holds")
-    name = common[-1].name
+    name = common[-1]
     try:
         weights = load_shares(name, rank_folders(Path(src_dir)))
     except DamagedCheckpoint as error:
         raise CkptError(str(error)) from None
-    target = Path(output_dir) / "rank_0" / f"{prefix}0{common[-1].suffix}"
+    target = Path(output_dir) / "rank_0" / f"{prefix}0{Path(name).suffix}"
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.stem}.partial{target.suffix}")
     save_weights([{"name": n, "data": value} for n, value in weights.items()], partial)

@@ -6,6 +6,7 @@ from typing import Any, Dict
 
 from omegaconf import DictConfig
 
+from ms_exp.checkpoint.files import numbered_checkpoints
 from ms_exp.data.headers import record_image_checks
 from ms_exp.job.launch_plan import COMMAND_FILE, save_command
 from ms_exp.job.supervise import launch
@@ -55,7 +56,6 @@ def resume_hint(cfg: DictConfig, run_dir: Path) -> str:
     if not resumable(cfg):
         return "run it again (this config saves no checkpoint a run can continue from)"
     folders = [run_dir / "checkpoints" / f"rank_{rank}" for rank in range(cfg.parallel.device_num)]
-    saved = (f"{checkpoint.prefix}-*.ckpt", f"{checkpoint.prefix}-*.safetensors")
-    if not all(any(any(folder.glob(p)) for p in saved) for folder in folders):
+    if not all(numbered_checkpoints(folder, checkpoint.prefix) for folder in folders):
         return "not every rank had saved a checkpoint yet: run it again"
     return f"continue the run with trainer.resume={run_dir}"

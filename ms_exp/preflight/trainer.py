@@ -10,6 +10,7 @@ from typing import Iterator, Optional
 from omegaconf import DictConfig
 
 from ms_exp.boost.options import boost_option
+from ms_exp.checkpoint.files import is_checkpoint_file
 from ms_exp.checkpoint.resume import (
     RESUME_ALLOWED,
     ResumeError,
@@ -74,7 +75,7 @@ def validate_resume(cfg: DictConfig) -> None:
         require(path.exists(), key, resume, f"{RESUME_ALLOWED} that exists")
         if path.is_file():
             require(
-                path.suffix in (".ckpt", ".safetensors"),
+                is_checkpoint_file(path),
                 key,
                 resume,
                 f"{RESUME_ALLOWED} (.ckpt or .safetensors)",
