@@ -44,6 +44,15 @@ def lane_of(item: pytest.Item) -> str:
     return next((lane for lane in LANES if item.get_closest_marker(lane)), "unit")
 
 
+_store_cache: Optional[Path] = None  # migrated_store()'s
+
+
+def pytest_configure(config):
+    global _store_cache
+    if getattr(config, "cache", None) is not None:  # not under -p no:cacheprovider
+        _store_cache = config.cache.mkdir("ms_exp_migrated_store")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark unit tests, and order the lanes: ``-n 2 --dist loadfile`` gives each file to one
@@ -267,16 +276,26 @@ def run_cli(
 
 @functools.lru_cache(maxsize=None)
 def migrated_store() -> Path:
-    """An empty MLflow SQLite store with MLflow's migrations applied, made once per test
-    process. A fresh store costs MLflow 1.5-2.5 s of migrations on its first use."""
-    from mlflow import MlflowClient
+    """An empty MLflow SQLite store with MLflow's migrations applied. A fresh store costs
+    MLflow 1.5-3.5 s of migrations on its first use: made once per MLflow version and kept in
+    pytest's cache folder (where the cache is off, once per test process)."""
+    import mlflow
 
+    name = f"mlflow-{mlflow.__version__}.db"
+    if _store_cache is not None and (_store_cache / name).is_file():
+        return _store_cache / name
     folder = Path(tempfile.mkdtemp(prefix="ms_exp_store_"))
     atexit.register(shutil.rmtree, folder, True)
     # MLflow's migration log goes to whatever sys.stderr is: not into the first test's capture.
     with contextlib.redirect_stderr(io.StringIO()):
-        MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
-    return folder / "mlflow.db"
+        mlflow.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+    if _store_cache is None:
+        return folder / "mlflow.db"
+    # Whole or not at all, also with the other worker writing it too.
+    part = _store_cache / f"{name}.{os.getpid()}"
+    shutil.copyfile(folder / "mlflow.db", part)
+    os.replace(part, _store_cache / name)
+    return _store_cache / name
 
 
 def train(cwd: Path, *overrides: str, env=None, python_flags: Sequence[str] = ()) -> CliResult:

@@ -11,6 +11,7 @@ from typing import Tuple
 import pytest
 from conftest import main_in_process, migrated_store
 from mlflow import MlflowClient
+from mlflow.entities import Metric
 
 from ms_exp.tracking.journal import OFFLINE_DIR
 from ms_exp.tracking.run_folder import RUN_RECORD
@@ -65,8 +66,7 @@ def test_an_upload_adds_the_steps_and_keeps_how_a_later_attempt_ended_the_run(
     tmp_path, ended, expected
 ):
     uri, client, run_id = store_with_a_run(tmp_path)
-    for step in range(1, 41):
-        client.log_metric(run_id, "train/loss", 1.0, step=step)
+    client.log_batch(run_id, [Metric("train/loss", 1.0, 0, step) for step in range(1, 41)])
     if ended:  # the resumed attempt finished the run before the journal was uploaded
         client.set_terminated(run_id, ended)
     journal = write_journal(tmp_path / "run", uri, run_id, "train/loss", range(41, 111))

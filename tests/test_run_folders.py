@@ -265,6 +265,7 @@ def test_a_relative_strategy_file_is_the_runs_own(finished):
     assert saved.checkpoint.strategy.save_file == str(finished.run_dir / "strategy.ckpt")
 
 
+@pytest.mark.e2e  # in process, but a second whole job: docs/developing.md#lanes
 @pytest.mark.parametrize(
     "extra, why",
     [
@@ -294,7 +295,7 @@ def test_another_command_in_a_finished_runs_folder_is_refused_and_changes_nothin
     assert [r.info.run_id for r in finished.store.search_runs(["1"])] == [finished.run_id]
 
 
-def test_a_damaged_record_in_the_folder_is_named_and_nothing_starts(finished, tmp_path):
+def test_a_damaged_record_in_the_folder_is_named_and_nothing_starts(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "checkpoints").mkdir()
@@ -307,6 +308,7 @@ def test_a_damaged_record_in_the_folder_is_named_and_nothing_starts(finished, tm
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.e2e  # in process, but a second whole job: docs/developing.md#lanes
 def test_a_sweep_into_a_folder_of_an_earlier_sweeps_runs_is_refused(finished):
     """The finished run's folder stands for a job folder ``<sweep dir>/<n>`` of an earlier
     sweep: a sweep in its parent is refused before any job starts."""

@@ -9,6 +9,7 @@ from conftest import migrated_store
 from ms_exp.tracking.sidecar import SidecarTracker, TrackingFailed
 
 
+@pytest.mark.e2e  # starts the sidecar, a process of its own that imports MLflow: seconds
 def test_a_killed_sidecar_is_named_with_its_signal(tmp_path):
     (tmp_path / "mlflow.db").write_bytes(migrated_store().read_bytes())
     tracker = SidecarTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sidecar", "r", {})
