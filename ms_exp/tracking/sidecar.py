@@ -397,7 +397,7 @@ if __name__ == "__main__":
     code = main()
     # Every run served has ended and MLflow has answered each of its calls (the queued ones
     # too): Python's finalization, tearing down MLflow's and SQLAlchemy's modules, would
-    # keep the job's stdout and stderr open for another 1.5-1.9 s after the job has exited
+    # keep the job's stderr open for another 1.5-1.9 s after the job has exited
     # (docs/design.md#sidecar-exit).
     logging.shutdown()
     sys.stdout.flush()
