@@ -310,19 +310,14 @@ def restore(
         params = load_verified(path)
     step = params.pop("step_num", None)
     params.pop("epoch_num", None)
-    # Checkpoints written before ms_exp recorded step_num: the name gives the same step.
-    global_step = (
-        int(step.asnumpy())
-        if step is not None
-        else (point.epoch - 1) * steps_per_epoch + point.step_in_epoch
-    )
+    by_name = (point.epoch - 1) * steps_per_epoch + point.step_in_epoch
     if is_breakpoint(path):
         # Its step_num is MindSpore's step in the epoch; the step ms_exp recorded beside it,
         # else the name's (docs/design.md#exception-save).
-        record = breakpoint_record(path) or {}
-        global_step = int(
-            record.get("step", (point.epoch - 1) * steps_per_epoch + point.step_in_epoch)
-        )
+        global_step = int((breakpoint_record(path) or {}).get("step", by_name))
+    else:
+        # Checkpoints written before ms_exp recorded step_num: the name gives the same step.
+        global_step = int(step.asnumpy()) if step is not None else by_name
     try:
         not_loaded, _ = ms.load_param_into_net(train_network, params)
     except (RuntimeError, ValueError) as error:  # a shape that differs: another network
