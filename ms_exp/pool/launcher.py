@@ -92,7 +92,7 @@ class PoolLaunch(Launcher):
                 initial_job_idx + offset,
                 list(overrides),
                 context,
-                config,
+                None,  # the job's config: composed by share_of, before the job is sent
                 self.task_function,
                 state,
                 dict(os.environ),
@@ -101,14 +101,18 @@ class PoolLaunch(Launcher):
         ]
         fail_fast = bool(OmegaConf.select(config, "sweep.fail_fast", default=False))
 
-        # Asked twice for the first job (to size the threads, then to start it): composed once.
+        # Asked twice for the first job (to size the threads, then to start it): composed once,
+        # here, and the worker runs the job on this config instead of composing it again.
         @functools.lru_cache(maxsize=None)
         def share_of(index: int) -> int:
             """Units job ``index`` holds: one per rank (``parallel.device_num``), each rank
             ``cores_per_job`` cores on the CPU."""
+            order = orders[index]
+            overrides = list(order.overrides)
             with self._lock:  # Hydra's config loader is not made for threads
-                job = context.config_loader.load_sweep_config(config, list(orders[index].overrides))
-            return units_per_job(pool.accelerator, int(job.parallel.device_num), self.cores_per_job)
+                order.config = context.config_loader.load_sweep_config(config, overrides)
+            devices = int(order.config.parallel.device_num)
+            return units_per_job(pool.accelerator, devices, self.cores_per_job)
 
         return launch_jobs(pool, orders, share_of, fail_fast)
 

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class JobOrder:
-    """What a worker needs to run one job, as Hydra's joblib launcher sends it, and the
-    launching process's environment as it is when the job starts: the worker was started
+    """What a worker needs to run one job, as Hydra's joblib launcher sends it (but
+    ``config``: the job's own, which the launching process composed to size its share), and
+    the launching process's environment as it is when the job starts: the worker was started
     earlier, before a sweeper put its study or the sweep its parent run there."""
 
     number: int
@@ -85,9 +86,7 @@ def _run(order: JobOrder) -> "JobReturn":
 
     setup_globals()
     Singleton.set_state(order.singleton_state)
-    config = order.hydra_context.config_loader.load_sweep_config(
-        order.config, list(order.overrides)
-    )
+    config = order.config
     with open_dict(config):
         config.hydra.job.id = f"{config.hydra.job.name}_{order.number}"
         config.hydra.job.num = order.number
