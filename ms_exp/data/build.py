@@ -54,7 +54,7 @@ def declared_shape(dataset_cfg: Any) -> Tuple[Tuple[int, ...], int]:
     option = dataset_option(dataset_cfg)
     if option is not None:
         return option.declared(dataset_cfg)
-    return sampled_shape(dataset_cfg)
+    return sampled(dataset_cfg)[:2]
 
 
 def declared_spec(dataset_cfg: Any) -> DataSpec:
@@ -64,23 +64,14 @@ def declared_spec(dataset_cfg: Any) -> DataSpec:
     return DataSpec(shape, classes, 0, 0, option.vocab_size(dataset_cfg) if option else 0)
 
 
-def sampled_shape(dataset_cfg: Any) -> Tuple[Tuple[int, ...], int]:
-    """Sample shape and class count of a user's option, from what its target returns for
-    the training split (asked once per config in a process)."""
-    return _sampled(dataset_cfg)[:2]
-
-
-def sampled_size(dataset_cfg: Any) -> int:
-    """Samples in the training split of a user's option (before any shard)."""
-    return _sampled(dataset_cfg)[2]
-
-
 # config YAML -> (shape, classes, samples): preflight asks several checks, and every job of
 # a sweep.
 _SAMPLED = {}
 
 
-def _sampled(dataset_cfg: Any) -> Tuple[Tuple[int, ...], int, int]:
+def sampled(dataset_cfg: Any) -> Tuple[Tuple[int, ...], int, int]:
+    """Sample shape, class count and training samples (before any shard) of a user's
+    option, from what its target returns for the training split (asked once per config)."""
     key = (
         OmegaConf.to_yaml(dataset_cfg) if isinstance(dataset_cfg, DictConfig) else repr(dataset_cfg)
     )

@@ -9,7 +9,7 @@ from typing import Optional
 from omegaconf import DictConfig
 
 from ms_exp.config.errors import ConfigError, positive, require
-from ms_exp.data.build import loader_settings, sampled_shape, sampled_size
+from ms_exp.data.build import loader_settings, sampled
 from ms_exp.data.criteo import check_record_file, samples_per_record
 from ms_exp.data.criteo_format import COLUMNS as CRITEO_COLUMNS
 from ms_exp.data.criteo_format import EVAL_FILE, META_FILE, RECONVERT, TRAIN_FILE, read_meta
@@ -120,7 +120,7 @@ def validate_user_dataset(cfg: DictConfig) -> None:
         classes,
         "null (the largest label + 1) or an integer >= 1",
     )
-    sampled_shape(cfg)
+    sampled(cfg)
 
 
 def validate_image_folder(cfg: DictConfig) -> None:
@@ -237,7 +237,7 @@ def validate_batch_fits(dataset_cfg: DictConfig, parallel_cfg: DictConfig) -> No
         ranks = parallel_cfg.device_num  # each rank reads its own shard
     batch = settings["batch_size"]
     samples = (
-        training_samples(dataset_cfg, enough=batch * ranks) if option else sampled_size(dataset_cfg)
+        training_samples(dataset_cfg, enough=batch * ranks) if option else sampled(dataset_cfg)[2]
     )
     per_rank = math.ceil(samples / ranks)
     readers = "" if ranks == 1 else f", {per_rank} on each of {ranks} ranks"

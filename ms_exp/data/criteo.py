@@ -80,21 +80,26 @@ def criteo(
     size = samples_per_record(SimpleNamespace(path=path, batch_size=batch_size), meta)
     records_file = root / (TRAIN_FILE if split == "train" else EVAL_FILE)
     check_record_file(path, records_file, meta)
-    workers = num_parallel_workers
     # MindSpore's readers and map take lists of column names, not tuples. With shards,
     # MindDataset gives every rank ceil(records / shards) records, repeating a few.
     records = ds.MindDataset(
         str(records_file),
         columns_list=list(COLUMNS),
         shuffle=shuffle,
-        num_parallel_workers=workers,
+        num_parallel_workers=num_parallel_workers,
         num_shards=num_shards,
         shard_id=shard_id,
     )
-    return unpack(records.batch(batch_size // size, drop_remainder=drop_remainder), workers)
+    # Batches of records as batches of samples.
+    return records.batch(batch_size // size, drop_remainder=drop_remainder).map(
+        _flatten,
+        input_columns=list(COLUMNS),
+        output_columns=list(COLUMNS),
+        num_parallel_workers=num_parallel_workers,
+    )
 
 
-# Record files found whole in this process: (path, size, mtime) -> True.
+# Record files found whole in this process: (path, size, mtime).
 _WHOLE_FILES = set()
 
 
@@ -123,13 +128,3 @@ def _flatten(
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[records, N, ...] -> [records * N, ...]."""
     return (ids.reshape(-1, FIELD_SIZE), vals.reshape(-1, FIELD_SIZE), labels.reshape(-1, 1))
-
-
-def unpack(dataset: Any, workers: int) -> Any:
-    """Batches of records as batches of samples."""
-    return dataset.map(
-        _flatten,
-        input_columns=list(COLUMNS),
-        output_columns=list(COLUMNS),
-        num_parallel_workers=workers,
-    )

@@ -5,7 +5,6 @@ categorical counts, valid lines). Nothing here imports MindSpore.
 """
 
 import gzip
-import io
 import re
 import sys
 import time
@@ -43,17 +42,14 @@ def parse_line(line: bytes) -> Tuple[Optional[List[bytes]], Optional[str]]:
     line = line.rstrip(b"\r\n")
     if _VALID_LINE.fullmatch(line):
         return line.split(b"\t"), None
-    return None, malformed_reason(line.split(b"\t"))
-
-
-def malformed_reason(fields: Sequence[bytes]) -> str:
+    fields = line.split(b"\t")
     if len(fields) != RAW_FIELDS:
-        return WRONG_FIELD_COUNT
+        return None, WRONG_FIELD_COUNT
     if fields[0] not in (b"0", b"1"):
-        return BAD_LABEL
+        return None, BAD_LABEL
     if any(v and not _INTEGER.fullmatch(v) for v in fields[1 : 1 + DENSE_FIELDS]):
-        return BAD_INTEGER
-    return BAD_CATEGORICAL
+        return None, BAD_INTEGER
+    return None, BAD_CATEGORICAL
 
 
 @dataclass
@@ -100,14 +96,6 @@ class Malformed:
         return f"skipped {self.total} malformed lines of {lines}: {self.describe()}"
 
 
-def open_lines(path: Path) -> io.BufferedIOBase:
-    """RAW in binary, gunzipped when it starts with gzip's magic bytes (whatever its
-    name)."""
-    with open(path, "rb") as probe:
-        compressed = probe.read(2) == GZIP_MAGIC
-    return gzip.open(path, "rb") if compressed else open(path, "rb")
-
-
 class Progress:
     """A stderr line about every PROGRESS_SECONDS: lines read and lines per second."""
 
@@ -132,7 +120,9 @@ def read_valid(
 ) -> Iterator[List[bytes]]:
     """The fields of each valid line of RAW, in order; malformed lines go to ``malformed``.
     Line numbers count every line, valid or not, from 1."""
-    with open_lines(path) as lines:
+    with open(path, "rb") as probe:  # gunzipped by its magic bytes, whatever its name
+        compressed = probe.read(2) == GZIP_MAGIC
+    with gzip.open(path, "rb") if compressed else open(path, "rb") as lines:
         number = 0
         for number, line in enumerate(lines, 1):
             if progress is not None and not number & 0xFFF:
