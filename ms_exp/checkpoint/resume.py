@@ -141,13 +141,15 @@ def misplaced_checkpoint_folder(run_dir: Path, ranks: int) -> Optional[Path]:
 
 
 def common_checkpoints(
-    run_dir: Path, prefix: str, ranks: int, wanted: Optional[str] = None
+    run_dir: Path, prefix: str, ranks: int, wanted: Optional[str] = None, breakpoints: bool = False
 ) -> List[str]:
-    """Checkpoint names every rank folder holds (not read), oldest first."""
-    from ms_exp.checkpoint.files import held_by_every, numbered_checkpoints, rank_dir
+    """Checkpoint names (breakpoint files': ``breakpoints``) every rank folder holds (not
+    read), oldest first."""
+    from ms_exp.checkpoint import files
 
-    folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
-    names = held_by_every(folders, lambda folder: numbered_checkpoints(folder, prefix))
+    listed = files.breakpoints if breakpoints else files.numbered_checkpoints
+    folders = [files.rank_dir(run_dir, rank) for rank in range(ranks)]
+    names = files.held_by_every(folders, lambda folder: listed(folder, prefix))
     return [name for name in names if wanted in (None, name)]
 
 
@@ -229,17 +231,10 @@ def _newer_breakpoint(
 ) -> Optional[str]:
     """The newest breakpoint name every rank holds whole, if it is newer than ``regular``
     (the numbered checkpoint otherwise continued from)."""
-    from ms_exp.checkpoint.files import (
-        breakpoint_position,
-        breakpoints,
-        checkpoint_position,
-        held_by_every,
-        rank_dir,
-    )
+    from ms_exp.checkpoint.files import breakpoint_position, checkpoint_position, rank_dir
 
     folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
-    names = held_by_every(folders, lambda folder: breakpoints(folder, prefix))
-    names = [name for name in names if wanted in (None, name)]
+    names = common_checkpoints(run_dir, prefix, ranks, wanted, breakpoints=True)
     after = checkpoint_position(Path(regular), prefix) if regular else None
     for name in reversed(names):
         position = breakpoint_position(Path(name), prefix)

@@ -321,16 +321,12 @@ def _unify_safetensors(stage: Path, strategy: Path, result: Path, prefix: str) -
 _STEPPED = re.compile(r"-(\d+)_(\d+)\.(?:ckpt|safetensors)$")
 
 
-def describe_merge(files: Dict[int, Path], strategy_file: PathLike) -> str:
+def _merged_line(name: str, ranks: int, source: str) -> str:
     """What a merge took: the file each rank held (one name: every rank saved the same step),
-    its epoch and step, the ranks and the strategy file."""
-    name = files[0].name
+    its epoch and step, the ranks and where they were."""
     stepped = _STEPPED.search(name)
     when = f" (epoch {stepped.group(1)}, step {stepped.group(2)} of the epoch)" if stepped else ""
-    return (
-        f"merged {name}{when} of ranks 0-{len(files) - 1} ({files[0].parents[1]}) "
-        f"with the strategy file {Path(strategy_file).resolve()}"
-    )
+    return f"merged {name}{when} of ranks 0-{ranks - 1} {source}"
 
 
 def merged_file(src_dir: PathLike, prefix: str = "checkpoint", fmt: str = "ckpt") -> Path:
@@ -348,11 +344,17 @@ def merge_checkpoints(
 ) -> Path:
     """Merge every rank's slices into one full checkpoint (``output_dir/rank_0/<prefix>0.ckpt``;
     ``output_dir`` defaults to ``<src_dir>/merged``) and return its path; ``report`` (a
-    callable) is given the line of ``describe_merge``."""
+    callable) is given the line that says what was merged."""
     output_dir = output_dir if output_dir is not None else Path(src_dir) / "merged"
     produced, files = _transform(src_dir, strategy_file, None, output_dir, prefix)
     if report is not None:
-        report(describe_merge(files, strategy_file))
+        report(
+            _merged_line(
+                files[0].name,
+                len(files),
+                f"({files[0].parents[1]}) with the strategy file {Path(strategy_file).resolve()}",
+            )
+        )
     return produced[0]
 
 
@@ -422,13 +424,12 @@ def merge_shares(
     save_weights([{"name": n, "data": value} for n, value in weights.items()], partial)
     replace_checkpoint(partial, target)
     if report is not None:
-        stepped = _STEPPED.search(name)
-        when = (
-            f" (epoch {stepped.group(1)}, step {stepped.group(2)} of the epoch)" if stepped else ""
-        )
         report(
-            f"merged {name}{when} of ranks 0-{len(folders) - 1} ({Path(src_dir).resolve()}), "
-            "each rank's share (checkpoint.remove_redundancy)"
+            _merged_line(
+                name,
+                len(folders),
+                f"({Path(src_dir).resolve()}), each rank's share (checkpoint.remove_redundancy)",
+            )
         )
     return target
 

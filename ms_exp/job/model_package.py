@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -87,18 +87,16 @@ def log_run_models(
 
         if parent_run_id(uri, tracking.experiment_name) is None:  # not a sweep's child
             _register(tracker, uri, tracking.register_model)
-    return logged_model_ids(tracker, [p.name for p in packages]) if packages else {}
-
-
-def logged_model_ids(tracker: RunTracker, names: Sequence[str]) -> Dict[str, str]:
-    """The ids of the run's models ``names``, once everything logged is in the store; the
-    tracker knows them, so the job never opens the store itself (no ``import mlflow``)."""
+    if not packages:
+        return {}
+    # The ids, once everything logged is in the store; the tracker knows them, so the job
+    # never opens the store itself (no ``import mlflow``).
     try:
         tracker.flush()
     except Exception as error:  # noqa: BLE001 - the models are logged; only the ids are unsaid
         _warn(f"the ids of the run's MLflow models are not known ({type(error).__name__}: {error})")
         return {}
-    return {name: tracker.model_ids[name] for name in names if name in tracker.model_ids}
+    return {p.name: tracker.model_ids[p.name] for p in packages if p.name in tracker.model_ids}
 
 
 def _register(tracker: RunTracker, uri: str, name: str) -> None:
@@ -160,16 +158,6 @@ def package_models(cfg: DictConfig, run_dir: Path, result: JobResult) -> List[Mo
     ]
 
 
-def network_params(cfg: DictConfig, input_shape: Sequence[int]) -> Dict[str, str]:
-    """The LoggedModel's params: the ``model`` section flattened, and the input shape."""
-    from ms_exp.tracking.params import flatten, param_value
-
-    section = cast(dict, OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True))
-    params = {f"model.{key}": param_value(value) for key, value in flatten(section).items()}
-    params["input_shape"] = str(list(input_shape))
-    return params
-
-
 class NetworkBuilder:
     """Builds the run's network (once) and writes a model directory per checkpoint."""
 
@@ -203,6 +191,7 @@ class NetworkBuilder:
         import mindspore as ms
 
         from ms_exp.checkpoint.files import digest_file, load_verified
+        from ms_exp.tracking.params import flatten, param_value
 
         started = time.perf_counter()
         not_loaded, _ = ms.load_param_into_net(self.network, load_verified(checkpoint))
@@ -221,14 +210,27 @@ class NetworkBuilder:
             self.network, *tensors, file_name=str(directory / MINDIR_STEM), file_format="MINDIR"
         )
         save_example(directory, self.inputs, _as_numpy(self.network(*tensors)))
+        # The LoggedModel's params: the ``model`` section flattened, and the input shape.
+        section = cast(dict, OmegaConf.to_container(self.cfg.model, resolve=True, enum_to_str=True))
+        params = {f"model.{key}": param_value(value) for key, value in flatten(section).items()}
+        params["input_shape"] = str(list(self.spec.image_shape))
+        # The MLmodel file (ms_exp/tracking/mlmodel.py): flavor ``mindspore`` with this
+        # directory's files and MindSpore's version, this module the python_function loader.
+        fields = {
+            "checkpoint": held.name,
+            "config": CONFIG_FILE,
+            "mindir": MINDIR_FILE,
+            "mindspore_version": ms.__version__,
+            "inputs": len(self.inputs),
+        }
         return ModelPackage(
             name,
             directory,
-            network_params(self.cfg, self.spec.image_shape),
+            params,
             {k: float(v) for k, v in metrics.items()},
             epoch,
             time.perf_counter() - started,
-            mlmodel_spec(len(self.inputs), held.name),
+            {"flavor": FLAVOR, "fields": fields, "loader_module": __name__},
         )
 
 
@@ -243,25 +245,6 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
-
-
-def mlmodel_spec(inputs: int, checkpoint: str = CHECKPOINT_FILE) -> Dict[str, object]:
-    """What the tracker writes into the MLmodel file (ms_exp/tracking/mlmodel.py): flavor
-    ``mindspore`` with this directory's files and MindSpore's version, and this module as
-    the ``python_function`` loader."""
-    import mindspore as ms
-
-    return {
-        "flavor": FLAVOR,
-        "fields": {
-            "checkpoint": checkpoint,
-            "config": CONFIG_FILE,
-            "mindir": MINDIR_FILE,
-            "mindspore_version": ms.__version__,
-            "inputs": inputs,
-        },
-        "loader_module": __name__,
-    }
 
 
 # -- reading a model back ---------------------------------------------------------------

@@ -27,11 +27,25 @@ def log_outputs(tracker: RunTracker, run_dir: Path, cfg: DictConfig, attempt: in
     ranks_logs = log_dir(cfg.parallel, run_dir) if is_distributed(cfg.parallel) else None
     if ranks_logs is not None and ranks_logs.is_dir():
         tracker.log_artifacts(ranks_logs, "logs/ranks")
-    _log_snapshots(tracker, run_dir, cfg)
+    snapshots = snapshot_files(run_dir / SNAPSHOT_DIR)
+    if snapshots:
+        tracker.set_tags({"ms_exp.snapshots.count": str(len(snapshots))})
+        if cfg.tracking.log_checkpoints.value != "none":
+            for path in snapshots:
+                tracker.log_artifact(path, SNAPSHOT_DIR)
     strategy = Path(cfg.checkpoint.strategy.save_file or "")
     if strategy.name and strategy.is_file():
         tracker.log_artifact(strategy, "strategy")
-    _log_checkpoint_bytes(tracker, run_dir, cfg, attempt)
+    if cfg.checkpoint.save:
+        # Measured here in the launching process: all ranks write under the one run directory.
+        from ms_exp.checkpoint.files import checkpoint_bytes
+
+        sizes = checkpoint_bytes(run_dir, cfg.checkpoint.prefix)
+        if sizes:
+            tracker.log_metrics(
+                {f"checkpoint/bytes_rank_{rank}": size for rank, size in sizes.items()},
+                step=attempt,
+            )
     ckpt_root = run_dir / "checkpoints"
     choice = cfg.tracking.log_checkpoints.value
     if choice == "none" or not ckpt_root.is_dir():
@@ -82,30 +96,3 @@ def sliced_checkpoint_lines(run_dir: Path, cfg: DictConfig) -> List[str]:
         f"then evaluate it: {python_command()} -m ms_exp.eval --checkpoint "
         f"{shlex.quote(str(merged))}",
     ]
-
-
-def _log_checkpoint_bytes(
-    tracker: RunTracker, run_dir: Path, cfg: DictConfig, attempt: int
-) -> None:
-    """``checkpoint/bytes_rank_<r>`` for every rank folder, measured here in the launching
-    process: all ranks write under the one run directory."""
-    if not cfg.checkpoint.save:
-        return
-    from ms_exp.checkpoint.files import checkpoint_bytes
-
-    sizes = checkpoint_bytes(run_dir, cfg.checkpoint.prefix)
-    if sizes:
-        tracker.log_metrics(
-            {f"checkpoint/bytes_rank_{rank}": size for rank, size in sizes.items()}, step=attempt
-        )
-
-
-def _log_snapshots(tracker: RunTracker, run_dir: Path, cfg: DictConfig) -> None:
-    directory = run_dir / SNAPSHOT_DIR
-    files = snapshot_files(directory)
-    if not files:
-        return
-    tracker.set_tags({"ms_exp.snapshots.count": str(len(files))})
-    if cfg.tracking.log_checkpoints.value != "none":
-        for path in files:
-            tracker.log_artifact(path, SNAPSHOT_DIR)

@@ -108,7 +108,11 @@ def _run_in_folder(
                 )
             resume.save()  # the resume point, for the ranks (ms_exp/checkpoint/resume.py)
             run_dir = resume.run_dir
-        _strategy_file_inside(cfg, run_dir)
+        # A relative strategy file is the run's own, in its folder: MindSpore would write it
+        # relative to the working directory, where every run would share it.
+        strategy = cfg.checkpoint.strategy
+        if strategy.save_file and not Path(str(strategy.save_file)).expanduser().is_absolute():
+            strategy.save_file = str(Path(run_dir).resolve() / strategy.save_file)
         config_file = run_dir / RESOLVED_CONFIG
         # What the run trains, not how this command reached it: a re-run (--from-run) or the
         # ranks reading it must not resume again.
@@ -184,7 +188,15 @@ def _run_tracked(
             resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
             tracker.log_params(relative_to_run(flatten(cast(dict, resolved)), run_dir))
         else:
-            _announce_resume(resume, tracker)
+            print(f"resuming the run in {resume.run_dir} from {resume.checkpoint}", flush=True)
+            # MLflow refuses a param that changes value: the run keeps the params it started
+            # with, and the resumption is a tag.
+            tracker.set_tags(
+                {
+                    "ms_exp.resumed_from": f"{resume.checkpoint} (epoch {resume.epoch}, "
+                    f"step {resume.step_in_epoch} of it)"
+                }
+            )
         tracker.log_artifact(config_file, "config")
         if hydra_dir is not None and Path(hydra_dir).is_dir():
             tracker.log_artifacts(Path(hydra_dir), "hydra")
@@ -240,23 +252,3 @@ def _record_end(run_dir: Path, status: str) -> None:
             file=sys.stderr,
             flush=True,
         )
-
-
-def _announce_resume(resume: ResumePoint, tracker: RunTracker) -> None:
-    print(f"resuming the run in {resume.run_dir} from {resume.checkpoint}", flush=True)
-    # MLflow refuses a param that changes value: the run keeps the params it started with,
-    # and the resumption is a tag.
-    tracker.set_tags(
-        {
-            "ms_exp.resumed_from": f"{resume.checkpoint} (epoch {resume.epoch}, "
-            f"step {resume.step_in_epoch} of it)"
-        }
-    )
-
-
-def _strategy_file_inside(cfg: DictConfig, run_dir: Path) -> None:
-    """A relative strategy file is the run's own, in its folder: MindSpore would write it
-    relative to the working directory, where every run would share it."""
-    strategy = cfg.checkpoint.strategy
-    if strategy.save_file and not Path(str(strategy.save_file)).expanduser().is_absolute():
-        strategy.save_file = str(Path(run_dir).resolve() / strategy.save_file)
