@@ -16,7 +16,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ms_exp.config.errors import ConfigError
 
-BEST_NAME = "best.ckpt"
 # checkpoint.format: the file suffix of each.
 SUFFIXES = {"ckpt": ".ckpt", "safetensors": ".safetensors"}
 DIGEST_SUFFIX = ".sha256"

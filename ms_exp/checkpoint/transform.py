@@ -97,16 +97,6 @@ def _read_strategy(option: str, path: PathLike) -> Dict[str, Tuple[tuple, tuple]
     return layouts
 
 
-def _newest_file(rank_dir: Path, prefix: str) -> Optional[Path]:
-    """The rank's most recently written ``<prefix>*.ckpt`` or ``<prefix>*.safetensors``."""
-    from ms_exp.checkpoint.files import is_checkpoint_file
-
-    files = [
-        p for p in rank_dir.glob(glob.escape(prefix) + "*") if p.is_file() and is_checkpoint_file(p)
-    ]
-    return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
-
-
 def _rank_files(
     src_dir: PathLike, ranks: Dict[int, Path], device_num: int, prefix: str
 ) -> Dict[int, Path]:
@@ -122,15 +112,21 @@ def _rank_files(
             f"{src_dir} has rank_{extra[0]} but the strategy file describes only "
             f"{device_num} devices (rank_0 ... rank_{device_num - 1})"
         )
-    from ms_exp.checkpoint.files import last_checkpoint
+    from ms_exp.checkpoint.files import is_checkpoint_file, last_checkpoint
 
     files, stepped = {}, True
     for rank in range(device_num):
         # ModelCheckpoint's newest <prefix>-<epoch>_<step>.ckpt (or .safetensors); else the
-        # newest <prefix>*.ckpt (transform_checkpoints' own output is <prefix><rank>.ckpt).
+        # most recently written <prefix>*.ckpt or .safetensors (transform_checkpoints' own
+        # output is <prefix><rank>.ckpt).
         newest = last_checkpoint(ranks[rank], prefix)
         stepped = stepped and newest is not None
-        picked = newest or _newest_file(ranks[rank], prefix)
+        written = [
+            p
+            for p in ranks[rank].glob(glob.escape(prefix) + "*")
+            if p.is_file() and is_checkpoint_file(p)
+        ]
+        picked = newest or max(written, key=lambda p: (p.stat().st_mtime, p.name), default=None)
         if picked is None:
             raise CkptError(f"rank_{rank} has no {prefix}*.ckpt file ({ranks[rank]})")
         files[rank] = picked.resolve()

@@ -121,13 +121,14 @@ def _pipeline(dataset_cfg: Any, split: str, shard: Shard) -> Tuple[Any, int, Opt
         x = x.astype(np.float32) if x.dtype == np.float64 else x
         y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y
         labels = y
-        reader = {} if "num_shards" in applied or not sharded else shard.reader_args()
+        ours = "num_shards" not in applied  # else the target sharded its arrays itself
         data = ds.NumpySlicesDataset(
             (x, y),
             column_names=COLUMNS,
             shuffle=passed["shuffle"],
             num_parallel_workers=settings["num_parallel_workers"],
-            **reader,
+            num_shards=passed["num_shards"] if ours else None,
+            shard_id=passed["shard_id"] if ours else None,
         )
     elif isinstance(data, ds.Dataset):
         data = _sample_order(data, dataset_cfg, applied, passed, shard)
@@ -168,7 +169,14 @@ def _sample_order(
             source = None
             break
         source = source.children[0]
-    if source is None or not _random_access(source):
+    # A source whose sampler decides what is read. A GeneratorDataset over a generator or
+    # iterable has a sampler too, but ignores it: every rank would read everything
+    # (docs/design.md#generator-ignores-sampler).
+    if isinstance(source, ds.GeneratorDataset):
+        random_access = hasattr(source.source, "__getitem__")
+    else:
+        random_access = isinstance(source, ds.MappableDataset)
+    if not random_access:
         if wants_shard:
             raise ConfigError(
                 f"dataset.{TARGET}",
@@ -184,17 +192,6 @@ def _sample_order(
         sampler = ds.RandomSampler() if passed["shuffle"] else ds.SequentialSampler()
     source.use_sampler(sampler)
     return data
-
-
-def _random_access(source: Any) -> bool:
-    """A source whose sampler decides what is read. A GeneratorDataset over a generator
-    or iterable has a sampler too, but ignores it: every rank would read everything
-    (docs/design.md#generator-ignores-sampler)."""
-    import mindspore.dataset as ds
-
-    if isinstance(source, ds.GeneratorDataset):
-        return hasattr(source.source, "__getitem__")
-    return isinstance(source, ds.MappableDataset)
 
 
 def _sample_shape(batches: Any) -> Tuple[int, ...]:

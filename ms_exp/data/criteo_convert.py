@@ -152,23 +152,8 @@ def parse_options(argv: Optional[Sequence[str]]) -> Options:
     samples_per_record = _integer(
         "--samples-per-record", args.samples_per_record, 1, MAX_SAMPLES_PER_RECORD
     )
-    options = Options(
-        Path(args.raw),
-        Path(args.out_dir),
-        threshold,
-        hash_buckets,
-        eval_fraction,
-        seed,
-        args.overwrite,
-        samples_per_record,
-    )
-    check_paths(options)
-    return options
-
-
-def check_paths(options: Options) -> None:
-    """RAW readable, OUT_DIR free (or --overwrite) and creatable; nothing is written."""
-    raw, out_dir = options.raw, options.out_dir
+    # RAW readable, OUT_DIR free (or --overwrite) and creatable; nothing is written.
+    raw, out_dir = Path(args.raw), Path(args.out_dir)
     text_file = "a readable Criteo text file (plain or .gz)"
     if not raw.exists():
         raise usage_error("RAW", str(raw), "no such file", text_file)
@@ -186,7 +171,7 @@ def check_paths(options: Options) -> None:
             raise usage_error(
                 "OUT_DIR", str(out_dir), "is a file", "a folder to create, or an empty one"
             )
-        if any(out_dir.iterdir()) and not options.overwrite:
+        if any(out_dir.iterdir()) and not args.overwrite:
             raise usage_error(
                 "OUT_DIR",
                 str(out_dir),
@@ -204,6 +189,16 @@ def check_paths(options: Options) -> None:
                     "a folder that holds neither RAW nor the current folder",
                 )
     check_creatable("OUT_DIR", out_dir, "folder")
+    return Options(
+        raw,
+        out_dir,
+        threshold,
+        hash_buckets,
+        eval_fraction,
+        seed,
+        args.overwrite,
+        samples_per_record,
+    )
 
 
 def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> dict:
@@ -274,26 +269,19 @@ def convert(options: Options, out: Optional[TextIO] = None, err: Optional[TextIO
         f"{vocabulary.size} ({vocabulary.mode}), to {options.out_dir}",
         file=out,
     )
-    print(packing_summary(meta), file=out)
-    print(f"train on it: {train_command(options.out_dir)}", file=out)
-    return meta
-
-
-def packing_summary(meta: dict) -> str:
-    """``packed 16 samples a record: 225 train and 26 eval records; last records filled up
-    with their split's first samples (train +15, eval +1)``."""
     size, padded = meta["samples_per_record"], meta["padded_samples"]
-    line = (
+    packing = (
         f"packed {size} sample{'s' if size > 1 else ''} a record: "
-        f"{meta['train_records']} train and "
-        f"{meta['eval_records']} eval records"
+        f"{meta['train_records']} train and {meta['eval_records']} eval records"
     )
     if padded["train"] or padded["eval"]:
-        line += (
+        packing += (
             f"; last records filled up with their split's first samples (train "
             f"+{padded['train']}, eval +{padded['eval']})"
         )
-    return line
+    print(packing, file=out)
+    print(f"train on it: {train_command(options.out_dir)}", file=out)
+    return meta
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -198,20 +198,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_out_file(out_file: Path, overwrite: bool) -> None:
-    """OUT_FILE not a folder, not there (or --overwrite), and creatable."""
-    if out_file.is_dir():
-        raise usage_error("OUT_FILE", str(out_file), "is a folder", "a file name")
-    if out_file.exists() and not overwrite:
-        raise usage_error(
-            "OUT_FILE",
-            str(out_file),
-            "file exists",
-            "a new file name, or --overwrite to replace it",
-        )
-    check_creatable("OUT_FILE", out_file, "file")
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -219,7 +205,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         seed = _integer("--seed", args.seed, 0)
         malformed = _integer("--malformed", args.malformed, 0)
         out_file = Path(args.out_file)
-        check_out_file(out_file, args.overwrite)
+        if out_file.is_dir():
+            raise usage_error("OUT_FILE", str(out_file), "is a folder", "a file name")
+        if out_file.exists() and not args.overwrite:
+            raise usage_error(
+                "OUT_FILE",
+                str(out_file),
+                "file exists",
+                "a new file name, or --overwrite to replace it",
+            )
+        check_creatable("OUT_FILE", out_file, "file")
         write_criteo_text(out_file, lines, seed, malformed)
     except (UsageError, OSError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

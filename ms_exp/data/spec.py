@@ -41,8 +41,3 @@ class Shard:
 
     num_shards: int = 1
     shard_id: int = 0
-
-    def reader_args(self) -> dict:
-        if self.num_shards == 1:
-            return {}
-        return {"num_shards": self.num_shards, "shard_id": self.shard_id}

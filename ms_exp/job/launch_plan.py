@@ -164,34 +164,6 @@ def mpirun_arguments(parallel_cfg: DictConfig, run_dir: Path) -> List[str]:
     ]
 
 
-def rank_table_plan(parallel_cfg: DictConfig, run_dir: Path) -> LaunchPlan:
-    """The training-flow tutorial's Ascend script: one process per rank on this server, all
-    with RANK_TABLE_FILE and RANK_SIZE, rank i with DEVICE_ID=START_ID+i and RANK_ID=i."""
-    launcher = parallel_cfg.launcher
-    table = str(Path(launcher.rank_table_file).expanduser().resolve())
-    logs = log_dir(parallel_cfg, run_dir).resolve()
-    size = parallel_cfg.device_num
-    processes = tuple(
-        LaunchProcess(
-            tuple(worker_argv(run_dir)),
-            {
-                "RANK_TABLE_FILE": table,
-                "RANK_SIZE": str(size),
-                "DEVICE_ID": str(launcher.start_device_id + rank),
-                "RANK_ID": str(rank),
-            },
-            log=logs / f"worker_{rank}.log",
-        )
-        for rank in range(size)
-    )
-    return LaunchPlan(
-        RANK_TABLE,
-        processes,
-        logs,
-        "one process per rank, as the training-flow tutorial's Ascend script",
-    )
-
-
 def launch_plan(parallel_cfg: DictConfig, run_dir: Path) -> LaunchPlan:
     style, logs = launch_style(parallel_cfg), log_dir(parallel_cfg, run_dir)
     if style == MSRUN:
@@ -205,7 +177,30 @@ def launch_plan(parallel_cfg: DictConfig, run_dir: Path) -> LaunchPlan:
             logs.resolve(),
             f"mpirun starts all {parallel_cfg.device_num} ranks",
         )
-    return rank_table_plan(parallel_cfg, run_dir)
+    # The training-flow tutorial's Ascend script: one process per rank on this server, all
+    # with RANK_TABLE_FILE and RANK_SIZE, rank i with DEVICE_ID=START_ID+i and RANK_ID=i.
+    launcher = parallel_cfg.launcher
+    table = str(Path(launcher.rank_table_file).expanduser().resolve())
+    size = parallel_cfg.device_num
+    processes = tuple(
+        LaunchProcess(
+            tuple(worker_argv(run_dir)),
+            {
+                "RANK_TABLE_FILE": table,
+                "RANK_SIZE": str(size),
+                "DEVICE_ID": str(launcher.start_device_id + rank),
+                "RANK_ID": str(rank),
+            },
+            log=logs.resolve() / f"worker_{rank}.log",
+        )
+        for rank in range(size)
+    )
+    return LaunchPlan(
+        RANK_TABLE,
+        processes,
+        logs.resolve(),
+        "one process per rank, as the training-flow tutorial's Ascend script",
+    )
 
 
 def save_command(parallel_cfg: DictConfig, run_dir: Path) -> str:

@@ -16,21 +16,6 @@ from ms_exp.parallel.launcher_config import MSRUN
 FAILURE_TAIL_LINES = 20
 
 
-def rank_logs(logs: Path) -> Dict[int, Path]:
-    """Each rank's log: ``worker_<r>.log`` (msrun, rank table) or ``<job>/rank.<r>/stdout``
-    (mpirun's ``--output-filename``)."""
-    found: Dict[int, Path] = {}
-    for log in logs.glob("worker_*.log"):
-        rank = log.stem.rsplit("_", 1)[-1]
-        if rank.isdigit():
-            found[int(rank)] = log
-    for log in logs.glob("*/rank.*/stdout"):
-        rank = log.parent.name.split(".", 1)[-1]
-        if rank.isdigit():
-            found.setdefault(int(rank), log)
-    return dict(sorted(found.items()))
-
-
 def rank_of_pid(logs: Path, pid: int) -> Optional[int]:
     """The rank whose ``worker_<r>.pid`` records ``pid``."""
     for pid_path in sorted(logs.glob("worker_*.pid")):
@@ -59,7 +44,18 @@ def failing_rank_log(logs: Path, codes: Mapping[int, Optional[int]]) -> Optional
     """The rank that failed and its log: the first the launcher reported killed by a signal
     (the tracebacks of the others came after, from losing it), else one with a Python
     traceback, else the one whose worker the launcher reported dead."""
-    ranks = rank_logs(logs)
+    # Each rank's log: worker_<r>.log (msrun, rank table) or <job>/rank.<r>/stdout (mpirun's
+    # --output-filename).
+    found: Dict[int, Path] = {}
+    for log in logs.glob("worker_*.log"):
+        number = log.stem.rsplit("_", 1)[-1]
+        if number.isdigit():
+            found[int(number)] = log
+    for log in logs.glob("*/rank.*/stdout"):
+        number = log.parent.name.split(".", 1)[-1]
+        if number.isdigit():
+            found.setdefault(int(number), log)
+    ranks = dict(sorted(found.items()))
     for pid, code in codes.items():
         rank = rank_of_pid(logs, pid)
         if signal_name(code) and rank in ranks:

@@ -8,7 +8,7 @@ outputs logged and the run ended with its status.
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, NoReturn, Optional, Sequence, cast
+from typing import Dict, Optional, Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,7 +24,6 @@ from ms_exp.job.summary import report_result, stage_two_command
 from ms_exp.parallel.launcher_config import is_distributed
 from ms_exp.tracking import provenance
 from ms_exp.tracking.finished import config_digest
-from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.lifecycle import EndedEarly, StoppedRun, tracked_run
 from ms_exp.tracking.logged_steps import last_logged_steps
 from ms_exp.tracking.params import flatten, relative_to_run
@@ -224,20 +223,16 @@ def _run_tracked(
         if sliced:
             print("\n".join(sliced), flush=True)
         if result.pruned_epoch is not None:
-            _end_pruned(result.pruned_epoch, tracker)
+            # A pruned trial's run keeps everything logged so far and ends KILLED, saying when.
+            from ms_exp.search.pruned import TrialPruned
+            from ms_exp.search.trial import current_trial
+            from ms_exp.tracking.sweep_runs import PRUNED_EPOCH_TAG
+
+            tracker.set_tags({PRUNED_EPOCH_TAG: str(result.pruned_epoch)})
+            trial = current_trial()
+            assert trial is not None  # only a trial's job is pruned
+            raise TrialPruned(trial.study_name, result.pruned_epoch)
         return result
-
-
-def _end_pruned(epoch: int, tracker: RunTracker) -> NoReturn:
-    """A pruned trial's run keeps everything logged so far and ends KILLED, saying when."""
-    from ms_exp.search.pruned import TrialPruned
-    from ms_exp.search.trial import current_trial
-    from ms_exp.tracking.sweep_runs import PRUNED_EPOCH_TAG
-
-    tracker.set_tags({PRUNED_EPOCH_TAG: str(epoch)})
-    trial = current_trial()
-    assert trial is not None  # only a trial's job is pruned
-    raise TrialPruned(trial.study_name, epoch)
 
 
 def _record_end(run_dir: Path, status: str) -> None:
