@@ -31,8 +31,8 @@ def log_outputs(tracker: RunTracker, run_dir: Path, cfg: DictConfig, attempt: in
     if snapshots:
         tracker.set_tags({"ms_exp.snapshots.count": str(len(snapshots))})
         if cfg.tracking.log_checkpoints.value != "none":
-            for path in snapshots:
-                tracker.log_artifact(path, SNAPSHOT_DIR)
+            for snapshot in snapshots:
+                tracker.log_artifact(snapshot, SNAPSHOT_DIR)
     strategy = Path(cfg.checkpoint.strategy.save_file or "")
     if strategy.name and strategy.is_file():
         tracker.log_artifact(strategy, "strategy")
