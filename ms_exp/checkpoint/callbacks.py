@@ -108,7 +108,8 @@ class TimedModelCheckpoint(ModelCheckpoint):
             # MindSpore joined the previous save's thread before starting this one.
             self._written()
             self._pending = Path(self.latest_ckpt_file_name)
-        if not _async_save_running():
+        # MindSpore's checkpoint-writing thread (its fixed name) is done.
+        if not any(t.name == "asyn_save_ckpt" and t.is_alive() for t in threading.enumerate()):
             self._written()
 
     def _written(self) -> None:
@@ -244,8 +245,12 @@ def create_checkpoint_callbacks(
     """``sharded``: the weights are split over the ranks (semi-auto or auto parallel, not
     emulated), so every rank takes part in saving ``best.ckpt``. ``before_save`` runs
     before each numbered checkpoint is written."""
+    from mindspore import log
+
+    logger = log._get_logger()  # MindSpore's logger (GLOG_v), made on first use
+    if not any(isinstance(f, _SaveFailureRaised) for f in logger.filters):
+        logger.addFilter(_SaveFailureRaised())
     callbacks: List[Callback] = []
-    _quiet_save_failures()
     if cfg.save:
         if not cfg.integrated_save and parallel_mode == "stand_alone":
             print(
@@ -284,11 +289,6 @@ def create_checkpoint_callbacks(
     return callbacks
 
 
-def _async_save_running() -> bool:
-    """Whether MindSpore's checkpoint-writing thread (its fixed name) is still at work."""
-    return any(t.name == "asyn_save_ckpt" and t.is_alive() for t in threading.enumerate())
-
-
 class _SaveFailureRaised(logging.Filter):
     """MindSpore logs "[CRITICAL] ... Failed to save the checkpoint file ..." and then raises
     the error itself (a full disk: "No space left on device"), which ms_exp states in its
@@ -296,14 +296,6 @@ class _SaveFailureRaised(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Failed to save the checkpoint file")
-
-
-def _quiet_save_failures() -> None:
-    from mindspore import log
-
-    logger = log._get_logger()  # MindSpore's logger (GLOG_v), made on first use
-    if not any(isinstance(f, _SaveFailureRaised) for f in logger.filters):
-        logger.addFilter(_SaveFailureRaised())
 
 
 class WeightSnapshots(Callback):

@@ -46,7 +46,6 @@ def is_checkpoint_file(path: Path) -> bool:
 
 
 def best_name(fmt: str = "ckpt") -> str:
-    """``best.ckpt`` or ``best.safetensors``."""
     return "best" + SUFFIXES[fmt]
 
 

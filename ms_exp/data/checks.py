@@ -164,10 +164,7 @@ def validate_image_folder(cfg: DictConfig) -> None:
 
 
 def validate_criteo(cfg: DictConfig) -> None:
-    """The converter's output folder: both record files and a meta file of the current
-    format that names the vocabulary size, sample counts and samples per record; the batch
-    size a multiple of the samples per record, and (when dropping the remainder) at most the
-    training split."""
+    """The converter's output folder, and a batch size its records allow."""
     root = existing_dir("dataset.path", cfg.path)
     missing = [f for f in (TRAIN_FILE, EVAL_FILE, META_FILE) if not (root / f).is_file()]
     require(

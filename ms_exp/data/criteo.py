@@ -69,8 +69,7 @@ def criteo(
     shard_id: Optional[int] = None,
     num_parallel_workers: int = 1,
 ) -> Any:
-    """Batches of ``split`` (its signature names ``batch_size``: records are batched here,
-    ``batch_size // N`` at a time, then flattened to samples)."""
+    """Batches of ``split``: its signature names ``batch_size``, as records are batched here."""
     # Imported here: read_meta runs in preflight, before MindSpore may be imported.
     import mindspore.dataset as ds
 

@@ -152,10 +152,8 @@ def sample_lines(lines: int, seed: int = 0, malformed: int = 0) -> Iterator[str]
 
 
 def write_criteo_text(path: Path, lines: int, seed: int = 0, malformed: int = 0) -> dict:
-    """Write ``lines`` valid Criteo lines plus ``malformed`` bad ones (the four kinds in
-    turn, spread evenly through the file) to ``path`` (parent folders created), gzipped if
-    it ends in ``.gz``, through a temporary file renamed into place. Returns {1-based line
-    number: kind} of the malformed lines."""
+    """The file OUT_FILE of the module's docstring at ``path`` (parent folders created);
+    returns {1-based line number: kind} of the malformed lines."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")

@@ -6,7 +6,7 @@ stage two; the last and best checkpoints also become tags of the run (``ms_exp.e
 import re
 import shlex
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from omegaconf import DictConfig
 
@@ -44,29 +44,23 @@ def report_result(
         lines.append(f"MLflow run {tracker.run_id} (experiment {tracker.experiment_id}) in {uri}")
         lines += ui_lines(uri, str(tracker.experiment_id), tracker.run_id)
     if models:
-        lines += model_lines(models, uri, result.run_dir)
+        # The models by their models:/ URIs, and MLflow's command that predicts with the
+        # first (``best`` when it was kept) on the input example saved with it.
+        from ms_exp.job.model_package import MODELS_DIR
+
+        shown = ", ".join(f"{name} models:/{model_id}" for name, model_id in models.items())
+        name, model_id = next(iter(models.items()))
+        example = result.run_dir.resolve() / MODELS_DIR / name / "serving_input_example.json"
+        predict = [*shlex.split(mlflow_executable()), "models", "predict"]
+        predict += ["-m", f"models:/{model_id}", "-i", str(example), "-t", "json"]
+        command = shlex.join([*predict, "--env-manager", "local"])
+        lines.append(f"MLflow models: {shown}")
+        lines.append(f"  predict with: MLFLOW_TRACKING_URI={shlex.quote(uri)} {command}")
     if tracker.enabled and tracker.offline_journal is not None:
         from ms_exp.tracking.journal import offline_note
 
         lines.append(offline_note(uri, tracker.offline_journal, tracker.run_id))
     print("\n".join(lines), flush=True)
-
-
-def model_lines(models: Mapping[str, str], uri: str, run_dir: Path) -> List[str]:
-    """The run's MLflow models by their ``models:/`` URIs, and MLflow's command that predicts
-    with the first (``best`` when it was kept) on the input example saved with it."""
-    from ms_exp.job.model_package import MODELS_DIR
-
-    shown = ", ".join(f"{name} models:/{model_id}" for name, model_id in models.items())
-    name, model_id = next(iter(models.items()))
-    example = Path(run_dir).resolve() / MODELS_DIR / name / "serving_input_example.json"
-    predict = [*shlex.split(mlflow_executable()), "models", "predict"]
-    predict += ["-m", f"models:/{model_id}", "-i", str(example), "-t", "json"]
-    command = shlex.join([*predict, "--env-manager", "local"])
-    return [
-        f"MLflow models: {shown}",
-        f"  predict with: MLFLOW_TRACKING_URI={shlex.quote(uri)} {command}",
-    ]
 
 
 def _artifact_name(path: Optional[Path]) -> str:
