@@ -57,21 +57,16 @@ class LaunchPlan:
     logs: Path  # the ranks' logs (and pid files)
     note: str  # what the saved script is for
 
-    def exported(self) -> Dict[str, str]:
-        """Variables every process of a several-process plan sets alike (exported once)."""
-        if len(self.processes) < 2:
-            return {}
-        first, *rest = self.processes
-        return {
-            key: value
-            for key, value in first.env.items()
-            if all(other.env.get(key) == value for other in rest)
-        }
-
     def commands(self, remember_pids: bool = False) -> str:
         """The shell lines that start the processes: printed and tagged on the run. With
         ``remember_pids`` each background process's pid is kept in ``pids`` as it starts."""
-        exported = self.exported()
+        # Variables every process of a several-process plan sets alike are exported once.
+        first, *rest = self.processes
+        exported = {
+            key: value
+            for key, value in first.env.items()
+            if rest and all(other.env.get(key) == value for other in rest)
+        }
         unset = sorted({name for process in self.processes for name in process.unset})
         lines = [f"unset {' '.join(unset)}"] if unset else []
         if exported:
