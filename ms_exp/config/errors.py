@@ -1,9 +1,5 @@
-"""One-line config errors: the key, the bad value and what is allowed.
-
-Hydra's own messages are several lines long (with `full_key:` and `object_type=` lines);
-users of ms_exp get the same facts on one line, and the same shape for the range and path
-checks that ms_exp adds on top of the schema.
-"""
+"""One-line config errors: the key, the bad value and what is allowed, for Hydra's and
+OmegaConf's refusals (several lines each) as for ms_exp's own checks."""
 
 import re
 import sys
@@ -85,10 +81,8 @@ def from_composition_error(
 
 
 def keyed_errors(error: BaseException) -> List[OmegaConfBaseException]:
-    """OmegaConf's exceptions among ``error``, its cause and its context that name a key,
-    each once: Hydra's exception carries OmegaConf's as its cause; OmegaConf's own (a run's
-    saved config merged with overrides) may carry the conversion's ValueError as its
-    context, and its cause is often its context too."""
+    """OmegaConf's exceptions among ``error``, its cause and its context (where Hydra and a
+    merge put OmegaConf's) that name a key, each once."""
     chain = (error.__cause__, error.__context__, error)
     found = {id(e): e for e in chain if isinstance(e, OmegaConfBaseException)}
     return [e for e in found.values() if getattr(e, "full_key", None)]
@@ -96,9 +90,7 @@ def keyed_errors(error: BaseException) -> List[OmegaConfBaseException]:
 
 def value_error(key: str, error: OmegaConfBaseException, shown: Optional[str] = None) -> str:
     """OmegaConf's refusal of a value (``error.value`` under ``key``, or ``shown`` as the
-    user typed it) in one line; also for what is typed after composition (each of
-    ``loss.parts``, which Hydra holds untyped so that a part can name a ``_target_`` with
-    its own arguments, and can be given in pieces: ``+loss.parts.a.weight=2``)."""
+    user typed it) in one line; also for what is typed after composition (loss.parts)."""
     return f"{key}={shown if shown is not None else show(error.value)}: {_reason(str(error.msg))}"
 
 
@@ -155,28 +147,16 @@ _TYPE_NAMES = {
 
 
 def _missing_option(error: MissingConfigException) -> str:
-    missing = error.missing_cfg_file or ""
-    group, _, option = missing.rpartition("/")
-    options = ", ".join(error.options or [])
-    if group:
-        return f"{group}={option!r}: unknown option; expected one of {options}" + _config_dir_hint(
-            group, option
-        )
-    return str(error).splitlines()[0]
-
-
-def _config_dir_hint(group: str, option: str) -> str:
-    """Where a folder here holds the option (``conf/model/lenet.yaml``): the flag that adds
-    it to Hydra's search path."""
-    found = sorted(
-        path
-        for pattern in (f"*/{group}/{option}.yaml", f"*/{group}/{option}.yml")
-        for path in Path().glob(pattern)
-    )
-    if not found:
-        return ""
-    folder = found[0].parts[0]
-    return f"; {found[0]} is there: add --config-dir {folder}"
+    group, _, option = (error.missing_cfg_file or "").rpartition("/")
+    if not group:
+        return str(error).splitlines()[0]
+    line = f"{group}={option!r}: unknown option; expected one of {', '.join(error.options or [])}"
+    # A folder here that holds the option (conf/model/lenet.yaml): the flag that adds it to
+    # Hydra's search path.
+    found = sorted(p for ext in ("yaml", "yml") for p in Path().glob(f"*/{group}/{option}.{ext}"))
+    if found:
+        line += f"; {found[0]} is there: add --config-dir {found[0].parts[0]}"
+    return line
 
 
 def _override_value(full_key: str, overrides: Iterable[str]) -> str:
@@ -194,9 +174,8 @@ def positive(section: str, cfg: Mapping[str, Any], *keys: str) -> None:
 
 
 def end_failed_sweep(line: Optional[str] = None) -> NoReturn:
-    """How a sweep with a failed job ends, whichever sweeper runs it, as Hydra's basic sweeper
-    ends one: exit status 1 after one line (None: said already, as the failure was found),
-    without a traceback of ms_exp's code (each job's run and log hold the job's own)."""
+    """End a sweep with a failed job as Hydra's basic sweeper does: exit status 1 after one
+    line (None: said already), with no traceback (each job's log holds its own)."""
     if line is not None:
         print(f"ms_exp: error: {line}", file=sys.stderr, flush=True)
     raise SystemExit(1)
