@@ -1,12 +1,7 @@
-"""Components named by ``_target_``: imported, their arguments fitted to the signature, and
-built with Hydra's ``instantiate``, every failure one line naming the key.
-
-One path for every component, ms_exp's own included. The keys ms_exp keeps (``name``,
-``batch_size``, ...) aside, a section's keys are the target's arguments; what ms_exp knows
-(``num_classes``, ``split``, ...) is passed where the signature names it and the config does not.
-
-Nothing here imports MindSpore; importing a target may.
-"""
+"""Components named by ``_target_``, ms_exp's own included: imported, their arguments (a
+section's keys but ms_exp's own, plus what ms_exp knows where the signature names it)
+fitted to the signature, and built with Hydra's ``instantiate``, every failure one line
+naming the key. Nothing here imports MindSpore; importing a target may."""
 
 import inspect
 import logging
@@ -97,20 +92,6 @@ def parameters(target: Callable) -> Optional[Dict[str, Optional[inspect.Paramete
     """The keyword parameters of ``target`` (a class: of its constructor), with ``"**"``
     (None) among them when it also takes ``**kwargs``; None when they cannot be known
     before calling it (``*args, **kwargs`` all the way down)."""
-    signature = _signature(target)
-    if signature is None:
-        return None
-    found: Dict[str, Optional[inspect.Parameter]] = {
-        name: p
-        for name, p in signature.parameters.items()
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    }
-    if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
-        return None if not found else {**found, "**": None}
-    return found
-
-
-def _signature(target: Callable) -> Optional[inspect.Signature]:
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
@@ -123,8 +104,15 @@ def _signature(target: Callable) -> Optional[inspect.Signature]:
         if wrapped is None:
             return None
         inner = inspect.signature(wrapped)
-        return inner.replace(parameters=list(inner.parameters.values())[1:])
-    return signature
+        signature = inner.replace(parameters=list(inner.parameters.values())[1:])
+    found: Dict[str, Optional[inspect.Parameter]] = {
+        name: p
+        for name, p in signature.parameters.items()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+        return None if not found else {**found, "**": None}
+    return found
 
 
 def _wrapped_init(function: Any, depth: int = 3) -> Optional[Callable]:
@@ -220,12 +208,10 @@ def check_kind(
     expected_text: str = "",
     factories: bool = False,
 ) -> None:
-    """Refuse, before it is called, a target that cannot give what its key builds: a
-    class that is not one of ``expected``, a function declared to return something else,
-    and (unless ``factories``: networks and datasets are often made by functions) a
-    function that does not declare what it returns. Python's standard library holds no
-    components: its functions (``builtins.open``, ``shutil.rmtree``, ...) are refused
-    wherever they are named."""
+    """Refuse, before it is called, a target that cannot give what its key builds: one of
+    the standard library, a class that is not one of ``expected``, a function declared to
+    return something else, and (unless ``factories``: networks and datasets are often made
+    by functions) a function that does not declare what it returns."""
     key = f"{key}.{TARGET}"
     wanted = expected_text or " or ".join(t.__name__ for t in expected)
     refuse_standard_library(key, path, getattr(target, "__module__", None), wanted)
@@ -235,8 +221,11 @@ def check_kind(
         if not issubclass(target, expected):
             raise ConfigError(key, path, wanted, problem=f"is the class {target.__name__}")
         return
-    returns = _declared_return(target)
-    if returns is not None:
+    try:
+        returns = inspect.signature(target, eval_str=True).return_annotation
+    except (TypeError, ValueError, NameError, SyntaxError):  # unreadable: as undeclared
+        returns = None
+    if returns is not None and returns is not inspect.Signature.empty:
         if not (inspect.isclass(returns) and issubclass(returns, expected)):
             shown = getattr(returns, "__name__", str(returns))
             raise ConfigError(key, path, wanted, problem=f"is declared to return {shown}")
@@ -254,8 +243,8 @@ def check_kind(
 def refuse_standard_library(
     key: str, path: str, module: Optional[str] = None, wanted: str = ""
 ) -> None:
-    """A target of Python's standard library (``builtins.open``, ``shutil.rmtree``,
-    ``pickle.load``) is no component: refused by ``key``, whatever re-exports it."""
+    """A target of Python's standard library (``builtins.open``, ``shutil.rmtree``) is no
+    component: refused by ``key``, whatever re-exports it."""
     packages = {path.split(".")[0], (module or path).split(".")[0]}
     if packages & sys.stdlib_module_names:  # the top-level names of the standard library
         raise ConfigError(
@@ -264,15 +253,6 @@ def refuse_standard_library(
             wanted or "a class or function of your project or of a library of components",
             problem="is part of Python's standard library, not a component",
         )
-
-
-def _declared_return(target: Callable) -> Any:
-    """The return annotation of a function, None when it has none or it cannot be read."""
-    try:
-        annotation = inspect.signature(target, eval_str=True).return_annotation
-    except (TypeError, ValueError, NameError, SyntaxError):
-        return None
-    return None if annotation is inspect.Signature.empty else annotation
 
 
 def build(
@@ -285,9 +265,8 @@ def build(
     expected_text: str = "",
     factories: bool = False,
 ) -> Any:
-    """Build the component ``node`` names with ``hydra.utils.instantiate``: its own
-    arguments, plus ``provided`` (see ``fit_arguments``); check, before calling it, that
-    it can be one of ``expected`` (``check_kind``), and after, that it is."""
+    """Build the component ``node`` names (``fit_arguments``) with Hydra's ``instantiate``;
+    check before calling it that it can be one of ``expected`` (``check_kind``), and after."""
     from hydra.utils import instantiate
 
     path = target_path(node)
