@@ -1,11 +1,7 @@
-"""The one door to Hydra's private API: everything ms_exp takes from ``hydra._internal`` and
-from the global-state helpers of ``hydra.initialize``.
-
-ms_exp composes and checks every job before ``@hydra.main`` runs it
-(docs/design.md#checked-before-running), which needs what ``run_hydra`` does before a job
-starts, with no public API for it. Checked with hydra-core 1.3.8 (pyproject.toml pins
-``<1.4``); this module is what to port to Hydra 1.4.
-"""
+"""The one door to Hydra's private API (``hydra._internal``, ``hydra.initialize``'s global
+state): composing and checking every job before ``@hydra.main`` runs it
+(docs/design.md#checked-before-running) needs what ``run_hydra`` does, which has no public
+API. Checked with hydra-core 1.3.8; this module is what to port to Hydra 1.4."""
 
 import copy
 import os
@@ -87,9 +83,8 @@ _PARSED: Dict[
 def _load(
     path: str, open_file: Callable[[], IO[str]]
 ) -> Tuple[Dict[str, Optional[str]], Union[DictConfig, ListConfig]]:
-    """A config file's header and a copy of its config, as Hydra's sources read them
-    (``OmegaConf.load``) but once per version of the file: a file changed since (another
-    inode, size, mtime or ctime) is read again. A copy costs half what creating it does."""
+    """A config file's header and a copy of its config, as Hydra's sources read them, but
+    parsed once per version of the file (a copy costs half what parsing does)."""
     stat = os.stat(path)
     stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if path not in _PARSED or _PARSED[path][0] != stamp:
@@ -120,9 +115,8 @@ class _Package(ImportlibResourcesConfigSource):
 
 
 class _Repository(ConfigRepository):
-    """Hydra's repository of config sources, with two costs of every compose cut and the
-    result unchanged: files and package resources parse their YAML once per version of the
-    file (``_load``), and the copy Hydra takes per compose copies the list of sources only."""
+    """Hydra's repository of config sources, cheaper per compose with the same result: files
+    parse once per version (``_load``), and Hydra's copy per compose copies only the list."""
 
     def initialize_sources(self, config_search_path: ConfigSearchPath) -> None:
         super().initialize_sources(config_search_path)

@@ -22,10 +22,8 @@ SEED_MAX = 2**32 - 1
 
 
 def check_number(key: str, declared: Any, value: Any) -> None:
-    """A value of a schema's ``float`` or ``int`` field (also Optional, or a list of them)
-    that the type admits but MindSpore and numpy do not: a float that is not finite (inf,
-    nan, or a literal beyond float64 such as 1e400, which reads as inf), an integer outside
-    int32, a seed outside uint32."""
+    """Refuse a value of a schema's ``float`` or ``int`` field (also Optional, or a list of
+    them) that MindSpore and numpy do not take."""
     kind, is_list = _number_kind(declared)
     if kind is None or value is None:
         return

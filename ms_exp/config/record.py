@@ -1,12 +1,10 @@
 """What text read back from a record may hold: whoever could write a store or a run folder
 wrote it, so it is data, never code and never a read of the reader's environment.
 
-A job saves its config resolved, so a config read back holds no interpolation at all: any
-``${`` is refused by key before anything resolves it (``${oc.create:...}`` would build a
-target the trust check never saw, ``${oc.env:SECRET}`` copy the reader's secret into the
-store). Recorded overrides (re-applied by ``--from-run``) may hold a plain ``${key}`` and
-the RECORDED_OVERRIDE_RESOLVERS; any other resolver, and any override of Hydra itself, is
-refused by key.
+A saved config is resolved, so any ``${`` in one read back is refused (``${oc.create:...}``
+would build a target the trust check never saw, ``${oc.env:SECRET}`` copy the reader's
+secret into the store). Recorded overrides (``--from-run``) may hold a plain ``${key}`` and
+the RECORDED_OVERRIDE_RESOLVERS, never another resolver or an override of Hydra itself.
 """
 
 import re

@@ -1,9 +1,5 @@
-"""The resolvers ms_exp's config uses beside OmegaConf's and Hydra's own.
-
-``${ms_exp.unique:}`` is a short random token that keeps the default folders of two
-commands started in the same second (``${now:...}``) apart; cached on the config like
-``now``, so every job of a sweep reads the same value.
-"""
+"""``${ms_exp.unique:}``: a short random token that keeps apart the default folders of two
+commands started in the same second; cached like ``${now:}``, so a sweep's jobs share it."""
 
 import secrets
 

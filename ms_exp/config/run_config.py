@@ -1,8 +1,5 @@
-"""A run's saved config (``<run dir>/config.yaml``), read back typed by the schemas.
-
-The launching process saves the resolved config there; the ranks, ``ms_exp.eval``,
-``ms_exp.ckpt`` and re-runs read it without Hydra composing anything.
-"""
+"""A run's saved config (``<run dir>/config.yaml``), read back typed by the schemas by
+the ranks, ``ms_exp.eval``, ``ms_exp.ckpt`` and re-runs, without Hydra composing."""
 
 from pathlib import Path
 from typing import Iterable, Optional, cast
@@ -22,11 +19,10 @@ RESOLVED_CONFIG = "config.yaml"
 def load_run_config(
     path: Path, overrides: Iterable[str] = (), source: Optional[str] = None
 ) -> DictConfig:
-    """A resolved config saved by a run (``<run dir>/config.yaml``), typed again by the
-    root schema so enums and defaults behave as at training time. A file that is missing,
-    not YAML, empty, or holds a key or value the schemas refuse is an InvalidConfig whose
-    one line names the file (and the key); so is an interpolation in it, which would run
-    when its section is built (``source``: where the file was read from, for that line)."""
+    """A run's saved config typed again by the schemas, so enums and defaults behave as at
+    training time; anything the schemas refuse, and any interpolation (it would run when its
+    section is built), is a one-line InvalidConfig naming the file and the key (``source``:
+    where the file came from, for an interpolation's refusal)."""
     path = Path(path)
     saved = _read(path)
     refuse_interpolations(OmegaConf.to_container(saved, resolve=False), source or str(path))

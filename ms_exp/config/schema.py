@@ -4,11 +4,8 @@ Each YAML option in ``conf/<group>/<option>.yaml`` starts from the schema stored
 ``schema/<group>/<option>`` (``defaults: [/schema/<group>/<option>@_here_, _self_]``), so
 Hydra itself refuses an unknown key or a value of the wrong type while composing, before
 anything runs. Closed choices are Enums so that the refusal lists the allowed values.
-Range and path checks that a type cannot express live in ``ms_exp.preflight``.
-
-One cohesive module, longer than most: the schemas are declared together because they
-are registered together and nest (the root ``Config`` holds every section), and one file
-is where a reader looks up any key's type and default.
+Range and path checks that a type cannot express live in ``ms_exp.preflight``. The field
+comments are the key's documentation (tools/config_reference.py writes them out).
 """
 
 import dataclasses
@@ -497,9 +494,8 @@ class CallbackEntry:
 
 
 def callback_rank_zero_only(node: DictConfig) -> bool:
-    """``rank_zero_only`` of a ``trainer.callbacks`` entry (False when unset), typed by
-    CallbackEntry: raises OmegaConf's ValidationError for a value that is not a bool. The
-    value is read from ``node`` first, so that an interpolation resolves where it stands."""
+    """``rank_zero_only`` of a ``trainer.callbacks`` entry, typed by CallbackEntry (OmegaConf's
+    ValidationError for a non-bool); read from ``node`` first so an interpolation resolves."""
     typed = OmegaConf.structured(CallbackEntry)
     typed.rank_zero_only = node.get("rank_zero_only", False)
     return bool(typed.rank_zero_only)
@@ -549,9 +545,8 @@ def own_keys(schema: type) -> Tuple[str, ...]:
 
 
 def loss_own_keys(loss_cfg: DictConfig, schema: type) -> Tuple[str, ...]:
-    """ms_exp's keys of ``loss`` (schema LossConfig) or a part (LossPart) naming a
-    ``_target_``: ``label_smoothing`` set (not 0) is the target's argument, as
-    mindspore.nn.CrossEntropyLoss's."""
+    """ms_exp's keys of ``loss`` or a part naming a ``_target_``: ``label_smoothing`` set
+    (not 0) is the target's argument, as mindspore.nn.CrossEntropyLoss's."""
     return tuple(
         k
         for k in own_keys(schema)
@@ -676,8 +671,7 @@ GROUP_SCHEMAS: Dict[str, Dict[str, type]] = {
 
 
 def register_schemas() -> None:
-    """Store the root schema and one schema per group option, and register the resolvers
-    the config uses (idempotent): whatever composes the config needs both."""
+    """Store every schema in Hydra's ConfigStore and register the resolvers (idempotent)."""
     register_resolvers()
     store = ConfigStore.instance()
     if "ms_exp_schema.yaml" in store.repo:  # structuring every schema again: 0.12 s a call
