@@ -36,11 +36,9 @@ CREDENTIAL_KEY = re.compile(
 
 
 def validate_no_credentials(task: Any, key: str = "") -> None:
-    """Refuse a credential anywhere in the job's config (resolved, without Hydra's node): a
-    URL's password or ``?token=``, or a value under a credential's name. Every value is
-    written into config.yaml and the MLflow params, so a component reads its credential
-    from the environment, as ms_exp reads MLFLOW_TRACKING_PASSWORD. ``tracking.uri`` has
-    its own refusal (validate_tracking)."""
+    """Refuse a credential anywhere in the job's config (resolved, without Hydra's node), a
+    URL's password or a value under a credential's name: every value is recorded, so a
+    component reads its credential from the environment. (tracking.uri: validate_tracking.)"""
     if isinstance(task, (dict, list)):
         items = task.items() if isinstance(task, dict) else enumerate(task)
         for name, value in items:
@@ -65,18 +63,14 @@ def validate_tracking(cfg: DictConfig) -> None:
         interval,
         "null (no system metrics) or a number of seconds > 0",
     )
+    name = cfg.experiment_name
+    require(bool(name), "tracking.experiment_name", name, "a non-empty name")
     require(
-        bool(cfg.experiment_name),
+        len(name) <= MAX_EXPERIMENT_NAME_LENGTH,
         "tracking.experiment_name",
-        cfg.experiment_name,
-        "a non-empty name",
-    )
-    require(
-        len(cfg.experiment_name) <= MAX_EXPERIMENT_NAME_LENGTH,
-        "tracking.experiment_name",
-        _shortened(cfg.experiment_name),
+        _shortened(name),
         f"a name of at most {MAX_EXPERIMENT_NAME_LENGTH} characters, MLflow's limit (it "
-        f"has {len(cfg.experiment_name)})",
+        f"has {len(name)})",
     )
     if cfg.run_name is not None:
         require(
@@ -90,72 +84,65 @@ def validate_tracking(cfg: DictConfig) -> None:
     refused = password_refusal("tracking.uri", cfg.uri)
     if refused:
         raise InvalidConfig(refused)
-    if cfg.enabled:
-        uri = cfg.uri
+    if not cfg.enabled:
+        return
+    key, uri = "tracking.uri", cfg.uri
+    if uri is None or uri.startswith("sqlite:///"):
         if uri is None:
-            writable_dir("tracking.uri", uri, Path.cwd())
-            enough_free_space("tracking.uri", uri, Path.cwd())
-            problem = not_a_database(Path.cwd() / DEFAULT_DB_NAME)
-            require(
-                problem is None,
-                "tracking.uri",
-                uri,
+            database = Path.cwd() / DEFAULT_DB_NAME
+            allowed = (
                 f"null where {DEFAULT_DB_NAME} here is an MLflow store or does not "
-                f"exist yet, or the URI of another store ({problem})",
+                "exist yet, or the URI of another store"
             )
-        elif uri.startswith("sqlite:///"):
+        else:
             require(
                 uri != "sqlite:///:memory:",
-                "tracking.uri",
+                key,
                 uri,
                 "a SQLite file, not :memory: (a store in memory ends with the process that "
                 "holds it: nothing would be recorded)",
             )
             database = Path(uri[len("sqlite:///") :])
-            writable_dir("tracking.uri", uri, database.parent)
-            enough_free_space("tracking.uri", uri, database.parent)
-            problem = not_a_database(database)
-            require(
-                problem is None,
-                "tracking.uri",
-                uri,
-                f"an MLflow SQLite store, or a file name that does not exist yet ({problem})",
-            )
-        else:
-            scheme = uri.split("://", 1)[0] if "://" in uri else ""
-            allowed = ("http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
-            require(
-                scheme in allowed,
-                "tracking.uri",
-                uri,
-                "null (sqlite:///mlflow.db here) or a URI of scheme sqlite, " + ", ".join(allowed),
-            )
-            require(
-                scheme != "file" or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true",
-                "tracking.uri",
-                uri,
-                "sqlite:///... or a server: MLflow 3 refuses its file "
-                "store (maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true",
-            )
-            if scheme in ("http", "https"):
-                require(
-                    bool(urlparse(uri).hostname),
-                    "tracking.uri",
-                    uri,
-                    f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
-                    ", e.g. http://127.0.0.1:5000",
-                )
-                try:
-                    port = urlparse(uri).port
-                except ValueError:
-                    port = -1
-                require(
-                    port is None or 1 <= port <= 65535,
-                    "tracking.uri",
-                    uri,
-                    "the address of an MLflow server with a port from 1 to 65535, e.g. "
-                    "http://127.0.0.1:5000",
-                )
+            allowed = "an MLflow SQLite store, or a file name that does not exist yet"
+        writable_dir(key, uri, database.parent)
+        enough_free_space(key, uri, database.parent)
+        problem = not_a_database(database)
+        require(problem is None, key, uri, f"{allowed} ({problem})")
+        return
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    allowed_schemes = ("http", "https", "file", "databricks", "postgresql", "mysql", "mssql")
+    require(
+        scheme in allowed_schemes,
+        key,
+        uri,
+        "null (sqlite:///mlflow.db here) or a URI of scheme sqlite, " + ", ".join(allowed_schemes),
+    )
+    require(
+        scheme != "file" or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true",
+        key,
+        uri,
+        "sqlite:///... or a server: MLflow 3 refuses its file "
+        "store (maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true",
+    )
+    if scheme in ("http", "https"):
+        require(
+            bool(urlparse(uri).hostname),
+            key,
+            uri,
+            f"the address of an MLflow server, with its host: {scheme}://HOST[:PORT]"
+            ", e.g. http://127.0.0.1:5000",
+        )
+        try:
+            port = urlparse(uri).port
+        except ValueError:
+            port = -1
+        require(
+            port is None or 1 <= port <= 65535,
+            key,
+            uri,
+            "the address of an MLflow server with a port from 1 to 65535, e.g. "
+            "http://127.0.0.1:5000",
+        )
 
 
 def _validate_register_model(cfg: DictConfig) -> None:
