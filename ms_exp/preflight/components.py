@@ -1,10 +1,8 @@
-"""Checks of the ``_target_`` components a job builds besides its network and data: the
-optimizer, the loss (or each of ``loss.parts``), ``trainer.callbacks``, ``trainer.metrics``
-and ``hydra.callbacks``. Each target must import and its arguments fit its signature; the
-loss, callbacks and metrics are built (cheap) to check what they return, the optimizer and
-Hydra's callbacks checked to subclass mindspore.nn.Optimizer and Hydra's Callback.
-
-Only a config naming a target imports it (and so MindSpore)."""
+"""Checks of the ``_target_`` components a job builds besides its network and data: each
+must import and take its arguments; the loss (or each of ``loss.parts``), callbacks and
+metrics are built (cheap) to check what they return, the optimizer and ``hydra.callbacks``
+checked to subclass mindspore.nn.Optimizer and Hydra's Callback. Only a config naming a
+target imports it (and so MindSpore)."""
 
 import inspect
 from typing import Any, Dict, List, Tuple
@@ -126,7 +124,14 @@ def validate_optimizer_target(cfg: DictConfig) -> None:
             opt.weight_decay,
             f"0 with {key}={path}, which takes no weight_decay",
         )
-    if _optimizer_divides_loss_scale(cfg) and "loss_scale" not in params:
+    # As ms_exp/train/precision.py optimizer_loss_scale: with a fixed scale and no overflow
+    # check, Model leaves the division by the scale to the optimizer.
+    divides_loss_scale = (
+        cfg.trainer.loop.value == "model"
+        and cfg.amp.loss_scale.value == "fixed"
+        and not needs_overflow_check(cfg.amp)
+    )
+    if divides_loss_scale and "loss_scale" not in params:
         raise ConfigError(
             key,
             path,
@@ -135,17 +140,6 @@ def validate_optimizer_target(cfg: DictConfig) -> None:
             "or trainer.loop=functional (the scaled step unscales the gradients itself)",
             problem="takes no loss_scale",
         )
-
-
-def _optimizer_divides_loss_scale(cfg: DictConfig) -> bool:
-    """As ms_exp/train/precision.py ``optimizer_loss_scale``: with a fixed scale and no
-    overflow check, Model leaves the division by the scale to the optimizer."""
-    amp = cfg.amp
-    return (
-        cfg.trainer.loop.value == "model"
-        and amp.loss_scale.value == "fixed"
-        and not needs_overflow_check(amp)
-    )
 
 
 def validate_callbacks(trainer_cfg: DictConfig) -> None:
@@ -171,9 +165,6 @@ def validate_callbacks(trainer_cfg: DictConfig) -> None:
         )
 
 
-HYDRA_CALLBACK = "hydra.experimental.callback.Callback"
-
-
 def validate_hydra_callbacks(hydra_cfg: DictConfig) -> None:
     """``hydra.callbacks``: Hydra instantiates each before the job, and turns a failure into
     a traceback (a blocklisted or missing target) or a warning; each must be a Hydra
@@ -190,7 +181,7 @@ def validate_hydra_callbacks(hydra_cfg: DictConfig) -> None:
                 f"{key}.{TARGET}",
                 path,
                 f"a Hydra callback class, a subclass "
-                f"of {HYDRA_CALLBACK} ({path} is a {type(target).__name__})",
+                f"of hydra.experimental.callback.Callback ({path} is a {type(target).__name__})",
             )
         # Hydra's own keys (_recursive_, _convert_, ...) are not the target's arguments.
         arguments = {

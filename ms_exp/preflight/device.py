@@ -4,8 +4,7 @@ its plugins: no backend starts) before anything is created, so a GPU job on a CP
 laptop is one line, not a failed run."""
 
 import os
-from contextlib import contextmanager
-from typing import Iterator, Tuple
+from typing import Tuple
 
 from omegaconf import DictConfig
 
@@ -14,28 +13,22 @@ from ms_exp.config.errors import require
 TARGETS = ("CPU", "GPU", "Ascend")
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """An absent backend is reported as MindSpore warnings with its plugin loader's errors,
-    written to the process's own file descriptors; the refusal says it in one line instead."""
+def available_targets() -> Tuple[str, ...]:
+    """The device targets MindSpore loaded a backend for here."""
+    import mindspore.device_context as devices
+
+    # An absent backend is reported as MindSpore warnings with its plugin loader's errors,
+    # written to the process's own file descriptors; the refusal says it in one line instead.
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(os.devnull, "w") as null:
         for fd in saved:
             os.dup2(null.fileno(), fd)
         try:
-            yield
+            return tuple(t for t in TARGETS if getattr(devices, t.lower()).is_available())
         finally:
             for fd, copy in saved.items():
                 os.dup2(copy, fd)
                 os.close(copy)
-
-
-def available_targets() -> Tuple[str, ...]:
-    """The device targets MindSpore loaded a backend for here."""
-    import mindspore.device_context as devices
-
-    with _quiet():
-        return tuple(t for t in TARGETS if getattr(devices, t.lower()).is_available())
 
 
 def validate_device_present(trainer_cfg: DictConfig) -> None:

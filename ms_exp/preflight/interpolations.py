@@ -28,7 +28,8 @@ def check_interpolations(cfg: DictConfig) -> Any:
         ) from None
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "config"
-        raise ConfigError(key, _written(task, key), ALLOWED, _reason(error)) from None
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(key, _written(task, key), ALLOWED, reason) from None
 
 
 def _written(cfg: DictConfig, key: str) -> Any:
@@ -40,11 +41,6 @@ def _written(cfg: DictConfig, key: str) -> Any:
     except (KeyError, IndexError, ValueError, TypeError):
         return None
     return value
-
-
-def _reason(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def without_hydra(cfg: DictConfig) -> DictConfig:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ms_exp.config.errors import ConfigError
 from ms_exp.data.build import declared_shape
-from ms_exp.data.options import DatasetOption, dataset_name, dataset_option
+from ms_exp.data.options import dataset_name, dataset_option
 from ms_exp.data.spec import IMAGES
 from ms_exp.models.options import model_option
 
@@ -58,7 +58,26 @@ def validate_memory(cfg: DictConfig) -> None:
         shape, _ = option.declared(cfg.dataset)
         sample = math.prod(shape) * FLOAT32_BYTES
         shown = "x".join(str(size) for size in shape)
-        _check_batch(cfg, option, sample, shown, memory, have)
+        batch = cfg.dataset.batch_size
+        if batch * sample > memory:
+            what = "images" if option.inputs == IMAGES else "samples"
+            fit = memory // sample
+            if fit == 0 and option.shape_key is not None:  # one sample alone does not fit
+                raise ConfigError(
+                    option.shape_key,
+                    _value(cfg, option.shape_key),
+                    f"{what} of which a batch fits in {have} (one {what[:-1]} of "
+                    f"{shown} is {size_text(sample)} as float32, a batch of "
+                    f"dataset.batch_size={batch} {size_text(batch * sample)})",
+                )
+            most = f"{fit} {what[:-1] if fit == 1 else what}"
+            raise ConfigError(
+                "dataset.batch_size",
+                batch,
+                f"at most {most} of {shown} a batch, what "
+                f"fits in {have} (a batch of {batch} is {size_text(batch * sample)} as "
+                "float32)",
+            )
         if option.in_memory is not None:
             counts = option.in_memory(cfg.dataset)
             total = sum(counts.values())
@@ -84,34 +103,6 @@ def validate_memory(cfg: DictConfig) -> None:
                 f"(model={model.name} would have {count} parameters: at least "
                 f"{size_text(count * FLOAT32_BYTES)} as float32)",
             )
-
-
-def _check_batch(
-    cfg: DictConfig, option: DatasetOption, sample: int, shown: str, memory: int, have: str
-) -> None:
-    """A batch too large: its shape's key when one sample alone does not fit, else the
-    batch size, with the most that fits."""
-    batch = cfg.dataset.batch_size
-    if batch * sample <= memory:
-        return
-    what = "images" if option.inputs == IMAGES else "samples"
-    fit = memory // sample
-    if fit == 0 and option.shape_key is not None:
-        raise ConfigError(
-            option.shape_key,
-            _value(cfg, option.shape_key),
-            f"{what} of which a batch fits in {have} (one {what[:-1]} of "
-            f"{shown} is {size_text(sample)} as float32, a batch of "
-            f"dataset.batch_size={batch} {size_text(batch * sample)})",
-        )
-    most = f"{fit} {what[:-1] if fit == 1 else what}"
-    raise ConfigError(
-        "dataset.batch_size",
-        batch,
-        f"at most {most} of {shown} a batch, what "
-        f"fits in {have} (a batch of {batch} is {size_text(batch * sample)} as "
-        "float32)",
-    )
 
 
 def _value(cfg: DictConfig, key: str) -> Any:

@@ -9,9 +9,10 @@ refused in one line naming the key and the target; nothing here imports a target
 
 import fnmatch
 import functools
+import itertools
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, Sequence, Union
 
 import yaml
 from omegaconf import DictConfig
@@ -22,16 +23,6 @@ from ms_exp.preflight.interpolations import without_hydra
 
 # fnmatch patterns, comma-separated: MS_EXP_TRUSTED_TARGETS='my_project.*,mindcv.models.*'
 TRUSTED_VARIABLE = "MS_EXP_TRUSTED_TARGETS"
-
-
-def _built_targets(cfg: Any) -> Iterator[Tuple[str, object]]:
-    """The targets of the job's config, and of Hydra's callbacks when ``cfg`` holds
-    Hydra's node (its launcher and sweeper are chosen by group, never by a target)."""
-    if not isinstance(cfg, DictConfig) or "hydra" not in cfg:
-        yield from targets_in(cfg)
-        return
-    yield from targets_in(without_hydra(cfg))
-    yield from targets_in(cfg.hydra.get("callbacks") or {}, "hydra.callbacks")
 
 
 def override_targets(overrides: Sequence[str]) -> Iterator[str]:
@@ -87,7 +78,12 @@ def check_read_back(
         if folder is not None:
             trusted |= folder_targets(Path(folder))
     patterns = [p.strip() for p in os.environ.get(TRUSTED_VARIABLE, "").split(",") if p.strip()]
-    for key, path in _built_targets(cfg):
+    built = targets_in(cfg)
+    if isinstance(cfg, DictConfig) and "hydra" in cfg:
+        # Of Hydra's node only its callbacks: its launcher and sweeper are chosen by group.
+        hydra_callbacks = targets_in(cfg.hydra.get("callbacks") or {}, "hydra.callbacks")
+        built = itertools.chain(targets_in(without_hydra(cfg)), hydra_callbacks)
+    for key, path in built:
         if path is not None and not (
             isinstance(path, str)
             and (path in trusted or any(fnmatch.fnmatchcase(path, p) for p in patterns))
