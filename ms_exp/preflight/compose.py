@@ -1,10 +1,7 @@
-"""Compose the config in the launching process, the way ``@hydra.main`` will.
-
-Every job of the command line is composed and validated before Hydra creates a run
-directory and before MindSpore or MLflow start, so bad input costs nothing and leaves
-nothing behind (docs/design.md#checked-before-running). The search path (ms_exp's config
-folder or ``--config-path``, ``--config-dir``, every ``hydra.searchpath``) is built with
-Hydra's own functions, as ``run_hydra`` builds it (ms_exp/config/hydra_internals.py)."""
+"""Compose every job of the command line in the launching process, on the search path
+``@hydra.main`` will use, and validate it before Hydra creates a run directory and before
+MindSpore or MLflow start: bad input costs nothing and leaves nothing behind
+(docs/design.md#checked-before-running)."""
 
 import argparse
 import copy
@@ -19,7 +16,7 @@ from hydra import compose
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from ms_exp.boost.options import mute_expected_warning
@@ -207,25 +204,12 @@ def _ends(space: Override) -> Override:
     return ends
 
 
-def check_sweep(cfg: DictConfig, overrides: Sequence, spaces: Sequence) -> None:
-    """``cfg``: one job's config with its Hydra part; ``overrides``: the command line's,
-    parsed (Hydra's Override); ``spaces``: those of them that are ranges to sample."""
-    if spaces and cfg.hydra.sweeper.get("_target_") == hydra_internals.BASIC_SWEEPER:
-        raise OverrideError(
-            f"override {spaces[0].input_line!r}: a search space that Hydra's "
-            f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
-            f"hydra/sweeper=optuna to sample it"
-        )
-    check_optuna_sweep(cfg, overrides)
-
-
 @contextmanager
 def hydra_config_of(cfg: DictConfig, output_dir: str) -> Iterator[None]:
     """Hydra's record of the job, as a job sees it (``HydraConfig``), while the checks build
     its components: an argument such as ``${hydra:runtime.output_dir}/epochs.log``
     resolves as in the job (a sweep's jobs: to the sweep's folder)."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
 
     record = copy.deepcopy(cfg)
     with open_dict(record):
@@ -249,7 +233,13 @@ def preflight(
     spaces = search_spaces(parsed)
     for job in expand_jobs(overrides, multirun)[:MAX_JOBS_CHECKED]:
         cfg = compose_config(job, return_hydra_config=True, source=source)
-        check_sweep(cfg, parsed, spaces)
+        if spaces and cfg.hydra.sweeper.get("_target_") == hydra_internals.BASIC_SWEEPER:
+            raise OverrideError(
+                f"override {spaces[0].input_line!r}: a search space that Hydra's "
+                f"basic sweeper cannot list; expected {SWEEP_GRAMMAR}, or "
+                f"hydra/sweeper=optuna to sample it"
+            )
+        check_optuna_sweep(cfg, parsed)
         output = cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir
         with hydra_config_of(cfg, output):
             validate_hydra_callbacks(cfg.hydra)

@@ -1,9 +1,6 @@
-"""``python -m ms_exp.run --from-run <run id> [overrides ...]``: run a recorded run again.
-
-Composed from the run's recorded overrides with the extra ones on top, tagged
-``ms_exp.rerun_of``; what could make it differ from the original (versions, commit, data,
-changed defaults) is listed before it starts.
-"""
+"""``python -m ms_exp.run --from-run <run id> [overrides ...]``: run a recorded run again,
+from its recorded overrides with the extra ones on top, listing first what could make it
+differ from the original."""
 
 import platform
 import shlex
@@ -15,6 +12,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
+from ms_exp.config.hydra_internals import args_parser
 from ms_exp.config.record import check_recorded_overrides
 from ms_exp.preflight.interpolations import without_hydra
 from ms_exp.preflight.trust import check_read_back
@@ -40,6 +38,7 @@ def split_from_run(argv: Sequence[str]) -> Tuple[str, List[str]]:
 
 def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     """The command-line overrides that re-run ``run_id``; prints what may differ."""
+    from ms_exp.preflight.compose import ConfigSource, compose_config
     from ms_exp.tracking.records import NotRecorded, RunRecords
     from ms_exp.tracking.store import missing_store, quiet_artifact_downloads, resolve_tracking_uri
 
@@ -89,7 +88,14 @@ def rerun_arguments(run_id: str, extra: Sequence[str]) -> List[str]:
     _refuse_unnamed_folders(run_id, folders, flags, extra)
     overrides += [*extra, f"tracking.rerun_of={run_id}"]
     own_flags, flags = flags, [*name_flags, *flags]
-    composed = compose_rerun(overrides, flags)
+    try:  # Hydra's hydra.callbacks included: they are built too
+        composed = compose_config(
+            overrides,
+            return_hydra_config=True,
+            source=ConfigSource.from_args(args_parser().parse_args(flags)),
+        )
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{FLAG}: {error}") from None
     # The config the recorded overrides make builds only what this user trusts
     # (ms_exp/preflight/trust.py).
     check_read_back(composed, source, extra, _config_dirs(own_flags))
@@ -193,28 +199,9 @@ def _refuse_unnamed_folders(
 
 
 def _config_dirs(flags: Sequence[str]) -> List[str]:
-    """The folders the user's own ``--config-dir`` and ``--config-path`` name, read by
-    Hydra's parser."""
-    from ms_exp.config.hydra_internals import args_parser
-
+    """The folders the user's own ``--config-dir`` and ``--config-path`` name."""
     args = args_parser().parse_args(list(flags))
     return [folder for folder in (args.config_dir, args.config_path) if folder]
-
-
-def compose_rerun(overrides: Sequence[str], flags: Sequence[str] = ()) -> DictConfig:
-    """The config a re-run composes (Hydra's ``hydra.callbacks`` included: they are built
-    too)."""
-    from ms_exp.config.hydra_internals import args_parser
-    from ms_exp.preflight.compose import ConfigSource, compose_config
-
-    try:
-        return compose_config(
-            list(overrides),
-            return_hydra_config=True,
-            source=ConfigSource.from_args(args_parser().parse_args(list(flags))),
-        )
-    except InvalidConfig as error:
-        raise InvalidConfig(f"{FLAG}: {error}") from None
 
 
 def list_differences(

@@ -138,40 +138,6 @@ def typed_loss_parts(loss_cfg: DictConfig) -> Dict[str, DictConfig]:
     return parts
 
 
-def validate_loss_parts(loss_cfg: DictConfig) -> None:
-    parts = typed_loss_parts(loss_cfg)
-    if not parts:
-        return
-    require(
-        loss_cfg.label_smoothing == 0,
-        "loss.label_smoothing",
-        loss_cfg.label_smoothing,
-        "0 with loss.parts (set label_smoothing per part)",
-    )
-    require(
-        target_path(loss_cfg) is None,
-        f"loss.{TARGET}",
-        target_path(loss_cfg),
-        f"null with loss.parts (give each part its {TARGET})",
-    )
-    for name, part in parts.items():
-        require(
-            bool(NAME.fullmatch(str(name))) and name != "loss",
-            "loss.parts",
-            str(name),
-            "part names of letters, digits and _, starting with a letter, "
-            "other than 'loss' (the total is train/loss)",
-        )
-        require(part.weight >= 0, f"loss.parts.{name}.weight", part.weight, "a number >= 0")
-        validate_loss_terms(part, f"loss.parts.{name}")
-    require(
-        any(part.weight > 0 for part in parts.values()),
-        "loss.parts",
-        ", ".join(parts.keys()),
-        "at least one part with weight > 0",
-    )
-
-
 def validate_optimizer(cfg: DictConfig, epochs: int) -> None:
     require(
         cfg.name is not None or target_path(cfg) is not None,
@@ -240,9 +206,39 @@ def validate_optimizer(cfg: DictConfig, epochs: int) -> None:
         )
 
 
-def validate_loss(cfg: DictConfig) -> None:
-    validate_loss_terms(cfg, "loss")
-    validate_loss_parts(cfg)
+def validate_loss(loss_cfg: DictConfig) -> None:
+    validate_loss_terms(loss_cfg, "loss")
+    parts = typed_loss_parts(loss_cfg)
+    if not parts:
+        return
+    require(
+        loss_cfg.label_smoothing == 0,
+        "loss.label_smoothing",
+        loss_cfg.label_smoothing,
+        "0 with loss.parts (set label_smoothing per part)",
+    )
+    require(
+        target_path(loss_cfg) is None,
+        f"loss.{TARGET}",
+        target_path(loss_cfg),
+        f"null with loss.parts (give each part its {TARGET})",
+    )
+    for name, part in parts.items():
+        require(
+            bool(NAME.fullmatch(str(name))) and name != "loss",
+            "loss.parts",
+            str(name),
+            "part names of letters, digits and _, starting with a letter, "
+            "other than 'loss' (the total is train/loss)",
+        )
+        require(part.weight >= 0, f"loss.parts.{name}.weight", part.weight, "a number >= 0")
+        validate_loss_terms(part, f"loss.parts.{name}")
+    require(
+        any(part.weight > 0 for part in parts.values()),
+        "loss.parts",
+        ", ".join(parts.keys()),
+        "at least one part with weight > 0",
+    )
 
 
 def validate_loss_terms(cfg: DictConfig, key: str) -> None:
