@@ -1,8 +1,6 @@
-"""Checks of the ``model`` and ``placement`` groups, asked of the model option
-(``ModelOption``): the samples it reads, its own checks, whether it has embedding tables.
-A user's option (any other ``_target_``) is built once here, from the shape and classes of
-its dataset, so a target that does not import, takes other arguments or returns no Cell is
-refused before any run exists."""
+"""Checks of the ``model`` and ``placement`` groups, asked of the model option. A user's
+option (any other ``_target_``) is built once here from its dataset's shape and classes,
+so a target that does not build a Cell is refused before any run exists."""
 
 from omegaconf import DictConfig
 

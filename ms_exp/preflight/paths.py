@@ -98,10 +98,8 @@ def enough_free_space(key: str, value: Any, path: Path) -> None:
 
 
 def writable_dir(key: str, value: Any, path: Path) -> None:
-    """Refuse ``path`` unless it is, or can be created as, a folder we can write into.
-
-    Probes with a real temporary file because permission bits say nothing for root or on
-    read-only mounts; nothing is created if the check fails, and the probe is removed."""
+    """Refuse ``path`` unless it is, or can be created as, a folder we can write into: probed
+    with a temporary file, as permission bits say nothing for root or on read-only mounts."""
     path = Path(path).expanduser().absolute()
     existing = existing_ancestor(path)
     require(

@@ -1,15 +1,10 @@
-"""Registering ms_exp's Hydra plugins (``hydra/sweeper=optuna``, ``hydra/launcher=pool``)
-with Hydra by their classes.
-
-Hydra's listing of ``hydra_plugins`` misses an editable install
-(docs/design.md#editable-plugin-discovery). This is the one door from ms_exp to the plugins'
-classes: the imports run preflight -> hydra_plugins -> search, pool.
-"""
+"""ms_exp's Hydra plugins registered by their classes, as Hydra's listing of
+``hydra_plugins`` misses an editable install (docs/design.md#editable-plugin-discovery).
+The one door from ms_exp to the plugins: imports run preflight -> hydra_plugins."""
 
 
 def register_plugins() -> None:
-    """Make ``hydra/sweeper=optuna`` and ``hydra/launcher=pool`` known to Hydra, whatever
-    the kind of install."""
+    """Make ``hydra/sweeper=optuna`` and ``hydra/launcher=pool`` known to Hydra."""
     from hydra.core.plugins import Plugins
 
     from hydra_plugins.ms_exp_optuna_sweeper.optuna_sweeper import OptunaSweeper

@@ -111,10 +111,8 @@ def validate_for_evaluation(cfg: DictConfig, choices: Mapping[str, Optional[str]
 
 
 def check_known_keys(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> None:
-    """Refuse keys no schema declares, including ones added with ``+key=value``, and
-    numbers no schema's type can bound (check_numbers). A user's option has no schema: its
-    keys are its target's arguments, checked against the target's signature when it is
-    built."""
+    """Refuse keys no schema declares (``+key=value`` too) and numbers out of bounds. A
+    user's option has no schema: its keys are its target's arguments, checked when built."""
     _known_keys("", cfg, Config)
     for group in GROUP_SCHEMAS:
         schema = group_schema(group, cfg[group], choices.get(group))
