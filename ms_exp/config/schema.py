@@ -4,8 +4,9 @@ Each YAML option in ``conf/<group>/<option>.yaml`` starts from the schema stored
 ``schema/<group>/<option>`` (``defaults: [/schema/<group>/<option>@_here_, _self_]``), so
 Hydra itself refuses an unknown key or a value of the wrong type while composing, before
 anything runs. Closed choices are Enums so that the refusal lists the allowed values.
-Range and path checks that a type cannot express live in ``ms_exp.preflight``. The field
-comments are the key's documentation (tools/config_reference.py writes them out).
+Range and path checks that a type cannot express live in ``ms_exp.preflight``. One cohesive
+module: the schemas nest and are registered together, and their field comments are each
+key's documentation (tools/config_reference.py writes them out).
 """
 
 import dataclasses
