@@ -5,7 +5,7 @@ check here that imports MindSpore, for an explicit resume only)."""
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 from omegaconf import DictConfig
 
@@ -114,17 +114,6 @@ def validate_resume(cfg: DictConfig) -> None:
         verify_named_checkpoint(key, resume, run_dir, wanted, ranks)
 
 
-def validate_resume_fits(cfg: DictConfig) -> None:
-    """An explicit ``trainer.resume``'s checkpoint fits the network (after the dataset and
-    model checks: the network is built from them); a rank's slice of a sliced run has other
-    shapes than the network's, and is not compared."""
-    resume = cfg.trainer.resume
-    if resume in (None, "auto") or is_sliced_run(cfg):
-        return
-    run_dir, wanted = explicit_target(resume, resolve_tracking_uri(cfg.tracking.uri))
-    verify_network_fits(cfg, "trainer.resume", resume, run_dir, wanted)
-
-
 def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str, ranks: int) -> None:
     """A checkpoint file named explicitly is read back whole (MindSpore's CRC) in every
     rank folder before anything is created: resuming would otherwise find it damaged only
@@ -146,12 +135,16 @@ def verify_named_checkpoint(key: str, resume: str, run_dir: Path, name: str, ran
             ) from None
 
 
-def verify_network_fits(
-    cfg: DictConfig, key: str, resume: str, run_dir: Path, wanted: Optional[str]
-) -> None:
-    """The parameters of the checkpoint the job would continue from (the named one, or rank 0's
-    newest that reads back whole) have the shapes of the network this config builds: refused
-    here, not by the job's restore, which would end the run FAILED."""
+def validate_resume_fits(cfg: DictConfig) -> None:
+    """The parameters of the checkpoint an explicit ``trainer.resume`` continues from (the
+    named one, or rank 0's newest that reads back whole) have the shapes of the network this
+    config builds (after the dataset and model checks): refused here, not by the job's
+    restore, which would end the run FAILED. A sliced run's rank slices are not compared."""
+    resume = cfg.trainer.resume
+    if resume in (None, "auto") or is_sliced_run(cfg):
+        return
+    run_dir, wanted = explicit_target(resume, resolve_tracking_uri(cfg.tracking.uri))
+
     from ms_exp.checkpoint.files import DamagedCheckpoint, check_shapes, load_verified, rank_dir
     from ms_exp.data.build import declared_spec
     from ms_exp.models import create_network
@@ -165,7 +158,7 @@ def verify_network_fits(
                 weights = load_verified(rank_dir(run_dir, 0) / name, choice_func=names.__contains__)
         except DamagedCheckpoint:
             continue
-        check_shapes(network, weights, key, resume, name)
+        check_shapes(network, weights, "trainer.resume", resume, name)
         return
 
 
