@@ -61,12 +61,10 @@ def validate_components(cfg: DictConfig, training: bool = True) -> None:
 def validate_loss_targets(cfg: DictConfig) -> None:
     """``loss``, or each of ``loss.parts``, that names a ``_target_``: a loss Cell."""
     parts = typed_loss_parts(cfg.loss)
-    entries: List[Tuple[str, Any, type]] = (
-        [(f"loss.parts.{name}", part, LossPart) for name, part in parts.items()]
-        if parts
-        else [("loss", cfg.loss, LossConfig)]
-    )
-    for key, node, schema in entries:
+    entries: List[Tuple[str, Any, type]] = [
+        (f"loss.parts.{name}", part, LossPart) for name, part in parts.items()
+    ]
+    for key, node, schema in entries or [("loss", cfg.loss, LossConfig)]:
         if target_path(node) is None:
             continue
         from mindspore import nn
