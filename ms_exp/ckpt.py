@@ -100,12 +100,12 @@ def _ckpt_command(argv: Optional[List[str]]) -> int:
                 folder, strategy, prefix, shares = run_sources(
                     args.checkpoint_dir, Path(workdir), args.tracking_uri
                 )
+                output = args.output or (
+                    folder / "merged"
+                    if Path(args.checkpoint_dir).is_dir()
+                    else Path("merged") / args.checkpoint_dir
+                )
                 if shares and not args.strategy:  # checkpoint.remove_redundancy
-                    output = args.output or (
-                        folder / "merged"
-                        if Path(args.checkpoint_dir).is_dir()
-                        else Path("merged") / args.checkpoint_dir
-                    )
                     print(merge_shares(folder, output, args.prefix or prefix, report=print))
                     return 0
                 strategy = args.strategy or strategy
@@ -113,11 +113,6 @@ def _ckpt_command(argv: Optional[List[str]]) -> int:
                     raise CkptError(
                         f"{args.checkpoint_dir}: no strategy file known; pass --strategy"
                     )
-                output = args.output or (
-                    folder / "merged"
-                    if Path(args.checkpoint_dir).is_dir()
-                    else Path("merged") / args.checkpoint_dir
-                )
                 print(
                     merge_checkpoints(folder, strategy, output, args.prefix or prefix, report=print)
                 )

@@ -32,11 +32,8 @@ from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
 
 
 def attach_tracker(rank_id: int) -> RunTracker:
-    """Rank 0's tracker: a sidecar of its own (as a job's, so no step waits for MLflow)
-    that adds to the launching job's run and leaves ending it to the job. With the server
-    unreachable it keeps rank 0's calls in the job's journal, which the job delivers when
-    the run ends (ms_exp/tracking/journal.py); if the job found the server down from the
-    start, there is no run yet and they go straight there."""
+    """Rank 0's tracker: a sidecar of its own that adds to the launching job's run (or, the
+    server unreachable, its journal: ms_exp/tracking/journal.py) and leaves ending it to the job."""
     from ms_exp.tracking.journal import JOURNAL_VARIABLE
     from ms_exp.tracking.lifecycle import DisabledTracker
     from ms_exp.tracking.sidecar import SidecarTracker

@@ -6,7 +6,7 @@ fails (or waits out ``timeout``) only once the training cell is being built.
 
 from math import prod
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 import numpy as np
 from omegaconf import DictConfig
@@ -40,7 +40,11 @@ def validate_dim_reduce(cfg: DictConfig) -> None:
     )
     _check_optimizer(cfg.optimizer)
     stage_one = resolve_stage_one(boost, cfg.tracking)
-    shapes = _network_parameters(cfg)
+    from ms_exp.models import create_network
+
+    # The trainable parameters of the network stage two builds.
+    network = create_network(cfg.model, declared_spec(cfg.dataset))
+    shapes = {p.name: tuple(p.shape) for p in network.trainable_params()}
     _check_weights(stage_one.weights, shapes)
     if boost.pca_mat_path:
         _check_pca_matrix(
@@ -91,14 +95,6 @@ def _check_optimizer(optimizer: DictConfig) -> None:
             f"{value} with boost=dim_reduce (MindSpore trains stage two with "
             "SGD(learning_rate=1) whatever is configured)",
         )
-
-
-def _network_parameters(cfg: DictConfig) -> Dict[str, Tuple[int, ...]]:
-    """Name -> shape of the trainable parameters of the network stage two builds."""
-    from ms_exp.models import create_network
-
-    network = create_network(cfg.model, declared_spec(cfg.dataset))
-    return {p.name: tuple(p.shape) for p in network.trainable_params()}
 
 
 def _check_weights(path: Path, shapes: Shapes) -> None:

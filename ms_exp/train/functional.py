@@ -119,6 +119,13 @@ class FunctionalTrainer:
             latest_ckpt_file=None,
         )
         run_context = RunContext(params)
+        # Those Model.fit also calls during its evaluation: not MindSpore's own callbacks
+        # (whose step_end/end would count eval steps as training), except TimeMonitor.
+        eval_callbacks = [
+            cb
+            for cb in callbacks
+            if type(cb).__name__ not in MINDSPORE_CALLBACKS or isinstance(cb, TimeMonitor)
+        ]
         # All epochs, as Model's iterator: a resumed run's set_init_step counts from 0.
         batches = train_set.create_tuple_iterator(num_epochs=epochs)
         with _CallbackManager(list(callbacks)) as manager:
@@ -142,7 +149,7 @@ class FunctionalTrainer:
                     if run_context.get_stop_requested():
                         break
                 if eval_set is not None:
-                    self._evaluate(eval_set, params, _eval_callbacks(callbacks))
+                    self._evaluate(eval_set, params, eval_callbacks)
                 manager.on_train_epoch_end(run_context)
                 params.pop("eval_results", None)
                 params.pop("metrics", None)
@@ -198,13 +205,3 @@ class FunctionalTrainer:
             manager.on_eval_end(run_context)
         self.network.set_train(True)
         params.update(mode="train", **saved)
-
-
-def _eval_callbacks(callbacks: Sequence[Callback]) -> List[Callback]:
-    """Those Model.fit also calls during its evaluation: not MindSpore's own callbacks
-    (whose step_end/end would count eval steps as training), except TimeMonitor."""
-    return [
-        cb
-        for cb in callbacks
-        if type(cb).__name__ not in MINDSPORE_CALLBACKS or isinstance(cb, TimeMonitor)
-    ]

@@ -60,9 +60,15 @@ def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime)
         flush=True,
     )
     if shard.num_shards > 1 and runtime.rank_id == 0:
-        batch = loader_settings(cfg.dataset)["batch_size"]
-        note = global_batch_note(shard.num_shards, batch, steps_per_epoch, spec.train_size)
-        print(note, flush=True)
+        # Why a sharded run's accuracy trails a stand-alone run's of the same epochs.
+        ranks, batch = shard.num_shards, loader_settings(cfg.dataset)["batch_size"]
+        print(
+            f"{ranks} ranks x batch {batch} = global batch {ranks * batch}: each rank trains "
+            f"{steps_per_epoch} steps per epoch on its 1/{ranks} of the training data, where "
+            f"stand-alone takes about {ranks * spec.train_size // batch} steps of batch {batch}, "
+            "so accuracy after the same epochs is lower than stand-alone's",
+            flush=True,
+        )
 
     option = model_option(cfg.model)
     placement = create_placement(cfg.placement)
@@ -163,10 +169,8 @@ def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime)
 
 
 def _evaluation_missing(start_step: int, steps_per_epoch: int, logged: Mapping[str, int]) -> bool:
-    """Whether the checkpoint resumed from ends an epoch whose evaluation is not in the run:
-    the job was killed after the epoch's last checkpoint, before or while evaluating (a
-    resumed ``Model.fit`` starts with the next epoch, and without one more epoch to train
-    the run would end without its final evaluation)."""
+    """Whether the checkpoint resumed from ends an epoch whose evaluation is not in the run
+    (a resumed ``Model.fit`` starts with the next epoch, so it would never be evaluated)."""
     ends_epoch = start_step > 0 and start_step % steps_per_epoch == 0
     return ends_epoch and logged.get("eval", -1) < start_step
 
@@ -182,18 +186,6 @@ def _evaluate_epoch(
     fit.metrics.record_epoch(epoch)  # its time is unknown: that attempt was cut short
     if fit.best is not None:
         fit.best.consider(results, epoch)
-
-
-def global_batch_note(ranks: int, batch: int, steps_per_epoch: int, shard_size: int) -> str:
-    """Why a sharded run's accuracy trails a stand-alone run's of the same epochs: one step
-    trains on every rank's batch at once, so an epoch has ``ranks`` times fewer steps."""
-    alone = ranks * shard_size // batch
-    return (
-        f"{ranks} ranks x batch {batch} = global batch {ranks * batch}: each rank trains "
-        f"{steps_per_epoch} steps per epoch on its 1/{ranks} of the training data, where "
-        f"stand-alone takes about {alone} steps of batch {batch}, so accuracy after the "
-        "same epochs is lower than stand-alone's"
-    )
 
 
 def peak_host_memory_mb() -> float:
