@@ -120,15 +120,6 @@ def _is_sequence(value: Any) -> bool:
     return not isinstance(value, (str, bytes)) and isinstance(value, Iterable)
 
 
-def _as_strategy(where: str, raw: Any) -> Strategy:
-    if not _is_sequence(raw) or not all(_is_sequence(t) for t in raw):
-        raise StrategyError(
-            f"{where}: expected one tuple of factors per input, such as "
-            f"((2, 1), (1, 2)), got {raw!r}"
-        )
-    return tuple(tuple(t) for t in raw)
-
-
 def _check_strategy(
     op: _Operator, raw: Any, device_num: int, batch_size: Optional[int]
 ) -> Strategy:
@@ -150,7 +141,12 @@ def _check_strategy(
             f"{where}: MatMul with transpose_a/transpose_b is not supported by "
             f"the CPU layout emulation"
         )
-    strategy = _as_strategy(where, raw)
+    if not _is_sequence(raw) or not all(_is_sequence(t) for t in raw):
+        raise StrategyError(
+            f"{where}: expected one tuple of factors per input, such as "
+            f"((2, 1), (1, 2)), got {raw!r}"
+        )
+    strategy: Strategy = tuple(tuple(t) for t in raw)
     inputs = _input_shapes(op, batch_size)
     if len(strategy) != len(inputs):
         raise StrategyError(

@@ -229,8 +229,7 @@ class LostJob(JobReturn):
 
 
 def how_it_ended(exitcode: Optional[int]) -> str:
-    """``was killed by SIGKILL``, ``exited with code 0``: a process's end as
-    multiprocessing reports it (a signal as its negative number)."""
+    """``was killed by SIGKILL``, ``exited with code 0``: from multiprocessing's exitcode."""
     if exitcode is None:
         return "ended"
     if exitcode < 0:

@@ -22,6 +22,7 @@ from typing import List, Sequence, Tuple
 _RECORD = b"\0ms_exp.mark\0"
 _RECORDS = re.compile(rb"\0ms_exp\.mark\0([^\0]*)\0\n")
 _LONGEST = 1024  # a longer "record" is output after all
+_PIECES = re.compile(rb"[^\r\n]*[\r\n]|[^\r\n]+")  # cut after each line end
 _COPIERS: List[subprocess.Popen] = []  # kept: each ends when its worker's output does
 
 
@@ -70,7 +71,7 @@ class LineMarker:
 
     def _marked(self, text: bytes) -> bytes:
         out = bytearray()
-        for piece in _pieces(text):
+        for piece in _PIECES.findall(text):
             if self._at_start:
                 out += self.mark
             out += piece
@@ -87,18 +88,6 @@ def _record_start(text: bytes) -> int:
         if text.endswith(_RECORD[:length]):
             return len(text) - length
     return len(text)
-
-
-def _pieces(data: bytes) -> List[bytes]:
-    """``data`` cut after each line end."""
-    pieces, start = [], 0
-    for index, byte in enumerate(data):
-        if byte in (0x0A, 0x0D):
-            pieces.append(data[start : index + 1])
-            start = index + 1
-    if start < len(data):
-        pieces.append(data[start:])
-    return pieces
 
 
 def mark_output() -> None:

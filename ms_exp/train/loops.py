@@ -2,7 +2,7 @@
 Trainer (ms_exp/train/functional.py), both built from the same network, loss, optimizer and
 ``amp`` section and driven through the same ``fit`` call."""
 
-import os
+from contextlib import chdir
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -36,13 +36,9 @@ def create_loop(
     # not the user's working directory (docs/design.md#amp-o1-rewritten-network).
     if cfg.amp.level.value != "O1":
         return _create_loop(cfg, network, optimizer, metrics, num_classes)
-    before = os.getcwd()
     Path(rewrite_dir).mkdir(parents=True, exist_ok=True)
-    os.chdir(rewrite_dir)
-    try:
+    with chdir(rewrite_dir):
         return _create_loop(cfg, network, optimizer, metrics, num_classes)
-    finally:
-        os.chdir(before)
 
 
 def _create_loop(
