@@ -94,57 +94,51 @@ class OptunaSearch(Sweeper):
             self.direction,
         )
         study = self._open_study(url, name)
+        # The jobs (and their ranks) find the study in this process's environment: the
+        # storage is the sweep's, not one of a job's overrides.
         os.environ.update({STORAGE_ENV: url, STUDY_ENV: name})
         try:
-            return self._run(study, space, fixed)
+            import optuna
+
+            sweep_dir = Path(self.config.hydra.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            done = sum(
+                len(v) for state, v in trials_by_state(study).items() if state in DONE_STATES
+            )
+            failures: List[Tuple[int, BaseException]] = []  # trial number, what its job raised
+            fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
+            if done >= self.n_trials:
+                print(
+                    f"study {name}: {done} of hydra.sweeper.n_trials={self.n_trials} trials "
+                    f"done already; nothing to run (raise n_trials to run more)",
+                    flush=True,
+                )
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    # At most the trials still missing from this worker (its failures do not
+                    # count as done, and must not make it loop); fewer when others fill them.
+                    states = tuple(optuna.trial.TrialState[s] for s in DONE_STATES)
+                    study.optimize(
+                        self._objective(space, fixed, failures),
+                        n_trials=self.n_trials - done,
+                        n_jobs=self.n_jobs,
+                        catch=() if fail_fast else (Exception,),
+                        callbacks=[optuna.study.MaxTrialsCallback(self.n_trials, states=states)],
+                    )
+            self._write_results(study, sweep_dir)
+            if failures:  # every job ran: the first failure is said
+                number, error = failures[0]
+                end_failed_sweep(
+                    f"{len(failures)} of this sweep's trials failed; the first, "
+                    f"trial {number}: {type(error).__name__}: {error}"
+                )
+            return []
         finally:
             # A later run in this process (tests call main() again) is no trial.
             for key in (STORAGE_ENV, STUDY_ENV):
                 os.environ.pop(key, None)
-
-    def _run(self, study: "optuna.Study", space: Dict[str, Any], fixed: List[str]) -> Any:
-        """Trials until the study has n_trials done; the jobs find the study in this
-        process's environment, which they and their ranks inherit: the storage is the
-        sweep's, not one of a job's overrides (a URL with a password is refused up front,
-        ms_exp/search/checks.py)."""
-        import optuna
-
-        name = study.study_name
-        assert self.config is not None  # setup() ran
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-
-        done = sum(len(v) for state, v in trials_by_state(study).items() if state in DONE_STATES)
-        failures: List[Tuple[int, BaseException]] = []  # trial number, what its job raised
-        fail_fast = bool(OmegaConf.select(self.config, "sweep.fail_fast", default=False))
-        if done >= self.n_trials:
-            print(
-                f"study {name}: {done} of hydra.sweeper.n_trials={self.n_trials} trials "
-                f"done already; nothing to run (raise n_trials to run more)",
-                flush=True,
-            )
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                # At most the trials still missing from this worker (its failures do not count
-                # as done, and must not make it loop); fewer when other workers fill them.
-                states = tuple(optuna.trial.TrialState[s] for s in DONE_STATES)
-                study.optimize(
-                    self._objective(space, fixed, failures),
-                    n_trials=self.n_trials - done,
-                    n_jobs=self.n_jobs,
-                    catch=() if fail_fast else (Exception,),
-                    callbacks=[optuna.study.MaxTrialsCallback(self.n_trials, states=states)],
-                )
-        self._write_results(study, sweep_dir)
-        if failures:  # every job ran: the first failure is said
-            number, error = failures[0]
-            end_failed_sweep(
-                f"{len(failures)} of this sweep's trials failed; the first, "
-                f"trial {number}: {type(error).__name__}: {error}"
-            )
-        return []
 
     def _open_study(self, url: str, name: str) -> "optuna.Study":
         import optuna
