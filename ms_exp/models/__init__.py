@@ -17,11 +17,8 @@ NETWORK = "a mindspore.nn.Cell (a Cell class, or a function returning one)"
 def create_network(
     model_cfg: DictConfig, spec: DataSpec, placement: Optional[Placement] = None
 ) -> Any:
-    """Build the network of ``model_cfg`` for samples of ``spec.image_shape`` ((C, H, W)
-    images, or (fields,) of Criteo ids), its embedding tables placed by ``placement``.
-
-    ms_exp passes what it knows to a target whose signature names it and whose option
-    leaves it unset: ``num_classes``, ``input_shape``, ``vocab_size`` and ``placement``."""
+    """The network of ``model_cfg`` for ``spec``'s samples; ``provided`` reaches a target
+    whose signature names it and whose option leaves it unset."""
     from mindspore import nn
 
     option = model_option(model_cfg)

@@ -213,11 +213,8 @@ def create_train_step(
 
 
 class AUC(Metric):
-    """Area under the ROC curve (scikit-learn's ``roc_auc_score``, as the model zoo's
-    AUCMetric), over every sample of the evaluation: AUC ranks all samples against each
-    other, so it cannot be averaged over batches.
-
-    ``update`` takes the click probabilities and the labels (eval_indexes 1 and 2)."""
+    """Area under the ROC curve (``roc_auc_score``, as the model zoo's AUCMetric) over every
+    sample of the evaluation: it ranks all samples together, so batches cannot be averaged."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -40,13 +40,9 @@ def apply_strategies(network: Any, strategies: Optional[Mapping[str, Any]]) -> N
 
 
 class SemiAutoLayouts(Callback):
-    """Lay the checkpoints out as semi-auto parallel would, from the start of training.
-
-    On train begin the layouts of every parameter and optimizer state are computed from the
-    train network; rank 0 writes the strategy file. With ``slice_files`` each checkpoint
-    ``ModelCheckpoint`` leaves in ``directory`` is replaced, atomically, by this rank's
-    slice; ``best.ckpt`` (rank 0's only) stays whole, as ``save_checkpoint`` integrates by
-    default."""
+    """Lay the checkpoints out as semi-auto parallel would: rank 0 writes the strategy file;
+    with ``slice_files`` each checkpoint ``ModelCheckpoint`` writes is replaced by this rank's
+    slice (``best.ckpt`` stays whole, as ``save_checkpoint`` integrates by default)."""
 
     def __init__(
         self,

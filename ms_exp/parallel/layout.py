@@ -108,14 +108,6 @@ def _fmt(strategy: Iterable[Iterable[int]]) -> str:
     return str(tuple(tuple(t) for t in strategy))
 
 
-def _input_shapes(op: _Operator, batch_size: Optional[int]) -> List[Tuple[str, tuple]]:
-    """(description, shape) of each input; the batch dim is None unless batch_size is known."""
-    if op.kind == "MatMul":
-        return [("x", (batch_size, op.param_shape[0])), (op.param_name, op.param_shape)]  # type: ignore[index, list-item]  # bound: _shardable, _check_strategy
-    # Add: x is [batch, *bias shape], the bias broadcast over the batch dim.
-    return [("x", (batch_size, *op.param_shape)), (op.param_name, op.param_shape)]  # type: ignore[misc, list-item]  # bound: _shardable, _check_strategy
-
-
 def _is_sequence(value: Any) -> bool:
     return not isinstance(value, (str, bytes)) and isinstance(value, Iterable)
 
@@ -147,7 +139,11 @@ def _check_strategy(
             f"((2, 1), (1, 2)), got {raw!r}"
         )
     strategy: Strategy = tuple(tuple(t) for t in raw)
-    inputs = _input_shapes(op, batch_size)
+    # (description, shape) of each input, the batch dim None unless batch_size is known. Add:
+    # x is [batch, *bias shape], the bias broadcast over the batch dim.
+    param_shape: Tuple[int, ...] = op.param_shape  # type: ignore[assignment]  # bound: checked above
+    x = (batch_size, param_shape[0]) if op.kind == "MatMul" else (batch_size, *param_shape)
+    inputs = [("x", x), (op.param_name, param_shape)]
     if len(strategy) != len(inputs):
         raise StrategyError(
             f"{where}: {op.kind} takes {len(inputs)} inputs, got "
@@ -279,11 +275,8 @@ def operator_layouts(
     device_num: int,
     batch_size: Optional[int] = None,
 ) -> Dict[str, Layout]:
-    """The semi-auto parallel layout of every trainable parameter of ``network``.
-
-    ``strategies`` maps operator paths ("layer1.matmul") to shard strategies, one tuple per
-    input, as ``ops.MatMul().shard(...)`` takes them. Parameters that no supported operator
-    consumes are replicated. Raises :class:`StrategyError`."""
+    """The semi-auto parallel layout of every trainable parameter of ``network``; those no
+    supported operator consumes are replicated. Raises :class:`StrategyError`."""
     device_num = _check_device_num(device_num)
     effective = operator_strategies(network, strategies, device_num, batch_size)
     by_param = {op.param_name: op for op in _shardable(_operators(network))}
@@ -370,13 +363,9 @@ def write_sliced_checkpoints(
     prefix: str = "checkpoint",
     name: Optional[str] = None,
 ) -> Dict[str, Layout]:
-    """Write ``out_dir/rank_<r>/<name>`` for every rank: each entry's slice for that rank.
-
-    ``param_dict`` maps checkpoint names to arrays (numpy, Tensor or Parameter); ``name``
-    defaults to ``<prefix>.ckpt``; a ``.safetensors`` name writes that format, its digest
-    recorded. Files are written under a hidden name and renamed. Returns
-    the layouts of every sliced entry (:func:`checkpoint_layouts`): write the strategy file from
-    these so that optimizer states merge too."""
+    """Write each rank's slices of ``param_dict`` to ``out_dir/rank_<r>/<name>`` (a
+    ``.safetensors`` name writes that format). Returns the layouts of every sliced entry:
+    write the strategy file from these so that optimizer states merge too."""
     import mindspore as ms
 
     from ms_exp.checkpoint.files import is_checkpoint_file, replace_checkpoint, save_weights

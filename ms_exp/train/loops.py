@@ -2,7 +2,7 @@
 Trainer (ms_exp/train/functional.py), both built from the same network, loss, optimizer and
 ``amp`` section and driven through the same ``fit`` call."""
 
-from contextlib import chdir
+import os
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -36,9 +36,13 @@ def create_loop(
     # not the user's working directory (docs/design.md#amp-o1-rewritten-network).
     if cfg.amp.level.value != "O1":
         return _create_loop(cfg, network, optimizer, metrics, num_classes)
+    before = os.getcwd()
     Path(rewrite_dir).mkdir(parents=True, exist_ok=True)
-    with chdir(rewrite_dir):
+    os.chdir(rewrite_dir)
+    try:
         return _create_loop(cfg, network, optimizer, metrics, num_classes)
+    finally:
+        os.chdir(before)
 
 
 def _create_loop(
