@@ -165,7 +165,12 @@ class DevicePool:
                 self._changed.wait()
             if self._closed or stop_others():
                 return None
-            share = self._choose(per_job)
+            # A free share with an idle worker (MindSpore already imported there), else the
+            # first free units in the pool's order.
+            share = next(
+                (s for s in self._idle if len(s) == per_job and all(u in self._free for u in s)),
+                tuple(sorted(self._free, key=self.units.index)[:per_job]),
+            )
             for unit in share:
                 self._free.remove(unit)
             worker = self._idle.pop(share, None)
@@ -181,14 +186,6 @@ class DevicePool:
         with self._changed:
             self._busy.append(worker)
         return worker
-
-    def _choose(self, per_job: int) -> Tuple[int, ...]:
-        """A free share with an idle worker (MindSpore already imported there), else the
-        first free units in the pool's order."""
-        for share in self._idle:
-            if len(share) == per_job and all(unit in self._free for unit in share):
-                return share
-        return tuple(sorted(self._free, key=self.units.index)[:per_job])
 
     def _give_back(self, worker: Worker, keep: bool) -> None:
         with self._changed:

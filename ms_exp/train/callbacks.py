@@ -89,8 +89,17 @@ def create_callbacks(
         # the metrics of the steps a checkpoint holds are in MLflow before it exists
         before_save=tracker.flush,
     )
-    if cfg.checkpoint.snapshots.per_epoch and runtime.rank_id == 0:
-        callbacks.append(_snapshots(cfg, network, run_dir, steps_per_epoch, tracker))
+    snapshots = cfg.checkpoint.snapshots
+    if snapshots.per_epoch and runtime.rank_id == 0:
+        require(
+            snapshots.per_epoch <= steps_per_epoch,
+            "checkpoint.snapshots.per_epoch",
+            snapshots.per_epoch,
+            f"at most the {steps_per_epoch} steps of an epoch",
+        )
+        directory = (run_dir / SNAPSHOT_DIR).resolve()
+        tracker.set_tags({"ms_exp.snapshots.dir": str(directory)})
+        callbacks.append(WeightSnapshots(snapshots, network, directory, steps_per_epoch))
     if runtime.emulated:
         from ms_exp.parallel.emulation import SemiAutoLayouts
 
@@ -147,18 +156,3 @@ def user_callbacks(trainer_cfg: DictConfig, rank_id: int = 0) -> List[Callback]:
         for name, node in (trainer_cfg.callbacks or {}).items()
         if node is not None and (rank_id == 0 or not callback_rank_zero_only(node))
     ]
-
-
-def _snapshots(
-    cfg: DictConfig, network: Any, run_dir: Path, steps_per_epoch: int, tracker: RunTracker
-) -> WeightSnapshots:
-    snapshots = cfg.checkpoint.snapshots
-    require(
-        snapshots.per_epoch <= steps_per_epoch,
-        "checkpoint.snapshots.per_epoch",
-        snapshots.per_epoch,
-        f"at most the {steps_per_epoch} steps of an epoch",
-    )
-    directory = (run_dir / SNAPSHOT_DIR).resolve()
-    tracker.set_tags({"ms_exp.snapshots.dir": str(directory)})
-    return WeightSnapshots(snapshots, network, directory, steps_per_epoch)
