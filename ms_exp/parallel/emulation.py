@@ -10,22 +10,16 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Set
 
-import mindspore as ms
 from mindspore.train import Callback
 
-from ms_exp.checkpoint.files import (
-    is_checkpoint_file,
-    load_verified,
-    replace_checkpoint,
-    save_weights,
-)
+from ms_exp.checkpoint.files import is_checkpoint_file, load_verified
 from ms_exp.parallel.layout import (
     Layout,
     checkpoint_layouts,
     flatten_strategies,
     operator_layouts,
     operator_strategies,
-    slice_for_rank,
+    write_rank_slice,
     write_strategy_file,
 )
 
@@ -98,16 +92,7 @@ class SemiAutoLayouts(Callback):
         for path in self.directory.glob(f"{self.prefix}*"):
             if path in self._sliced or ".partial" in path.name or not is_checkpoint_file(path):
                 continue
-            self._slice(path)
+            # In the run's format, as ModelCheckpoint wrote it.
+            arrays = {name: value.asnumpy() for name, value in load_verified(path).items()}
+            write_rank_slice(arrays, self.layouts, self.rank_id, path)
             self._sliced.add(path)
-
-    def _slice(self, path: Path) -> None:
-        entries = []
-        for name, value in load_verified(path).items():
-            array = value.asnumpy()
-            if name in self.layouts:
-                array = slice_for_rank(array, self.layouts[name], self.rank_id)
-            entries.append({"name": name, "data": ms.Tensor(array)})
-        partial = path.with_name(f".{path.stem}.partial{path.suffix}")
-        save_weights(entries, partial)  # in the run's format, as ModelCheckpoint wrote it
-        replace_checkpoint(partial, path)

@@ -351,8 +351,25 @@ def checkpoint_layouts(
     return result
 
 
-def _as_numpy(value: Any) -> np.ndarray:
-    return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+def write_rank_slice(
+    arrays: Mapping[str, np.ndarray], layouts: Mapping[str, Layout], rank: int, path: Path
+) -> None:
+    """``path``, replaced whole: ``rank``'s slice of each entry with a layout, the rest as is;
+    a ``.safetensors`` name writes that format, its digest recorded."""
+    import mindspore as ms
+
+    from ms_exp.checkpoint.files import replace_checkpoint, save_weights
+
+    entries = [
+        {
+            "name": key,
+            "data": ms.Tensor(slice_for_rank(a, layouts[key], rank) if key in layouts else a),
+        }
+        for key, a in arrays.items()
+    ]
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+    save_weights(entries, partial)
+    replace_checkpoint(partial, path)
 
 
 def write_sliced_checkpoints(
@@ -366,9 +383,7 @@ def write_sliced_checkpoints(
     """Write each rank's slices of ``param_dict`` to ``out_dir/rank_<r>/<name>`` (a
     ``.safetensors`` name writes that format). Returns the layouts of every sliced entry:
     write the strategy file from these so that optimizer states merge too."""
-    import mindspore as ms
-
-    from ms_exp.checkpoint.files import is_checkpoint_file, replace_checkpoint, save_weights
+    from ms_exp.checkpoint.files import is_checkpoint_file
 
     device_num = _check_device_num(device_num)
     name = name or f"{prefix}.ckpt"
@@ -390,21 +405,15 @@ def write_sliced_checkpoints(
             )
         if param not in param_dict:
             raise ValueError(f"{param} has a layout but no value in the checkpoint dict")
-    arrays = {key: _as_numpy(value) for key, value in param_dict.items()}
+    arrays = {
+        key: value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+        for key, value in param_dict.items()
+    }
     sliced = checkpoint_layouts({key: a.shape for key, a in arrays.items()}, layouts)
     for rank in range(device_num):
         rank_dir = Path(out_dir) / f"rank_{rank}"
         rank_dir.mkdir(parents=True, exist_ok=True)
-        entries = [
-            {
-                "name": key,
-                "data": ms.Tensor(slice_for_rank(a, sliced[key], rank) if key in sliced else a),
-            }
-            for key, a in arrays.items()
-        ]
-        partial = rank_dir / f".{Path(name).stem}.partial{Path(name).suffix}"
-        save_weights(entries, partial)
-        replace_checkpoint(partial, rank_dir / name)
+        write_rank_slice(arrays, sliced, rank, rank_dir / name)
     return sliced
 
 
