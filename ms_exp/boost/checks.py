@@ -23,7 +23,20 @@ Shapes = Mapping[str, Tuple[int, ...]]  # parameter name -> shape
 
 def validate_dim_reduce(cfg: DictConfig) -> None:
     boost = cfg.boost
-    _check_numbers(boost)
+    for key, ok, allowed in (
+        ("level", boost.level in LEVELS, one_of(LEVELS)),
+        ("rho", 0 < boost.rho < 1, "a number in (0, 1): the line search tries steps 1 and rho"),
+        ("gamma", 0 <= boost.gamma < 1, "a number in [0, 1): the residual gradient's momentum"),
+        ("alpha", boost.alpha >= 0, "a number >= 0: the residual gradient's step"),
+        (
+            "sigma",
+            0 < boost.sigma < 1,
+            "a number in (0, 1): the line search's sufficient-decrease factor",
+        ),
+        ("n_components", boost.n_components >= 1, "an integer >= 1"),
+        ("timeout", boost.timeout >= 1, "seconds >= 1"),
+    ):
+        require(ok, f"boost.{key}", boost[key], allowed)
     require(
         cfg.parallel.mode in ("stand_alone", "data"),
         "parallel",
@@ -54,23 +67,6 @@ def validate_dim_reduce(cfg: DictConfig) -> None:
         )
     else:
         _check_snapshot_folder(stage_one.snapshots, boost.n_components, shapes)
-
-
-def _check_numbers(boost: DictConfig) -> None:
-    for key, ok, allowed in (
-        ("level", boost.level in LEVELS, one_of(LEVELS)),
-        ("rho", 0 < boost.rho < 1, "a number in (0, 1): the line search tries steps 1 and rho"),
-        ("gamma", 0 <= boost.gamma < 1, "a number in [0, 1): the residual gradient's momentum"),
-        ("alpha", boost.alpha >= 0, "a number >= 0: the residual gradient's step"),
-        (
-            "sigma",
-            0 < boost.sigma < 1,
-            "a number in (0, 1): the line search's sufficient-decrease factor",
-        ),
-        ("n_components", boost.n_components >= 1, "an integer >= 1"),
-        ("timeout", boost.timeout >= 1, "seconds >= 1"),
-    ):
-        require(ok, f"boost.{key}", boost[key], allowed)
 
 
 def _check_optimizer(optimizer: DictConfig) -> None:
