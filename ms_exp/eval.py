@@ -125,11 +125,9 @@ def check_checkpoint_flag(value: Optional[str], run_id: Optional[str]) -> str:
 
 
 def fetch_from_run(uri: str, run_id: str, which: str, workdir: Path) -> Tuple[Path, Path, str]:
-    """Download the recorded config of ``--run-id`` and its ``which`` checkpoint (last or
-    best, or the file ``which`` names), and how to name that checkpoint. Refused in one line
-    naming the store searched when the store is not there (MlflowClient would create an empty
-    one), the id is not a run in it, or the run is not a job's (a sweep's parent, an
-    evaluation)."""
+    """The recorded config of ``--run-id``, its ``which`` checkpoint (last, best, or a file)
+    and how to name it; a missing store (MlflowClient would create an empty one), run, or a
+    run that is not a job's (a sweep's parent, an evaluation) is refused in one line."""
     try:
         records = RunRecords.existing(uri)
         run = records.job_run(run_id)
@@ -250,10 +248,8 @@ NOT_IN_A_RUN = (
 
 
 def config_beside(checkpoint: str) -> Path:
-    """The config.yaml of the run directory holding ``checkpoint`` (``<run dir>/checkpoints/
-    rank_<r>/<file>``, or ``<run dir>/checkpoints/merged/rank_<r>/<file>`` as ``ms_exp.ckpt
-    merge <run dir>`` writes it); elsewhere refused, naming the flag that says its network (the
-    run id for ``merged/<run id>/rank_<r>/<file>``, as ``ms_exp.ckpt merge <run id>`` writes)."""
+    """The config.yaml of the run directory holding ``checkpoint`` (in ``checkpoints/`` or
+    ``checkpoints/merged/``); elsewhere refused, naming the flag that says its network."""
     from ms_exp.tracking.store import is_run_id
 
     folder = Path(checkpoint).resolve().parent

@@ -50,17 +50,15 @@ EXIT_BAD_INPUT = 2
 
 
 def read_checked_config(run_dir: Path) -> DictConfig:
-    """The run's config.yaml, read typed and checked as ``python -m ms_exp.run`` checked it
-    before it launched this rank (validate_config: all but the free master port, which msrun
-    holds now, and the device, which init_env takes): a file edited, damaged or written by
-    another version since is refused in one line before MindSpore starts. Image folders the
-    launching process found whole are not read again where their files are the same."""
+    """The run's config.yaml, checked as ``python -m ms_exp.run`` checked it (but the master
+    port msrun holds now): a file edited, damaged or written by another version since is
+    refused in one line before MindSpore starts."""
     from ms_exp.config.run_config import choices_from_config
     from ms_exp.preflight.validate import validate_config
 
     path = run_dir / RESOLVED_CONFIG
     cfg = load_run_config(path)
-    trust_image_checks(run_dir)
+    trust_image_checks(run_dir)  # image folders the launching process found whole
     try:
         validate_config(cfg, choices_from_config(cfg))
     except InvalidConfig as error:
