@@ -201,6 +201,16 @@ source (each group's section); --cfg job prints a job's config with your overrid
 Hydra's own flags: --hydra-help""")
 
 
+def share_import_path() -> None:
+    """Put the working directory first on ``PYTHONPATH``: processes started for the jobs
+    (msrun's ranks, joblib and submitit workers) import the user's modules from it, as
+    ``python -m`` lets this process do."""
+    cwd = os.getcwd()
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [cwd]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
+
+
 def print_job_config(overrides: List[str], source: ConfigSource, resolve: bool) -> None:
     """``--cfg job`` as Hydra prints it, but the config the job uses: a ``name`` beside the
     ``_target_`` that is built instead is null (without_unused_names), as in the run's
@@ -255,12 +265,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             error,
         )
     sys.argv = [sys.argv[0], *argv]
-    # The working directory first on PYTHONPATH: processes started for the jobs (msrun's
-    # ranks, joblib and submitit workers) import the user's modules from it, as this one can.
-    cwd = os.getcwd()
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if paths[:1] != [cwd]:
-        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
+    share_import_path()
     if configs and not args.multirun and configs[0].tracking.enabled:
         # The job's MLflow sidecar imports MLflow while the job imports MindSpore: the job
         # waits for its run before training.
