@@ -92,7 +92,10 @@ class SemiAutoLayouts(Callback):
         for path in self.directory.glob(f"{self.prefix}*"):
             if path in self._sliced or ".partial" in path.name or not is_checkpoint_file(path):
                 continue
-            # In the run's format, as ModelCheckpoint wrote it.
-            arrays = {name: value.asnumpy() for name, value in load_verified(path).items()}
-            write_rank_slice(arrays, self.layouts, self.rank_id, path)
+            self._slice(path)
             self._sliced.add(path)
+
+    def _slice(self, path: Path) -> None:
+        # In the run's format, as ModelCheckpoint wrote it.
+        arrays = {name: value.asnumpy() for name, value in load_verified(path).items()}
+        write_rank_slice(arrays, self.layouts, self.rank_id, path)
