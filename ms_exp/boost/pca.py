@@ -51,15 +51,6 @@ def work_dir(run_dir: Path) -> Path:
     return Path(tempfile.gettempdir()).resolve() / f"ms_exp_pca_{digest}"
 
 
-def cache_dir(snapshots: Path) -> Path:
-    """Beside the snapshots it was computed from; a user cache if that folder is read-only."""
-    local = Path(snapshots) / CACHE_FOLDER
-    if os.access(snapshots, os.W_OK) or os.access(local, os.W_OK):
-        return local
-    digest = hashlib.sha256(str(Path(snapshots).resolve()).encode()).hexdigest()[:16]
-    return Path.home() / ".cache" / "ms_exp" / "pca" / digest
-
-
 @contextmanager
 def pca_for_rank(
     boost_cfg: DictConfig, snapshots: Optional[Path], run_dir: Path, rank: int, group_size: int
@@ -79,7 +70,11 @@ def pca_for_rank(
         return
     # Without boost.pca_mat_path, ms_exp.boost.checks refused a run with no snapshot folder.
     assert snapshots is not None
-    cache = cache_dir(snapshots)
+    # Beside the snapshots it is computed from; a user cache if that folder is read-only.
+    cache = snapshots / CACHE_FOLDER
+    if not (os.access(snapshots, os.W_OK) or os.access(cache, os.W_OK)):
+        digest = hashlib.sha256(str(snapshots.resolve()).encode()).hexdigest()[:16]
+        cache = Path.home() / ".cache" / "ms_exp" / "pca" / digest
     cache.mkdir(parents=True, exist_ok=True)
     matrix = cache / f"pca_mat_n{boost_cfg.n_components}.npy"
     listing_file = matrix.with_suffix(".json")

@@ -47,8 +47,21 @@ def check_optuna_sweep(cfg: DictConfig, overrides: Sequence) -> None:
         )
     if sweeper.storage is not None:
         _check_storage(sweeper.storage)
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
     for key in ("sampler", "pruner"):
-        _check_builds(f"hydra.sweeper.{key}", sweeper[key])
+        node = sweeper[key]
+        try:
+            instantiate(node)
+        except InstantiationException as error:
+            cause = error.__cause__ or error
+            raise ConfigError(
+                f"hydra.sweeper.{key}",
+                node._target_,
+                f"arguments {node._target_} takes",
+                str(cause).splitlines()[0],
+            ) from None
     if sweeper.study_name is not None:
         _check_existing_study(sweeper, sweeper.storage or default_storage(cfg.tracking.uri))
 
@@ -110,19 +123,6 @@ def _check_existing_study(sweeper: DictConfig, url: str) -> None:
             f"{study.direction.name.lower()}, the direction study {sweeper.study_name} in "
             f"{masked(url)} was created with (or another hydra.sweeper.study_name)",
         )
-
-
-def _check_builds(key: str, node: DictConfig) -> None:
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
-
-    try:
-        instantiate(node)
-    except InstantiationException as error:
-        cause = error.__cause__ or error
-        raise ConfigError(
-            key, node._target_, f"arguments {node._target_} takes", str(cause).splitlines()[0]
-        ) from None
 
 
 def fail_fast_overrides(cfg: DictConfig, overrides: Sequence[str]) -> List[str]:
