@@ -423,13 +423,9 @@ def write_strategy_file(
     stage: int = 0,
     op_strategies: Optional[Mapping[str, Strategy]] = None,
 ) -> Path:
-    """Write a strategy checkpoint (``node_strategy_pb2.ParallelStrategyMap``) as MindSpore's
-    ``strategy_ckpt_config={"save_file": ...}`` does, atomically.
-
-    ``op_strategies`` (from :func:`operator_strategies`) become the ``parallel_strategy_item``
-    entries, keyed by operator path. Without them, one item per parameter records how its
-    dimensions are split: MindSpore's readers need at least one item (they take the pipeline
-    stage from the first) but look at no operator names."""
+    """Write a strategy checkpoint as MindSpore's ``strategy_ckpt_config={"save_file": ...}``
+    does, atomically. Without ``op_strategies`` (by operator path), one item per parameter:
+    MindSpore's readers need at least one (the pipeline stage is the first's) but read no names."""
     from mindspore.train import node_strategy_pb2
 
     if not layouts:

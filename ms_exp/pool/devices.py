@@ -50,10 +50,8 @@ class Share:
 
 
 def accelerator_of(launcher_accelerator: str, device_target: Optional[str]) -> str:
-    """The kind of devices the pool holds: ``hydra.launcher.accelerator``, else the jobs'
-    ``trainer.device_target``, else what this machine has (MindSpore's one package holds
-    every backend, so its files do not say): Ascend cards when ``npu-smi`` is on the PATH,
-    GPUs when ``nvidia-smi`` is, else the CPU."""
+    """The kind of devices the pool holds: the launcher's, else the jobs', else what the vendor
+    tools on the PATH say (MindSpore's one package holds every backend, so its files do not)."""
     if launcher_accelerator != "auto":
         return launcher_accelerator
     if device_target and device_target != "None":

@@ -44,11 +44,9 @@ def optimizer_loss_scale(amp_cfg: DictConfig, loop: str) -> float:
 
 
 def cast_network(network: Any, amp_cfg: DictConfig) -> Any:
-    """The functional loop's network, cast exactly as ``Model`` casts it for the same
-    ``amp`` section: MindSpore's own step of ``build_train_network`` (O1 by the white list,
-    O2/O3 float16 with batch norm kept float32, its output cast back to float16, where
-    keep_batchnorm_fp32 says so), private to mindspore.train.amp. The network's outputs are
-    cast to float32 by the caller, as Model's loss cell does."""
+    """The functional loop's network, cast exactly as ``Model`` casts it for the same ``amp``
+    section, by MindSpore's own (private) step of ``build_train_network``; the caller casts
+    the outputs to float32, as Model's loss cell does."""
     from mindspore.train.amp import _auto_mixed_precision_process, _config_level
 
     level = amp_cfg.level.value
