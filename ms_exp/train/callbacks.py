@@ -1,12 +1,6 @@
-"""The callbacks a rank hands ``Model.fit`` (or the functional loop's ``fit``), in the order
-they must run: the console monitors, MLflow's metrics, checkpoints (and stage one's
-snapshots, and on CPU the emulated semi-auto layouts), the progress bar, the user's
-(``trainer.callbacks``), then resuming at a step, reporting to an Optuna trial, and stopping
-at a step boundary on a signal.
-
-Each rank runs its own; what writes a file all ranks share (snapshots, the emulated
-strategy file, ``best.ckpt``, the progress bar, MLflow's metrics) is rank 0's alone. The
-user's callbacks run on every rank but those set ``rank_zero_only``."""
+"""The callbacks a rank hands ``fit``, in the order they must run. Each rank runs its own;
+what writes a file all ranks share (snapshots, the emulated strategy file, ``best.ckpt``,
+the progress bar, MLflow's metrics) is rank 0's alone."""
 
 from dataclasses import dataclass
 from pathlib import Path

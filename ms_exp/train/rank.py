@@ -1,10 +1,6 @@
-"""One rank's training: from the validated config and the runtime context to built objects
-(datasets, network, the ``Model``, callbacks), ``Model.fit`` (train, then evaluate after
-every epoch) and the metrics it leaves in the job's MLflow run.
-
-Stand-alone jobs and every launched rank (``ms_exp.worker``) train here; MindSpore is
-imported only here and below, once the config is known to be good.
-"""
+"""One rank's training, from the validated config to ``Model.fit`` and its result, for
+stand-alone jobs and every launched rank (``ms_exp.worker``). MindSpore is imported only
+here and below, once the config is known to be good."""
 
 import time
 from pathlib import Path
