@@ -291,28 +291,22 @@ def _params(
     if method == "fit" and arguments.get("valid_dataset") is not None:
         params["trainer.valid_frequency"] = arguments.get("valid_frequency")
         params["dataset.eval_steps"] = _safe(arguments["valid_dataset"].get_dataset_size)
-    params.update(_model_params(model))
-    params.update(optimizer_params(getattr(model, "_optimizer", None)))
-    return params
-
-
-def _model_params(model: Any) -> Dict[str, object]:
     network: Any = getattr(model, "_network", None)  # None: its count is unknown (_safe)
     scale = getattr(model, "_loss_scale_manager", None)
     if scale is not None:
         value = _safe(scale.get_loss_scale)
         scale = type(scale).__name__ + (f"(loss_scale={value})" if value is not None else "")
     metrics = getattr(model, "_metric_fns", None) or {}
-    return {
-        "model.network": type(network).__name__,
-        "model.trainable_params": _safe(
-            lambda: sum(int(p.size) for p in network.trainable_params())
-        ),
-        "model.loss_fn": _class_name(getattr(model, "_loss_fn", None)),
-        "model.amp_level": getattr(model, "_amp_level", None),
-        "model.loss_scale_manager": scale,
-        "model.metrics": ",".join(sorted(metrics)) or None,
-    }
+    params["model.network"] = type(network).__name__
+    params["model.trainable_params"] = _safe(
+        lambda: sum(int(p.size) for p in network.trainable_params())
+    )
+    params["model.loss_fn"] = _class_name(getattr(model, "_loss_fn", None))
+    params["model.amp_level"] = getattr(model, "_amp_level", None)
+    params["model.loss_scale_manager"] = scale
+    params["model.metrics"] = ",".join(sorted(metrics)) or None
+    params.update(optimizer_params(getattr(model, "_optimizer", None)))
+    return params
 
 
 def optimizer_params(optimizer: Any) -> Dict[str, object]:
@@ -414,8 +408,8 @@ def _safe(function: Callable[[], Any]) -> Any:
         return None
 
 
-def written_checkpoints(callbacks: List[Any], since: float) -> List[Path]:
-    """The files the ``ModelCheckpoint`` callbacks among ``callbacks`` wrote since
+def _log_checkpoints(tracker: Tracker, callbacks: List[Any], since: float) -> None:
+    """Log the files the ``ModelCheckpoint`` callbacks among ``callbacks`` wrote since
     ``since`` (a timestamp): their directory's files named by their prefix."""
     from mindspore.train import ModelCheckpoint
 
@@ -436,9 +430,5 @@ def written_checkpoints(callbacks: List[Any], since: float) -> List[Path]:
                 and path not in found
             ):
                 found.append(path)
-    return found
-
-
-def _log_checkpoints(tracker: Tracker, callbacks: List[Any], since: float) -> None:
-    for path in written_checkpoints(callbacks, since):
+    for path in found:
         tracker.log_artifact(path, "checkpoints")

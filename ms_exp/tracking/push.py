@@ -44,18 +44,13 @@ BATCH = 1000  # MLflow's most metrics in one log_batch
 
 def size_text(size: float) -> str:
     """``size`` bytes in decimal units, as the summary line says them: 1.2 GB."""
-    for unit in ("bytes", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+    if size < 1000:
+        return f"{size:.0f} bytes"
+    for unit in ("kB", "MB"):
         size /= 1000
-    raise AssertionError("unreachable")
-
-
-def _same_store(a: str, b: str) -> bool:
-    da, db = sqlite_path(a), sqlite_path(b)
-    if da is not None and db is not None:
-        return da.resolve() == db.resolve()
-    return a.rstrip("/").lower() == b.rstrip("/").lower()
+        if size < 1000:
+            return f"{size:.1f} {unit}"
+    return f"{size / 1000:.1f} GB"
 
 
 def open_target(to: str, source_uri: str) -> "MlflowClient":
@@ -63,7 +58,12 @@ def open_target(to: str, source_uri: str) -> "MlflowClient":
     not answer."""
     from ms_exp.tracking.recorder import detect_outages_quickly, is_unreachable, outage_reason
 
-    if _same_store(to, source_uri):
+    to_db, source_db = sqlite_path(to), sqlite_path(source_uri)
+    if to_db is not None and source_db is not None:
+        same = to_db.resolve() == source_db.resolve()
+    else:
+        same = to.rstrip("/").lower() == source_uri.rstrip("/").lower()
+    if same:
         raise CompareError(
             f"--to: {to}: it is the source store ({source_uri}); expected another MLflow "
             "store, e.g. the team's server http://host:5000"

@@ -65,7 +65,16 @@ class Tracker:
             run = client.get_run(run_id)
             client.update_run(run_id, status="RUNNING")
             tracker = cls(client, run_id, run.info.experiment_id)
-            tracker._forget_how_it_ended(run.data.tags)
+            # Running again: how its last attempt ended (killed, failed) is no longer how the
+            # run ended, and is kept as ``ms_exp.earlier_end`` instead.
+            ended = [run.data.tags[key] for key in ENDED_TAGS if key in run.data.tags]
+            if ended:
+                earlier = run.data.tags.get(EARLIER_END_TAG)
+                joined = "; ".join([earlier, *ended] if earlier else ended)[-5000:]
+                tracker.set_tags({EARLIER_END_TAG: joined})
+                for key in ENDED_TAGS:
+                    if key in run.data.tags:
+                        client.delete_tag(run_id, key)
             if tags:
                 tracker.set_tags(tags)
             return tracker
@@ -74,18 +83,6 @@ class Tracker:
             tags = {**tags, "mlflow.parentRunId": parent_run_id}
         run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
         return cls(client, run.info.run_id, experiment_id)
-
-    def _forget_how_it_ended(self, tags: Mapping[str, str]) -> None:
-        """A reopened run is running again: how its last attempt ended (killed, failed) is
-        no longer how the run ended, and is kept as ``ms_exp.earlier_end`` instead."""
-        ended = [tags[key] for key in ENDED_TAGS if key in tags]
-        if not ended:
-            return
-        earlier = tags.get(EARLIER_END_TAG)
-        self.set_tags({EARLIER_END_TAG: "; ".join([earlier, *ended] if earlier else ended)[-5000:]})
-        for key in ENDED_TAGS:
-            if key in tags:
-                self.client.delete_tag(self.run_id, key)
 
     @property
     def tracking_uri(self) -> str:
@@ -198,7 +195,14 @@ class Tracker:
         model_id = model.model_id
         try:
             self.client.log_model_artifacts(model_id, str(directory))
-            step = self._epoch_step(epoch)
+            # The step at which the run logged the end of ``epoch`` (None: the last), so the
+            # model's metrics sit on the run's own evaluation; 0 when it logged no such epoch.
+            steps = [
+                m.step
+                for m in self.client.get_metric_history(self.run_id, "train/epoch")
+                if epoch is None or int(m.value) == int(epoch)
+            ]
+            step = max(steps) if steps else 0
             for key, value in metrics.items():
                 # The run's own point, logged again with the model's id: MLflow keeps it
                 # once in the run (same key, step, value and timestamp) and links it to the
@@ -220,17 +224,6 @@ class Tracker:
         self.client.log_outputs(self.run_id, [LoggedModelOutput(model_id, step)])
         self.set_tags({f"ms_exp.model.{name}": model_id})
         self.model_ids[name] = model_id
-
-    def _epoch_step(self, epoch: Optional[int]) -> int:
-        """The step at which the run logged the end of ``epoch`` (its train/epoch metric),
-        so a model's metrics sit on the run's own evaluation; None: the last epoch's; 0
-        when the run logged no such epoch."""
-        steps = [
-            m.step
-            for m in self.client.get_metric_history(self.run_id, "train/epoch")
-            if epoch is None or int(m.value) == int(epoch)
-        ]
-        return max(steps) if steps else 0
 
     def wait_for_run(self) -> None:
         """The run exists from the start here (see SidecarTracker)."""
