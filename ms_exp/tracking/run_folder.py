@@ -17,7 +17,7 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional, Set
+from typing import Callable, Dict, NoReturn, Optional, Set
 
 RUN_RECORD = "run.json"
 LOCK_FILE = "run.lock"
@@ -273,19 +273,15 @@ def check_owner(run_dir: Path, key: str, resume: Optional[str], digest: Callable
     record = read_run_record(run_dir)
     if not record or (resume is not None and resume != "auto"):
         return
-    if resume == "auto":
-        if record.get("status") != "FINISHED" and record.get("digest") == digest():
-            return
-        refuse_foreign(
-            run_dir,
-            key,
-            record,
-            " (trainer.resume=auto continues only an unfinished run of this config)",
-        )
-    refuse_foreign(run_dir, key, record, "")
+    if resume != "auto":
+        refuse_foreign(run_dir, key, record, "")
+    if record.get("status") != "FINISHED" and record.get("digest") == digest():
+        return
+    why = " (trainer.resume=auto continues only an unfinished run of this config)"
+    refuse_foreign(run_dir, key, record, why)
 
 
-def refuse_foreign(run_dir: Path, key: str, record: dict, why: str) -> None:
+def refuse_foreign(run_dir: Path, key: str, record: dict, why: str) -> NoReturn:
     """The one-line refusal of a folder that belongs to the run of ``record``."""
     folder = Path(run_dir).resolve()
     run = f"run {record['run_id']}" if record.get("run_id") else "a run"
