@@ -19,14 +19,6 @@ def loss_parts(net_outputs: Sequence[Any], names: Sequence[str]) -> Dict[str, fl
     return {name: _scalar(out) for name, out in zip(names, net_outputs)}
 
 
-def loss_value(net_outputs: Any) -> float:
-    """The loss of a train step's outputs (a Tensor, or (loss, overflow, scale) with a
-    loss-scaled cell)."""
-    if isinstance(net_outputs, (tuple, list)):
-        net_outputs = net_outputs[0]
-    return float(net_outputs.asnumpy())
-
-
 def loss_scale_state(params: Any) -> Optional[Tuple[Any, Any]]:
     """``(overflowed, scale)`` of the step just ended where it checked its gradients for
     overflow, else None: the functional loop's ``loss_scale_state``, or the outputs
@@ -107,12 +99,14 @@ class MlflowMetrics(Callback):
                 f"train/{name}": value
                 for name, value in loss_parts(params.net_outputs, self.loss_names).items()
             }
-            # The first of several losses is the loss; converted once, above.
-            metrics["train/loss"] = (
-                metrics[f"train/{self.loss_names[0]}"]
-                if self.loss_names
-                else loss_value(params.net_outputs)
-            )
+            # The first of several losses is the loss (converted once, above); a loss-scaled
+            # cell's outputs are (loss, overflow, scale).
+            if self.loss_names:
+                metrics["train/loss"] = metrics[f"train/{self.loss_names[0]}"]
+            else:
+                outputs = params.net_outputs
+                loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+                metrics["train/loss"] = _scalar(loss)
             metrics["train/step_time_ms"] = step_time * 1000.0
             metrics["train/samples_per_s"] = self.samples_per_step / step_time
             metrics.update(self._step_curves(state))
