@@ -20,12 +20,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, TextIO, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, TextIO, Tuple, Union
 
 from ms_exp.tracking.journal import CallWriter, new_journal_path
-
-if TYPE_CHECKING:
-    from ms_exp.tracking.recorder import RunRecorder
 
 SUBMIT_SECONDS = 0.5
 # What the sidecar may be asked to do: Tracker's recording methods, nothing else.
@@ -286,32 +283,6 @@ def _idle_sidecar() -> Optional[subprocess.Popen]:
     return None
 
 
-def _open_run(
-    cwd: str,
-    environ: Dict[str, str],
-    journal: Optional[str],
-    ends_run: bool,
-    system_metrics_interval: Optional[float] = None,
-    **spec: Any,
-) -> "RunRecorder":
-    # The job's working directory and MLflow variables (a kept sidecar may have served a
-    # job with others).
-    os.chdir(cwd)
-    for key in [k for k in os.environ if k.startswith("MLFLOW_") and k not in environ]:
-        del os.environ[key]
-    os.environ.update(environ)
-    from ms_exp.tracking.recorder import RunRecorder
-
-    recorder = RunRecorder(
-        spec,
-        journal_path=journal,
-        ends_run=ends_run,
-        system_metrics_interval=system_metrics_interval,
-    )
-    recorder.open()
-    return recorder
-
-
 # How MLflow's REST client reports a server turning a request away for its credentials.
 _REFUSED = re.compile(r"error code (401|403) != 200")
 
@@ -337,7 +308,7 @@ def start_error(error: Exception) -> str:
 def serve(requests: Iterable[str], replies: TextIO) -> int:
     """Open a run from a ``start`` request, record every following request into it until
     ``finish``; then wait for the next ``start``, until stdin closes."""
-    from ms_exp.tracking.recorder import ENDED_WITHOUT_STATUS
+    from ms_exp.tracking.recorder import ENDED_WITHOUT_STATUS, RunRecorder
 
     recorder: Optional[RunRecorder] = None
 
@@ -355,7 +326,20 @@ def serve(requests: Iterable[str], replies: TextIO) -> int:
         call = request.pop("call")
         if call == "start":
             try:
-                recorder = _open_run(**request)
+                # The job's working directory and MLflow variables (a kept sidecar may have
+                # served a job with others).
+                os.chdir(request.pop("cwd"))
+                environ = request.pop("environ")
+                for key in [k for k in os.environ if k.startswith("MLFLOW_") and k not in environ]:
+                    del os.environ[key]
+                os.environ.update(environ)
+                options = {
+                    "journal_path": request.pop("journal"),
+                    "ends_run": request.pop("ends_run"),
+                    "system_metrics_interval": request.pop("system_metrics_interval", None),
+                }
+                recorder = RunRecorder(request, **options)  # the rest: Tracker.start and its URI
+                recorder.open()
             except Exception as error:  # reported to the job, which stops before training
                 answer({"error": start_error(error)})
                 return 1
