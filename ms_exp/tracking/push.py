@@ -15,7 +15,7 @@ random UUID, so the source run id alone finds the copy, also when the store file
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ms_exp.tracking.compare import CompareError
 from ms_exp.tracking.registry import REGISTERED_TAG
@@ -362,12 +362,8 @@ class Pusher:
 
     def _inputs(self, run: "Run", copy: Optional["Run"]) -> int:
         """The run's dataset inputs the target's copy lacks."""
-
-        def held(r: Optional["Run"]) -> Set[Tuple[str, str]]:
-            inputs = r.inputs.dataset_inputs if r and r.inputs else []
-            return {(i.dataset.name, i.dataset.digest) for i in inputs}
-
-        have = held(copy)
+        theirs = copy.inputs.dataset_inputs if copy and copy.inputs else []
+        have = {(i.dataset.name, i.dataset.digest) for i in theirs}
         ours = run.inputs.dataset_inputs if run.inputs else []
         missing = [i for i in ours if (i.dataset.name, i.dataset.digest) not in have]
         if missing and copy and not self.dry:
