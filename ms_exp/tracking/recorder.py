@@ -10,6 +10,7 @@ must show in seconds, not after MLflow's 4 minutes of retries (:func:`detect_out
 
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
@@ -245,16 +246,16 @@ class RunRecorder:
             self.journal.journal.close()
 
 
+@dataclass
 class Delivered:
     """What a replay put into the store, in words."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.run_id: Optional[str] = None
-        self.experiment_id: Optional[str] = None
-        self.tracking_uri: Optional[str] = None
-        self.counts: Dict[str, int] = {}
-        self.status: Optional[str] = None
+    path: Path
+    run_id: Optional[str]
+    experiment_id: Optional[str]
+    tracking_uri: str
+    counts: Dict[str, int] = field(default_factory=dict)
+    status: Optional[str] = None
 
     def count(self, call: str, arguments: Mapping[str, Any]) -> None:
         sizes = {
@@ -309,9 +310,7 @@ def replay(path: Path, tracking_uri: Optional[str] = None) -> Delivered:
     ended_later = _status_if_ended(spec)
     recorder = RunRecorder(spec, strict=True)
     recorder.open()
-    delivered = Delivered(path)
-    delivered.run_id, delivered.experiment_id = recorder.run_id, recorder.experiment_id
-    delivered.tracking_uri = spec["tracking_uri"]
+    delivered = Delivered(path, recorder.run_id, recorder.experiment_id, spec["tracking_uri"])
     progress.save(recorder.run_id, max(progress.lines, 1))
     _skip_damage(path, damage, recorder.run_id, progress)
     finished = False
