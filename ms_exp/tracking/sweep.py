@@ -55,12 +55,8 @@ def parent_run_id(tracking_uri: str, experiment_name: str) -> Optional[str]:
     """The parent run of a job that records to ``tracking_uri`` and ``experiment_name``; None
     outside a multirun, and for a job that sweeps either away from the parent's: the UI nests
     runs only within one experiment, and a run id means nothing in another store."""
-    if (os.environ.get(PARENT_TRACKING_URI), os.environ.get(PARENT_EXPERIMENT)) != (
-        tracking_uri,
-        experiment_name,
-    ):
-        return None
-    return os.environ.get(PARENT_RUN_ID)
+    parent = (os.environ.get(PARENT_TRACKING_URI), os.environ.get(PARENT_EXPERIMENT))
+    return os.environ.get(PARENT_RUN_ID) if parent == (tracking_uri, experiment_name) else None
 
 
 def swept_values(overrides: List[str]) -> Dict[str, str]:
