@@ -154,12 +154,9 @@ def config(run: Run) -> Dict[str, str]:
     """The run's params, a path inside its own folder relative to that folder (as a job
     records it), so that it differs between two runs only when their experiments differ."""
     folder = run.data.tags.get("ms_exp.run_dir")
-    params = run.data.params
-    return (
-        {k: str(v) for k, v in relative_to_run(params, Path(folder)).items()}
-        if folder
-        else dict(params)
-    )
+    if not folder:
+        return dict(run.data.params)
+    return {k: str(v) for k, v in relative_to_run(run.data.params, Path(folder)).items()}
 
 
 def logged_metrics(runs: Sequence[Run]) -> List[str]:
