@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import pandas
 
 from ms_exp.tracking.params import relative_to_run
-from ms_exp.tracking.records import RunRecords
+from ms_exp.tracking.records import RunRecords, is_job_run
 from ms_exp.tracking.registry import best_child
 from ms_exp.tracking.store import StoreError, existing_store, password_refusal, resolve_tracking_uri
 from ms_exp.tracking.sweep_report import lower_is_better
@@ -143,11 +143,6 @@ def select_runs(
     )
     where += f" ({client.tracking_uri})"
     return Selection([r for r in runs if is_job_run(r)], where, parent)
-
-
-def is_job_run(run: Run) -> bool:
-    tags = run.data.tags
-    return tags.get("ms_exp.sweep") != "true" and "ms_exp.evaluated_checkpoint" not in tags
 
 
 def config(run: Run) -> Dict[str, str]:

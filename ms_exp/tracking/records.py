@@ -20,6 +20,12 @@ if TYPE_CHECKING:  # MLflow is imported where a store is read, not by every job
 JOB_RUN = "the id of a job's run (32 hex digits, printed as 'MLflow run <id>' by the job)"
 
 
+def is_job_run(run: "Run") -> bool:
+    """Whether ``run`` is a job's: not a sweep's parent run, nor an evaluation's."""
+    tags = run.data.tags
+    return tags.get("ms_exp.sweep") != "true" and "ms_exp.evaluated_checkpoint" not in tags
+
+
 class NotRecorded(LookupError):
     """The store has no such run, model or artifact, or cannot read it: MLflow's message."""
 
@@ -129,15 +135,7 @@ class RunRecords:
             max_results=20,
             order_by=["attributes.start_time DESC"],
         )
-        tags = [(r.info.run_id, r.data.tags) for r in runs]
-        return next(
-            (
-                run_id
-                for run_id, tag in tags
-                if "ms_exp.evaluated_checkpoint" not in tag and tag.get("ms_exp.sweep") != "true"
-            ),
-            None,
-        )
+        return next((r.info.run_id for r in runs if is_job_run(r)), None)
 
     def newest_finished(self, experiment_name: str, tag_filter: str) -> Optional["Run"]:
         """The newest FINISHED run of the experiment that ``tag_filter`` (MLflow's filter
