@@ -13,8 +13,8 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections import defaultdict
-from typing import Any, DefaultDict, Dict, List, Optional, Tuple, Type
+from collections import Counter
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 NPU_SMI = "npu-smi"
 # npu-smi asks the driver of every chip; a hung driver must not hold the monitor's thread.
@@ -169,9 +169,7 @@ def parse_npu_smi_info(text: str) -> Dict[str, Reading]:
             npu = first[0]  # "| 0     910B1 | OK | ..." opens an NPU
     if columns is None or not chips:
         raise NpuSmiError("no table of NPU chips in its output")
-    per_npu: DefaultDict[str, int] = defaultdict(int)
-    for npu_id, _chip, _ in chips:
-        per_npu[npu_id] += 1
+    per_npu = Counter(npu_id for npu_id, _, _ in chips)
     readings = {}
     for npu_id, chip, values in chips:
         named = dict(zip(columns, values))
