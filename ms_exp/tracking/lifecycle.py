@@ -179,8 +179,8 @@ class DisabledTracker:
 def ending_tags(status: str, error: Optional[BaseException]) -> Dict[str, str]:
     """How a run that did not finish ended, as its tags: KILLED by whom, FAILED by what."""
     if status == "KILLED":
-        interrupted = isinstance(error, KeyboardInterrupt)
-        return {"ms_exp.ended_by": stopped_by(error) if interrupted else str(error)}
+        ended_by = stopped_by(error) if isinstance(error, KeyboardInterrupt) else str(error)
+        return {"ms_exp.ended_by": ended_by}
     if status == "FAILED" and error is not None:
         return {"ms_exp.error": f"{type(error).__name__}: {error}"[:5000]}
     return {}
