@@ -150,24 +150,10 @@ def run_example(python: Path, project: Path, module: str, *args: str):
     return result
 
 
-def test_the_example_trains_and_is_evaluated_by_run_id_from_the_wheel(installed_wheel, example):
-    result = run_example(installed_wheel, example, "ms_exp.run", *OWN, *FAST, "trainer.epochs=2")
-    store = MlflowClient(f"sqlite:///{example / 'mlflow.db'}")
-    (run,) = store.search_runs([store.get_experiment_by_name("ms_exp").experiment_id])
-    assert run.info.status == "FINISHED"
-    assert run.data.params["model._target_"] == "my_project.nets.TinyNet"
-    tags = run.data.tags
-    assert tags["ms_exp.version.ms_exp"] == "0.1.0"
-    assert "ms_exp.git.project.commit" not in tags  # an installed ms_exp has no checkout
-    assert "dataset=blobs: 512 training" in result.stdout
-    evaluated = run_example(
-        installed_wheel, example, "ms_exp.eval", "--run-id", run.info.run_id, "--config-dir", "conf"
-    )
-    assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
-
-
-def test_a_two_job_sweep_of_the_example_from_the_wheel(installed_wheel, example):
-    run_example(
+def test_a_sweep_of_the_example_trains_from_the_wheel_and_a_job_is_evaluated_by_run_id(
+    installed_wheel, example
+):
+    result = run_example(
         installed_wheel,
         example,
         "ms_exp.run",
@@ -178,11 +164,20 @@ def test_a_two_job_sweep_of_the_example_from_the_wheel(installed_wheel, example)
         "model.hidden=8,16",
         "tracking.experiment_name=sweep",
     )
+    assert "dataset=blobs: 512 training" in result.stdout
     store = MlflowClient(f"sqlite:///{example / 'mlflow.db'}")
     runs = store.search_runs([store.get_experiment_by_name("sweep").experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert sorted(r.data.params["model.hidden"] for r in children) == ["16", "8"]
     assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 3
+    run = children[0]
+    assert run.data.params["model._target_"] == "my_project.nets.TinyNet"
+    assert run.data.tags["ms_exp.version.ms_exp"] == "0.1.0"
+    assert "ms_exp.git.project.commit" not in run.data.tags  # an installed ms_exp: no checkout
+    evaluated = run_example(
+        installed_wheel, example, "ms_exp.eval", "--run-id", run.info.run_id, "--config-dir", "conf"
+    )
+    assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
 
 
 @pytest.mark.distributed
