@@ -1,6 +1,7 @@
 """The ``dataset`` contract for a user's target (ms_exp/data/build.py): numpy arrays or a
 MindSpore dataset of unbatched samples, batched, shuffled and sharded by ms_exp."""
 
+import multiprocessing
 import sys
 import textwrap
 
@@ -61,12 +62,16 @@ def firsts(dataset) -> list:
     ]
 
 
-def test_arrays_are_batched_cast_and_sized(user_module):
-    train, evaluation, spec = create_datasets(option(f"{user_module}.arrays", shuffle=False))
+def test_arrays_are_batched_cast_and_sized_without_forking(user_module):
+    cfg = option(f"{user_module}.arrays", shuffle=False, num_parallel_workers=2)
+    train, evaluation, spec = create_datasets(cfg)
     assert (spec.image_shape, spec.num_classes, spec.train_size) == ((2,), 3, 40)
-    data, label = next(train.create_tuple_iterator(output_numpy=True))
+    rows = train.create_tuple_iterator(output_numpy=True)
+    data, label = next(rows)
     assert data.dtype == np.float32 and label.dtype == np.int32 and data.shape == (4, 2)
     assert train.get_dataset_size() == 10
+    # Workers forked from a job's threads can hang; in-memory rows are read by threads.
+    assert multiprocessing.active_children() == []
 
 
 def test_a_dataset_is_sharded_by_its_sampler_and_shuffled(user_module):
