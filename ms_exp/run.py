@@ -22,7 +22,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ms_exp.config.errors import InvalidConfig
-from ms_exp.config.hydra_internals import args_parser, composed_already
+from ms_exp.config.hydra_internals import (
+    args_parser,
+    composed_already,
+    sweep_jobs_composed_once,
+)
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.config.targets import without_unused_names
 from ms_exp.pool.dispatch import close_pools
@@ -278,13 +282,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         # A sweep's parent run spans the jobs: SIGTERM between or around them must end it
         # KILLED too, not leave it RUNNING (each job's own run already handles it;
         # docs/design.md#mlflow-run-status-on-signals).
-        # A single run: Hydra would compose its config again; it is the preflight's.
-        single = bool(configs) and not args.multirun
+        # A single run: Hydra would compose its config again; it is the preflight's. A
+        # sweep: each job is composed once after the preflight, not twice.
         with (
             terminate_as_interrupt() if args.multirun else nullcontext(),
             (
-                composed_already(source.config_name, args.overrides, configs[0])
-                if single
+                sweep_jobs_composed_once()
+                if args.multirun
+                else composed_already(source.config_name, args.overrides, configs[0])
+                if configs
                 else nullcontext()
             ),
         ):

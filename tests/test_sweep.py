@@ -517,3 +517,30 @@ def test_launcher_presets_compose_to_hydras_plugins():
         ["hydra/launcher=concurrent"], return_hydra_config=True
     ).hydra.launcher
     assert concurrent._target_.endswith("JoblibLauncher") and concurrent.n_jobs == 2
+
+
+def test_a_job_the_sweeper_composed_to_check_it_is_not_composed_again_to_launch(monkeypatch):
+    from types import SimpleNamespace
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.plugins.sweeper import Sweeper
+    from omegaconf import OmegaConf
+
+    from ms_exp.config.hydra_internals import sweep_jobs_composed_once
+
+    composed = []  # each composition, as (overrides, config)
+
+    def compose(self, master_config, sweep_overrides):
+        composed.append((sweep_overrides, OmegaConf.create({"job": sweep_overrides})))
+        return composed[-1][1]
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", compose)
+    loader, master = ConfigLoaderImpl.__new__(ConfigLoaderImpl), OmegaConf.create()
+    sweeper = SimpleNamespace(hydra_context=SimpleNamespace(config_loader=loader), config=master)
+    with sweep_jobs_composed_once():
+        Sweeper.validate_batch_is_legal(sweeper, [["lr=1"], ["lr=2"]])
+        launched = [loader.load_sweep_config(master, [f"lr={n}"]) for n in (1, 2, 1)]
+    assert [overrides for overrides, _ in composed] == [["lr=1"], ["lr=2"], ["lr=1"]]
+    assert launched[:2] == [config for _, config in composed[:2]]  # the checked ones
+    assert launched[2] is composed[2][1]  # asked again: composed again
+    assert ConfigLoaderImpl.load_sweep_config is compose  # put back after the block

@@ -29,6 +29,7 @@ from hydra.core.config_search_path import ConfigSearchPath, SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+from hydra.plugins.sweeper import Sweeper
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
@@ -179,6 +180,50 @@ def composed_already(config_name: str, overrides: Sequence[str], cfg: DictConfig
         yield
     finally:
         ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def sweep_jobs_composed_once() -> Iterator[None]:
+    """For the block, a sweeper's check of a batch (``validate_batch_is_legal``, which composes
+    every job of it and drops the configs) keeps what it composed, and a launcher
+    in this process (basic, pool) that loads the same job gets that config instead of
+    composing it again: one composition less per job, before the job starts. Configs a
+    launcher elsewhere (submitit) never asks for go with the next batch's check. Patched on
+    Hydra's ``Sweeper``: its plugin scan loads BasicSweeper's module again, a class of its own."""
+    original_load, original_check = (
+        ConfigLoaderImpl.load_sweep_config,
+        Sweeper.validate_batch_is_legal,
+    )
+    checked: Dict[Tuple[int, Tuple[str, ...]], DictConfig] = {}
+    checking = False
+
+    def load_sweep_config(
+        self: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: List[str]
+    ) -> DictConfig:
+        key = (id(master_config), tuple(sweep_overrides))
+        composed = checked.pop(key, None)
+        if composed is None:
+            composed = original_load(self, master_config, sweep_overrides)
+            if checking:
+                checked[key] = composed
+        return composed
+
+    def validate_batch_is_legal(self: Sweeper, batch: Sequence[Sequence[str]]) -> None:
+        nonlocal checking
+        checked.clear()
+        checking = True
+        try:
+            original_check(self, batch)
+        finally:
+            checking = False
+
+    ConfigLoaderImpl.load_sweep_config = load_sweep_config  # type: ignore[method-assign]
+    Sweeper.validate_batch_is_legal = validate_batch_is_legal  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl.load_sweep_config = original_load  # type: ignore[method-assign]
+        Sweeper.validate_batch_is_legal = original_check  # type: ignore[method-assign]
 
 
 def split_sweep(overrides: Sequence) -> List[List[str]]:
