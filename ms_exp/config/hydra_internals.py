@@ -182,14 +182,19 @@ def composed_already(config_name: str, overrides: Sequence[str], cfg: DictConfig
         ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]
 
 
+KEPT_SWEEP_CONFIGS = 64
+
+
 @contextmanager
 def sweep_jobs_composed_once() -> Iterator[None]:
     """For the block, a sweeper's check of a batch (``validate_batch_is_legal``, which composes
-    every job of it and drops the configs) keeps what it composed, and a launcher
-    in this process (basic, pool) that loads the same job gets that config instead of
-    composing it again: one composition less per job, before the job starts. Configs a
-    launcher elsewhere (submitit) never asks for go with the next batch's check. Patched on
-    Hydra's ``Sweeper``: its plugin scan loads BasicSweeper's module again, a class of its own."""
+    every job of it and drops the configs) keeps what it composed, and a launcher in this
+    process (basic, pool) that loads the same job gets that config instead of composing it
+    again: one composition less per job, before the job starts. Configs a launcher elsewhere
+    (submitit) never asks for go with the next batch's check; only a batch's first
+    ``KEPT_SWEEP_CONFIGS`` are kept, so that a grid of thousands of jobs does not hold
+    thousands of configs. Patched on Hydra's ``Sweeper``: its plugin scan loads
+    BasicSweeper's module again, a class of its own."""
     original_load, original_check = (
         ConfigLoaderImpl.load_sweep_config,
         Sweeper.validate_batch_is_legal,
@@ -204,7 +209,7 @@ def sweep_jobs_composed_once() -> Iterator[None]:
         composed = checked.pop(key, None)
         if composed is None:
             composed = original_load(self, master_config, sweep_overrides)
-            if checking:
+            if checking and len(checked) < KEPT_SWEEP_CONFIGS:
                 checked[key] = composed
         return composed
 
