@@ -299,7 +299,7 @@ class HostDevicePlacement:
 class DatasetCommon:
     batch_size: int = 32  # samples per step on each rank
     shuffle: bool = True  # shuffle the training split every epoch
-    num_parallel_workers: int = 1  # workers of the data pipeline, 1 to the CPU count
+    num_parallel_workers: int = 1  # reader workers, 1 to the CPU count (arrays: read by one)
     # Drop an epoch's last, incomplete batch: a batch larger than a rank's share of the
     # training split then gives no step, and is refused.
     drop_remainder: bool = True

@@ -122,14 +122,14 @@ def _pipeline(dataset_cfg: Any, split: str, shard: Shard) -> Tuple[Any, int, Opt
         y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y
         labels = y
         ours = "num_shards" not in applied  # else the target sharded its arrays itself
-        # Threads, not NumpySlicesDataset's forked workers: a fork taken while another
-        # thread holds a lock can hang the worker (docs/design.md#numpy-slices-forks).
-        data = ds.GeneratorDataset(
-            list(zip(x, y)),
+        # One worker whatever num_parallel_workers says: more fork processes that can hang
+        # (a fork taken while another thread holds a lock), or run as threads, and either
+        # way slice the arrays several times slower (docs/design.md#numpy-slices-forks).
+        data = ds.NumpySlicesDataset(
+            (x, y),
             column_names=COLUMNS,
             shuffle=passed["shuffle"],
-            num_parallel_workers=settings["num_parallel_workers"],
-            python_multiprocessing=False,
+            num_parallel_workers=1,
             num_shards=passed["num_shards"] if ours else None,
             shard_id=passed["shard_id"] if ours else None,
         )
