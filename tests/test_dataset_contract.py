@@ -70,7 +70,7 @@ def test_arrays_are_batched_cast_and_sized_without_forking(user_module):
     data, label = next(rows)
     assert data.dtype == np.float32 and label.dtype == np.int32 and data.shape == (4, 2)
     assert train.get_dataset_size() == 10
-    # Workers forked from a job's threads can hang; in-memory rows are read by threads.
+    # Workers forked from a job's threads can hang; in-memory rows are read by one worker.
     assert multiprocessing.active_children() == []
 
 
