@@ -155,18 +155,29 @@ def data_parallel_run(side_by_side):
     return side_by_side.dp
 
 
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+    """Two ranks of batch 32 reading interleaved shards, unshuffled, trained in one process:
+    batch 64. Its epoch-1 checkpoint is also a one-epoch job's (the learning rate is
+    constant)."""
+    return train(
+        tmp_path_factory.mktemp("alone"),
+        "trainer.epochs=2",
+        "dataset.shuffle=false",
+        "dataset.batch_size=64",
+    )
+
+
 @pytest.mark.distributed
 @pytest.mark.e2e
 def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
-    data_parallel_run, tmp_path
+    data_parallel_run, alone
 ):
     run_dir = data_parallel_run.run_dir
     rank0 = weights(run_dir / "checkpoints/rank_0/checkpoint-1_22.ckpt")
     rank1 = weights(run_dir / "checkpoints/rank_1/checkpoint-1_22.ckpt")
     for name in rank0:
         np.testing.assert_array_equal(rank0[name], rank1[name])
-    # Two ranks of batch 32 reading interleaved shards = one process with batch 64.
-    alone = train(tmp_path, "trainer.epochs=1", "dataset.shuffle=false", "dataset.batch_size=64")
     full = weights(alone.run_dir / "checkpoints/rank_0/checkpoint-1_22.ckpt")
     for name in rank0:
         np.testing.assert_allclose(rank0[name], full[name], rtol=1e-5, atol=1e-6)
@@ -515,7 +526,7 @@ def _wait_for_checkpoints(process, run_dir: Path, timeout=60):
 
 @pytest.mark.distributed
 @pytest.mark.e2e
-def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path):
+def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path, alone):
     # The same command twice (the port too: it is part of the config the runs share).
     # Two epochs, killed in the first: the resumed job goes on from inside it. Each rank
     # saves only its share (checkpoint.remove_redundancy): the resume reads them all.
@@ -568,14 +579,10 @@ def test_a_killed_launcher_takes_every_rank_with_it_and_the_job_resumes(tmp_path
         run.info.status == "FINISHED"
         and run.data.tags["ms_exp.resumed_from"] == f"{point} (epoch {epoch}, step {step} of it)"
     )
-    # The same training uninterrupted, in one process (no shuffling: two ranks of batch 32
-    # reading interleaved shards = batch 64): the resumed ranks' shares together hold it.
+    # The same training uninterrupted, in one process: the resumed ranks' shares hold it.
     resumed = {}
     for rank in (0, 1):
         resumed.update(weights(run_dir / f"checkpoints/rank_{rank}/checkpoint-2_22.ckpt"))
-    alone = train(
-        tmp_path / "alone", "trainer.epochs=2", "dataset.shuffle=false", "dataset.batch_size=64"
-    )
     uninterrupted = weights(alone.run_dir / "checkpoints/rank_0/checkpoint-2_22.ckpt")
     assert sorted(resumed) == sorted(uninterrupted)
     for name in uninterrupted:
