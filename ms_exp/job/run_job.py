@@ -121,16 +121,7 @@ def _run_in_folder(
         write_run_record(run_dir, digest=digest, status="RUNNING", attempts=attempt + 1)
         try:
             result = _run_tracked(
-                cfg,
-                run_dir,
-                own_dir,
-                resume,
-                resumed_run_id,
-                config_file,
-                hydra_dir,
-                overrides,
-                uri,
-                digest,
+                cfg, run_dir, resume, resumed_run_id, config_file, hydra_dir, overrides, uri, digest
             )
         except (KeyboardInterrupt, EndedEarly):
             _record_end(run_dir, "KILLED")
@@ -157,7 +148,6 @@ def _run_in_folder(
 def _run_tracked(
     cfg: DictConfig,
     run_dir: Path,
-    own_dir: Path,
     resume: Optional[ResumePoint],
     resumed_run_id: Optional[str],
     config_file: Path,
