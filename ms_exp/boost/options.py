@@ -13,10 +13,6 @@ from ms_exp.boost.stage_one import fill_stage_one
 from ms_exp.models.option import ModelBuild
 
 
-def _no_checks(cfg: DictConfig) -> None:
-    """``boost=off`` has no keys of its own."""
-
-
 def _stage_two_model(build: ModelBuild) -> Any:
     from ms_exp.boost.dim_reduce import build_stage_two
 
@@ -24,7 +20,7 @@ def _stage_two_model(build: ModelBuild) -> Any:
 
 
 BOOST_OPTIONS = {
-    "off": BoostOption("off", _no_checks),
+    "off": BoostOption("off", lambda cfg: None),  # no keys of its own
     # Neither keeps its state in the checkpoint: dim-reduce's PCA subspace and line search
     # live in AutoBoost.
     "dim_reduce": BoostOption(
