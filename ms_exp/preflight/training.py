@@ -169,19 +169,17 @@ def validate_optimizer(cfg: DictConfig, epochs: int) -> None:
             f"null or at least trainer.epochs ({epochs}): training stops at or before "
             "the end of the schedule",
         )
-        require(
-            0 <= cfg.warmup_epochs <= cfg.decay_epochs,
-            "optimizer.warmup_epochs",
-            cfg.warmup_epochs,
-            f"an integer from 0 to optimizer.decay_epochs ({cfg.decay_epochs})",
-        )
-    else:
-        require(
-            0 <= cfg.warmup_epochs <= epochs,
-            "optimizer.warmup_epochs",
-            cfg.warmup_epochs,
-            f"an integer from 0 to trainer.epochs ({epochs})",
-        )
+    end, end_key = (
+        (epochs, "trainer.epochs")
+        if cfg.decay_epochs is None
+        else (cfg.decay_epochs, "optimizer.decay_epochs")
+    )
+    require(
+        0 <= cfg.warmup_epochs <= end,
+        "optimizer.warmup_epochs",
+        cfg.warmup_epochs,
+        f"an integer from 0 to {end_key} ({end})",
+    )
     if cfg.lr_init is not None:
         require(
             cfg.warmup_epochs > 0,
