@@ -215,7 +215,7 @@ def newest_good_checkpoint(
     (``checkpoint.exception_save``) newer than every whole numbered checkpoint comes first;
     one of the same step or older is said to be passed over, as the numbered one carries
     a CRC."""
-    from ms_exp.checkpoint.files import rank_dir
+    from ms_exp.checkpoint.files import breakpoint_position, checkpoint_position, rank_dir
 
     folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
     regular = None
@@ -223,20 +223,8 @@ def newest_good_checkpoint(
         if all(_is_good(folder / name) for folder in folders):
             regular = name
             break
-    return _newer_breakpoint(run_dir, prefix, ranks, regular, wanted) or regular
-
-
-def _newer_breakpoint(
-    run_dir: Path, prefix: str, ranks: int, regular: Optional[str], wanted: Optional[str]
-) -> Optional[str]:
-    """The newest breakpoint name every rank holds whole, if it is newer than ``regular``
-    (the numbered checkpoint otherwise continued from)."""
-    from ms_exp.checkpoint.files import breakpoint_position, checkpoint_position, rank_dir
-
-    folders = [rank_dir(run_dir, rank) for rank in range(ranks)]
-    names = common_checkpoints(run_dir, prefix, ranks, wanted, breakpoints=True)
     after = checkpoint_position(Path(regular), prefix) if regular else None
-    for name in reversed(names):
+    for name in reversed(common_checkpoints(run_dir, prefix, ranks, wanted, breakpoints=True)):
         position = breakpoint_position(Path(name), prefix)
         if after is not None and position is not None and position <= after:
             print(
@@ -244,12 +232,12 @@ def _newer_breakpoint(
                 "carries a CRC: continuing from that",
                 flush=True,
             )
-            return None
+            return regular
         if all(
             _is_good(folder / name, folder / regular if regular else None) for folder in folders
         ):
             return name
-    return None
+    return regular
 
 
 def _is_good(path: Path, regular: Optional[Path] = None) -> bool:
