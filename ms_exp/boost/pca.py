@@ -23,6 +23,7 @@ from typing import Callable, Iterator, Optional
 
 from omegaconf import DictConfig
 
+from ms_exp.checkpoint.files import link_or_copy
 from ms_exp.checkpoint.snapshots import snapshot_files
 
 # MindSpore's names: the matrix it computes in weight_load_dir, and its end marker.
@@ -65,7 +66,7 @@ def pca_for_rank(
         return
     _wait_for_ranks(work, group_size, boost_cfg.timeout)
     if boost_cfg.pca_mat_path:
-        _link_or_copy(Path(boost_cfg.pca_mat_path).expanduser(), work / MINDSPORE_MATRIX)
+        link_or_copy(Path(boost_cfg.pca_mat_path).expanduser(), work / MINDSPORE_MATRIX)
         yield PcaPlan(work, work / MINDSPORE_MATRIX, "given")
         return
     # Without boost.pca_mat_path, ms_exp.boost.checks refused a run with no snapshot folder.
@@ -87,7 +88,7 @@ def pca_for_rank(
             and listing_file.is_file()
             and json.loads(listing_file.read_text()) == listing
         ):
-            _link_or_copy(matrix, work / MINDSPORE_MATRIX)
+            link_or_copy(matrix, work / MINDSPORE_MATRIX)
             yield PcaPlan(work, work / MINDSPORE_MATRIX, "cached", matrix)
             return
         for snapshot in snapshot_files(snapshots):
@@ -109,16 +110,6 @@ def _wait_for_ranks(work: Path, group_size: int, timeout: float) -> None:
                 f"ranks {waiting} did not reach the PCA step within boost.timeout={timeout} s"
             )
         time.sleep(0.05 if waiting else 0)
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """A hard link costs nothing; MindSpore only reads this file, never rewrites it."""
-    if target.exists():
-        target.unlink()
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def _publish(target: Path, write: Callable[[Path], object]) -> None:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from itertools import count
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -80,6 +81,16 @@ def _write_whole(target: Path, text: str) -> None:
     partial = target.with_name(target.name + ".partial")
     partial.write_text(text)
     os.replace(partial, target)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link costs nothing; the file is only read, never rewritten."""
+    if target.exists():
+        target.unlink()
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def remove_checkpoint(path: Path) -> None:

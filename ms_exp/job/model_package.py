@@ -10,7 +10,6 @@ ms_exp/tracking/registry.py.
 """
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -190,7 +189,7 @@ class NetworkBuilder:
     ) -> ModelPackage:
         import mindspore as ms
 
-        from ms_exp.checkpoint.files import digest_file, load_verified
+        from ms_exp.checkpoint.files import digest_file, link_or_copy, load_verified
         from ms_exp.tracking.params import flatten, param_value
 
         started = time.perf_counter()
@@ -201,9 +200,9 @@ class NetworkBuilder:
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
         held = directory / Path(CHECKPOINT_FILE).with_suffix(checkpoint.suffix).name
-        _link_or_copy(checkpoint, held)
+        link_or_copy(checkpoint, held)
         if digest_file(checkpoint).is_file():  # a safetensors file's, checked when read
-            _link_or_copy(digest_file(checkpoint), digest_file(held))
+            link_or_copy(digest_file(checkpoint), digest_file(held))
         OmegaConf.save(self.cfg, directory / CONFIG_FILE, resolve=True)
         tensors = [ms.Tensor(array) for array in self.inputs]
         ms.export(
@@ -238,13 +237,6 @@ def _as_numpy(output: Any) -> Any:
     if isinstance(output, (tuple, list)):
         output = output[0]
     return output.asnumpy()
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 # -- reading a model back ---------------------------------------------------------------
