@@ -101,24 +101,15 @@ def select_runs(
                 f"--sweep: {sweep}: {error}; expected the parent run id or "
                 "the folder of a sweep: " + newest(client, "tags.`ms_exp.sweep` = 'true'")
             ) from None
-        ids = [parent.info.experiment_id]
         filters.insert(0, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    experiments = all_pages(client.search_experiments)
-    names = {e.experiment_id: e.name for e in experiments}
-    if experiment is not None:
-        ids = [e.experiment_id for e in experiments if e.name == experiment]
-        if not ids:
-            raise CompareError(
-                f"--experiment: {experiment}: no such experiment in "
-                f"{client.tracking_uri}; expected one of: " + ", ".join(sorted(names.values()))
-            )
-        if parent is not None and parent.info.experiment_id not in ids:
-            raise CompareError(
-                f"--sweep: {sweep}: its runs are in experiment "
-                f"{names.get(parent.info.experiment_id)!r}, not {experiment!r}"
-            )
-    elif parent is None:
-        ids = list(names)
+    names, ids = experiment_ids(client, experiment)
+    if parent is not None and experiment is None:
+        ids = [parent.info.experiment_id]
+    elif parent is not None and parent.info.experiment_id not in ids:
+        raise CompareError(
+            f"--sweep: {sweep}: its runs are in experiment "
+            f"{names.get(parent.info.experiment_id)!r}, not {experiment!r}"
+        )
     try:
         runs = all_pages(
             client.search_runs,
@@ -143,6 +134,22 @@ def select_runs(
     )
     where += f" ({client.tracking_uri})"
     return Selection([r for r in runs if is_job_run(r)], where, parent)
+
+
+def experiment_ids(
+    client: MlflowClient, experiment: Optional[str]
+) -> Tuple[Dict[str, str], List[str]]:
+    """Every experiment's name by id, and the ids of ``experiment`` (None: all of them)."""
+    names = {e.experiment_id: e.name for e in all_pages(client.search_experiments)}
+    if experiment is None:
+        return names, list(names)
+    ids = [i for i, name in names.items() if name == experiment]
+    if not ids:
+        raise CompareError(
+            f"--experiment: {experiment}: no such experiment in "
+            f"{client.tracking_uri}; expected one of: " + ", ".join(sorted(names.values()))
+        )
+    return names, ids
 
 
 def config(run: Run) -> Dict[str, str]:

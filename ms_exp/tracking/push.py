@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ms_exp.tracking.compare import CompareError
+from ms_exp.tracking.compare import CompareError, experiment_ids
 from ms_exp.tracking.registry import REGISTERED_TAG
 from ms_exp.tracking.store import (
     ensure_experiment,
@@ -97,16 +97,7 @@ def select_for_push(
     """The runs to push, every parent before its children: the experiment's (default:
     every experiment's), or the sweep's parent and jobs, or the runs named and what is
     recorded under them; each with the runs above it, so parent and child stay linked."""
-    experiments = all_pages(client.search_experiments)
-    names = {e.experiment_id: e.name for e in experiments}
-    ids = list(names)
-    if experiment is not None:
-        ids = [i for i, name in names.items() if name == experiment]
-        if not ids:
-            raise CompareError(
-                f"--experiment: {experiment}: no such experiment in {client.tracking_uri}; "
-                "expected one of: " + ", ".join(sorted(names.values()))
-            )
+    _, ids = experiment_ids(client, experiment)
     runs = {r.info.run_id: r for r in all_pages(client.search_runs, experiment_ids=ids)}
     wanted = list(run_ids)
     for run_id in wanted:
