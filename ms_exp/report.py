@@ -41,8 +41,8 @@ from ms_exp.tracking.store import (
     resolve_tracking_uri,
     sqlite_path,
 )
-from ms_exp.tracking.sweep_report import DEFAULT_METRICS, ReportError, write_report
-from ms_exp.tracking.sweep_runs import find_sweep
+from ms_exp.tracking.sweep_report import ReportError, write_report
+from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS, find_sweep
 from ms_exp.tracking.ui_links import sweep_lines
 
 PROG = "ms_exp.report"
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metric",
         help="what the jobs are ranked and plotted by (default: the sweep's sweep.metric, else "
-        f"the first of {', '.join(DEFAULT_METRICS)} the jobs logged)",
+        f"the first of {', '.join(OBJECTIVE_METRICS)} the jobs logged)",
     )
     parser.add_argument(
         "--optuna-storage",

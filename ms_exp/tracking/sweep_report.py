@@ -19,7 +19,6 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from ms_exp.tracking.study_report import study_part
-from ms_exp.tracking.sweep_runs import OBJECTIVE_METRICS as DEFAULT_METRICS  # noqa: F401
 from ms_exp.tracking.sweep_runs import (
     STORAGE_TAG,
     STUDY_TAG,
