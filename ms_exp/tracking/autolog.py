@@ -137,7 +137,7 @@ class _Session:
             client = mlflow.MlflowClient(mlflow.get_tracking_uri())
             tracker = Tracker(client, active.info.run_id, active.info.experiment_id)
         else:
-            tracker = _new_run(model, method)
+            tracker = _new_run(method)
         try:
             size = _safe(arguments["train_dataset"].get_batch_size)
             batch_size = int(size) if size is not None else None
@@ -187,7 +187,7 @@ class _Session:
             )
 
 
-def _new_run(model: Any, method: str) -> Tracker:
+def _new_run(method: str) -> Tracker:
     from mlflow.tracking.fluent import _get_experiment_id
 
     from ms_exp.tracking.store import ensure_experiment
