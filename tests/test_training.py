@@ -402,11 +402,12 @@ def _start_long_run(tmp_path, checkpoint="none"):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path, signum):
+def test_interrupted_run_saves_a_checkpoint_and_is_marked_killed(tmp_path):
     process, _ = _start_long_run(tmp_path, checkpoint="integrated")
     sidecars = _sidecars_of(process.pid)
-    process.send_signal(signum)
+    # Ctrl-C; a scheduler's SIGTERM reaches the same stop (MindSpore's runtime turns the one
+    # into the other), as tests/test_pool.py's stopped jobs show.
+    process.send_signal(signal.SIGINT)
     rest = process.communicate(timeout=120)[0]
     assert process.returncode == 130, rest
     # MindSpore's runtime turns Ctrl-C into SIGTERM (docs/design.md#sigint-becomes-sigterm):
