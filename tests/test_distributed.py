@@ -190,29 +190,6 @@ def test_data_parallel_ranks_train_to_identical_weights_equal_to_stand_alone(
 
 @pytest.mark.distributed
 @pytest.mark.e2e
-def test_from_run_of_a_data_parallel_run_is_bit_for_bit(data_parallel_run, tmp_path):
-    # A copy of the run's store: the re-run's run joins the copy, and the tests of this
-    # module still find one run in the original.
-    shutil.copyfile(data_parallel_run.cwd / "mlflow.db", tmp_path / "mlflow.db")
-    assert (
-        "ms_exp.launch_command"
-        in data_parallel_run.store.get_run(data_parallel_run.run_id).data.tags
-    )
-    again = train(
-        tmp_path,
-        "--from-run",
-        data_parallel_run.run_id,
-        f"parallel.launcher.master_port={free_port()}",
-    )
-    for rank in (0, 1):
-        first = f"checkpoints/rank_{rank}/checkpoint-1_22.ckpt"
-        assert_same_training_state(
-            weights(data_parallel_run.run_dir / first), weights(again.run_dir / first)
-        )
-
-
-@pytest.mark.distributed
-@pytest.mark.e2e
 def test_one_run_directory_and_one_mlflow_run_for_all_ranks(data_parallel_run):
     client = data_parallel_run.store
     runs = client.search_runs(["1"])
@@ -694,13 +671,21 @@ def _listening(port: int) -> bool:
 
 @pytest.mark.distributed
 @pytest.mark.e2e
-def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
-    """Node 0 is the entrypoint; node 1 runs the saved msrun command with its node rank,
-    as a second machine sharing the run directory would."""
+def test_from_run_of_a_data_parallel_run_on_two_nodes_is_bit_for_bit(data_parallel_run, tmp_path):
+    """The data-parallel run re-run (``--from-run``) as two nodes of one rank each: node 0 is
+    the entrypoint; node 1 runs the saved msrun command with its node rank, as a second
+    machine sharing the run directory would. Both ranks train into one run, to the
+    original's weights bit for bit."""
+    # A copy of the run's store: the re-run's run joins the copy, and the tests of this
+    # module still find one run in the original.
+    shutil.copyfile(data_parallel_run.cwd / "mlflow.db", tmp_path / "mlflow.db")
+    original = data_parallel_run.store.get_run(data_parallel_run.run_id)
+    assert "ms_exp.launch_command" in original.data.tags
     explicit = free_port()
     node0 = _start(
         tmp_path,
-        "trainer.epochs=1",
+        "--from-run",
+        data_parallel_run.run_id,
         "parallel.launcher.local_worker_num=1",
         "parallel.launcher.node_rank=0",
         port=explicit,
@@ -740,10 +725,18 @@ def test_two_nodes_on_this_machine_train_into_one_run(tmp_path):
     ), node1_output[-3000:]
     worker1 = (tmp_path / "run" / "log_output" / "worker_1.log").read_text()
     assert "epoch: 1 step: 20, loss is" in worker1
-    run_dir = tmp_path / "run"
-    a = weights(run_dir / "checkpoints/rank_0/checkpoint-1_22.ckpt")
-    b = weights(run_dir / "checkpoints/rank_1/checkpoint-1_22.ckpt")
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name])
-    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
+    assert f"re-running MLflow run {data_parallel_run.run_id}" in output
+    # Nothing changed since the run but, where the tree has them, its uncommitted changes.
+    found = re.search(r"differences from run .*\n((?:  - .*\n)*)", output)
+    listed = found.group(1).splitlines() if found else []
+    assert all("uncommitted changes" in line for line in listed), listed
+    if not listed:
+        assert "same code, packages, data and config as the original run" in output
+    for rank in (0, 1):
+        first = f"checkpoints/rank_{rank}/checkpoint-1_22.ckpt"
+        assert_same_training_state(
+            weights(data_parallel_run.run_dir / first), weights(tmp_path / "run" / first)
+        )
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(["1"], f"tags.`ms_exp.rerun_of` = '{data_parallel_run.run_id}'")
     assert run.info.status == "FINISHED"
