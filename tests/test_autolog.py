@@ -212,8 +212,7 @@ def test_an_error_in_training_ends_the_run_failed_and_propagates(sequence):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_during_training_ends_the_run_killed(tmp_path, signum):
+def test_a_signal_during_training_ends_the_run_killed(tmp_path):
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO.format(example_dir=str(EXAMPLE.parent)))
     process = subprocess.Popen(
@@ -232,7 +231,9 @@ def test_a_signal_during_training_ends_the_run_killed(tmp_path, signum):
             if "TRAINING" in line or time.monotonic() > deadline:
                 break
         assert "TRAINING" in "".join(output), "".join(output)[-3000:]
-        process.send_signal(signum)
+        # Ctrl-C: once MindSpore trains, its runtime turns it into SIGTERM, which therefore
+        # takes the same way (docs/design.md#sigint-becomes-sigterm).
+        process.send_signal(signal.SIGINT)
         output.append(process.communicate(timeout=120)[0])
     finally:
         if process.poll() is None:
