@@ -156,7 +156,36 @@ def chdir(path: Path):
         os.chdir(before)
 
 
-class InProcessResult:
+class CliResult:
+    def __init__(self, completed: subprocess.CompletedProcess, cwd: Path):
+        self.rc = completed.returncode
+        self.stdout = completed.stdout
+        self.stderr = completed.stderr
+        self.cwd = cwd
+
+    @property
+    def store(self) -> "MlflowClient":
+        from mlflow import MlflowClient
+
+        return MlflowClient(f"sqlite:///{self.cwd / 'mlflow.db'}")
+
+    def field(self, prefix: str) -> str:
+        """The rest of the first stdout line that starts with ``prefix``."""
+        for line in self.stdout.splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise AssertionError(f"no line starting {prefix!r} in:\n{self.stdout[-3000:]}")
+
+    @property
+    def run_id(self) -> str:
+        return self.field("MLflow run ").split()[0]
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.field("outputs:"))
+
+
+class InProcessResult(CliResult):
     def __init__(self, rc: int, stdout: str, stderr: str, cwd: Path):
         self.rc, self.stdout, self.stderr, self.cwd = rc, stdout, stderr, cwd
 
@@ -222,35 +251,6 @@ def main_in_process(
             if "mindspore.log" in sys.modules:
                 point_mindspore_logs_at(sys.__stderr__)
     return InProcessResult(rc, out.getvalue(), err.getvalue(), Path(cwd))
-
-
-class CliResult:
-    def __init__(self, completed: subprocess.CompletedProcess, cwd: Path):
-        self.rc = completed.returncode
-        self.stdout = completed.stdout
-        self.stderr = completed.stderr
-        self.cwd = cwd
-
-    @property
-    def store(self) -> "MlflowClient":
-        from mlflow import MlflowClient
-
-        return MlflowClient(f"sqlite:///{self.cwd / 'mlflow.db'}")
-
-    def field(self, prefix: str) -> str:
-        """The rest of the first stdout line that starts with ``prefix``."""
-        for line in self.stdout.splitlines():
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
-        raise AssertionError(f"no line starting {prefix!r} in:\n{self.stdout[-3000:]}")
-
-    @property
-    def run_id(self) -> str:
-        return self.field("MLflow run ").split()[0]
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.field("outputs:"))
 
 
 def run_cli(

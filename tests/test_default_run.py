@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import main_in_process, run_cli, train
+from conftest import main_in_process, train
 from test_system_metrics import NPU_SMI_910B, printing, with_path
 
 
@@ -141,7 +141,7 @@ def test_run_directory_holds_config_logs_and_per_rank_checkpoints(default_run):
 def test_eval_of_run_id_gives_back_the_final_accuracy_as_a_child_run(default_run):
     client = default_run.store
     final = client.get_run(default_run.run_id).data.metrics["eval/accuracy"]
-    result = run_cli("ms_exp.eval", ["--run-id", default_run.run_id], default_run.cwd)
+    result = main_in_process("ms_exp.eval", ["--run-id", default_run.run_id], default_run.cwd)
     assert result.rc == 0, result.stderr[-2000:]
     printed = re.search(r"result: \{'accuracy': ([0-9.]+)", result.stdout).group(1)
     assert float(printed) == pytest.approx(final, abs=1e-9)
@@ -156,7 +156,7 @@ def test_eval_of_run_id_gives_back_the_final_accuracy_as_a_child_run(default_run
 def test_eval_of_best_checkpoint_file_gives_the_best_accuracy(default_run):
     history = default_run.store.get_metric_history(default_run.run_id, "eval/accuracy")
     best = default_run.run_dir / "checkpoints" / "rank_0" / "best.ckpt"
-    result = run_cli("ms_exp.eval", ["--checkpoint", str(best)], default_run.cwd)
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(best)], default_run.cwd)
     assert result.rc == 0, result.stderr[-2000:]
     printed = float(re.search(r"result: \{'accuracy': ([0-9.]+)", result.stdout).group(1))
     assert printed == pytest.approx(max(m.value for m in history), abs=1e-9)

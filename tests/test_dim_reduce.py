@@ -18,7 +18,6 @@ from conftest import (
     free_port,
     main_in_process,
     migrated_store,
-    run_cli,
     train,
 )
 
@@ -245,7 +244,7 @@ def test_stage_two_has_a_finite_loss_every_step_and_logs_its_pca_once(stage_one,
     assert sorted(p.name for p in (stage_one.cwd / "multirun").glob("*/*/pca")) == []
     assert run.data.metrics["eval/loss"] < _eval_loss(stage_one)
     # Its checkpoints load into the network again: ms_exp.eval gives the run's accuracy.
-    evaluated = run_cli("ms_exp.eval", ["--run-id", run.info.run_id], stage_one.cwd)
+    evaluated = main_in_process("ms_exp.eval", ["--run-id", run.info.run_id], stage_one.cwd)
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
     assert f"'accuracy': {run.data.metrics['eval/accuracy']}" in evaluated.stdout
 

@@ -22,7 +22,6 @@ from conftest import (
     free_port,
     main_in_process,
     migrated_store,
-    run_cli,
     train,
 )
 from mlflow import MlflowClient
@@ -258,7 +257,9 @@ def test_msrun_command_is_printed_and_saved_for_copying(data_parallel_run):
 @pytest.mark.distributed
 @pytest.mark.e2e
 def test_eval_loads_a_data_parallel_run(data_parallel_run):
-    result = run_cli("ms_exp.eval", ["--run-id", data_parallel_run.run_id], data_parallel_run.cwd)
+    result = main_in_process(
+        "ms_exp.eval", ["--run-id", data_parallel_run.run_id], data_parallel_run.cwd
+    )
     assert result.rc == 0, result.stderr[-2000:]
     final = data_parallel_run.store.get_run(data_parallel_run.run_id).data.metrics
     printed = float(re.search(r"'accuracy': ([0-9.]+)", result.stdout).group(1))

@@ -150,7 +150,7 @@ def test_mlflows_own_predict_command_serves_a_logged_model(registered, tmp_path)
 def test_register_model_versions_and_eval_model_and_a_sweep_registers_its_best_job_once(registered):
     cwd = registered.cwd
     assert "registered model digits_mlp version 1 (models:/digits_mlp/1)" in registered.stdout
-    evaluated = run_cli("ms_exp.eval", ["--model", "models:/digits_mlp/1"], cwd)
+    evaluated = main_in_process("ms_exp.eval", ["--model", "models:/digits_mlp/1"], cwd)
     assert evaluated.rc == 0, evaluated.stderr[-3000:]
     result = evaluated.field("result:")
     best = logged_models(registered.store, registered.run_id)["best"]

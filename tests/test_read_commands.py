@@ -15,7 +15,7 @@ from typing import List
 
 import numpy as np
 import pytest
-from conftest import main_in_process, migrated_store, run_cli, train
+from conftest import main_in_process, migrated_store, train
 from mlflow import MlflowClient
 from omegaconf import DictConfig
 
@@ -283,7 +283,9 @@ def test_eval_of_a_run_names_its_checkpoint_not_a_deleted_download(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     uri = f"sqlite:///{job.cwd / 'mlflow.db'}"
-    result = run_cli("ms_exp.eval", ["--run-id", job.run_id, "--tracking-uri", uri], elsewhere)
+    result = main_in_process(
+        "ms_exp.eval", ["--run-id", job.run_id, "--tracking-uri", uri], elsewhere
+    )
     assert result.rc == 0, result.stderr[-3000:]
     shown = re.search(r"^result: .* ckpt= (.*)$", result.stdout, re.M).group(1)
     last = job.store.get_run(job.run_id).data.tags["ms_exp.checkpoint.last"]
