@@ -14,7 +14,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from conftest import main_in_process, migrated_store, run_cli
+from conftest import main_in_process, migrated_store
 from omegaconf import OmegaConf
 
 from ms_exp.config.errors import InvalidConfig
@@ -200,9 +200,7 @@ def test_eval_of_the_same_network_still_evaluates(run_with_checkpoint, tmp_path)
     """The shape check refuses only another network: the run's own evaluates and is
     recorded."""
     store = store_with_one_run(tmp_path)
-    result = run_cli(
-        "ms_exp.eval", ["--checkpoint", str(run_with_checkpoint)], tmp_path, timeout=300
-    )
+    result = main_in_process("ms_exp.eval", ["--checkpoint", str(run_with_checkpoint)], tmp_path)
     assert result.rc == 0, result.stderr[-3000:]
     assert "result: {" in result.stdout
     assert run_count(store) == 2

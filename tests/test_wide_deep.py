@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port, run_cli, train
+from conftest import free_port, main_in_process, run_cli, train
 from datafiles import write_criteo_text
 from training_jobs import Job
 
@@ -122,7 +122,9 @@ def test_host_device_prints_the_tutorial_loss_lines_and_logs_both_losses_and_auc
     assert "(auc " in result.field("best checkpoint:")
 
     # The inference flow reproduces the run's AUC from the saved best checkpoint.
-    evaluated = run_cli("ms_exp.eval", ["--run-id", result.run_id, "--checkpoint", "best"], cli.cwd)
+    evaluated = main_in_process(
+        "ms_exp.eval", ["--run-id", result.run_id, "--checkpoint", "best"], cli.cwd
+    )
     assert evaluated.rc == 0, evaluated.stderr[-2000:]
     assert float(re.search(r"'auc': ([\d.]+)", evaluated.stdout).group(1)) == pytest.approx(
         max(auc), abs=1e-6
