@@ -323,10 +323,13 @@ PLACEHOLDER = re.compile(r"<[^<>]*run id[^<>]*>|<id>")
 NOT_RUN = {"mlflow ui --backend-store-uri sqlite:///$PWD/mlflow.db"}
 
 
-def starts_ranks(command: str) -> bool:
+def checked_only(command: str) -> bool:
     """Checked in-process below, not run: the example's ranks are trained from the wheel by
-    tests/test_install.py (semi_auto_tiny on 2 ranks, its slices merged)."""
-    return any(w.startswith("parallel=") and w != "parallel=stand_alone" for w in command.split())
+    tests/test_install.py (semi_auto_tiny on 2 ranks, its slices merged), and a job of
+    ms_exp's own config alone (the guide's optimizer class) by tests/test_components.py."""
+    words = command.split()
+    ranks = any(w.startswith("parallel=") and w != "parallel=stand_alone" for w in words)
+    return ranks or words[:3] == ["python", "-m", "ms_exp.run"] and "--config-dir" not in words
 
 
 def documented_commands() -> List[str]:
@@ -373,7 +376,7 @@ def documented(trained) -> Dict[str, Any]:
     results: Dict[str, Any] = {}
     jobs: Dict[str, str] = {}  # composed config: the command that ran it
     for command in documented_commands():
-        if command in NOT_RUN or starts_ranks(command):
+        if command in NOT_RUN or checked_only(command):
             continue
         words = shlex.split(command.replace("<run id>", trained.run_id))
         assert words[:2] == ["python", "-m"], f"a command this test does not run: {command}"
@@ -396,14 +399,15 @@ def test_every_command_the_example_and_its_guide_show_runs_as_written(
     """As a user pastes them from the project's folder, after a run printed its id: none is
     refused or fails (the evaluation without ``--config-dir conf`` was refused). The ones
     that start ranks pass every check against the user's network (the example's strategy
-    2 x 2 on 4 ranks)."""
+    2 x 2 on 4 ranks); the guide's optimizer class passes them on ms_exp's own config."""
     from ms_exp.preflight.compose import ConfigSource, preflight
     from ms_exp.run import hydra_job, parse_args
 
     commands = documented_commands()
     assert commands[0] == "python -m ms_exp.run --config-dir conf model=tiny_net dataset=blobs"
-    ranks = [c for c in commands if starts_ranks(c)]
-    assert NOT_RUN <= set(commands) and set(documented) == set(commands) - NOT_RUN - set(ranks)
+    checked_here = [c for c in commands if checked_only(c)]
+    assert NOT_RUN <= set(commands)
+    assert set(documented) == set(commands) - NOT_RUN - set(checked_here)
     for command, result in documented.items():
         assert result.rc == 0, (
             f"{command}\nrc={result.rc}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
@@ -415,7 +419,7 @@ def test_every_command_the_example_and_its_guide_show_runs_as_written(
     monkeypatch.syspath_prepend(str(trained.cwd))
     forget_project_modules()
     checked = {}
-    for command in ranks:
+    for command in checked_here:
         args = parse_args(shlex.split(command)[3:])
         (checked[command],) = preflight(
             args.overrides, source=ConfigSource.from_args(args, hydra_job)
@@ -424,6 +428,9 @@ def test_every_command_the_example_and_its_guide_show_runs_as_written(
     assert sorted((c.parallel.mode, c.parallel.device_num) for c in checked.values()) == [
         ("data", 2),
         ("semi_auto", 4),
+        ("stand_alone", 1),
     ]
+    (own_optimizer,) = [c for c in checked.values() if c.parallel.mode == "stand_alone"]
+    assert own_optimizer.optimizer._target_ == "mindspore.nn.AdamWeightDecay"
     (semi_auto,) = [c for c in checked.values() if c.parallel.mode == "semi_auto"]
     assert [list(s) for s in semi_auto.parallel.strategies.hidden.matmul] == [[2, 1], [1, 2]]
