@@ -7,6 +7,7 @@ import contextlib
 import functools
 import io
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -18,7 +19,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -251,6 +252,12 @@ def main_in_process(
             if "mindspore.log" in sys.modules:
                 point_mindspore_logs_at(sys.__stderr__)
     return InProcessResult(rc, out.getvalue(), err.getvalue(), Path(cwd))
+
+
+def differences(stdout: str) -> List[str]:
+    """The lines a ``--from-run`` re-run lists under "differences from run ..." (none: [])."""
+    found = re.search(r"differences from run .*\n((?:  - .*\n)*)", stdout)
+    return found.group(1).splitlines() if found else []
 
 
 def run_cli(

@@ -19,6 +19,7 @@ from conftest import (
     FAST,
     CliResult,
     assert_same_training_state,
+    differences,
     free_port,
     main_in_process,
     migrated_store,
@@ -728,8 +729,7 @@ def test_from_run_of_a_data_parallel_run_on_two_nodes_is_bit_for_bit(data_parall
     assert "epoch: 1 step: 20, loss is" in worker1
     assert f"re-running MLflow run {data_parallel_run.run_id}" in output
     # Nothing changed since the run but, where the tree has them, its uncommitted changes.
-    found = re.search(r"differences from run .*\n((?:  - .*\n)*)", output)
-    listed = found.group(1).splitlines() if found else []
+    listed = differences(output)
     assert all("uncommitted changes" in line for line in listed), listed
     if not listed:
         assert "same code, packages, data and config as the original run" in output

@@ -329,7 +329,7 @@ def checked_only(command: str) -> bool:
     ms_exp's own config alone (the guide's optimizer class) by tests/test_components.py."""
     words = command.split()
     ranks = any(w.startswith("parallel=") and w != "parallel=stand_alone" for w in words)
-    return ranks or words[:3] == ["python", "-m", "ms_exp.run"] and "--config-dir" not in words
+    return ranks or (words[:3] == ["python", "-m", "ms_exp.run"] and "--config-dir" not in words)
 
 
 def documented_commands() -> List[str]:
