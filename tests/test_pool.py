@@ -5,6 +5,7 @@ two running jobs on one device, a failed job's device goes to the next job, the 
 sweeper through the pool, and Ctrl-C or a killed launcher ending every job."""
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -13,6 +14,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -166,6 +169,30 @@ def test_a_pool_workers_lines_are_marked_with_the_job_that_printed_them():
     marker = LineMarker()
     assert marker.feed(mark_record("[#3] ") + b"50%") == b"[#3] 50%"
     assert marker.feed(b" \0 done\n") == b" \0 done\n"
+
+
+def test_a_pool_workers_copier_writes_whole_lines_that_no_other_copier_cuts(monkeypatch):
+    from ms_exp.pool import output
+
+    # Two workers' copiers write to one console: a line is written whole, in a write the
+    # pipe keeps whole, unless its writer pauses with the line unended (a prompt).
+    writes = []
+    monkeypatch.setattr(output, "_write_all", lambda fd, data: writes.append(data))
+    monkeypatch.setattr(output, "PAUSE_S", 600)
+    source, sink = os.pipe()
+    copier = threading.Thread(target=output._copy, args=(source, 1))
+    copier.start()
+    os.write(sink, output.mark_record("[#1] ") + b"dataset=dig")
+    while fcntl.ioctl(source, termios.FIONREAD, bytes(4)) != bytes(4):  # read by the copier
+        time.sleep(0.01)
+    os.write(sink, b"its: 1437 training\n" + b"epoch: 1 step: 44\n" * 400 + b"no end")
+    os.close(sink)
+    copier.join()
+    os.close(source)
+    assert all(len(w) <= select.PIPE_BUF and w.endswith(b"\n") for w in writes[:-1])
+    assert b"".join(writes) == (
+        b"[#1] dataset=digits: 1437 training\n" + b"[#1] epoch: 1 step: 44\n" * 400 + b"[#1] no end"
+    )
 
 
 @pytest.mark.e2e

@@ -12,6 +12,7 @@ that was running when it was written. A run's ``console.log`` is written by the 
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -24,6 +25,10 @@ _RECORDS = re.compile(rb"\0ms_exp\.mark\0([^\0]*)\0\n")
 _LONGEST = 1024  # a longer "record" is output after all
 _PIECES = re.compile(rb"[^\r\n]*[\r\n]|[^\r\n]+")  # cut after each line end
 _COPIERS: List[subprocess.Popen] = []  # kept: each ends when its worker's output does
+# A line without its end yet (a prompt, a bar redrawn after "\r") is shown once its writer
+# has paused this long; until then it is held, so that another worker's copier, writing to
+# the same console, cannot cut into it.
+PAUSE_S = 0.2
 
 
 def job_mark(number: int, overrides: Sequence[str]) -> str:
@@ -123,12 +128,28 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _copy(source: int, console: int) -> None:
     marker = LineMarker()
+    held = b""
     while True:
+        if held and not select.select([source], [], [], PAUSE_S)[0]:
+            _write_all(console, held)
+            held = b""
         data = os.read(source, 65536)
         if not data:
             break
-        _write_all(console, marker.feed(data))
-    _write_all(console, marker.flush())
+        shown = held + marker.feed(data)
+        cut = max(shown.rfind(b"\n"), shown.rfind(b"\r")) + 1
+        _write_lines(console, shown[:cut])
+        held = shown[cut:]
+    _write_all(console, held + marker.flush())
+
+
+def _write_lines(fd: int, data: bytes) -> None:
+    """Whole lines, in writes the console's pipe keeps whole (PIPE_BUF bytes or less, but a
+    longer line) beside the other copiers' writes."""
+    while data:
+        end = data.rfind(b"\n", 0, select.PIPE_BUF) + 1 or data.find(b"\n") + 1 or len(data)
+        _write_all(fd, data[:end])
+        data = data[end:]
 
 
 def main(argv: List[str]) -> int:
