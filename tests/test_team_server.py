@@ -382,7 +382,7 @@ def refused_jobs(team_server, tmp_path_factory):
 @pytest.mark.server
 @pytest.mark.e2e
 @pytest.mark.parametrize("username, password, status, hint", REFUSALS)
-def test_a_job_the_server_does_not_let_in_stops_before_training_in_one_line(
+def test_a_job_the_server_does_not_let_in_stops_at_its_first_step_in_one_line(
     refused_jobs, team_server, username, password, status, hint
 ):
     url = team_server[0]

@@ -1,5 +1,5 @@
 """The job's MLflow sidecar seen from the job: what MLflow refuses reaches the user and the
-run, a store that cannot be opened stops the job before training."""
+run, a store that cannot be opened stops the job at its first step."""
 
 import pytest
 from mlflow import MlflowClient
@@ -31,7 +31,7 @@ def test_a_refused_call_fails_the_run_with_one_warning(tmp_path, capfd, monkeypa
 
 
 @pytest.mark.e2e
-def test_a_store_that_cannot_be_opened_stops_the_job_before_training(tmp_path):
+def test_a_store_that_cannot_be_opened_stops_the_job_at_its_first_step(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     uri = f"sqlite:///{blocker / 'mlflow.db'}"

@@ -97,7 +97,7 @@ def _run_in_folder(
                 from ms_exp.tracking.recorder import deliver_earlier_journals
 
                 deliver_earlier_journals(resume.run_dir)
-                # The MLflow run the job appends to; None: the job died before its first step.
+                # The MLflow run the job appends to; None: the job died before its run was created.
                 resumed_run_id = record.get("run_id")
             if resumed_run_id:
                 resume = replace(

@@ -25,6 +25,7 @@ from ms_exp.data.build import loader_settings
 from ms_exp.search.trial import current_trial, sweep_metric
 from ms_exp.tracking.callback import MlflowMetrics
 from ms_exp.tracking.interface import RunTracker
+from ms_exp.tracking.run_folder import write_run_record
 from ms_exp.train.context import Runtime
 from ms_exp.train.device_memory import DeviceMemory
 from ms_exp.train.loop_control import StartAtStep, StopOnSignal
@@ -40,6 +41,7 @@ SHARDED_MODES = ("semi_auto", "auto")
 @dataclass
 class FitCallbacks:
     callbacks: List[Callback]
+    run_created: "RunCreated"
     metrics: MlflowMetrics  # keeps every evaluation's results
     saver: Optional[TimedModelCheckpoint]  # None: checkpoint=none
     best: Optional[BestCheckpoint]  # None: no best.ckpt kept
@@ -69,7 +71,14 @@ def create_callbacks(
     metrics = MlflowMetrics(
         tracker, global_batch, cfg.tracking.log_every_n_steps, loss_names, already_logged
     )
-    callbacks = [monitor, FitTimeMonitor(), metrics, DeviceMemory(tracker, runtime.device_target)]
+    run_created = RunCreated(tracker, run_dir if runtime.rank_id == 0 else None)
+    callbacks = [
+        run_created,
+        monitor,
+        FitTimeMonitor(),
+        metrics,
+        DeviceMemory(tracker, runtime.device_target),
+    ]
     callbacks += create_checkpoint_callbacks(
         cfg.checkpoint,
         network,
@@ -132,7 +141,29 @@ def create_callbacks(
     callbacks.append(
         StopOnSignal(saver, stop_step_file(run_dir) if runtime.group_size > 1 else None)
     )
-    return FitCallbacks(callbacks, metrics, saver, best, pruning, steps_done)
+    return FitCallbacks(callbacks, run_created, metrics, saver, best, pruning, steps_done)
+
+
+class RunCreated(Callback):
+    """Waits for the job's MLflow run at the end of the first step, not before it: the
+    sidecar creates the run (importing MLflow) while MindSpore compiles the graph. A store
+    that cannot be opened stops the job there, before the step's lines and records. Rank
+    0 then writes the run's id into the run record (``run_dir``), where a resumed job finds
+    the run it appends to; read without asking MLflow."""
+
+    def __init__(self, tracker: RunTracker, run_dir: Optional[Path]):
+        self.tracker, self.run_dir, self.done = tracker, run_dir, False
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        self.wait()
+
+    def wait(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.tracker.wait_for_run()
+        if self.run_dir is not None and self.tracker.run_id:
+            write_run_record(self.run_dir, run_id=self.tracker.run_id)
 
 
 def user_callbacks(trainer_cfg: DictConfig, rank_id: int = 0) -> List[Callback]:

@@ -2,6 +2,7 @@
 stand-alone jobs and every launched rank (``ms_exp.worker``). MindSpore is imported only
 here and below, once the config is known to be good."""
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +22,6 @@ from ms_exp.models.options import model_option
 from ms_exp.placement.tables import create_placement
 from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.lifecycle import StepBoundary
-from ms_exp.tracking.run_folder import write_run_record
 from ms_exp.train.announce import announce_placement
 from ms_exp.train.callbacks import FitCallbacks, create_callbacks
 from ms_exp.train.context import Runtime, init_env
@@ -106,13 +106,6 @@ def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime)
         resume.not_to_log_again if resume is not None else None,
     )
 
-    # The MLflow run is created by the sidecar meanwhile (ms_exp/tracking/sidecar.py); a
-    # store that cannot be reached stops the job here, before training.
-    tracker.wait_for_run()
-    if runtime.rank_id == 0 and tracker.run_id:
-        # Where a resumed job appends (ms_exp/checkpoint/resume.py); read without asking
-        # MLflow.
-        write_run_record(run_dir, run_id=tracker.run_id)
     if resume is not None and _evaluation_missing(start_step, steps_per_epoch, resume.logged):
         _evaluate_epoch(model, eval_set, fit, start_step, steps_per_epoch)
     after_fit = boost_option(cfg.boost).after_fit
@@ -133,7 +126,12 @@ def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime)
                 f"the checkpoint is at the last step ({start_step}): nothing left to train",
                 flush=True,
             )
+        fit.run_created.wait()
     except BaseException:
+        # A run stopped in its first step is still the one a resume appends to; the
+        # training error stays the one raised.
+        with contextlib.suppress(Exception):
+            fit.run_created.wait()
         if fit.steps_done is not None:
             record_breakpoints(ckpt_dir, cfg.checkpoint.prefix, fit.steps_done.step, fit_started)
         raise
