@@ -138,12 +138,21 @@ def test_start_system_metrics_logs_samples_and_a_resumed_run_continues_their_ste
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     assert start_system_metrics(run_id, uri, None) is None
+
+    def steps():
+        history = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+        return [m.step for m in history]
+
     for resume in (False, True):
+        before = len(steps())
         monitor = start_system_metrics(run_id, uri, 0.2, resume=resume)
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while len(steps()) == before:  # a sample taken while it runs, then one at its end
+            assert time.monotonic() < deadline, "no system metrics sample in 30 s"
+            time.sleep(0.05)
         monitor.finish()
-    steps = [m.step for m in client.get_metric_history(run_id, "system/cpu_utilization_percentage")]
-    assert len(steps) >= 4 and steps == sorted(steps) and len(set(steps)) == len(steps)
+    logged = steps()
+    assert len(logged) >= 4 and logged == sorted(logged) and len(set(logged)) == len(logged)
 
 
 def test_device_memory_is_not_logged_on_cpu():
@@ -199,7 +208,6 @@ def test_a_run_shorter_than_the_interval_still_gets_a_sample_at_its_end(tmp_path
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     monitor = start_system_metrics(run_id, uri, 60.0)
-    time.sleep(0.3)
     monitor.finish()
     (sample,) = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
     assert sample.step == 0
