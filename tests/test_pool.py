@@ -5,7 +5,6 @@ two running jobs on one device, a failed job's device goes to the next job, the 
 sweeper through the pool, and Ctrl-C or a killed launcher ending every job."""
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import termios
 import threading
 import time
 from pathlib import Path
@@ -179,12 +177,14 @@ def test_a_pool_workers_copier_writes_whole_lines_that_no_other_copier_cuts(monk
     writes = []
     monkeypatch.setattr(output, "_write_all", lambda fd, data: writes.append(data))
     monkeypatch.setattr(output, "PAUSE_S", 600)
+    fed = threading.Event()  # the copier has read what was written so far
+    feed = output.LineMarker.feed
+    monkeypatch.setattr(output.LineMarker, "feed", lambda m, data: (fed.set(), feed(m, data))[1])
     source, sink = os.pipe()
     copier = threading.Thread(target=output._copy, args=(source, 1))
     copier.start()
     os.write(sink, output.mark_record("[#1] ") + b"dataset=dig")
-    while fcntl.ioctl(source, termios.FIONREAD, bytes(4)) != bytes(4):  # read by the copier
-        time.sleep(0.01)
+    assert fed.wait(30)
     os.write(sink, b"its: 1437 training\n" + b"epoch: 1 step: 44\n" * 400 + b"no end")
     os.close(sink)
     copier.join()

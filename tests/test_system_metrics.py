@@ -4,7 +4,7 @@ MindSpore's device-memory figures."""
 import os
 import shutil
 import stat
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 
 from ms_exp.tracking.system_metrics import (
     NPUMonitor,
+    _monitor_class,
     parse_npu_smi_info,
     start_system_metrics,
     stop_without_logging,
@@ -133,26 +134,27 @@ def test_npu_smi_failing_mid_run_is_warned_of_once_then_left_alone(tmp_path, mon
 # -- the monitor, from a run id and a tracking URI (what ms_exp.autolog() uses) ---------------
 
 
-def test_start_system_metrics_logs_samples_and_a_resumed_run_continues_their_steps(tmp_path):
+def test_start_system_metrics_logs_samples_and_a_resumed_run_continues_their_steps(
+    tmp_path, monkeypatch
+):
     uri = migrated_copy(tmp_path)
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     assert start_system_metrics(run_id, uri, None) is None
-
-    def steps():
-        history = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
-        return [m.step for m in history]
-
+    published = threading.Event()
+    monitor_class = _monitor_class()
+    publish = monitor_class.publish_metrics
+    monkeypatch.setattr(
+        monitor_class, "publish_metrics", lambda m, metrics: (publish(m, metrics), published.set())
+    )
     for resume in (False, True):
-        before = len(steps())
+        published.clear()
         monitor = start_system_metrics(run_id, uri, 0.2, resume=resume)
-        deadline = time.monotonic() + 30
-        while len(steps()) == before:  # a sample taken while it runs, then one at its end
-            assert time.monotonic() < deadline, "no system metrics sample in 30 s"
-            time.sleep(0.05)
+        assert published.wait(30)  # a sample taken while it runs, then one at its end
         monitor.finish()
-    logged = steps()
-    assert len(logged) >= 4 and logged == sorted(logged) and len(set(logged)) == len(logged)
+    history = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+    steps = [m.step for m in history]
+    assert len(steps) >= 4 and steps == sorted(steps) and len(set(steps)) == len(steps)
 
 
 def test_device_memory_is_not_logged_on_cpu():
