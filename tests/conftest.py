@@ -186,11 +186,6 @@ class CliResult:
         return Path(self.field("outputs:"))
 
 
-class InProcessResult(CliResult):
-    def __init__(self, rc: int, stdout: str, stderr: str, cwd: Path):
-        self.rc, self.stdout, self.stderr, self.cwd = rc, stdout, stderr, cwd
-
-
 def point_mindspore_logs_at(stream) -> None:
     """MindSpore's logger keeps the ``sys.stderr`` of the moment it was made (a test's
     capture, closed when that test ends); its warnings go to ``stream`` instead, as they
@@ -222,10 +217,10 @@ def parsed(path: Path) -> ast.Module:
 
 def main_in_process(
     module: str, args: Sequence[str], cwd: Path, env: Optional[Dict[str, str]] = None
-) -> InProcessResult:
+) -> CliResult:
     """``python -m module args...`` as its ``main(args)`` called in this process, in ``cwd``
-    with ``env`` added: for the refusals, which happen before any job starts (and import
-    no MindSpore), so the process boundary adds nothing to what they show."""
+    with ``env`` added: where the process boundary adds nothing to what a test shows (a
+    refusal before any job starts, an evaluation, a tiny job)."""
     import importlib
 
     main = importlib.import_module(module).main
@@ -251,7 +246,8 @@ def main_in_process(
             # A logger MindSpore made during the call holds ``err``, which is read now.
             if "mindspore.log" in sys.modules:
                 point_mindspore_logs_at(sys.__stderr__)
-    return InProcessResult(rc, out.getvalue(), err.getvalue(), Path(cwd))
+    completed = subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+    return CliResult(completed, Path(cwd))
 
 
 def differences(stdout: str) -> List[str]:
