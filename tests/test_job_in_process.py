@@ -3,6 +3,7 @@ on tiny data, as lightning-hydra-template runs its train function, so every stag
 (config -> checks -> plan -> built objects -> training -> records) runs in the unit lane.
 The end-to-end lane runs the same jobs as a user's command would, in their own processes."""
 
+import gc
 import pickle
 import re
 import shlex
@@ -50,6 +51,9 @@ def job(tmp_path_factory):
         run_id=run_id,
         store=MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}"),
         compositions=len(composed),
+        # What the job set aside from Python's collector while MindSpore compiled
+        # (docs/design.md#compile-collections), handed back: a sweep's next job frees it.
+        frozen_after=gc.get_freeze_count(),
     )
 
 
@@ -65,6 +69,7 @@ def test_an_in_process_job_trains_and_is_recorded_with_its_models(job):
     # Composed once: Hydra loads the preflight's config (as get_mode, then as Hydra.run with
     # the hydra.mode=RUN it adds), and records it as it records its own.
     assert job.compositions == 1
+    assert job.frozen_after == 0
     hydra = OmegaConf.load(run_dir / ".hydra/hydra.yaml").hydra
     assert (hydra.mode, hydra.overrides.hydra[-1]) == ("RUN", "hydra.mode=RUN")
     assert hydra.overrides.task == list(TINY) + [

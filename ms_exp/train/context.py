@@ -5,8 +5,10 @@ semi-auto and auto parallel, those run as DATA_PARALLEL (the same math), their l
 emulated when checkpoints are written (docs/design.md#semi-auto-refused-on-cpu).
 """
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 import mindspore as ms
 from omegaconf import DictConfig
@@ -19,6 +21,21 @@ PARALLEL_MODES = {
     "semi_auto": ms.ParallelMode.SEMI_AUTO_PARALLEL,
     "auto": ms.ParallelMode.AUTO_PARALLEL,
 }
+
+
+@contextmanager
+def collector_skips_older_objects() -> Iterator[None]:
+    """MindSpore runs a full garbage collection before each graph it compiles (a job's train
+    and eval graphs, each MindIR export): 0.2 s each over every object of a process holding
+    MindSpore's, Hydra's and ms_exp's modules. Inside this block those collections skip what
+    existed when it began (gc.freeze); that is collected again once it ends, so the next job
+    of a sweep in the same process still frees what this one left
+    (docs/design.md#compile-collections)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass(frozen=True)

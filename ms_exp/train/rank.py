@@ -24,7 +24,7 @@ from ms_exp.tracking.interface import RunTracker
 from ms_exp.tracking.lifecycle import StepBoundary
 from ms_exp.train.announce import announce_placement
 from ms_exp.train.callbacks import FitCallbacks, create_callbacks
-from ms_exp.train.context import Runtime, init_env
+from ms_exp.train.context import Runtime, collector_skips_older_objects, init_env
 from ms_exp.train.loops import fit_arguments
 from ms_exp.train.model_build import build_model
 from ms_exp.train.result import JobResult
@@ -36,6 +36,7 @@ def train_in_process(cfg: DictConfig, run_dir: Path, tracker: RunTracker) -> Job
     return train(cfg, run_dir, tracker, runtime)
 
 
+@collector_skips_older_objects()
 def train(cfg: DictConfig, run_dir: Path, tracker: RunTracker, runtime: Runtime) -> JobResult:
     """One rank's training: build everything for ``runtime`` and run ``Model.fit``."""
     tracker.set_tags(
