@@ -133,4 +133,6 @@ def _ckpt_command(argv: Optional[List[str]]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ms_exp.tracking.lifecycle import exit_process
+
+    exit_process(main())

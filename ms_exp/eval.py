@@ -488,4 +488,6 @@ def _evaluate_command(argv: Optional[List[str]]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ms_exp.tracking.lifecycle import exit_process
+
+    exit_process(main())

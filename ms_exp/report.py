@@ -115,4 +115,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ms_exp.tracking.lifecycle import exit_process
+
+    exit_process(main())

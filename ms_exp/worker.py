@@ -28,7 +28,7 @@ from ms_exp.parallel.ranks import (
     record_worker_pid,
 )
 from ms_exp.tracking.interface import RunTracker
-from ms_exp.tracking.lifecycle import Terminated, terminate_as_interrupt
+from ms_exp.tracking.lifecycle import Terminated, exit_process, terminate_as_interrupt
 
 
 def attach_tracker(rank_id: int) -> RunTracker:
@@ -109,4 +109,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -228,4 +228,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ms_exp.tracking.lifecycle import exit_process
+
+    exit_process(main())

@@ -8,6 +8,8 @@ import, and forking a threaded process is unsafe. Its own session keeps a termin
 from reaching it, so the launcher stops each job once (a second signal skips the checkpoint).
 """
 
+import atexit
+import gc
 import os
 import signal
 import sys
@@ -43,6 +45,9 @@ def serve(
     ``stop_timeout``: seconds a job stopped because the launcher is gone gets to save its
     checkpoint and end its MLflow run before it is killed."""
     os.setsid()
+    # Ends as a command does (ms_exp.tracking.lifecycle.exit_process): MindSpore's and MLflow's
+    # atexit handlers run, Python's last garbage collection (1 s here) does not.
+    atexit.register(gc.freeze)
     from ms_exp.pool.output import job_mark, mark_output, set_mark
 
     mark_output()
