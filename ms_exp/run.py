@@ -29,7 +29,9 @@ from ms_exp.config.hydra_internals import (
 )
 from ms_exp.config.schema import GROUP_SCHEMAS, register_schemas
 from ms_exp.config.targets import without_unused_names
+from ms_exp.pool import POOL_LAUNCHER
 from ms_exp.pool.dispatch import close_pools
+from ms_exp.pool.launcher import started_pool
 from ms_exp.preflight.compose import (
     CONF_DIR,
     CONFIG_NAME,
@@ -276,6 +278,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         from ms_exp.tracking.sidecar import start_spare
 
         start_spare(resolve_tracking_uri(configs[0].tracking.uri))
+    elif args.multirun and configs and configs[0].hydra.launcher._target_ == POOL_LAUNCHER:
+        # The pool's workers import MindSpore and MLflow on the cores that would wait while
+        # Hydra creates the sweep's parent run; its launcher takes them
+        # (docs/design.md#device-pool).
+        launcher = configs[0].hydra.launcher
+        started_pool(
+            configs[0],
+            launcher.devices,
+            launcher.accelerator,
+            launcher.cores_per_job,
+            launcher.stop_timeout,
+            early=True,
+        )
     from ms_exp.tracking.lifecycle import terminate_as_interrupt
 
     try:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import main_in_process
+from omegaconf import OmegaConf
 
 from ms_exp.pool import dispatch
 from ms_exp.pool.devices import (
@@ -19,6 +20,7 @@ from ms_exp.pool.devices import (
     share_environment,
     units_per_job,
 )
+from ms_exp.pool.launcher import started_pool
 from ms_exp.tracking.sweep_runs import jobs_per_device
 
 
@@ -160,6 +162,25 @@ def test_shares_are_held_one_job_at_a_time_and_workers_kept(fake_workers, capsys
     assert all(w.closed for w in fake_workers)
     # Every worker told to end before the pool waits for any: they end side by side.
     assert [what for what, _ in FakeWorker.ended[:2]] == ["hung up", "hung up"]
+
+
+def test_the_launcher_takes_the_workers_ms_exp_run_started_before_the_sweeps_parent_run(
+    fake_workers,
+):
+    def config(device_num):
+        return OmegaConf.create({"trainer": {}, "parallel": {"device_num": device_num}})
+
+    early = started_pool(config(1), [0, 1], "GPU", 1, 1.0, early=True)
+    assert started_pool(config(1), [0, 1], "GPU", 1, 1.0) is early
+    assert [w.share.units for w in fake_workers] == [(0,), (1,)]  # started once
+    # Started for one-device jobs, but the launcher's are two-device jobs: ended at once.
+    unused = started_pool(config(1), [0, 1], "GPU", 1, 1.0, early=True)
+    taken = started_pool(config(2), [0, 1], "GPU", 1, 1.0)
+    assert taken is not unused
+    assert [w.closed for w in fake_workers[2:]] == [True, True, False]
+    dispatch.close_pools()  # ms_exp.run's end closes what it started early
+    assert all(w.closed for w in fake_workers[:2])
+    taken.close()
 
 
 def test_a_failed_or_dead_job_gives_its_share_back(fake_workers):

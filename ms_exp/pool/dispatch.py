@@ -283,13 +283,19 @@ def close_pools() -> None:
 atexit.register(close_pools)
 
 
+def keep_until_closed(pool: DevicePool) -> DevicePool:
+    if pool not in _open:
+        _open.append(pool)
+    return pool
+
+
 def open_pool(pool: DevicePool) -> DevicePool:
     """``pool``, closed with the others (close_pools). SIGINT and SIGTERM to this process
     first stop its running jobs, then do what they did before (ms_exp.run turns them into
     KeyboardInterrupt). Without it a signal raised in the main thread while the Optuna
     sweeper's threads wait for their trials would wait forever. Only the main thread can set
     handlers (Hydra sets the launcher up there); close() puts the earlier ones back."""
-    _open.append(pool)
+    keep_until_closed(pool)
     if threading.current_thread() is not threading.main_thread():
         return pool
     for signum in (signal.SIGINT, signal.SIGTERM):

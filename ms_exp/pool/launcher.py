@@ -5,7 +5,7 @@ import functools
 import os
 import threading
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from ms_exp.config.hydra_internals import BASIC_SWEEPER
 from ms_exp.pool import POOL_LAUNCHER
 from ms_exp.pool.devices import accelerator_of, pool_units, units_per_job
-from ms_exp.pool.dispatch import DevicePool, launch_jobs, open_pool
+from ms_exp.pool.dispatch import DevicePool, keep_until_closed, launch_jobs, open_pool
 from ms_exp.pool.worker import JobOrder
 
 
@@ -68,14 +68,15 @@ class PoolLaunch(Launcher):
     ) -> None:
         self.config, self.hydra_context = config, hydra_context
         self.task_function = task_function
-        kind = accelerator_of(self.accelerator, OmegaConf.select(config, "trainer.device_target"))
-        self.pool = open_pool(DevicePool(kind, pool_units(kind, self.devices), self.stop_timeout))
+        self.pool = open_pool(
+            started_pool(
+                config, self.devices, self.accelerator, self.cores_per_job, self.stop_timeout
+            )
+        )
         self.pool.lost_jobs_end_sweep = (
             OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER
         )
         print(f"hydra/launcher=pool: {describe(self.pool, self.cores_per_job)}", flush=True)
-        # Workers for shares of the sweep's usual size start while it composes its jobs.
-        self.pool.warm(units_per_job(kind, int(config.parallel.device_num), self.cores_per_job))
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -115,6 +116,36 @@ class PoolLaunch(Launcher):
             return units_per_job(pool.accelerator, devices, self.cores_per_job)
 
         return launch_jobs(pool, orders, share_of, fail_fast)
+
+
+# Pools ms_exp.run started before Hydra set the launcher up, by what they share.
+_early: Dict[Tuple[str, Tuple[int, ...], int, float], DevicePool] = {}
+
+
+def started_pool(
+    config: DictConfig,
+    devices: Optional[Sequence[int]],
+    accelerator: str,
+    cores_per_job: int,
+    stop_timeout: float,
+    early: bool = False,
+) -> DevicePool:
+    """The sweep's pool, a worker started for each share of the sweep's usual size, idle
+    until a job takes it: the one started ``early`` for the same shares, else a new one.
+    ``early``: started before the sweep's parent run, kept for the launcher (ms_exp.run)."""
+    kind = accelerator_of(accelerator, OmegaConf.select(config, "trainer.device_target"))
+    units = pool_units(kind, devices)
+    per_job = units_per_job(kind, int(config.parallel.device_num), int(cores_per_job))
+    key = (kind, tuple(units), per_job, float(stop_timeout))
+    pool = None if early else _early.pop(key, None)
+    while not early and _early:  # started for other shares than the launcher's: not needed
+        _early.popitem()[1].close()
+    if pool is None:
+        pool = DevicePool(kind, units, float(stop_timeout))
+        pool.warm(per_job)
+    if early:
+        _early[key] = keep_until_closed(pool)
+    return pool
 
 
 def describe(pool: DevicePool, cores_per_job: int) -> str:
