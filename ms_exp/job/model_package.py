@@ -60,9 +60,9 @@ def log_run_models(
     tracking = cfg.tracking
     if not (tracking.enabled and tracking.log_models and tracker.enabled):
         return {}
-    from ms_exp.train.context import collector_skips_older_objects
-
     try:
+        from ms_exp.train.context import collector_skips_older_objects
+
         with collector_skips_older_objects():  # each MindIR export compiles the network
             packages = package_models(cfg, Path(run_dir), result)
         for package in packages:
