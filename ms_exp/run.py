@@ -282,15 +282,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # The pool's workers import MindSpore and MLflow on the cores that would wait while
         # Hydra creates the sweep's parent run; its launcher takes them
         # (docs/design.md#device-pool).
-        launcher = configs[0].hydra.launcher
-        started_pool(
-            configs[0],
-            launcher.devices,
-            launcher.accelerator,
-            launcher.cores_per_job,
-            launcher.stop_timeout,
-            early=True,
-        )
+        started_pool(configs[0], early=True)
     from ms_exp.tracking.lifecycle import terminate_as_interrupt
 
     try:

@@ -168,14 +168,17 @@ def test_the_launcher_takes_the_workers_ms_exp_run_started_before_the_sweeps_par
     fake_workers,
 ):
     def config(device_num):
-        return OmegaConf.create({"trainer": {}, "parallel": {"device_num": device_num}})
+        launcher = {"devices": [0, 1], "accelerator": "GPU", "cores_per_job": 1, "stop_timeout": 1}
+        return OmegaConf.create(
+            {"hydra": {"launcher": launcher}, "trainer": {}, "parallel": {"device_num": device_num}}
+        )
 
-    early = started_pool(config(1), [0, 1], "GPU", 1, 1.0, early=True)
-    assert started_pool(config(1), [0, 1], "GPU", 1, 1.0) is early
+    early = started_pool(config(1), early=True)
+    assert started_pool(config(1)) is early
     assert [w.share.units for w in fake_workers] == [(0,), (1,)]  # started once
     # Started for one-device jobs, but the launcher's are two-device jobs: ended at once.
-    unused = started_pool(config(1), [0, 1], "GPU", 1, 1.0, early=True)
-    taken = started_pool(config(2), [0, 1], "GPU", 1, 1.0)
+    unused = started_pool(config(1), early=True)
+    taken = started_pool(config(2))
     assert taken is not unused
     assert [w.closed for w in fake_workers[2:]] == [True, True, False]
     dispatch.close_pools()  # ms_exp.run's end closes what it started early

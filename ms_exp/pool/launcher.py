@@ -5,7 +5,7 @@ import functools
 import os
 import threading
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
@@ -45,18 +45,10 @@ def register_launcher_config() -> None:
 class PoolLaunch(Launcher):
     """The launcher; Hydra instantiates it as hydra_plugins' PoolLauncher."""
 
-    # Hydra passes every key of PoolLauncherConf, with conf/hydra/launcher/pool.yaml's values.
-    def __init__(
-        self,
-        devices: Optional[Sequence[int]],
-        accelerator: str,
-        cores_per_job: int,
-        stop_timeout: float,
-    ) -> None:
-        self.devices = None if devices is None else [int(d) for d in devices]
-        self.accelerator = accelerator
+    # Hydra passes every key of PoolLauncherConf, with conf/hydra/launcher/pool.yaml's values;
+    # setup reads the pool's from the sweep's config (hydra.launcher), as ms_exp.run does.
+    def __init__(self, cores_per_job: int, **pool_keys: Any) -> None:
         self.cores_per_job = int(cores_per_job)
-        self.stop_timeout = float(stop_timeout)
         self.pool: Optional[DevicePool] = None
         self._lock = threading.Lock()  # the Optuna sweeper launches from several threads
         self.config: Optional[DictConfig] = None
@@ -68,11 +60,7 @@ class PoolLaunch(Launcher):
     ) -> None:
         self.config, self.hydra_context = config, hydra_context
         self.task_function = task_function
-        self.pool = open_pool(
-            started_pool(
-                config, self.devices, self.accelerator, self.cores_per_job, self.stop_timeout
-            )
-        )
+        self.pool = open_pool(started_pool(config))
         self.pool.lost_jobs_end_sweep = (
             OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER
         )
@@ -122,26 +110,21 @@ class PoolLaunch(Launcher):
 _early: Dict[Tuple[str, Tuple[int, ...], int, float], DevicePool] = {}
 
 
-def started_pool(
-    config: DictConfig,
-    devices: Optional[Sequence[int]],
-    accelerator: str,
-    cores_per_job: int,
-    stop_timeout: float,
-    early: bool = False,
-) -> DevicePool:
-    """The sweep's pool, a worker started for each share of the sweep's usual size, idle
-    until a job takes it: the one started ``early`` for the same shares, else a new one.
-    ``early``: started before the sweep's parent run, kept for the launcher (ms_exp.run)."""
-    kind = accelerator_of(accelerator, OmegaConf.select(config, "trainer.device_target"))
-    units = pool_units(kind, devices)
-    per_job = units_per_job(kind, int(config.parallel.device_num), int(cores_per_job))
-    key = (kind, tuple(units), per_job, float(stop_timeout))
+def started_pool(config: DictConfig, early: bool = False) -> DevicePool:
+    """The pool of ``config``'s sweep (its ``hydra.launcher``), a worker started for each
+    share of the sweep's usual size, idle until a job takes it: the one started ``early``
+    for the same shares, else a new one. ``early``: started before the sweep's parent run,
+    kept for the launcher (ms_exp.run)."""
+    launcher = config.hydra.launcher
+    kind = accelerator_of(launcher.accelerator, OmegaConf.select(config, "trainer.device_target"))
+    units = pool_units(kind, launcher.devices)
+    per_job = units_per_job(kind, int(config.parallel.device_num), int(launcher.cores_per_job))
+    key = (kind, tuple(units), per_job, float(launcher.stop_timeout))
     pool = None if early else _early.pop(key, None)
     while not early and _early:  # started for other shares than the launcher's: not needed
         _early.popitem()[1].close()
     if pool is None:
-        pool = DevicePool(kind, units, float(stop_timeout))
+        pool = DevicePool(kind, units, float(launcher.stop_timeout))
         pool.warm(per_job)
     if early:
         _early[key] = keep_until_closed(pool)
