@@ -91,8 +91,8 @@ class FakeWorker:
     started: list = []
     ended: list = []  # what the pool did to end its workers, in order
 
-    def __init__(self, share, stop_timeout):
-        self.share = share
+    def __init__(self, share, stop_timeout, tracking_uri):
+        self.share, self.tracking_uri = share, tracking_uri
         self.process = SimpleNamespace(
             pid=1000 + len(FakeWorker.started),
             exitcode=-9,
@@ -169,13 +169,21 @@ def test_the_launcher_takes_the_workers_ms_exp_run_started_before_the_sweeps_par
 ):
     def config(device_num):
         launcher = {"devices": [0, 1], "accelerator": "GPU", "cores_per_job": 1, "stop_timeout": 1}
+        tracking = {"enabled": True, "uri": "sqlite:///sweep.db"}
         return OmegaConf.create(
-            {"hydra": {"launcher": launcher}, "trainer": {}, "parallel": {"device_num": device_num}}
+            {
+                "hydra": {"launcher": launcher},
+                "trainer": {},
+                "parallel": {"device_num": device_num},
+                "tracking": tracking,
+            }
         )
 
     early = started_pool(config(1), early=True)
     assert started_pool(config(1)) is early
     assert [w.share.units for w in fake_workers] == [(0,), (1,)]  # started once
+    # Their sidecars import the client of the sweep's store before the first job comes.
+    assert {w.tracking_uri for w in fake_workers} == {"sqlite:///sweep.db"}
     # Started for one-device jobs, but the launcher's are two-device jobs: ended at once.
     unused = started_pool(config(1), early=True)
     taken = started_pool(config(2))

@@ -25,7 +25,7 @@ from ms_exp.tracking.sweep import child_run_name
 class Worker:
     """One worker process and the pipe to it."""
 
-    def __init__(self, share: Share, stop_timeout: float) -> None:
+    def __init__(self, share: Share, stop_timeout: float, tracking_uri: Optional[str]) -> None:
         context = multiprocessing.get_context("spawn")
         self.share = share
         self.connection, theirs = context.Pipe()
@@ -33,7 +33,7 @@ class Worker:
         self.process = context.Process(
             target=serve,
             name=f"ms_exp-pool-{share.label}",
-            args=(theirs, share.env, cores, stop_timeout),
+            args=(theirs, share.env, cores, stop_timeout, tracking_uri),
         )
         self.process.start()
         theirs.close()
@@ -67,10 +67,19 @@ class Worker:
 class DevicePool:
     """The shares of one sweep: free units, idle workers by share, and busy workers."""
 
-    def __init__(self, accelerator: str, units: Sequence[int], stop_timeout: float) -> None:
+    def __init__(
+        self,
+        accelerator: str,
+        units: Sequence[int],
+        stop_timeout: float,
+        tracking_uri: Optional[str] = None,
+    ) -> None:
+        """``tracking_uri``: the sweep's MLflow store, whose client each worker's sidecar
+        imports before the first job comes."""
         self.accelerator = accelerator
         self.units = list(units)
         self.stop_timeout = stop_timeout
+        self.tracking_uri = tracking_uri
         self._free = list(units)
         self._idle: Dict[Tuple[int, ...], Worker] = {}
         self._busy: List[Worker] = []
@@ -84,6 +93,9 @@ class DevicePool:
         units = "cores" if self.accelerator == "CPU" else f"{self.accelerator} devices"
         return f"{units} {worker.share.label}"
 
+    def _worker(self, units: Tuple[int, ...]) -> Worker:
+        return Worker(Share(self.accelerator, units), self.stop_timeout, self.tracking_uri)
+
     def capacity(self, per_job: int) -> int:
         return len(self.units) // per_job
 
@@ -93,7 +105,7 @@ class DevicePool:
         with self._changed:
             for first in range(0, self.capacity(per_job) * per_job, per_job):
                 share = tuple(self.units[first : first + per_job])
-                self._idle[share] = Worker(Share(self.accelerator, share), self.stop_timeout)
+                self._idle[share] = self._worker(share)
 
     def run(self, per_job: int, order: JobOrder, stop_others: Callable[[], bool]) -> JobReturn:
         """Run one job on ``per_job`` units once they are free; its JobReturn. The units are
@@ -182,7 +194,7 @@ class DevicePool:
         for old in retired:
             old.close(self.stop_timeout)
         if worker is None:
-            worker = Worker(Share(self.accelerator, share), self.stop_timeout)
+            worker = self._worker(share)
         with self._changed:
             self._busy.append(worker)
         return worker

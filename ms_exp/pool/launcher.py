@@ -18,6 +18,7 @@ from ms_exp.pool import POOL_LAUNCHER
 from ms_exp.pool.devices import accelerator_of, pool_units, units_per_job
 from ms_exp.pool.dispatch import DevicePool, keep_until_closed, launch_jobs, open_pool
 from ms_exp.pool.worker import JobOrder
+from ms_exp.tracking.store import resolve_tracking_uri
 
 
 # kw_only: _target_ stays the first key of Hydra's records, and no other key has a default
@@ -124,7 +125,8 @@ def started_pool(config: DictConfig, early: bool = False) -> DevicePool:
     while not early and _early:  # started for other shares than the launcher's: not needed
         _early.popitem()[1].close()
     if pool is None:
-        pool = DevicePool(kind, units, float(launcher.stop_timeout))
+        uri = resolve_tracking_uri(config.tracking.uri) if config.tracking.enabled else None
+        pool = DevicePool(kind, units, float(launcher.stop_timeout), uri)
         pool.warm(per_job)
     if early:
         _early[key] = keep_until_closed(pool)
