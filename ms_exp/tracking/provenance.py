@@ -67,10 +67,9 @@ def package_versions() -> Dict[str, str]:
 
 
 def requirements() -> str:
-    names = sorted(
-        {(d.metadata["Name"] or "?", d.version) for d in metadata.distributions()},
-        key=lambda item: item[0].lower(),
-    )
+    # Each Distribution parses its METADATA file again for every field asked of it.
+    fields = [d.metadata for d in metadata.distributions()]
+    names = sorted({(m["Name"] or "?", m["Version"]) for m in fields}, key=lambda n: n[0].lower())
     return "".join(f"{name}=={version}\n" for name, version in names)
 
 
