@@ -382,6 +382,7 @@ def test_failed_job_fails_the_sweep_and_a_later_run_is_no_child(later_commands, 
 @pytest.mark.parametrize("num", [1, "???"])
 def test_a_failed_job_is_counted_without_a_callback_warning(num, recwarn):
     # Through Hydra's own dispatcher, which turns a callback that raises into a warning.
+    import cloudpickle
     from hydra._internal.callbacks import Callbacks
     from hydra.core.utils import JobReturn, JobStatus
     from omegaconf import OmegaConf
@@ -396,6 +397,11 @@ def test_a_failed_job_is_counted_without_a_callback_warning(num, recwarn):
     callbacks.on_job_end(config=config, job_return=failed)
     assert [str(w.message) for w in recwarn] == []
     assert (callback.jobs, callback.failed) == (2, ["#1 optimizer.lr=0.1"])
+    # A launcher's worker gets a pickled copy with each job: it holds no parent run.
+    copy = cloudpickle.loads(cloudpickle.dumps(callback))
+    callbacks.callbacks[:] = [copy]
+    callbacks.on_job_end(config=config, job_return=failed)
+    assert (copy.tracker, copy.jobs, callback.tracker is not None) == (None, 2, True)
     # A single run (no sweep running) is not counted at all.
     alone = sweep.SweepRun()
     callbacks.callbacks[:] = [alone]

@@ -185,9 +185,14 @@ class SweepRun(Callback):
         )
         _active = self
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # A launcher's workers (joblib's, the pool's) get a copy of Hydra's callbacks with
+        # each job: the parent run stays here, and MLflow's import (2 s) out of the worker.
+        return {**self.__dict__, "tracker": None}
+
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        # Hydra calls this for a single run too, and in a joblib or submitit worker; only a
-        # tracked sweep's launching process has a parent run (finish() counts from the store).
+        # Hydra calls this for a single run too, and in a launcher's worker; only a tracked
+        # sweep's launching process has a parent run (finish() counts from the store).
         if self.tracker is None:
             return
         self.jobs += 1
