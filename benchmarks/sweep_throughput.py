@@ -1,10 +1,11 @@
-"""Sweep throughput: the wall time of an 8-job sweep run by Hydra's basic launcher (one job
-after another, all in one process), by the concurrent launcher (conf/hydra/launcher/
-concurrent.yaml: joblib with 2 loky worker processes), by the pool launcher (conf/hydra/
-launcher/pool.yaml: a worker process per core, each job pinned to its core), and by hand
-(8 separate commands).
+"""Sweep throughput: the wall time of a sweep (8 jobs by default) run by Hydra's basic
+launcher (one job after another, all in one process), by the concurrent launcher
+(conf/hydra/launcher/concurrent.yaml: joblib with 2 loky worker processes), by the pool
+launcher (conf/hydra/launcher/pool.yaml: a worker process per core, each job pinned to its
+core), and by hand (a command per job).
 
-The sweep is the default digits job over 8 learning rates, ``--epochs`` epochs per job:
+The sweep is the default digits job over ``--jobs`` learning rates (8: 0.01 to 0.08),
+``--epochs`` epochs per job:
 
   sequential    python -m ms_exp.run -m trainer.epochs=2 trainer.progress_bar=never
                     optimizer.lr=0.01,0.02,0.03,0.04,0.05,0.06,0.07,0.08
@@ -19,15 +20,15 @@ Rounds are interleaved (every arm once per round, the arms' order rotated each r
 Every command runs in a fresh working directory holding a copy of one MLflow store made
 before the first round, so no arm pays the store's creation (a few seconds of schema
 migrations). Wall time: from starting the command (loop: the first) to its exit (loop: the
-last). After each command the store must hold 8 FINISHED job runs (and for a sweep their
-FINISHED parent), or the benchmark stops: a broken sweep is never timed.
+last). After each command the store must hold a FINISHED run for each job (and for a sweep
+their FINISHED parent), or the benchmark stops: a broken sweep is never timed.
 
 Where the time goes: the CPU seconds of all the arm's processes (getrusage of the waited-for
-children) against its wall time, and from the jobs' MLflow runs' start and end times the
-median job (its run open to closed), the seconds no job's run was open (interpreters and
-imports, composing, each job until its run exists, the sweep's parent run and report), and
-how many jobs ran at once on average. The md turns these into the reasons a concurrent
-arm's speedup falls short of the core count.
+children, this process adopting their orphans) against its wall time, and from the jobs'
+MLflow runs' start and end times the median job (its run open to closed), the seconds no
+job's run was open (interpreters and imports, composing, each job until its run exists, the
+sweep's parent run and report), and how many jobs ran at once on average. The md turns
+these into the reasons a concurrent arm's speedup falls short of the core count.
 
     python benchmarks/sweep_throughput.py       # 5 rounds, about 13 minutes on 2 cores
     python benchmarks/sweep_throughput.py --rounds 7 --arms sequential concurrent concurrent_4
@@ -35,6 +36,8 @@ arm's speedup falls short of the core count.
 Writes benchmarks/results/sweep_throughput.md and sweep_throughput.png.
 """
 
+import argparse
+import ctypes
 import os
 import resource
 import shutil
@@ -60,7 +63,6 @@ from benchlib import (
 )
 
 JOBS = 8
-LRS = [f"{0.01 * (i + 1):.2f}" for i in range(JOBS)]
 EXPERIMENT = "ms_exp"
 # Overrides before the sweep's own: Hydra's launcher choice, as the README writes it.
 SWEEPS = {
@@ -78,17 +80,25 @@ def job_overrides(epochs: int) -> List[str]:
     return [f"trainer.epochs={epochs}", "trainer.progress_bar=never"]
 
 
-def commands(arm: str, epochs: int) -> List[List[str]]:
+def rates(jobs: int) -> List[str]:
+    return [f"{0.01 * (i + 1):.2f}" for i in range(jobs)]
+
+
+def commands(arm: str, args: argparse.Namespace) -> List[List[str]]:
     """The command lines of one arm: one sweep, or one command per job for ``loop``."""
-    run = [sys.executable, "-m", "ms_exp.run"]
+    run, lrs, job = (
+        [sys.executable, "-m", "ms_exp.run"],
+        rates(args.jobs),
+        job_overrides(args.epochs),
+    )
     if arm == "loop":
-        return [[*run, *job_overrides(epochs), f"optimizer.lr={lr}"] for lr in LRS]
-    return [[*run, "-m", *SWEEPS[arm], *job_overrides(epochs), "optimizer.lr=" + ",".join(LRS)]]
+        return [[*run, *job, f"optimizer.lr={lr}"] for lr in lrs]
+    return [[*run, "-m", *SWEEPS[arm], *job, "optimizer.lr=" + ",".join(lrs)]]
 
 
-def finished_runs(workdir: Path, arm: str):
-    """The jobs' runs in the store; stops the benchmark unless the arm's 8 jobs (and a
-    sweep's parent) all FINISHED."""
+def finished_runs(workdir: Path, arm: str, count: int):
+    """The jobs' runs in the store; stops the benchmark unless the arm's ``count`` jobs
+    (and a sweep's parent) all FINISHED."""
     from mlflow import MlflowClient
 
     client = MlflowClient(store_uri(workdir))
@@ -97,8 +107,8 @@ def finished_runs(workdir: Path, arm: str):
     parents = [r for r in runs if r.data.tags.get("ms_exp.sweep") == "true"]
     jobs = [r for r in runs if r not in parents]
     problems = [f"{r.info.run_name}: {r.info.status}" for r in runs if r.info.status != "FINISHED"]
-    if len(jobs) != JOBS:
-        problems.append(f"{len(jobs)} job runs, expected {JOBS}")
+    if len(jobs) != count:
+        problems.append(f"{len(jobs)} job runs, expected {count}")
     if arm != "loop":
         if len(parents) != 1:
             problems.append(f"{len(parents)} sweep parent runs, expected 1")
@@ -130,20 +140,33 @@ def time_spent(jobs, start: float, end: float) -> Dict[str, float]:
     }
 
 
+def adopt_orphans() -> None:
+    """Make this process the parent of every process its commands leave behind (Linux's
+    child subreaper): a process's last MLflow sidecar outlives it, and a process nobody
+    waits for is missing from getrusage's count."""
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
 def children_cpu_s() -> float:
     """CPU seconds of every process this one has waited for, and of the processes those
-    waited for (the loky workers, each job's helper processes)."""
+    waited for (the loky and pool workers, each job's helper processes), once the adopted
+    orphans have ended."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_arm(arm: str, epochs: int, workdir: Path) -> Dict[str, float]:
+def timed_arm(arm: str, args: argparse.Namespace, workdir: Path) -> Dict[str, float]:
     """Run the arm's commands one after another; wall seconds and where they went."""
     cpu, start_epoch = children_cpu_s(), time.time()
-    runs = [stamped_lines(line, workdir) for line in commands(arm, epochs)]
+    runs = [stamped_lines(line, workdir) for line in commands(arm, args)]
     wall = runs[-1]["end"] - runs[0]["start"]
     cpu = children_cpu_s() - cpu
-    jobs = finished_runs(workdir, arm)
+    jobs = finished_runs(workdir, arm, args.jobs)
     return {
         "wall_s": wall,
         "cpu_s": cpu,
@@ -159,7 +182,7 @@ def measure(args, scratch: Path) -> Dict[str, List[Dict[str, float]]]:
         shift = round_ % len(args.arms)
         for arm in args.arms[shift:] + args.arms[:shift]:
             workdir = workdir_with_store(template, scratch / f"{round_}_{arm}")
-            run = timed_arm(arm, args.epochs, workdir)
+            run = timed_arm(arm, args, workdir)
             results[arm].append(run)
             print(
                 f"round {round_ + 1}/{args.rounds} {arm:<12} {run['wall_s']:6.1f} s, "
@@ -177,8 +200,8 @@ def table(results, args) -> str:
 
     base = results.get("sequential")
     lines = [
-        f"{JOBS}-job sweep of the default job (digits, batch 32, {args.epochs} epochs of 44 "
-        f"steps, optimizer.lr={','.join(LRS)}), {args.rounds} interleaved rounds; "
+        f"{args.jobs}-job sweep of the default job (digits, batch 32, {args.epochs} epochs of "
+        f"44 steps, optimizer.lr={','.join(rates(args.jobs))}), {args.rounds} interleaved rounds; "
         "median (min-max).",
         "",
         machine_line(),
@@ -189,7 +212,7 @@ def table(results, args) -> str:
         row(*["---"] * 4),
     ]
     for arm, runs in results.items():
-        per_minute = [JOBS * 60 / r["wall_s"] for r in runs]
+        per_minute = [args.jobs * 60 / r["wall_s"] for r in runs]
         # Within a round: the arms of one round ran back to back.
         speedup = (
             spread([b["wall_s"] / r["wall_s"] for b, r in zip(base, runs)], ".2f") if base else "-"
@@ -268,10 +291,10 @@ def plot(results, args, path: Path) -> None:
     boxplot(
         axis,
         {arm: [r["wall_s"] for r in runs] for arm, runs in results.items()},
-        f"wall time of {JOBS} jobs (s)",
+        f"wall time of {args.jobs} jobs (s)",
     )
     axis.set_ylim(bottom=0)  # a speedup reads as a ratio of heights
-    figure.suptitle(f"{JOBS}-job sweep on {os.cpu_count()} cores: launchers compared")
+    figure.suptitle(f"{args.jobs}-job sweep on {os.cpu_count()} cores: launchers compared")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
@@ -279,9 +302,11 @@ def plot(results, args, path: Path) -> None:
 def main() -> None:
     parser = rounds_parser(__doc__, epochs=2)
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(DEFAULT_ARMS))
+    parser.add_argument("--jobs", type=int, default=JOBS)
     args = parser.parse_args()
-    if args.rounds < 1 or args.epochs < 1:
-        parser.error("--rounds and --epochs must be >= 1")
+    if min(args.rounds, args.epochs, args.jobs) < 1:
+        parser.error("--rounds, --epochs and --jobs must be >= 1")
+    adopt_orphans()
     measure_and_write("sweep_throughput", args, measure, table, plot)
 
 
