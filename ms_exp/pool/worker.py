@@ -43,11 +43,12 @@ def serve(
     env: Dict[str, str],
     cores: Optional[Sequence[int]],
     stop_timeout: float,
-    tracking_uri: Optional[str] = None,
+    tracking_uri: Optional[str],
 ) -> None:
     """The worker's life: take a share, then run jobs until the launcher closes the pipe.
     ``stop_timeout``: seconds a job stopped because the launcher is gone gets to save its
-    checkpoint and end its MLflow run before it is killed."""
+    checkpoint and end its MLflow run before it is killed. ``tracking_uri``: the sweep's
+    store, None untracked."""
     os.setsid()
     # Ends as a command does (ms_exp.tracking.lifecycle.exit_process): MindSpore's and MLflow's
     # atexit handlers run, Python's last garbage collection (1 s here) does not.
